@@ -1,0 +1,102 @@
+// Project-wide error values and invariant checks. Lives in the lowest layer
+// so that every folder (including the CAF-free ones) can use it; actors/
+// maps it onto caf::error.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include <fmt/format.h>
+
+namespace troupe {
+
+/// The one error enum of the project; the message carries place, rule and value.
+enum class errc : uint8_t {
+  none = 0,
+  invalid_argument,    ///< a caller passed a value outside the documented range
+  bad_config,          ///< a config file or override failed validation
+  bad_input,           ///< a data file or wire message is malformed
+  non_finite,          ///< a NaN or infinity where finite numbers are required
+  dimension_mismatch,  ///< sizes of two things that must agree differ
+  not_found,           ///< a named thing (stream, env id, file) does not exist
+  io_error,            ///< the operating system refused a read or write
+  corrupt_file,        ///< a file's checksum or structure is wrong
+  unsupported_version, ///< a file or message of a format version we do not read
+  device_error,        ///< CUDA or another device reported a failure
+  unavailable,         ///< the feature is not built in or the peer is gone
+};
+
+/// Short stable name of an error code ("bad_config", ...).
+const char* to_string(errc code) noexcept;
+
+/// An error value: a code plus a message a user can act on.
+struct error {
+  errc code = errc::none;
+  std::string message;
+
+  error() = default;
+  error(errc c, std::string msg) : code(c), message(std::move(msg)) {}
+};
+
+/// Builds an error with a fmt-formatted message.
+template <class... Ts>
+error make_error(errc code, fmt::format_string<Ts...> fmt_str, Ts&&... xs) {
+  return error{code, fmt::format(fmt_str, std::forward<Ts>(xs)...)};
+}
+
+/// Either a value or an error; the CAF-free twin of caf::expected.
+template <class T>
+class [[nodiscard]] result {
+public:
+  result(T value) : storage_(std::in_place_index<0>, std::move(value)) {}
+  result(error err) : storage_(std::in_place_index<1>, std::move(err)) {}
+
+  explicit operator bool() const noexcept { return storage_.index() == 0; }
+  bool has_value() const noexcept { return storage_.index() == 0; }
+
+  T& value() & { return std::get<0>(storage_); }
+  const T& value() const& { return std::get<0>(storage_); }
+  T&& value() && { return std::get<0>(std::move(storage_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+  const error& err() const { return std::get<1>(storage_); }
+
+private:
+  std::variant<T, error> storage_;
+};
+
+/// Success or an error, for operations without a value.
+class [[nodiscard]] status {
+public:
+  status() = default;
+  status(error err) : err_(std::move(err)) {}
+  static status ok() { return {}; }
+  explicit operator bool() const noexcept { return err_.code == errc::none; }
+  const error& err() const { return err_; }
+
+private:
+  error err_;
+};
+
+namespace detail {
+[[noreturn]] void check_failed(const char* cond, const char* file, int line,
+                               const std::string& msg) noexcept;
+} // namespace detail
+
+} // namespace troupe
+
+/// Aborts with the condition, file:line and a formatted message when an
+/// internal invariant does not hold. Never use it for user input.
+#define TROUPE_CHECK(cond, ...)                                                \
+  do {                                                                         \
+    if (!(cond))                                                               \
+      ::troupe::detail::check_failed(#cond, __FILE__, __LINE__,               \
+                                     ::fmt::format(__VA_ARGS__));              \
+  } while (false)

@@ -1,0 +1,28 @@
+// The `troupe` commands. Each takes the arguments after its words and returns
+// the process exit status: 0 success, 2 bad input (nothing started or
+// written), 1 a failure while running.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace troupe::runtime {
+
+/// Exit status for bad input: a config, argument or file a user must fix.
+constexpr int exit_bad_input = 2;
+
+/// Exit status for a failure while running.
+constexpr int exit_failure = 1;
+
+using args_t = std::vector<std::string>;
+
+int cmd_config_describe(const args_t& args);
+int cmd_check(const args_t& args);
+int cmd_stats_compute(const args_t& args);
+int cmd_bench(const args_t& args);
+int cmd_version(const args_t& args);
+
+/// Prints `message` to stderr prefixed with "troupe: " and returns `status`.
+int fail(int status, const std::string& message);
+
+} // namespace troupe::runtime

@@ -1,0 +1,460 @@
+#include "runtime/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+namespace troupe::runtime {
+
+// -- names and suggestions ---------------------------------------------------
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string format_number(double x) {
+  if (std::isinf(x))
+    return x > 0 ? "inf" : "-inf";
+  if (x == std::floor(x) && std::fabs(x) < 1e15)
+    return fmt::format("{}", static_cast<int64_t>(x));
+  return fmt::format("{}", x);
+}
+
+const char* type_word(value_type t) {
+  switch (t) {
+    case value_type::boolean: return "a boolean";
+    case value_type::integer: return "an integer";
+    case value_type::floating: return "a float";
+    case value_type::string: return "a string";
+    case value_type::int_list: return "an array of integers";
+  }
+  return "a value";
+}
+
+const char* type_name(value_type t) {
+  switch (t) {
+    case value_type::boolean: return "bool";
+    case value_type::integer: return "int";
+    case value_type::floating: return "float";
+    case value_type::string: return "string";
+    case value_type::int_list: return "int[]";
+  }
+  return "?";
+}
+
+std::vector<std::string> all_names() {
+  std::vector<std::string> out;
+  for (auto& s : schema())
+    out.push_back(s.name());
+  return out;
+}
+
+std::vector<std::string> all_sections() {
+  std::vector<std::string> out;
+  for (auto& s : schema())
+    if (std::find(out.begin(), out.end(), s.section) == out.end())
+      out.push_back(s.section);
+  return out;
+}
+
+} // namespace
+
+std::string nearest(const std::string& name,
+                    const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (auto& c : candidates) {
+    auto d = edit_distance(name, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  size_t limit = std::max<size_t>(2, name.size() / 3);
+  return best_d <= limit ? best : std::string{};
+}
+
+std::string option_spec::expectation() const {
+  std::string out = type_word(type);
+  if (!choices.empty()) {
+    out = "one of";
+    for (size_t i = 0; i < choices.size(); ++i)
+      out += fmt::format("{}\"{}\"", i == 0 ? " " : ", ", choices[i]);
+    return out;
+  }
+  if (bounded && (type == value_type::integer || type == value_type::floating
+                  || type == value_type::int_list)) {
+    out += fmt::format(" {} {}{}, {}{}",
+                       type == value_type::int_list ? "with elements in" : "in",
+                       min_exclusive ? "(" : "[", format_number(min),
+                       format_number(max), max_exclusive ? ")" : "]");
+  }
+  return out;
+}
+
+const option_spec* find_option(const std::string& name) {
+  for (auto& s : schema())
+    if (s.name() == name)
+      return &s;
+  return nullptr;
+}
+
+std::string to_toml(const value& v) {
+  struct visitor {
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(int64_t i) const { return fmt::format("{}", i); }
+    std::string operator()(double d) const {
+      auto s = fmt::format("{}", d);
+      if (s.find_first_of(".eEn") == std::string::npos)
+        s += ".0";
+      return s;
+    }
+    std::string operator()(const std::string& s) const {
+      std::string out = "\"";
+      for (char c : s) {
+        if (c == '"' || c == '\\')
+          out += '\\';
+        out += c;
+      }
+      return out + "\"";
+    }
+    std::string operator()(const std::vector<int64_t>& xs) const {
+      std::string out = "[";
+      for (size_t i = 0; i < xs.size(); ++i)
+        out += fmt::format("{}{}", i == 0 ? "" : ", ", xs[i]);
+      return out + "]";
+    }
+  };
+  return std::visit(visitor{}, v);
+}
+
+// -- config ------------------------------------------------------------------
+
+config::config() {
+  for (auto& s : schema()) {
+    values_[s.name()] = s.default_value;
+    origins_[s.name()] = "default";
+  }
+}
+
+const value& config::at(const std::string& name) const {
+  auto i = values_.find(name);
+  TROUPE_CHECK(i != values_.end(), "config has no option '{}'", name);
+  return i->second;
+}
+
+bool config::get_bool(const std::string& name) const {
+  return std::get<bool>(at(name));
+}
+
+int64_t config::get_int(const std::string& name) const {
+  return std::get<int64_t>(at(name));
+}
+
+double config::get_float(const std::string& name) const {
+  return std::get<double>(at(name));
+}
+
+const std::string& config::get_string(const std::string& name) const {
+  return std::get<std::string>(at(name));
+}
+
+const std::vector<int64_t>& config::get_int_list(const std::string& name) const {
+  return std::get<std::vector<int64_t>>(at(name));
+}
+
+const std::string& config::origin(const std::string& name) const {
+  auto i = origins_.find(name);
+  TROUPE_CHECK(i != origins_.end(), "config has no option '{}'", name);
+  return i->second;
+}
+
+void config::set(const std::string& name, value v, std::string origin) {
+  values_[name] = std::move(v);
+  origins_[name] = std::move(origin);
+}
+
+std::string config::to_toml() const {
+  std::string out;
+  std::string section;
+  for (auto& s : schema()) {
+    if (s.section != section) {
+      out += fmt::format("{}[{}]\n", section.empty() ? "" : "\n", s.section);
+      section = s.section;
+    }
+    out += fmt::format("{} = {}\n", s.key, runtime::to_toml(at(s.name())));
+  }
+  return out;
+}
+
+// -- validation --------------------------------------------------------------
+
+namespace {
+
+std::string describe_node(const toml::node& n) {
+  if (auto b = n.as_boolean())
+    return fmt::format("boolean {}", b->get() ? "true" : "false");
+  if (auto i = n.as_integer())
+    return fmt::format("integer {}", i->get());
+  if (auto f = n.as_floating_point())
+    return fmt::format("float {}", f->get());
+  if (auto s = n.as_string())
+    return fmt::format("string \"{}\"", s->get());
+  if (n.is_array())
+    return "an array";
+  if (n.is_table())
+    return "a table";
+  return "a date or time";
+}
+
+bool in_range(const option_spec& s, double x) {
+  if (!s.bounded)
+    return true;
+  if (std::isnan(x))
+    return false;
+  if (s.min_exclusive ? !(x > s.min) : !(x >= s.min))
+    return false;
+  if (s.max_exclusive ? !(x < s.max) : !(x <= s.max))
+    return false;
+  return true;
+}
+
+// Converts a TOML node to the spec's type; on failure returns a message
+// "expected ..., got ...".
+result<value> convert(const option_spec& s, const toml::node& n) {
+  auto fail = [&] {
+    return make_error(errc::bad_config, "expected {}, got {}", s.expectation(),
+                      describe_node(n));
+  };
+  switch (s.type) {
+    case value_type::boolean:
+      if (auto b = n.as_boolean())
+        return value{b->get()};
+      return fail();
+    case value_type::integer:
+      if (auto i = n.as_integer()) {
+        if (!in_range(s, static_cast<double>(i->get())))
+          return fail();
+        return value{i->get()};
+      }
+      return fail();
+    case value_type::floating: {
+      double x;
+      if (auto f = n.as_floating_point())
+        x = f->get();
+      else if (auto i = n.as_integer())
+        x = static_cast<double>(i->get());
+      else
+        return fail();
+      if (!std::isfinite(x) || !in_range(s, x))
+        return fail();
+      return value{x};
+    }
+    case value_type::string:
+      if (auto str = n.as_string()) {
+        if (!s.choices.empty()
+            && std::find(s.choices.begin(), s.choices.end(), str->get())
+                 == s.choices.end())
+          return fail();
+        return value{std::string{str->get()}};
+      }
+      return fail();
+    case value_type::int_list:
+      if (auto arr = n.as_array()) {
+        std::vector<int64_t> xs;
+        for (auto& e : *arr) {
+          auto i = e.as_integer();
+          if (!i || !in_range(s, static_cast<double>(i->get())))
+            return make_error(errc::bad_config, "expected {}, got element {}",
+                              s.expectation(), describe_node(e));
+          xs.push_back(i->get());
+        }
+        return value{std::move(xs)};
+      }
+      return fail();
+  }
+  return fail();
+}
+
+std::string place(const std::string& path, const toml::source_region& src) {
+  return fmt::format("{}:{}", path, src.begin.line);
+}
+
+void check_table(const toml::table& root, const std::string& path, config& cfg,
+                 std::vector<std::string>& problems) {
+  const auto sections = all_sections();
+  for (auto&& [section_key, section_node] : root) {
+    std::string section{section_key.str()};
+    auto where = place(path, section_key.source());
+    if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
+      if (!section_node.is_table()) {
+        // A top-level key: maybe a key that belongs in a section.
+        auto hint = nearest(section, all_names());
+        problems.push_back(fmt::format(
+          "{}: unknown top-level key '{}'{}", where, section,
+          hint.empty() ? fmt::format(" (keys live in sections: {})",
+                                     fmt::join(sections, ", "))
+                       : fmt::format(" (did you mean '{}' in [{}]?)", hint,
+                                     hint.substr(0, hint.find('.')))));
+        continue;
+      }
+      auto hint = nearest(section, sections);
+      problems.push_back(fmt::format(
+        "{}: unknown section '[{}]'{}", where, section,
+        hint.empty() ? fmt::format(" (valid sections: {})", fmt::join(sections, ", "))
+                     : fmt::format(" (did you mean '[{}]'?)", hint)));
+      continue;
+    }
+    auto table = section_node.as_table();
+    if (!table) {
+      problems.push_back(fmt::format("{}: '{}' must be a table ([{}]), got {}",
+                                     where, section, section,
+                                     describe_node(section_node)));
+      continue;
+    }
+    for (auto&& [key, node] : *table) {
+      std::string name = section + "." + std::string{key.str()};
+      auto at = place(path, key.source());
+      auto spec = find_option(name);
+      if (!spec) {
+        auto hint = nearest(name, all_names());
+        problems.push_back(fmt::format(
+          "{}: unknown key '{}'{}", at, name,
+          hint.empty() ? std::string{} : fmt::format(" (did you mean '{}'?)", hint)));
+        continue;
+      }
+      auto v = convert(*spec, node);
+      if (!v) {
+        problems.push_back(fmt::format("{}: {}: {}", at, name, v.err().message));
+        continue;
+      }
+      cfg.set(name, std::move(*v), at);
+    }
+  }
+}
+
+void apply_override(const std::string& text, config& cfg,
+                    std::vector<std::string>& problems) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    problems.push_back(fmt::format(
+      "--set {}: expected section.key=value", text));
+    return;
+  }
+  std::string name = text.substr(0, eq);
+  std::string raw = text.substr(eq + 1);
+  auto spec = find_option(name);
+  if (!spec) {
+    auto hint = nearest(name, all_names());
+    problems.push_back(fmt::format(
+      "--set {}: unknown key '{}'{}", text, name,
+      hint.empty() ? std::string{} : fmt::format(" (did you mean '{}'?)", hint)));
+    return;
+  }
+  // The value is read as a TOML value; a bare word counts as a string.
+  toml::table doc;
+  bool parsed = false;
+  try {
+    doc = toml::parse("v = " + raw);
+    parsed = doc.contains("v");
+  } catch (const toml::parse_error&) {
+    parsed = false;
+  }
+  if (!parsed) {
+    toml::table t;
+    t.insert("v", raw);
+    doc = std::move(t);
+  }
+  auto v = convert(*spec, *doc.get("v"));
+  if (!v) {
+    problems.push_back(fmt::format("--set {}: {}: {}", text, name, v.err().message));
+    return;
+  }
+  cfg.set(name, std::move(*v), "--set");
+}
+
+result<config> finish(config cfg, const std::vector<std::string>& overrides,
+                      std::vector<std::string> problems) {
+  for (auto& o : overrides)
+    apply_override(o, cfg, problems);
+  if (!problems.empty())
+    return error{errc::bad_config, fmt::format("{}", fmt::join(problems, "\n"))};
+  return cfg;
+}
+
+} // namespace
+
+result<config> parse_config(const std::string& text, const std::string& path,
+                            const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    return make_error(errc::bad_config, "{}:{}: invalid TOML: {}", path,
+                      e.source().begin.line, e.description());
+  }
+  config cfg;
+  cfg.set_source_path(path);
+  std::vector<std::string> problems;
+  check_table(root, path, cfg, problems);
+  // toml++ keeps keys sorted by name; report in file order instead.
+  auto line_of = [&](const std::string& p) {
+    auto rest = p.substr(std::min(p.size(), path.size() + 1));
+    return std::atoi(rest.c_str());
+  };
+  std::stable_sort(problems.begin(), problems.end(),
+                   [&](auto& a, auto& b) { return line_of(a) < line_of(b); });
+  return finish(std::move(cfg), overrides, std::move(problems));
+}
+
+result<config> load_config(const std::string& path,
+                           const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return make_error(errc::io_error, "{}: cannot open config file", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad())
+    return make_error(errc::io_error, "{}: cannot read config file", path);
+  return parse_config(text.str(), path, overrides);
+}
+
+result<config> default_config(const std::vector<std::string>& overrides) {
+  return finish(config{}, overrides, {});
+}
+
+std::string describe_schema() {
+  std::string out;
+  std::string section;
+  for (auto& s : schema()) {
+    if (s.section != section) {
+      out += fmt::format("{}[{}]\n", section.empty() ? "" : "\n", s.section);
+      section = s.section;
+    }
+    out += fmt::format("  {:<28} {:<7} default {:<14} {}\n", s.name(),
+                       type_name(s.type), to_toml(s.default_value),
+                       s.expectation());
+    out += fmt::format("  {:<28} {}\n", "", s.description);
+  }
+  return out;
+}
+
+} // namespace troupe::runtime

@@ -1,0 +1,5 @@
+#include "runtime/cli.hpp"
+
+int main(int argc, char** argv) {
+  return troupe::runtime::run_cli(argc, argv);
+}
