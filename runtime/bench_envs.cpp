@@ -1,0 +1,5 @@
+// Placeholder until the environments issue lands; replaced by the real command.
+#include "runtime/commands.hpp"
+namespace troupe::runtime {
+int bench_envs(const args_t&) { return fail(exit_failure, "not built yet (environments issue)"); }
+} // namespace troupe::runtime
