@@ -20,7 +20,7 @@ option_spec make_spec(const char* section, const char* key, value_type type,
   return s;
 }
 
-[[maybe_unused]] option_spec opt_bool(const char* section, const char* key, bool def,
+option_spec opt_bool(const char* section, const char* key, bool def,
                      const char* description) {
   auto s = make_spec(section, key, value_type::boolean, def);
   s.description = description;
@@ -59,7 +59,7 @@ option_spec opt_string(const char* section, const char* key, const char* def,
   return s;
 }
 
-[[maybe_unused]] option_spec opt_int_list(const char* section, const char* key,
+option_spec opt_int_list(const char* section, const char* key,
                                           std::vector<int64_t> def, double min,
                                           double max, const char* description) {
   auto s = make_spec(section, key, value_type::int_list, std::move(def));
@@ -98,10 +98,34 @@ void add_stats(std::vector<option_spec>& out) {
                         "...or this long after an unpublished merge (0: only by count)"));
 }
 
+// -- [model] -----------------------------------------------------------------
+
+void add_model(std::vector<option_spec>& out) {
+  out.push_back(opt_int_list("model", "hidden", {64, 64}, 1, 65536,
+                             "widths of the hidden layers of the actor and of the critic"));
+  out.push_back(opt_string("model", "activation", "tanh", {"tanh", "relu"},
+                           "activation after every hidden layer"));
+  out.push_back(opt_bool("model", "obs_norm", false,
+                         "normalize observations with the global running statistics"));
+  out.push_back(opt_float("model", "obs_norm_eps", 1e-8, 0.0, 1.0,
+                          "added to the variance before the square root in the observation normalizer",
+                          true, false));
+  out.push_back(opt_float("model", "obs_norm_clip", 10.0, 0.0, 1e6,
+                          "normalized observations are clipped to [-clip, clip]", true, false));
+  out.push_back(opt_string("model", "batch_norm", "none", {"none", "global", "local"},
+                           "batch norm between hidden layers: global running statistics, per-batch (naive baseline), or none"));
+  out.push_back(opt_float("model", "batch_norm_eps", 1e-5, 0.0, 1.0,
+                          "added to the variance before the square root in batch norm", true, false));
+  out.push_back(opt_float("model", "batch_norm_momentum", 0.1, 0.0, 1.0,
+                          "local batch norm: running = (1 - momentum)*running + momentum*batch (PyTorch's convention)",
+                          true, false));
+}
+
 std::vector<option_spec> build_schema() {
   std::vector<option_spec> out;
   add_run(out);
   add_stats(out);
+  add_model(out);
   return out;
 }
 
