@@ -1,0 +1,32 @@
+#include "actors/messages.hpp"
+
+namespace troupe::actors {
+
+caf::error to_caf_error(const troupe::error& e) {
+  return caf::error(static_cast<uint8_t>(e.code), error_category,
+                    caf::make_message(e.message));
+}
+
+std::string error_message(caf::actor_system& sys, const caf::error& e) {
+  if (e.category() == error_category && e.context().match_elements<std::string>())
+    return e.context().get_as<std::string>(0);
+  return sys.render(e);
+}
+
+void register_messages(caf::actor_system_config& cfg) {
+  cfg.add_message_type<moments_delta>("moments_delta");
+  cfg.add_message_type<stream_decl>("stream_decl");
+  cfg.add_message_type<stream_status>("stream_status");
+  cfg.add_message_type<learners::stats_snapshot>("stats_snapshot");
+  cfg.add_message_type<std::vector<double>>("std::vector<double>");
+  cfg.add_error_category(error_category,
+                         [](uint8_t code, caf::atom_value, const caf::message& ctx) {
+                           std::string out = "troupe: ";
+                           out += to_string(static_cast<errc>(code));
+                           if (ctx.match_elements<std::string>())
+                             out += ": " + ctx.get_as<std::string>(0);
+                           return out;
+                         });
+}
+
+} // namespace troupe::actors

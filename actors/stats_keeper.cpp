@@ -1,0 +1,242 @@
+#include "actors/stats_keeper.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/stats_streams.hpp"
+
+namespace troupe::actors {
+
+// -- keeper_gate -------------------------------------------------------------
+
+void keeper_gate::close() {
+  std::lock_guard<std::mutex> guard(mtx_);
+  closed_ = true;
+}
+
+void keeper_gate::open() {
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    closed_ = false;
+  }
+  cv_.notify_all();
+}
+
+bool keeper_gate::has_waiter() const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  return waiting_;
+}
+
+void keeper_gate::pass() {
+  std::unique_lock<std::mutex> guard(mtx_);
+  waiting_ = true;
+  cv_.wait(guard, [this] { return !closed_; });
+  waiting_ = false;
+}
+
+// -- the keeper --------------------------------------------------------------
+
+namespace {
+
+struct publication {
+  std::vector<caf::actor> subscribers;
+  uint64_t unpublished_merges = 0;
+  uint64_t published_version = 0;
+};
+
+struct keeper_state {
+  stats_keeper_options opts;
+  stats_streams streams;
+  std::unordered_map<std::string, publication> pubs;
+  std::map<std::pair<std::string, std::string>, uint64_t> logged; // (stream, worker) -> rejections seen
+  bool tick_pending = false;
+  learners::stats_snapshot scratch;
+  static inline const char* name = "stats_keeper";
+};
+
+using keeper_actor = caf::stateful_actor<keeper_state>;
+
+void log_line(keeper_state& st, const std::string& line) {
+  if (st.opts.log)
+    st.opts.log(line);
+  else
+    std::fprintf(stderr, "troupe stats_keeper: %s\n", line.c_str());
+}
+
+void publish(keeper_actor* self, const std::string& name) {
+  auto& st = self->state;
+  auto s = st.streams.find(name);
+  auto& pub = st.pubs[name];
+  if (!s)
+    return;
+  pub.unpublished_merges = 0;
+  pub.published_version = s->version;
+  if (pub.subscribers.empty())
+    return;
+  stats_streams::snapshot_into(*s, st.scratch);
+  auto msg = caf::make_message(st.scratch);
+  for (auto& sub : pub.subscribers)
+    self->send(sub, msg);
+}
+
+void publish_dirty(keeper_actor* self) {
+  std::vector<std::string> dirty;
+  for (auto& kv : self->state.pubs)
+    if (kv.second.unpublished_merges > 0)
+      dirty.push_back(kv.first);
+  for (auto& name : dirty)
+    publish(self, name);
+}
+
+void on_rejected(keeper_actor* self, const moments_delta& d, const error& e) {
+  auto& st = self->state;
+  auto worker = d.worker.empty() ? caf::to_string(self->current_sender()) : d.worker;
+  auto seen = ++st.logged[{d.stream, worker}];
+  if (seen <= st.opts.logged_rejections_per_worker || seen % 1000 == 0)
+    log_line(st, fmt::format("{} (rejection {} from this worker{})", e.message, seen,
+                             seen == st.opts.logged_rejections_per_worker
+                               ? "; further ones logged every 1000th"
+                               : ""));
+}
+
+caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
+  self->state.opts = std::move(opts);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    for (auto& kv : self->state.pubs) {
+      auto& subs = kv.second.subscribers;
+      subs.erase(std::remove_if(subs.begin(), subs.end(),
+                                [&](const caf::actor& a) { return a.address() == dm.source; }),
+                 subs.end());
+    }
+  });
+  return {
+    [self](declare_atom, const stream_decl& decl) -> caf::result<uint64_t> {
+      if (auto st = self->state.streams.declare(decl); !st)
+        return to_caf_error(st.err());
+      self->state.pubs[decl.name];
+      return decl.dim;
+    },
+    [self](declare_atom, const std::string& name, uint64_t dim) -> caf::result<uint64_t> {
+      auto& o = self->state.opts;
+      stream_decl decl{name, dim, o.mode, o.momentum};
+      if (auto st = self->state.streams.declare(decl); !st)
+        return to_caf_error(st.err());
+      self->state.pubs[name];
+      return dim;
+    },
+    [self](const moments_delta& d) {
+      auto& st = self->state;
+      if (auto ok = st.streams.merge(d); !ok) {
+        on_rejected(self, d, ok.err());
+        return;
+      }
+      auto& pub = st.pubs[d.stream];
+      if (++pub.unpublished_merges >= st.opts.publish_every_merges) {
+        publish(self, d.stream);
+      } else if (st.opts.publish_interval_ms > 0 && !st.tick_pending) {
+        st.tick_pending = true;
+        self->delayed_send(self, std::chrono::milliseconds(st.opts.publish_interval_ms),
+                           publish_atom::value);
+      }
+    },
+    [self](publish_atom) {
+      self->state.tick_pending = false;
+      publish_dirty(self);
+    },
+    [self](subscribe_atom, const std::string& name)
+      -> caf::result<learners::stats_snapshot> {
+      auto snap = self->state.streams.snapshot(name);
+      if (!snap)
+        return to_caf_error(snap.err());
+      auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+      if (sender) {
+        auto& subs = self->state.pubs[name].subscribers;
+        if (std::find(subs.begin(), subs.end(), sender) == subs.end()) {
+          subs.push_back(sender);
+          self->monitor(sender);
+        }
+      }
+      return std::move(*snap);
+    },
+    [self](snapshot_atom, const std::string& name)
+      -> caf::result<learners::stats_snapshot> {
+      auto snap = self->state.streams.snapshot(name);
+      if (!snap)
+        return to_caf_error(snap.err());
+      return std::move(*snap);
+    },
+    [self](status_atom, const std::string& name) -> caf::result<stream_status> {
+      auto s = self->state.streams.status_of(name);
+      if (!s)
+        return to_caf_error(s.err());
+      s->published = self->state.pubs[name].published_version;
+      return std::move(*s);
+    },
+    [self](save_atom, const std::string& path) -> caf::result<caf::ok_atom> {
+      if (auto st = self->state.streams.save(path); !st)
+        return to_caf_error(st.err());
+      return caf::ok_atom::value;
+    },
+    [self](load_atom, const std::string& path) -> caf::result<caf::ok_atom> {
+      if (auto st = self->state.streams.load(path); !st)
+        return to_caf_error(st.err());
+      for (auto& name : self->state.streams.names())
+        publish(self, name);
+      return caf::ok_atom::value;
+    },
+    [](sync_atom) { return sync_atom::value; },
+    [self](pause_atom) {
+      if (self->state.opts.gate)
+        self->state.opts.gate->pass();
+    },
+  };
+}
+
+// -- the view feeder ---------------------------------------------------------
+
+struct feeder_state {
+  std::weak_ptr<learners::stats_view> view;
+  static inline const char* name = "stats_view_feeder";
+};
+
+caf::behavior view_feeder(caf::stateful_actor<feeder_state>* self, caf::actor keeper,
+                          std::string stream, std::weak_ptr<learners::stats_view> view) {
+  self->state.view = std::move(view);
+  self->monitor(keeper);
+  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
+  auto deliver = [self](const learners::stats_snapshot& s) {
+    if (auto v = self->state.view.lock())
+      v->publish(s);
+    else
+      self->quit();
+  };
+  self->request(keeper, caf::infinite, subscribe_atom::value, stream)
+    .then(deliver, [self, stream](caf::error& e) {
+      std::fprintf(stderr, "troupe stats view: cannot subscribe to stream '%s': %s\n",
+                   stream.c_str(), self->system().render(e).c_str());
+      self->quit(e);
+    });
+  return {deliver};
+}
+
+} // namespace
+
+caf::actor spawn_stats_keeper(caf::actor_system& sys, stats_keeper_options opts,
+                              bool detached) {
+  if (detached)
+    return sys.spawn<caf::detached>(stats_keeper, std::move(opts));
+  return sys.spawn(stats_keeper, std::move(opts));
+}
+
+std::shared_ptr<learners::stats_view>
+subscribe_view(caf::actor_system& sys, const caf::actor& keeper,
+               const std::string& stream, size_t dim) {
+  auto view = std::make_shared<learners::stats_view>(dim, stream);
+  sys.spawn(view_feeder, keeper, stream, std::weak_ptr<learners::stats_view>(view));
+  return view;
+}
+
+} // namespace troupe::actors

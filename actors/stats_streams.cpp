@@ -1,0 +1,366 @@
+#include "actors/stats_streams.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include <unistd.h>
+
+namespace troupe::actors {
+
+result<stats_mode> parse_stats_mode(const std::string& text) {
+  if (text == "cumulative")
+    return stats_mode::cumulative;
+  if (text == "ema")
+    return stats_mode::ema;
+  return make_error(errc::invalid_argument,
+                    "unknown statistics mode '{}' (valid: cumulative, ema)", text);
+}
+
+const char* to_string(stats_mode mode) noexcept {
+  return mode == stats_mode::ema ? "ema" : "cumulative";
+}
+
+// -- declaring and merging ---------------------------------------------------
+
+status stats_streams::declare(const stream_decl& decl) {
+  auto mode = parse_stats_mode(decl.mode);
+  if (!mode)
+    return make_error(errc::invalid_argument, "stream '{}': {}", decl.name,
+                      mode.err().message);
+  if (decl.name.empty())
+    return make_error(errc::invalid_argument, "a stream needs a name");
+  if (decl.dim == 0)
+    return make_error(errc::invalid_argument,
+                      "stream '{}': dimension must be at least 1, got 0", decl.name);
+  if (!(decl.momentum >= 0.0 && decl.momentum < 1.0))
+    return make_error(errc::invalid_argument,
+                      "stream '{}': momentum must be in [0, 1), got {}",
+                      decl.name, decl.momentum);
+  if (auto i = streams_.find(decl.name); i != streams_.end()) {
+    if (i->second.dim() != decl.dim || i->second.mode != *mode)
+      return make_error(errc::dimension_mismatch,
+                        "stream '{}' exists with dim {} and mode {}; cannot "
+                        "declare it again with dim {} and mode {}",
+                        decl.name, i->second.dim(), to_string(i->second.mode),
+                        decl.dim, decl.mode);
+    return {};
+  }
+  stats_stream s;
+  s.name = decl.name;
+  s.mode = *mode;
+  s.momentum = decl.momentum;
+  s.acc = kernels::moments(decl.dim);
+  if (s.mode == stats_mode::ema)
+    s.ema_var.assign(decl.dim, 0.0);
+  streams_.emplace(decl.name, std::move(s));
+  return {};
+}
+
+namespace {
+
+// The first non-finite entry of xs, or -1.
+std::ptrdiff_t first_non_finite(const std::vector<double>& xs) {
+  for (size_t j = 0; j < xs.size(); ++j)
+    if (!std::isfinite(xs[j]))
+      return static_cast<std::ptrdiff_t>(j);
+  return -1;
+}
+
+} // namespace
+
+status stats_streams::merge(const moments_delta& d) {
+  auto i = streams_.find(d.stream);
+  if (i == streams_.end()) {
+    ++rejected_unknown_;
+    return make_error(errc::not_found,
+                      "delta from worker '{}' rejected: unknown stream '{}'",
+                      d.worker, d.stream);
+  }
+  auto& s = i->second;
+  auto reject = [&](errc code, std::string why) -> status {
+    ++s.rejected;
+    ++s.rejected_by_worker[d.worker];
+    return error{code, fmt::format("delta from worker '{}' to stream '{}' "
+                                   "rejected: {}",
+                                   d.worker, d.stream, why)};
+  };
+  if (d.mean.size() != s.dim() || d.m2.size() != s.dim())
+    return reject(errc::dimension_mismatch,
+                  fmt::format("expected dimension {}, got mean of {} and m2 of {}",
+                              s.dim(), d.mean.size(), d.m2.size()));
+  if (d.count == 0)
+    return reject(errc::invalid_argument, "count must be at least 1, got 0");
+  if (auto j = first_non_finite(d.mean); j >= 0)
+    return reject(errc::non_finite, fmt::format("mean[{}] is {}", j, d.mean[j]));
+  if (auto j = first_non_finite(d.m2); j >= 0)
+    return reject(errc::non_finite, fmt::format("m2[{}] is {}", j, d.m2[j]));
+  for (size_t j = 0; j < d.m2.size(); ++j)
+    if (d.m2[j] < 0.0)
+      return reject(errc::invalid_argument,
+                    fmt::format("m2[{}] must be >= 0, got {}", j, d.m2[j]));
+  if (s.mode == stats_mode::cumulative) {
+    kernels::merge(s.acc.count, s.acc.mean.data(), s.acc.m2.data(), d.count,
+                   d.mean.data(), d.m2.data(), s.dim());
+  } else {
+    const double inv = 1.0 / static_cast<double>(d.count);
+    if (s.version == 0) {
+      // The first batch initializes the running values (no bias toward 0/1).
+      for (size_t j = 0; j < s.dim(); ++j) {
+        s.acc.mean[j] = d.mean[j];
+        s.ema_var[j] = d.m2[j] * inv;
+      }
+    } else {
+      const double m = s.momentum, w = 1.0 - s.momentum;
+      for (size_t j = 0; j < s.dim(); ++j) {
+        s.acc.mean[j] = m * s.acc.mean[j] + w * d.mean[j];
+        s.ema_var[j] = m * s.ema_var[j] + w * (d.m2[j] * inv);
+      }
+    }
+    s.acc.count += d.count;
+  }
+  ++s.version;
+  return {};
+}
+
+// -- reading -----------------------------------------------------------------
+
+void stats_streams::snapshot_into(const stats_stream& s,
+                                  learners::stats_snapshot& out) {
+  out.stream = s.name;
+  out.version = s.version;
+  out.count = s.acc.count;
+  out.mean.assign(s.acc.mean.begin(), s.acc.mean.end());
+  if (s.mode == stats_mode::ema) {
+    out.var.assign(s.ema_var.begin(), s.ema_var.end());
+  } else {
+    out.var.resize(s.dim());
+    const double inv = s.acc.count > 0 ? 1.0 / static_cast<double>(s.acc.count) : 0.0;
+    for (size_t j = 0; j < s.dim(); ++j)
+      out.var[j] = s.acc.m2[j] * inv;
+  }
+}
+
+result<learners::stats_snapshot>
+stats_streams::snapshot(const std::string& name) const {
+  auto s = find(name);
+  if (!s)
+    return make_error(errc::not_found, "unknown stream '{}'", name);
+  learners::stats_snapshot out;
+  snapshot_into(*s, out);
+  return out;
+}
+
+result<stream_status> stats_streams::status_of(const std::string& name) const {
+  auto s = find(name);
+  if (!s)
+    return make_error(errc::not_found, "unknown stream '{}'", name);
+  stream_status out;
+  out.name = s->name;
+  out.dim = s->dim();
+  out.version = s->version;
+  out.count = s->acc.count;
+  out.rejected = s->rejected;
+  out.rejected_by_worker = s->rejected_by_worker;
+  return out;
+}
+
+const stats_stream* stats_streams::find(const std::string& name) const {
+  auto i = streams_.find(name);
+  return i == streams_.end() ? nullptr : &i->second;
+}
+
+std::vector<std::string> stats_streams::names() const {
+  std::vector<std::string> out;
+  for (auto& kv : streams_)
+    out.push_back(kv.first);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// -- the state file ----------------------------------------------------------
+
+namespace {
+
+constexpr char file_magic[8] = {'T', 'R', 'O', 'U', 'P', 'E', 'S', 'T'};
+
+uint64_t fnv1a64(const std::string& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Little-endian writer/reader of fixed-size values (x86 and ARM are LE; the
+// format is defined as little-endian).
+struct writer {
+  std::string out;
+  template <class T>
+  void put(T x) {
+    char buf[sizeof(T)];
+    std::memcpy(buf, &x, sizeof(T));
+    out.append(buf, sizeof(T));
+  }
+  void put_string(const std::string& s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out += s;
+  }
+  void put_doubles(const std::vector<double>& xs) {
+    for (double x : xs)
+      put(x);
+  }
+};
+
+struct reader {
+  const std::string& in;
+  size_t pos = 0;
+  bool ok = true;
+  template <class T>
+  T get() {
+    T x{};
+    if (pos + sizeof(T) > in.size()) {
+      ok = false;
+      return x;
+    }
+    std::memcpy(&x, in.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return x;
+  }
+  std::string get_string(size_t max_len) {
+    auto n = get<uint32_t>();
+    if (!ok || n > max_len || pos + n > in.size()) {
+      ok = false;
+      return {};
+    }
+    std::string s = in.substr(pos, n);
+    pos += n;
+    return s;
+  }
+  std::vector<double> get_doubles(uint64_t n) {
+    if (!ok || n > (in.size() - pos) / sizeof(double)) {
+      ok = false;
+      return {};
+    }
+    std::vector<double> xs(n);
+    for (auto& x : xs)
+      x = get<double>();
+    return xs;
+  }
+};
+
+} // namespace
+
+status stats_streams::save(const std::string& path) const {
+  writer payload;
+  auto sorted = names();
+  payload.put<uint32_t>(static_cast<uint32_t>(sorted.size()));
+  for (auto& name : sorted) {
+    auto& s = streams_.at(name);
+    payload.put_string(s.name);
+    payload.put<uint32_t>(static_cast<uint32_t>(s.mode));
+    payload.put<double>(s.momentum);
+    payload.put<uint64_t>(s.dim());
+    payload.put<uint64_t>(s.version);
+    payload.put<uint64_t>(s.acc.count);
+    payload.put_doubles(s.acc.mean);
+    payload.put_doubles(s.mode == stats_mode::ema ? s.ema_var : s.acc.m2);
+    payload.put<uint64_t>(s.rejected);
+  }
+  writer file;
+  file.out.append(file_magic, sizeof(file_magic));
+  file.put<uint32_t>(file_version);
+  file.put<uint64_t>(payload.out.size());
+  file.out += payload.out;
+  file.put<uint64_t>(fnv1a64(payload.out));
+
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f)
+    return make_error(errc::io_error, "{}: cannot open for writing: {}", tmp,
+                      std::strerror(errno));
+  bool ok = std::fwrite(file.out.data(), 1, file.out.size(), f) == file.out.size();
+  ok = std::fflush(f) == 0 && ok;
+  ok = ::fsync(fileno(f)) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    return make_error(errc::io_error, "{}: write failed: {}", tmp, std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return make_error(errc::io_error, "{}: cannot rename into place: {}", path,
+                      std::strerror(errno));
+  }
+  return {};
+}
+
+status stats_streams::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return make_error(errc::io_error, "{}: cannot open statistics file", path);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto corrupt = [&](const char* what) {
+    return make_error(errc::corrupt_file, "{}: not a valid statistics file: {}",
+                      path, what);
+  };
+  const size_t head = sizeof(file_magic) + sizeof(uint32_t) + sizeof(uint64_t);
+  if (bytes.size() < head || std::memcmp(bytes.data(), file_magic, sizeof(file_magic)) != 0)
+    return corrupt("wrong magic (expected a troupe statistics file)");
+  reader r{bytes, sizeof(file_magic)};
+  auto version = r.get<uint32_t>();
+  if (version != file_version)
+    return make_error(errc::unsupported_version,
+                      "{}: statistics file format version {}, this troupe reads "
+                      "version {}",
+                      path, version, file_version);
+  auto payload_size = r.get<uint64_t>();
+  if (payload_size > bytes.size() - head
+      || bytes.size() - head - payload_size != sizeof(uint64_t))
+    return corrupt("truncated or trailing bytes");
+  std::string payload = bytes.substr(head, payload_size);
+  reader tail{bytes, head + payload_size};
+  if (tail.get<uint64_t>() != fnv1a64(payload))
+    return corrupt("checksum mismatch");
+
+  reader p{payload};
+  std::unordered_map<std::string, stats_stream> loaded;
+  auto n = p.get<uint32_t>();
+  for (uint32_t k = 0; k < n && p.ok; ++k) {
+    stats_stream s;
+    s.name = p.get_string(4096);
+    auto mode = p.get<uint32_t>();
+    if (mode > 1)
+      return corrupt("unknown stream mode");
+    s.mode = static_cast<stats_mode>(mode);
+    s.momentum = p.get<double>();
+    auto dim = p.get<uint64_t>();
+    s.version = p.get<uint64_t>();
+    s.acc.count = p.get<uint64_t>();
+    s.acc.mean = p.get_doubles(dim);
+    auto second = p.get_doubles(dim);
+    if (s.mode == stats_mode::ema) {
+      s.ema_var = std::move(second);
+      s.acc.m2.assign(dim, 0.0);
+    } else {
+      s.acc.m2 = std::move(second);
+    }
+    s.rejected = p.get<uint64_t>();
+    if (!p.ok)
+      break;
+    if (s.name.empty() || dim == 0 || !s.acc.well_formed())
+      return corrupt("a stream has no name, no dimension or non-finite values");
+    if (!loaded.emplace(s.name, std::move(s)).second)
+      return corrupt("a stream name appears twice");
+  }
+  if (!p.ok || p.pos != payload.size())
+    return corrupt("payload structure does not match its size");
+  streams_ = std::move(loaded);
+  return {};
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,94 @@
+// The statistics keeper's state as plain C++: named streams of running
+// moments, the validation and merging of deltas, snapshots, and the
+// versioned, checksummed state file. The actor in stats_keeper.hpp wraps it;
+// checkpoints save and load it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "kernels/error.hpp"
+#include "kernels/moments.hpp"
+#include "learners/stats_view.hpp"
+
+namespace troupe::actors {
+
+/// How a stream combines deltas.
+enum class stats_mode : uint32_t {
+  cumulative = 0, ///< exact moments of all data seen (Chan merge)
+  ema = 1,        ///< running = momentum * running + (1 - momentum) * batch
+};
+
+/// Parses "cumulative" or "ema".
+result<stats_mode> parse_stats_mode(const std::string& text);
+
+/// "cumulative" or "ema".
+const char* to_string(stats_mode mode) noexcept;
+
+/// One named stream of running moments.
+struct stats_stream {
+  std::string name;                       ///< stream name
+  stats_mode mode = stats_mode::cumulative;
+  double momentum = 0.99;                 ///< ema only
+  uint64_t version = 0;                   ///< merges applied
+  kernels::moments acc;                   ///< cumulative: exact moments; ema: count and running mean
+  std::vector<double> ema_var;            ///< ema only: running population variance
+  uint64_t rejected = 0;                  ///< deltas rejected
+  std::map<std::string, uint64_t> rejected_by_worker;
+
+  size_t dim() const noexcept { return acc.dim(); }
+};
+
+/// The set of streams a statistics keeper owns.
+class stats_streams {
+public:
+  /// Format version of the state file written by save().
+  static constexpr uint32_t file_version = 1;
+
+  /// Declares a stream; declaring an existing stream again with the same
+  /// dimension and mode is a no-op, with another one an error.
+  status declare(const stream_decl& decl);
+
+  /// Validates and merges one delta. An unknown stream, a wrong dimension, a
+  /// zero count, a negative m2 or a non-finite number rejects the delta: it
+  /// is counted (per stream and per worker), nothing is merged, and the error
+  /// names the worker, the stream, the rule and the value.
+  status merge(const moments_delta& delta);
+
+  /// The current snapshot of a stream (var is the population variance).
+  result<learners::stats_snapshot> snapshot(const std::string& name) const;
+
+  /// Writes the current snapshot of `s` into `out`, reusing its buffers.
+  static void snapshot_into(const stats_stream& s, learners::stats_snapshot& out);
+
+  /// Counters of a stream.
+  result<stream_status> status_of(const std::string& name) const;
+
+  /// The stream named `name`, or nullptr.
+  const stats_stream* find(const std::string& name) const;
+
+  /// Names of all streams, sorted.
+  std::vector<std::string> names() const;
+
+  /// Rejected deltas that named no known stream.
+  uint64_t rejected_unknown_stream() const noexcept { return rejected_unknown_; }
+
+  /// Writes every stream to `path` (temporary file, then rename): magic,
+  /// format version, payload, FNV-1a 64 checksum of the payload.
+  troupe::status save(const std::string& path) const;
+
+  /// Replaces every stream with the contents of `path`. On any error
+  /// (missing file, wrong magic, other version, bad checksum, truncated or
+  /// inconsistent payload) the current streams are left unchanged.
+  troupe::status load(const std::string& path);
+
+private:
+  std::unordered_map<std::string, stats_stream> streams_;
+  uint64_t rejected_unknown_ = 0;
+};
+
+} // namespace troupe::actors
