@@ -1,0 +1,151 @@
+// The losses of the learners and their exact, hand-written gradients: PPO's
+// clipped surrogate with an (optionally clipped) value loss and an entropy
+// bonus, and IMPALA's V-trace actor-critic loss. Templated on the scalar
+// type: float for training, double for the gradient checks.
+//
+// Formulas (N rows, means over rows; docs/learners.md derives the
+// gradients):
+//   PPO:     ratio = exp(logp - old_logp)
+//            L_pi  = mean(max(-A ratio, -A clip(ratio, 1-c, 1+c)))
+//            L_v   = 0.5 mean((V - R)^2), or with clipping
+//                    0.5 mean(max((V - R)^2, (old_V + clip(V - old_V, -c, c) - R)^2))
+//            L     = L_pi + vf_coef L_v - ent_coef mean(H)
+//   V-trace: targets v_s and advantages as in the IMPALA paper (see
+//            vtrace_targets), treated as constants (stop-gradient):
+//            L = -mean(logp pg_adv) + baseline_coef 0.5 mean((v_s - V)^2)
+//                - ent_coef mean(H)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/moments.hpp"
+#include "learners/mlp.hpp"
+#include "learners/model.hpp"
+
+namespace troupe::learners {
+
+/// Scalars a loss evaluation reports (float64 whatever the scalar type).
+struct loss_report {
+  double loss = 0;          ///< total loss that the gradient is of
+  double policy_loss = 0;   ///< L_pi
+  double value_loss = 0;    ///< L_v (before its coefficient)
+  double entropy = 0;       ///< mean entropy
+  double approx_kl = 0;     ///< PPO: mean((ratio - 1) - log ratio)
+  double clip_fraction = 0; ///< PPO: fraction of rows with |ratio - 1| > clip
+};
+
+/// Options shared by the losses' forward passes.
+struct train_options {
+  /// Local batch norm: move the running statistics toward the batch's.
+  bool update_running_stats = true;
+  /// When set, receives the moments of every batch-norm layer's input (actor
+  /// layers first): the delta a global-mode learner sends to the keeper.
+  std::vector<kernels::moments>* batch_moments = nullptr;
+};
+
+/// Everything a loss evaluation reuses between calls (no allocation once
+/// grown).
+template <class T>
+struct loss_workspace {
+  network_cache<T> actor;  ///< actor forward state
+  network_cache<T> critic; ///< critic forward state
+  head_cache<T> head;      ///< log-probabilities and entropies
+  std::vector<T> d_logp;   ///< per-row dL/dlogp
+  std::vector<T> d_entropy; ///< per-row dL/dH
+  std::vector<T> d_value;  ///< per-row dL/dV
+  std::vector<T> d_head;   ///< dL/d(actor output)
+  std::vector<T> advantages; ///< normalized advantages
+};
+
+// -- PPO ---------------------------------------------------------------------
+
+/// PPO's coefficients (CleanRL's defaults).
+struct ppo_config {
+  double clip_coef = 0.2;          ///< c, for the ratio and the value clip
+  double vf_coef = 0.5;            ///< weight of the value loss
+  double ent_coef = 0.01;          ///< weight of the entropy bonus
+  bool clip_value_loss = true;     ///< clip the value loss as CleanRL does
+  bool normalize_advantages = true; ///< (A - mean) / (std + 1e-8) per batch
+};
+
+/// A PPO minibatch (row-major, not owned).
+template <class T>
+struct ppo_batch {
+  size_t rows = 0;                       ///< number of samples
+  const T* obs = nullptr;                ///< [rows x obs_dim], already normalized
+  const int64_t* discrete_actions = nullptr; ///< discrete: [rows]
+  const T* box_actions = nullptr;        ///< box: [rows x act_dim]
+  const T* old_logprob = nullptr;        ///< [rows] log-probability when acting
+  const T* advantages = nullptr;         ///< [rows]
+  const T* returns = nullptr;            ///< [rows] value targets
+  const T* old_values = nullptr;         ///< [rows] values when acting
+};
+
+/// PPO's loss on `batch` and its gradient with respect to every parameter
+/// (written to `grad`, param_count numbers). `buffers` holds the batch-norm
+/// running statistics.
+template <class T>
+loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout,
+                              const T* params, T* buffers, const ppo_batch<T>& batch,
+                              const ppo_config& config, const train_options& options,
+                              loss_workspace<T>& workspace, T* grad);
+
+// -- V-trace -----------------------------------------------------------------
+
+/// IMPALA's coefficients.
+struct vtrace_config {
+  double rho_bar = 1.0;        ///< clip of the importance weights in the targets
+  double pg_rho_bar = 1.0;     ///< clip of the importance weights in the advantages
+  double c_bar = 1.0;          ///< clip of the trace-cutting coefficients
+  double baseline_coef = 0.5;  ///< weight of the value loss
+  double ent_coef = 0.01;      ///< weight of the entropy bonus
+};
+
+/// V-trace targets for `steps` x `envs` transitions stored time-major
+/// ([t * envs + e]): rho_t = exp(log_rhos), delta_t = min(rho_bar, rho_t)
+/// (r_t + discount_t V(x_{t+1}) - V(x_t)),
+/// v_t - V(x_t) = delta_t + discount_t min(c_bar, rho_t) (v_{t+1} - V(x_{t+1})),
+/// pg_adv_t = min(pg_rho_bar, rho_t) (r_t + discount_t v_{t+1} - V(x_t)),
+/// with v_steps = V(x_steps) = bootstrap.
+template <class T>
+void vtrace_targets(size_t steps, size_t envs, const T* log_rhos, const T* discounts,
+                    const T* rewards, const T* values, const T* bootstrap,
+                    const vtrace_config& config, T* vs, T* pg_advantages);
+
+/// A V-trace batch: `steps` x `envs` transitions, time-major.
+template <class T>
+struct vtrace_batch {
+  size_t steps = 0;                      ///< unroll length
+  size_t envs = 0;                       ///< parallel trajectories
+  const T* obs = nullptr;                ///< [(steps + 1) * envs x obs_dim]; the last
+                                         ///< envs rows are the bootstrap observations
+  const int64_t* discrete_actions = nullptr; ///< discrete: [steps * envs]
+  const T* box_actions = nullptr;        ///< box: [steps * envs x act_dim]
+  const T* behavior_logprob = nullptr;   ///< [steps * envs] log mu(a|x)
+  const T* rewards = nullptr;            ///< [steps * envs]
+  const T* discounts = nullptr;          ///< [steps * envs] gamma (1 - done)
+};
+
+/// V-trace targets of one evaluation, kept so a caller can inspect them or
+/// hold them fixed.
+template <class T>
+struct vtrace_targets_buffer {
+  bool fixed = false;          ///< use vs and pg_advantages as given
+  std::vector<T> vs;           ///< [steps * envs]
+  std::vector<T> pg_advantages; ///< [steps * envs]
+};
+
+/// IMPALA's loss and its gradient. The targets are computed from this
+/// forward pass (unless targets.fixed) and treated as constants.
+template <class T>
+loss_report vtrace_loss_and_grad(const model_spec& spec, const model_layout& layout,
+                                 const T* params, T* buffers,
+                                 const vtrace_batch<T>& batch,
+                                 const vtrace_config& config,
+                                 const train_options& options,
+                                 vtrace_targets_buffer<T>& targets,
+                                 loss_workspace<T>& workspace, T* grad);
+
+} // namespace troupe::learners
