@@ -1,0 +1,93 @@
+// The environment interface, with Gymnasium's semantics.
+//
+// An environment has an observation space and an action space, a float64
+// internal state in the order of Gymnasium's `env.unwrapped.state`, and the
+// time limit Gymnasium registers for its id. `reset(seed)` returns the first
+// observation; `step(action)` returns (obs, reward, terminated, truncated),
+// where `truncated` means the time limit was reached (TimeLimit wrapper).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "envs/space.hpp"
+#include "kernels/error.hpp"
+
+namespace troupe::envs {
+
+/// What an environment id stands for: spaces, time limit, state layout.
+struct env_spec {
+  std::string id;                       ///< Gymnasium id, e.g. "CartPole-v1"
+  space observation_space;              ///< float32 Box
+  space action_space;                   ///< Box or Discrete
+  int max_episode_steps = 0;            ///< TimeLimit: truncated at this many steps
+  std::vector<std::string> state_names; ///< names of the float64 state, in order
+
+  /// Number of float64 values in the internal state.
+  size_t state_dim() const noexcept { return state_names.size(); }
+};
+
+/// The outcome of one step, besides the observation.
+struct step_result {
+  double reward = 0;       ///< reward of the transition (float64, as Gymnasium's)
+  bool terminated = false; ///< the MDP reached a terminal state
+  bool truncated = false;  ///< the time limit was reached
+};
+
+/// One step with its observation, for callers that prefer values to buffers.
+struct transition {
+  std::vector<float> obs;  ///< observation after the step
+  double reward = 0;       ///< reward of the transition
+  bool terminated = false; ///< the MDP reached a terminal state
+  bool truncated = false;  ///< the time limit was reached
+};
+
+/// One environment instance. Not thread-safe; use one per thread.
+class env {
+public:
+  virtual ~env() = default;
+
+  /// Id, spaces, time limit and state layout.
+  virtual const env_spec& spec() const noexcept = 0;
+
+  /// Reseeds the environment's generator with `seed`, draws an initial state
+  /// and writes the first observation (observation_space.size() floats).
+  virtual void reset(uint64_t seed, float* obs) = 0;
+
+  /// Draws an initial state from the generator's current stream.
+  virtual void reset(float* obs) = 0;
+
+  /// Applies `action` (action_space.size() floats) and writes the next
+  /// observation. Fails, changing nothing, when the action is outside the
+  /// space or when neither reset nor set_state has been called yet.
+  virtual result<step_result> step(const float* action, float* obs) = 0;
+
+  /// The internal state, float64, in Gymnasium's `env.unwrapped.state` order.
+  virtual std::vector<double> state() const = 0;
+
+  /// Replaces the internal state (spec().state_dim() finite values) and
+  /// writes the observation of the new state into `obs` when not null. The
+  /// time-limit counter is left as it is.
+  virtual status set_state(const std::vector<double>& values, float* obs = nullptr) = 0;
+
+  /// Steps taken since the last reset, as the TimeLimit wrapper counts them.
+  virtual int elapsed_steps() const noexcept = 0;
+
+  /// Sets the time-limit counter, as if `steps` steps had been taken.
+  virtual void set_elapsed_steps(int steps) noexcept = 0;
+
+  // -- value forms ----------------------------------------------------------
+
+  /// reset(seed) returning the observation.
+  std::vector<float> reset(uint64_t seed);
+
+  /// step(action) returning the observation with the outcome; the action
+  /// must have action_space.size() values.
+  result<transition> step(const std::vector<float>& action);
+};
+
+} // namespace troupe::envs

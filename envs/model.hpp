@@ -1,0 +1,165 @@
+// Adapters that turn an environment model into the `env` and `vector_env`
+// interfaces. A model is a small struct with the dynamics of one environment
+// (see envs/cartpole.hpp for the template to copy):
+//
+//   struct my_env {
+//     static env_spec make_spec();                   // id, spaces, time limit
+//     void reset(rng& r) noexcept;                   // initial-state distribution
+//     model_step step(const float* action) noexcept; // a validated action
+//     void observe(float* obs) const noexcept;       // float32 observation
+//     void get_state(double* out) const noexcept;    // Gymnasium's state order
+//     void set_state(const double* in) noexcept;
+//   };
+//
+// The adapters add what every environment shares: action checks, the time
+// limit, seeding and autoreset. The model's member functions are inline, so
+// the batch loop of model_vector_env has no virtual call per environment.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "envs/env.hpp"
+#include "envs/rng.hpp"
+#include "envs/vector_env.hpp"
+
+namespace troupe::envs {
+
+/// What a model's step returns.
+struct model_step {
+  double reward = 0;       ///< reward of the transition
+  bool terminated = false; ///< the MDP reached a terminal state
+};
+
+/// The spec of a model, built once.
+template <class Model>
+const env_spec& model_spec() {
+  static const env_spec spec = Model::make_spec();
+  return spec;
+}
+
+/// One environment of a model behind the `env` interface.
+template <class Model>
+class model_env final : public env {
+public:
+  const env_spec& spec() const noexcept override { return model_spec<Model>(); }
+
+  void reset(uint64_t seed, float* obs) override {
+    rng_.seed_with(seed);
+    reset(obs);
+  }
+
+  void reset(float* obs) override {
+    model_.reset(rng_);
+    elapsed_ = 0;
+    ready_ = true;
+    model_.observe(obs);
+  }
+
+  result<step_result> step(const float* action, float* obs) override {
+    if (!ready_)
+      return make_error(errc::invalid_argument,
+                        "{}: step() before reset() or set_state()", spec().id);
+    if (auto ok = spec().action_space.check_action(action); !ok)
+      return make_error(ok.err().code, "{}: {}", spec().id, ok.err().message);
+    auto out = model_.step(action);
+    ++elapsed_;
+    model_.observe(obs);
+    return step_result{out.reward, out.terminated,
+                       elapsed_ >= spec().max_episode_steps};
+  }
+
+  std::vector<double> state() const override {
+    std::vector<double> out(spec().state_dim());
+    model_.get_state(out.data());
+    return out;
+  }
+
+  status set_state(const std::vector<double>& values, float* obs) override {
+    const auto& s = spec();
+    if (values.size() != s.state_dim())
+      return make_error(errc::dimension_mismatch,
+                        "{}: the state has {} values ({}), got {}", s.id,
+                        s.state_dim(), fmt::join(s.state_names, ", "), values.size());
+    for (size_t i = 0; i < values.size(); ++i)
+      if (!std::isfinite(values[i]))
+        return make_error(errc::non_finite, "{}: state value {} ({}) is {}", s.id, i,
+                          s.state_names[i], values[i]);
+    model_.set_state(values.data());
+    ready_ = true;
+    if (obs)
+      model_.observe(obs);
+    return {};
+  }
+
+  int elapsed_steps() const noexcept override { return elapsed_; }
+  void set_elapsed_steps(int steps) noexcept override { elapsed_ = steps; }
+
+private:
+  Model model_{};
+  rng rng_;
+  int elapsed_ = 0;
+  bool ready_ = false;
+};
+
+/// N environments of a model stepped in one loop per thread.
+template <class Model>
+class model_vector_env final : public vector_env {
+public:
+  model_vector_env(size_t num_envs, size_t threads)
+    : vector_env(model_spec<Model>(), num_envs, threads),
+      models_(num_envs),
+      rngs_(num_envs),
+      elapsed_(num_envs, 0),
+      max_steps_(model_spec<Model>().max_episode_steps) {}
+
+  std::vector<double> state(size_t i) const override {
+    std::vector<double> out(spec().state_dim());
+    models_[i].get_state(out.data());
+    return out;
+  }
+
+  int elapsed_steps(size_t i) const override { return elapsed_[i]; }
+
+protected:
+  void reset_range(size_t begin, size_t end, uint64_t seed) override {
+    const size_t od = obs_dim();
+    for (size_t i = begin; i < end; ++i) {
+      rngs_[i].seed_with(seed + i);
+      models_[i].reset(rngs_[i]);
+      elapsed_[i] = 0;
+      models_[i].observe(&observations_[i * od]);
+    }
+  }
+
+  void step_range(size_t begin, size_t end, const float* actions) override {
+    const size_t od = obs_dim();
+    const size_t ad = action_dim();
+    for (size_t i = begin; i < end; ++i) {
+      auto& m = models_[i];
+      if (terminated_[i] | truncated_[i]) {
+        m.reset(rngs_[i]);
+        elapsed_[i] = 0;
+        rewards_[i] = 0.0f;
+        terminated_[i] = 0;
+        truncated_[i] = 0;
+        autoreset_[i] = 1;
+      } else {
+        auto out = m.step(actions + i * ad);
+        rewards_[i] = static_cast<float>(out.reward);
+        terminated_[i] = out.terminated;
+        truncated_[i] = ++elapsed_[i] >= max_steps_;
+        autoreset_[i] = 0;
+      }
+      m.observe(&observations_[i * od]);
+    }
+  }
+
+private:
+  std::vector<Model> models_;
+  std::vector<rng> rngs_;
+  std::vector<int> elapsed_;
+  int max_steps_;
+};
+
+} // namespace troupe::envs

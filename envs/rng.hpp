@@ -1,0 +1,57 @@
+// The random number generator of the environments: xoshiro256++ seeded
+// through splitmix64. Environment i of a run with seed s is seeded with s + i;
+// uniform draws are low + (high - low) * u with u = (next() >> 11) * 2^-53, the
+// same form as numpy's Generator.uniform (the streams themselves differ from
+// Gymnasium's PCG64: only the distributions are reproduced).
+#pragma once
+
+#include <cstdint>
+
+namespace troupe::envs {
+
+/// xoshiro256++ (Blackman and Vigna): 256 bits of state, period 2^256 - 1.
+class rng {
+public:
+  /// A generator seeded with `seed`.
+  explicit rng(uint64_t seed = 0) noexcept { seed_with(seed); }
+
+  /// Restarts the stream from `seed`; the four state words come from
+  /// splitmix64 so that nearby seeds give unrelated streams.
+  void seed_with(uint64_t seed) noexcept {
+    for (auto& word : s_) {
+      seed += 0x9e3779b97f4a7c15ull;
+      uint64_t z = seed;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      word = z ^ (z >> 31);
+    }
+  }
+
+  /// The next 64 random bits.
+  uint64_t next() noexcept {
+    uint64_t result = rotl(s_[0] + s_[3], 23) + s_[0];
+    uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+
+  /// A double uniform in [0, 1) with 53 random bits.
+  double unit() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+  /// A double uniform in [low, high).
+  double uniform(double low, double high) noexcept {
+    return low + (high - low) * unit();
+  }
+
+private:
+  static uint64_t rotl(uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
+
+  uint64_t s_[4];
+};
+
+} // namespace troupe::envs

@@ -1,0 +1,53 @@
+// Observation and action spaces, as Gymnasium defines them: Box (float32
+// bounds per element) and Discrete (integers 0..n-1).
+//
+// Actions travel as float32 values, `size()` of them per environment; a
+// Discrete action is one float holding the integer index (exact up to 2^24).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/error.hpp"
+
+namespace troupe::envs {
+
+/// Which family a space belongs to.
+enum class space_kind : uint8_t { box, discrete };
+
+/// A Box or Discrete space.
+struct space {
+  space_kind kind = space_kind::box; ///< Box or Discrete
+  int64_t n = 0;                     ///< number of actions (Discrete only)
+  std::vector<float> low;            ///< per-element lower bound (Box only)
+  std::vector<float> high;           ///< per-element upper bound (Box only)
+
+  /// A Discrete space of `n` integers 0..n-1.
+  static space discrete(int64_t n);
+
+  /// A one-dimensional Box with per-element bounds (float32).
+  static space box(std::vector<float> low, std::vector<float> high);
+
+  /// A one-dimensional Box of `size` elements, all with the same bounds.
+  static space box(size_t size, float low, float high);
+
+  /// Number of float values one element of the space takes (1 for Discrete).
+  size_t size() const noexcept { return kind == space_kind::discrete ? 1 : low.size(); }
+
+  /// Whether `x` (size() values) lies in the space: finite and inside the
+  /// bounds for a Box, an integer in [0, n) for a Discrete.
+  bool contains(const float* x) const noexcept;
+
+  /// Checks an action: a Discrete action must be an integer in [0, n); a Box
+  /// action must be finite (values outside the bounds are accepted, since
+  /// Gymnasium's continuous environments clip them). The error names the
+  /// element, the rule and the value.
+  status check_action(const float* x) const;
+
+  /// Gymnasium-style description: "Discrete(2)", "Box(-2.0, 2.0, (1,), float32)".
+  std::string describe() const;
+};
+
+} // namespace troupe::envs

@@ -1,0 +1,169 @@
+#include "envs/vector_env.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace troupe::envs {
+
+// -- worker pool --------------------------------------------------------------
+
+// Runs task k of a step on worker k - 1 while the caller runs task 0. One step
+// is one generation: workers wait for the generation to change, run their
+// task and count down; the caller waits for the count to reach zero.
+class worker_pool {
+public:
+  using task_fn = void (*)(void* context, size_t task);
+
+  explicit worker_pool(size_t workers) {
+    for (size_t k = 0; k < workers; ++k)
+      threads_.emplace_back([this, k] { work(k + 1); });
+  }
+
+  ~worker_pool() {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      stopping_ = true;
+      ++generation_;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_)
+      t.join();
+  }
+
+  // Runs fn(context, k) for k in [0, workers + 1) and returns when all ran.
+  void run(task_fn fn, void* context) {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      fn_ = fn;
+      context_ = context;
+      pending_ = threads_.size();
+      ++generation_;
+    }
+    wake_.notify_all();
+    fn(context, 0);
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+  }
+
+private:
+  void work(size_t task) {
+    uint64_t seen = 0;
+    for (;;) {
+      task_fn fn;
+      void* context;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (stopping_)
+          return;
+        fn = fn_;
+        context = context_;
+      }
+      fn(context, task);
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (--pending_ == 0)
+        done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;
+  size_t pending_ = 0;
+  bool stopping_ = false;
+  task_fn fn_ = nullptr;
+  void* context_ = nullptr;
+};
+
+// -- vector env ---------------------------------------------------------------
+
+vector_env::vector_env(env_spec spec, size_t num_envs, size_t threads)
+  : spec_(std::move(spec)),
+    num_envs_(num_envs),
+    obs_dim_(spec_.observation_space.size()),
+    action_dim_(spec_.action_space.size()) {
+  TROUPE_CHECK(num_envs > 0, "a vector env needs at least one environment");
+  observations_.assign(num_envs * obs_dim_, 0.0f);
+  rewards_.assign(num_envs, 0.0f);
+  terminated_.assign(num_envs, 0);
+  truncated_.assign(num_envs, 0);
+  autoreset_.assign(num_envs, 0);
+  size_t useful = std::max<size_t>(1, num_envs / min_envs_per_thread);
+  chunks_ = std::max<size_t>(1, std::min(threads, useful));
+  if (chunks_ > 1)
+    pool_ = std::make_unique<worker_pool>(chunks_ - 1);
+}
+
+vector_env::~vector_env() = default;
+
+namespace {
+
+// The range of environments of chunk k out of `chunks`.
+std::pair<size_t, size_t> chunk_range(size_t n, size_t chunks, size_t k) {
+  return {n * k / chunks, n * (k + 1) / chunks};
+}
+
+} // namespace
+
+void vector_env::reset(uint64_t seed) {
+  std::fill(rewards_.begin(), rewards_.end(), 0.0f);
+  std::fill(terminated_.begin(), terminated_.end(), 0);
+  std::fill(truncated_.begin(), truncated_.end(), 0);
+  std::fill(autoreset_.begin(), autoreset_.end(), 0);
+  // Resets draw few numbers: one thread is enough.
+  reset_range(0, num_envs_, seed);
+  ready_ = true;
+}
+
+status vector_env::check_actions(const float* actions) const {
+  const auto& as = spec_.action_space;
+  if (as.kind == space_kind::discrete) {
+    const float n = static_cast<float>(as.n);
+    bool all_valid = true;
+    for (size_t i = 0; i < num_envs_; ++i) {
+      // Adding and removing 2^23 rounds a float in [0, 2^23) to an integer, so
+      // the test is branch-free and the loop vectorizes; NaN fails the
+      // comparisons.
+      float a = actions[i];
+      all_valid &= (a >= 0.0f) & (a < n) & ((a + 0x1p23f) - 0x1p23f == a);
+    }
+    if (all_valid)
+      return {};
+  }
+  for (size_t i = 0; i < num_envs_; ++i)
+    if (auto ok = as.check_action(actions + i * action_dim_); !ok)
+      return make_error(ok.err().code, "{}: environment {}: {}", spec_.id, i,
+                        ok.err().message);
+  return {};
+}
+
+status vector_env::step(const float* actions) {
+  if (!ready_)
+    return make_error(errc::invalid_argument, "{}: vector step() before reset()",
+                      spec_.id);
+  if (auto ok = check_actions(actions); !ok)
+    return ok;
+  if (chunks_ == 1) {
+    step_range(0, num_envs_, actions);
+    return {};
+  }
+  struct job {
+    vector_env* self;
+    const float* actions;
+  } j{this, actions};
+  pool_->run(
+    [](void* context, size_t k) {
+      auto& jb = *static_cast<job*>(context);
+      auto [begin, end] = chunk_range(jb.self->num_envs_, jb.self->chunks_, k);
+      jb.self->step_range(begin, end, jb.actions);
+    },
+    &j);
+  return {};
+}
+
+} // namespace troupe::envs

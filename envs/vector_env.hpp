@@ -1,0 +1,113 @@
+// N copies of one environment stepped as a batch, with structure-of-arrays
+// float32 buffers and Gymnasium 1.x's default autoreset rule (next-step).
+//
+// Buffers (owned by the vector env, valid until the next reset or step):
+//   observations [num_envs x obs_dim], row-major float32
+//   rewards      [num_envs] float32
+//   terminated   [num_envs] 0/1
+//   truncated    [num_envs] 0/1
+//   autoreset    [num_envs] 0/1: this step reset the environment
+//
+// Autoreset (next-step, as gymnasium.vector's AutoresetMode.NEXT_STEP): when
+// environment i reports terminated or truncated, the following step() ignores
+// its action, resets it from its own random stream and reports the reset
+// observation with reward 0, terminated = truncated = 0 and autoreset = 1.
+//
+// Seeding: reset(seed) seeds environment i with seed + i. Each environment
+// keeps its own generator, so results do not depend on the thread count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "envs/env.hpp"
+
+namespace troupe::envs {
+
+class worker_pool;
+
+/// A batch of environments of one id.
+class vector_env {
+public:
+  /// `threads` > 1 steps disjoint ranges of environments on worker threads
+  /// once there are at least min_envs_per_thread environments per thread.
+  vector_env(env_spec spec, size_t num_envs, size_t threads);
+  virtual ~vector_env();
+
+  vector_env(const vector_env&) = delete;
+  vector_env& operator=(const vector_env&) = delete;
+
+  /// Environments per thread below which extra threads are not used.
+  static constexpr size_t min_envs_per_thread = 256;
+
+  /// Id, spaces, time limit and state layout of each environment.
+  const env_spec& spec() const noexcept { return spec_; }
+
+  /// Number of environments.
+  size_t num_envs() const noexcept { return num_envs_; }
+
+  /// Number of threads a step uses (the caller's included).
+  size_t threads() const noexcept { return chunks_; }
+
+  /// Floats per observation.
+  size_t obs_dim() const noexcept { return obs_dim_; }
+
+  /// Floats per action.
+  size_t action_dim() const noexcept { return action_dim_; }
+
+  /// Seeds environment i with seed + i and resets every environment; the
+  /// rewards, flags and autoreset buffers become 0.
+  void reset(uint64_t seed);
+
+  /// Steps every environment with its action (actions [num_envs x
+  /// action_dim]). Fails, stepping nothing, when an action is outside the
+  /// action space (the message names the environment), or before reset().
+  status step(const float* actions);
+
+  /// Observations [num_envs x obs_dim].
+  const float* observations() const noexcept { return observations_.data(); }
+  /// Rewards of the last step [num_envs].
+  const float* rewards() const noexcept { return rewards_.data(); }
+  /// Terminated flags of the last step [num_envs].
+  const uint8_t* terminated() const noexcept { return terminated_.data(); }
+  /// Truncated flags of the last step [num_envs].
+  const uint8_t* truncated() const noexcept { return truncated_.data(); }
+  /// Whether the last step reset each environment [num_envs].
+  const uint8_t* autoreset() const noexcept { return autoreset_.data(); }
+
+  /// Internal float64 state of environment i.
+  virtual std::vector<double> state(size_t i) const = 0;
+
+  /// Time-limit counter of environment i.
+  virtual int elapsed_steps(size_t i) const = 0;
+
+protected:
+  /// Resets environments [begin, end) from seed + index, writing their
+  /// observations.
+  virtual void reset_range(size_t begin, size_t end, uint64_t seed) = 0;
+
+  /// Steps environments [begin, end) (autoreset included), writing every
+  /// buffer for them.
+  virtual void step_range(size_t begin, size_t end, const float* actions) = 0;
+
+  std::vector<float> observations_;
+  std::vector<float> rewards_;
+  std::vector<uint8_t> terminated_;
+  std::vector<uint8_t> truncated_;
+  std::vector<uint8_t> autoreset_;
+
+private:
+  status check_actions(const float* actions) const;
+
+  env_spec spec_;
+  size_t num_envs_;
+  size_t obs_dim_;
+  size_t action_dim_;
+  size_t chunks_;
+  bool ready_ = false;
+  std::unique_ptr<worker_pool> pool_;
+};
+
+} // namespace troupe::envs
