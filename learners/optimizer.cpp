@@ -1,0 +1,47 @@
+#include "learners/optimizer.hpp"
+
+#include <cmath>
+
+namespace troupe::learners {
+
+adam_optimizer::adam_optimizer(size_t n, adam_config config)
+  : config_(config), m_(n, 0.0f), v_(n, 0.0f) {
+}
+
+void adam_optimizer::step(float* params, const float* grad, double lr) {
+  ++steps_;
+  kernels::adam_hyper hyper;
+  hyper.lr = lr;
+  hyper.beta1 = config_.beta1;
+  hyper.beta2 = config_.beta2;
+  hyper.eps = config_.eps;
+  hyper.step = steps_;
+  kernels::adam_step(params, grad, m_.data(), v_.data(), m_.size(), hyper);
+}
+
+double global_norm(const float* grad, size_t n) noexcept {
+  double total = 0;
+  for (size_t i = 0; i < n; ++i)
+    total += static_cast<double>(grad[i]) * static_cast<double>(grad[i]);
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(float* grad, size_t n, double max_norm) noexcept {
+  const double norm = global_norm(grad, n);
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) {
+    const float scale = static_cast<float>(coef);
+    for (size_t i = 0; i < n; ++i)
+      grad[i] *= scale;
+  }
+  return norm;
+}
+
+double linear_lr(double lr0, int64_t update, int64_t total_updates) noexcept {
+  if (total_updates <= 0)
+    return lr0;
+  const double frac = 1.0 - static_cast<double>(update - 1) / static_cast<double>(total_updates);
+  return lr0 * frac;
+}
+
+} // namespace troupe::learners
