@@ -92,8 +92,10 @@ void randomize(actor_critic& m, std::mt19937_64& rng) {
   }
 }
 
+// Outputs are sums of terms of size ~1 that may cancel: below 0.01 the error
+// is measured against 0.01.
 double rel_err(double a, double b) {
-  return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-6});
+  return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-2});
 }
 
 } // namespace
@@ -199,8 +201,9 @@ TEST_CASE("evaluation matches a float64 reference for every activation and batch
   for (auto act : {activation_kind::tanh, activation_kind::relu})
     for (auto bn : {batch_norm_mode::none, batch_norm_mode::global, batch_norm_mode::local})
       for (bool box : {false, true}) {
-        CAPTURE(to_string(act));
-        CAPTURE(to_string(bn));
+        std::string act_name = to_string(act), bn_name = to_string(bn);
+        CAPTURE(act_name);
+        CAPTURE(bn_name);
         CAPTURE(box);
         auto spec = discrete_spec({7, 9}, bn);
         spec.activation = act;
