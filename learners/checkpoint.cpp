@@ -1,0 +1,427 @@
+#include "learners/checkpoint.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace troupe::learners {
+
+namespace {
+
+// -- metadata values ---------------------------------------------------------
+
+std::string format_number(double x) {
+  // fmt's shortest form reads back to the same double (like Python's repr).
+  return fmt::format("{}", x);
+}
+
+using metadata_map = std::map<std::string, std::string>;
+
+result<std::string> get_key(const metadata_map& meta, const std::string& key,
+                            const std::string& source, const char* expected) {
+  auto it = meta.find(key);
+  if (it == meta.end())
+    return make_error(errc::corrupt_file, "{}: missing metadata key \"{}\" (expected {})",
+                      source, key, expected);
+  return it->second;
+}
+
+error bad_value(const std::string& source, const std::string& key, const char* expected,
+                const std::string& value) {
+  return make_error(errc::corrupt_file, "{}: metadata \"{}\" must be {}, got \"{}\"",
+                    source, key, expected, value);
+}
+
+result<int64_t> get_int(const metadata_map& meta, const std::string& key,
+                        const std::string& source) {
+  constexpr const char* expected = "a decimal integer";
+  auto text = get_key(meta, key, source, expected);
+  if (!text)
+    return text.err();
+  const auto& s = *text;
+  if (s.empty() || s.size() > 18 || s.find_first_not_of("-0123456789") != std::string::npos
+      || s.find('-', 1) != std::string::npos || s == "-")
+    return bad_value(source, key, expected, s);
+  return static_cast<int64_t>(std::strtoll(s.c_str(), nullptr, 10));
+}
+
+result<double> get_double(const metadata_map& meta, const std::string& key,
+                          const std::string& source) {
+  constexpr const char* expected = "a number";
+  auto text = get_key(meta, key, source, expected);
+  if (!text)
+    return text.err();
+  const auto& s = *text;
+  char* end = nullptr;
+  errno = 0;
+  double x = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || std::isnan(x) || errno == ERANGE
+      || std::isspace(static_cast<unsigned char>(s.front())))
+    return bad_value(source, key, expected, s);
+  return x;
+}
+
+result<bool> get_bool(const metadata_map& meta, const std::string& key,
+                      const std::string& source) {
+  constexpr const char* expected = "\"true\" or \"false\"";
+  auto text = get_key(meta, key, source, expected);
+  if (!text)
+    return text.err();
+  if (*text == "true")
+    return true;
+  if (*text == "false")
+    return false;
+  return bad_value(source, key, expected, *text);
+}
+
+// Parses a JSON list of non-negative integers such as "[64, 64]" or "[]".
+std::optional<std::vector<int64_t>> parse_int_list(const std::string& s) {
+  size_t i = 0;
+  auto skip = [&] {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+      ++i;
+  };
+  std::vector<int64_t> out;
+  skip();
+  if (i >= s.size() || s[i] != '[')
+    return std::nullopt;
+  ++i;
+  skip();
+  if (i < s.size() && s[i] == ']') {
+    ++i;
+  } else {
+    for (;;) {
+      skip();
+      size_t start = i;
+      while (i < s.size() && s[i] >= '0' && s[i] <= '9')
+        ++i;
+      size_t len = i - start;
+      if (len == 0 || len > 12 || (len > 1 && s[start] == '0'))
+        return std::nullopt;
+      out.push_back(std::strtoll(s.substr(start, len).c_str(), nullptr, 10));
+      skip();
+      if (i < s.size() && s[i] == ',') {
+        ++i;
+        continue;
+      }
+      if (i < s.size() && s[i] == ']') {
+        ++i;
+        break;
+      }
+      return std::nullopt;
+    }
+  }
+  skip();
+  if (i != s.size())
+    return std::nullopt;
+  return out;
+}
+
+// -- tensors -----------------------------------------------------------------
+
+std::string describe(st_dtype type, const std::vector<int64_t>& shape) {
+  return fmt::format("{} [{}]", to_string(type), fmt::join(shape, ", "));
+}
+
+// What the file must hold for one tensor, and where its values go.
+struct expected_tensor {
+  std::string name;
+  st_dtype dtype;
+  std::vector<int64_t> shape;
+};
+
+std::vector<int64_t> scalar_shape() {
+  return {};
+}
+
+} // namespace
+
+// -- spec <-> metadata -------------------------------------------------------
+
+std::map<std::string, std::string> spec_metadata(const model_spec& spec) {
+  metadata_map m;
+  m["format"] = checkpoint_format;
+  m["format_version"] = std::to_string(checkpoint_format_version);
+  m["obs_dim"] = std::to_string(spec.obs_dim);
+  m["action_space"] = to_string(spec.action);
+  m["action_dim"] = std::to_string(spec.head_dim());
+  m["hidden"] = fmt::format("[{}]", fmt::join(spec.hidden, ", "));
+  m["activation"] = to_string(spec.activation);
+  m["obs_norm"] = spec.obs_norm ? "true" : "false";
+  m["obs_norm_eps"] = format_number(spec.obs_norm_eps);
+  m["obs_norm_clip"] = format_number(spec.obs_norm_clip);
+  m["batch_norm"] = to_string(spec.batch_norm);
+  m["batch_norm_eps"] = format_number(spec.batch_norm_eps);
+  m["batch_norm_momentum"] = format_number(spec.batch_norm_momentum);
+  return m;
+}
+
+result<model_spec> spec_from_metadata(const std::map<std::string, std::string>& meta,
+                                      const std::string& source) {
+  auto format = get_key(meta, "format", source, "\"troupe.policy\"");
+  if (!format)
+    return format.err();
+  if (*format != checkpoint_format)
+    return make_error(errc::corrupt_file,
+                      "{}: metadata \"format\" must be \"{}\", got \"{}\"", source,
+                      checkpoint_format, *format);
+  auto version = get_int(meta, "format_version", source);
+  if (!version)
+    return version.err();
+  if (*version != checkpoint_format_version)
+    return make_error(errc::unsupported_version,
+                      "{}: checkpoint format_version {} is not supported (this troupe "
+                      "reads version {})",
+                      source, *version, checkpoint_format_version);
+
+  model_spec spec;
+  auto obs_dim = get_int(meta, "obs_dim", source);
+  if (!obs_dim)
+    return obs_dim.err();
+  spec.obs_dim = *obs_dim;
+
+  auto space = get_key(meta, "action_space", source, "\"discrete\" or \"box\"");
+  if (!space)
+    return space.err();
+  auto kind = parse_action_kind(*space);
+  if (!kind)
+    return bad_value(source, "action_space", "\"discrete\" or \"box\"", *space);
+  spec.action = *kind;
+  auto action_dim = get_int(meta, "action_dim", source);
+  if (!action_dim)
+    return action_dim.err();
+  (spec.action == action_kind::discrete ? spec.n : spec.act_dim) = *action_dim;
+
+  constexpr const char* list_expected = "a JSON list of layer widths such as \"[64, 64]\"";
+  auto hidden_text = get_key(meta, "hidden", source, list_expected);
+  if (!hidden_text)
+    return hidden_text.err();
+  auto hidden = parse_int_list(*hidden_text);
+  if (!hidden)
+    return bad_value(source, "hidden", list_expected, *hidden_text);
+  spec.hidden = *hidden;
+
+  auto act_text = get_key(meta, "activation", source, "\"tanh\" or \"relu\"");
+  if (!act_text)
+    return act_text.err();
+  auto act = parse_activation(*act_text);
+  if (!act)
+    return bad_value(source, "activation", "\"tanh\" or \"relu\"", *act_text);
+  spec.activation = *act;
+
+  auto obs_norm = get_bool(meta, "obs_norm", source);
+  if (!obs_norm)
+    return obs_norm.err();
+  spec.obs_norm = *obs_norm;
+  auto obs_eps = get_double(meta, "obs_norm_eps", source);
+  if (!obs_eps)
+    return obs_eps.err();
+  spec.obs_norm_eps = *obs_eps;
+  auto obs_clip = get_double(meta, "obs_norm_clip", source);
+  if (!obs_clip)
+    return obs_clip.err();
+  spec.obs_norm_clip = *obs_clip;
+
+  constexpr const char* bn_expected = "\"none\", \"global\" or \"local\"";
+  auto bn_text = get_key(meta, "batch_norm", source, bn_expected);
+  if (!bn_text)
+    return bn_text.err();
+  auto bn = parse_batch_norm(*bn_text);
+  if (!bn)
+    return bad_value(source, "batch_norm", bn_expected, *bn_text);
+  spec.batch_norm = *bn;
+  auto bn_eps = get_double(meta, "batch_norm_eps", source);
+  if (!bn_eps)
+    return bn_eps.err();
+  spec.batch_norm_eps = *bn_eps;
+  auto bn_momentum = get_double(meta, "batch_norm_momentum", source);
+  if (!bn_momentum)
+    return bn_momentum.err();
+  spec.batch_norm_momentum = *bn_momentum;
+
+  if (auto valid = spec.validate(); !valid)
+    return make_error(errc::corrupt_file, "{}: the metadata describe an invalid policy: {}",
+                      source, valid.err().message);
+  return spec;
+}
+
+// -- saving ------------------------------------------------------------------
+
+namespace {
+
+status check_obs_stats(const stats_snapshot* stats, size_t dim) {
+  if (!stats)
+    return make_error(errc::invalid_argument,
+                      "the policy normalizes observations (obs_norm = true) but no "
+                      "observation statistics were given");
+  if (stats->mean.size() != dim || stats->var.size() != dim)
+    return make_error(errc::dimension_mismatch,
+                      "observation statistics must have dimension {}, got mean {} and var {}",
+                      dim, stats->mean.size(), stats->var.size());
+  for (size_t i = 0; i < dim; ++i) {
+    if (!std::isfinite(stats->mean[i]))
+      return make_error(errc::non_finite, "observation mean[{}] is {}", i, stats->mean[i]);
+    if (!std::isfinite(stats->var[i]) || stats->var[i] < 0.0)
+      return make_error(errc::non_finite,
+                        "observation var[{}] must be finite and >= 0, got {}", i,
+                        stats->var[i]);
+  }
+  return status::ok();
+}
+
+} // namespace
+
+result<st_file> make_checkpoint(const actor_critic& model, const stats_snapshot* obs_stats,
+                                const std::map<std::string, std::string>& extra) {
+  const auto& spec = model.spec();
+  st_file file;
+  file.metadata = spec_metadata(spec);
+  for (auto& [key, value] : extra) {
+    if (file.metadata.count(key))
+      return make_error(errc::invalid_argument,
+                        "extra metadata may not redefine the reserved key \"{}\"", key);
+    file.metadata.emplace(key, value);
+  }
+  for (auto& t : model.tensors())
+    file.tensors.push_back(st_tensor::from_f32(t.name, t.shape, t.data));
+  const int64_t tracked = model.num_batches_tracked();
+  for (auto& layer : model.batch_norm_layers())
+    file.tensors.push_back(
+      st_tensor::from_i64(layer.prefix + ".num_batches_tracked", scalar_shape(), &tracked));
+  if (spec.obs_norm) {
+    auto dim = static_cast<size_t>(spec.obs_dim);
+    if (auto ok = check_obs_stats(obs_stats, dim); !ok)
+      return ok.err();
+    const double count = static_cast<double>(obs_stats->count);
+    file.tensors.push_back(
+      st_tensor::from_f64("obs_rms.mean", {spec.obs_dim}, obs_stats->mean.data()));
+    file.tensors.push_back(
+      st_tensor::from_f64("obs_rms.var", {spec.obs_dim}, obs_stats->var.data()));
+    file.tensors.push_back(st_tensor::from_f64("obs_rms.count", scalar_shape(), &count));
+  }
+  return file;
+}
+
+status save_checkpoint(const std::string& path, const actor_critic& model,
+                       const stats_snapshot* obs_stats,
+                       const std::map<std::string, std::string>& extra) {
+  auto file = make_checkpoint(model, obs_stats, extra);
+  if (!file)
+    return make_error(file.err().code, "{}: {}", path, file.err().message);
+  return write_safetensors(path, *file);
+}
+
+// -- loading -----------------------------------------------------------------
+
+result<policy_checkpoint> checkpoint_from_file(const st_file& file,
+                                               const std::string& source) {
+  auto spec = spec_from_metadata(file.metadata, source);
+  if (!spec)
+    return spec.err();
+  policy_checkpoint out{actor_critic(*spec, 0), stats_snapshot{}, file.metadata};
+  auto& model = out.model;
+
+  std::set<std::string> expected_names;
+  // Finds `name` and checks its dtype and shape against the expectation.
+  auto fetch = [&](const std::string& name, st_dtype dtype,
+                   const std::vector<int64_t>& shape) -> result<const st_tensor*> {
+    expected_names.insert(name);
+    auto* t = file.find(name);
+    if (!t)
+      return make_error(errc::corrupt_file, "{}: missing tensor '{}' (expected {})", source,
+                        name, describe(dtype, shape));
+    if (t->dtype != dtype || t->shape != shape)
+      return make_error(errc::corrupt_file, "{}: tensor '{}' is {}, expected {}", source,
+                        name, describe(t->dtype, t->shape), describe(dtype, shape));
+    return t;
+  };
+  auto non_finite = [&](const std::string& name, size_t index, double value) {
+    return make_error(errc::non_finite, "{}: tensor '{}' holds {} at index {} (expected "
+                      "finite values)",
+                      source, name, value, index);
+  };
+
+  for (auto& ref : model.tensors()) {
+    auto t = fetch(ref.name, st_dtype::f32, ref.shape);
+    if (!t)
+      return t.err();
+    auto values = (*t)->to_f32();
+    bool is_variance = ref.name.size() > 12
+                       && ref.name.compare(ref.name.size() - 12, 12, ".running_var") == 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!std::isfinite(values[i]))
+        return non_finite(ref.name, i, values[i]);
+      if (is_variance && values[i] < 0.0f)
+        return make_error(errc::corrupt_file,
+                          "{}: tensor '{}' holds {} at index {} (expected variances >= 0)",
+                          source, ref.name, values[i], i);
+    }
+    std::copy(values.begin(), values.end(), ref.data);
+  }
+
+  bool first_layer = true;
+  for (auto& layer : model.batch_norm_layers()) {
+    auto t = fetch(layer.prefix + ".num_batches_tracked", st_dtype::i64, scalar_shape());
+    if (!t)
+      return t.err();
+    if (first_layer)
+      model.set_num_batches_tracked((*t)->to_i64()[0]);
+    first_layer = false;
+  }
+
+  if (spec->obs_norm) {
+    std::vector<int64_t> shape{spec->obs_dim};
+    auto mean = fetch("obs_rms.mean", st_dtype::f64, shape);
+    if (!mean)
+      return mean.err();
+    auto var = fetch("obs_rms.var", st_dtype::f64, shape);
+    if (!var)
+      return var.err();
+    auto count = fetch("obs_rms.count", st_dtype::f64, scalar_shape());
+    if (!count)
+      return count.err();
+    auto& stats = out.obs_stats;
+    stats.stream = "obs";
+    stats.mean = (*mean)->to_f64();
+    stats.var = (*var)->to_f64();
+    for (size_t i = 0; i < stats.mean.size(); ++i) {
+      if (!std::isfinite(stats.mean[i]))
+        return non_finite("obs_rms.mean", i, stats.mean[i]);
+      if (!std::isfinite(stats.var[i]) || stats.var[i] < 0.0)
+        return make_error(errc::corrupt_file,
+                          "{}: tensor 'obs_rms.var' holds {} at index {} (expected finite "
+                          "variances >= 0)",
+                          source, stats.var[i], i);
+    }
+    double n = (*count)->to_f64()[0];
+    if (!std::isfinite(n) || n < 0.0 || n > 1.8e19)
+      return make_error(errc::corrupt_file,
+                        "{}: tensor 'obs_rms.count' holds {} (expected a finite count >= 0)",
+                        source, n);
+    // Gymnasium's RunningMeanStd starts its count at 1e-4; round to samples.
+    stats.count = static_cast<uint64_t>(std::round(n));
+  }
+
+  for (auto& t : file.tensors)
+    if (!expected_names.count(t.name))
+      return make_error(errc::corrupt_file,
+                        "{}: unexpected tensor '{}' (a {} policy with hidden [{}], "
+                        "batch_norm \"{}\" and obs_norm {} has no such tensor)",
+                        source, t.name, to_string(spec->action),
+                        fmt::join(spec->hidden, ", "), to_string(spec->batch_norm),
+                        spec->obs_norm ? "true" : "false");
+  return out;
+}
+
+result<policy_checkpoint> load_checkpoint(const std::string& path) {
+  auto file = read_safetensors(path);
+  if (!file)
+    return file.err();
+  return checkpoint_from_file(*file, path);
+}
+
+} // namespace troupe::learners

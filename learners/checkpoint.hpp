@@ -1,0 +1,74 @@
+// Policy checkpoints: an actor_critic and its observation-normalizer
+// statistics in one safetensors file, under PyTorch's names, with the
+// architecture in "__metadata__" so that the file alone rebuilds the policy.
+// docs/checkpoints.md describes the format and the PyTorch module that loads
+// it with load_state_dict.
+//
+// Tensors (all required; nothing else is accepted):
+//   every tensor of actor_critic::tensors()                 F32, its shape
+//   <batch-norm prefix>.num_batches_tracked, per layer      I64, []
+//   obs_rms.mean, obs_rms.var (only when obs_norm = true)   F64, [obs_dim]
+//   obs_rms.count             (only when obs_norm = true)   F64, []
+//
+// Metadata (all values are strings, as the format requires):
+//   format "troupe.policy", format_version "1", obs_dim, action_space
+//   ("discrete" | "box"), action_dim (n or act_dim), hidden (JSON list, "[64, 64]"),
+//   activation, obs_norm ("true" | "false"), obs_norm_eps, obs_norm_clip,
+//   batch_norm ("none" | "global" | "local"), batch_norm_eps, batch_norm_momentum.
+// Other metadata keys are kept and ignored.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "kernels/error.hpp"
+#include "learners/model.hpp"
+#include "learners/safetensors.hpp"
+#include "learners/stats_view.hpp"
+
+namespace troupe::learners {
+
+/// Value of the "format" metadata key of a troupe policy checkpoint.
+inline constexpr const char* checkpoint_format = "troupe.policy";
+
+/// The format version troupe writes and the only one it reads.
+inline constexpr int checkpoint_format_version = 1;
+
+/// A loaded checkpoint: the policy and the statistics it normalizes with.
+struct policy_checkpoint {
+  actor_critic model;       ///< architecture, parameters and buffers
+  stats_snapshot obs_stats; ///< stream "obs"; empty mean/var when obs_norm is off
+  std::map<std::string, std::string> metadata; ///< the file's whole __metadata__
+};
+
+/// The "__metadata__" entries that describe `spec` (format keys included).
+std::map<std::string, std::string> spec_metadata(const model_spec& spec);
+
+/// Rebuilds a spec from metadata; `source` names the file in errors, which
+/// name the key, the expected value and the value found.
+result<model_spec> spec_from_metadata(const std::map<std::string, std::string>& metadata,
+                                      const std::string& source);
+
+/// The safetensors contents of a checkpoint. `obs_stats` is required (mean
+/// and var of size obs_dim, finite, var >= 0) when the spec normalizes
+/// observations and ignored otherwise. `extra` adds metadata keys; it may not
+/// redefine the keys of spec_metadata().
+result<st_file> make_checkpoint(const actor_critic& model,
+                                const stats_snapshot* obs_stats,
+                                const std::map<std::string, std::string>& extra = {});
+
+/// Checks a safetensors file against the checkpoint format and builds the
+/// policy from it; every error names `source`, the tensor or key and what
+/// was expected.
+result<policy_checkpoint> checkpoint_from_file(const st_file& file,
+                                               const std::string& source);
+
+/// Writes a checkpoint to `path` (temporary file and rename, never half written).
+status save_checkpoint(const std::string& path, const actor_critic& model,
+                       const stats_snapshot* obs_stats,
+                       const std::map<std::string, std::string>& extra = {});
+
+/// Reads and checks the checkpoint at `path`.
+result<policy_checkpoint> load_checkpoint(const std::string& path);
+
+} // namespace troupe::learners
