@@ -80,6 +80,15 @@ public:
   /// Sets the time-limit counter, as if `steps` steps had been taken.
   virtual void set_elapsed_steps(int steps) noexcept = 0;
 
+  /// Whether step() accepts finite Box actions outside the bounds and lets
+  /// the environment clip them, as Gymnasium's Pendulum and
+  /// MountainCarContinuous do (default false: such actions are rejected).
+  /// Policies with unbounded distributions (Gaussian heads) need it on.
+  void set_clip_box_actions(bool on) noexcept { clip_box_actions_ = on; }
+
+  /// See set_clip_box_actions.
+  bool clip_box_actions() const noexcept { return clip_box_actions_; }
+
   // -- value forms ----------------------------------------------------------
 
   /// reset(seed) returning the observation.
@@ -88,6 +97,9 @@ public:
   /// step(action) returning the observation with the outcome; the action
   /// must have action_space.size() values.
   result<transition> step(const std::vector<float>& action);
+
+private:
+  bool clip_box_actions_ = false;
 };
 
 } // namespace troupe::envs

@@ -60,7 +60,7 @@ public:
     if (!ready_)
       return make_error(errc::invalid_argument,
                         "{}: step() before reset() or set_state()", spec().id);
-    if (auto ok = spec().action_space.check_action(action); !ok)
+    if (auto ok = spec().action_space.check_action(action, clip_box_actions()); !ok)
       return make_error(ok.err().code, "{}: {}", spec().id, ok.err().message);
     auto out = model_.step(action);
     ++elapsed_;

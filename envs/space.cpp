@@ -38,7 +38,7 @@ bool space::contains(const float* x) const noexcept {
   return true;
 }
 
-status space::check_action(const float* x) const {
+status space::check_action(const float* x, bool clip_box) const {
   if (kind == space_kind::discrete) {
     if (!(std::isfinite(x[0]) && x[0] == std::floor(x[0]) && x[0] >= 0
           && x[0] < static_cast<float>(n)))
@@ -52,6 +52,13 @@ status space::check_action(const float* x) const {
       return make_error(errc::invalid_argument,
                         "action element {} is {}: a {} action must be finite", i,
                         x[i], describe());
+  if (!clip_box)
+    for (size_t i = 0; i < low.size(); ++i)
+      if (x[i] < low[i] || x[i] > high[i])
+        return make_error(errc::invalid_argument,
+                          "action element {} is {}, outside {}: expected a value in "
+                          "[{}, {}]",
+                          i, x[i], describe(), low[i], high[i]);
   return {};
 }
 

@@ -41,10 +41,10 @@ struct space {
   bool contains(const float* x) const noexcept;
 
   /// Checks an action: a Discrete action must be an integer in [0, n); a Box
-  /// action must be finite (values outside the bounds are accepted, since
-  /// Gymnasium's continuous environments clip them). The error names the
-  /// element, the rule and the value.
-  status check_action(const float* x) const;
+  /// action must be finite and, unless `clip_box` is set, inside the bounds
+  /// (with `clip_box` the environment clips it, as Gymnasium's continuous
+  /// environments do). The error names the element, the rule and the value.
+  status check_action(const float* x, bool clip_box = false) const;
 
   /// Gymnasium-style description: "Discrete(2)", "Box(-2.0, 2.0, (1,), float32)".
   std::string describe() const;

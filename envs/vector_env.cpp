@@ -136,7 +136,7 @@ status vector_env::check_actions(const float* actions) const {
       return {};
   }
   for (size_t i = 0; i < num_envs_; ++i)
-    if (auto ok = as.check_action(actions + i * action_dim_); !ok)
+    if (auto ok = as.check_action(actions + i * action_dim_, clip_box_actions_); !ok)
       return make_error(ok.err().code, "{}: environment {}: {}", spec_.id, i,
                         ok.err().message);
   return {};

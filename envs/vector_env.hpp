@@ -77,6 +77,10 @@ public:
   /// Whether the last step reset each environment [num_envs].
   const uint8_t* autoreset() const noexcept { return autoreset_.data(); }
 
+  /// Whether step() accepts finite Box actions outside the bounds and lets
+  /// the environments clip them (see env::set_clip_box_actions).
+  void set_clip_box_actions(bool on) noexcept { clip_box_actions_ = on; }
+
   /// Internal float64 state of environment i.
   virtual std::vector<double> state(size_t i) const = 0;
 
@@ -107,6 +111,7 @@ private:
   size_t action_dim_;
   size_t chunks_;
   bool ready_ = false;
+  bool clip_box_actions_ = false;
   std::unique_ptr<worker_pool> pool_;
 };
 

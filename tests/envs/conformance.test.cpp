@@ -126,6 +126,8 @@ TEST_CASE("actions outside the action space are rejected with an error naming th
       bad.push_back({0.5f});
     } else {
       bad.push_back(std::vector<float>(as.size(), INFINITY));
+      bad.push_back(std::vector<float>(as.size(), as.high[0] * 1.5f));
+      bad.push_back(std::vector<float>(as.size(), as.low[0] * 1.5f));
     }
     e->reset(fresh_seed());
     auto before = e->state();
@@ -227,5 +229,37 @@ TEST_CASE("set_state rejects a state of the wrong length or with non-finite valu
     std::vector<double> values(n, 0.01);
     REQUIRE(e->set_state(values));
     CHECK(e->state() == values);
+  }
+}
+
+TEST_CASE("with clipping on, a Box action beyond the bounds acts as the nearest bound") {
+  for (auto& id : registered_ids()) {
+    auto spec = find_spec(id).value();
+    if (spec->action_space.kind != space_kind::box)
+      continue;
+    CAPTURE(id);
+    uint64_t seed = fresh_seed();
+    CAPTURE(seed);
+    auto clipped = make_env(id).value();
+    auto bound = make_env(id).value();
+    clipped->set_clip_box_actions(true);
+    clipped->reset(seed);
+    bound->reset(seed);
+    for (int t = 0; t < 50; ++t) {
+      float high = spec->action_space.high[0], low = spec->action_space.low[0];
+      bool up = t % 2 == 0;
+      auto tc = clipped->step({up ? high * 3 : low * 3}).value();
+      auto tb = bound->step({up ? high : low}).value();
+      // Equal up to float32 rounding: Gymnasium computes a bound that the
+      // clip substituted as a Python float and a float32 action as float32.
+      auto sc = clipped->state(), sb = bound->state();
+      for (size_t j = 0; j < sc.size(); ++j)
+        CHECK(std::fabs(sc[j] - sb[j]) <= 1e-6 * std::fabs(sb[j]) + 1e-9);
+      for (size_t j = 0; j < tc.obs.size(); ++j)
+        CHECK(std::fabs(tc.obs[j] - tb.obs[j]) <= 1e-6 * std::fabs(tb.obs[j]) + 1e-9);
+      CHECK(tc.terminated == tb.terminated);
+    }
+    // NaN stays an error.
+    CHECK_FALSE(clipped->step({NAN}));
   }
 }

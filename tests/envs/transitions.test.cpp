@@ -39,6 +39,7 @@ struct reference_step {
 transition library_step(const std::string& id, const std::vector<double>& state,
                         std::vector<float> action) {
   auto e = make_env(id).value();
+  e->set_clip_box_actions(true);
   REQUIRE(e->set_state(state));
   return e->step(action).value();
 }
@@ -47,6 +48,7 @@ void check_step(const std::string& id, const std::vector<double>& state,
                 std::vector<float> action, const reference_step& want, double rel,
                 double abs) {
   auto e = make_env(id).value();
+  e->set_clip_box_actions(true);
   REQUIRE(e->set_state(state));
   auto got = e->step(action).value();
   auto got_state = e->state();
@@ -314,6 +316,7 @@ TEST_CASE("MountainCarContinuous pays 100 at the goal and charges the unclipped 
   CHECK(goal.terminated);
   CHECK(close(goal.reward, 100.0 - 0.1 * 0.25, 1e-12));
   auto e = make_env("MountainCarContinuous-v0").value();
+  e->set_clip_box_actions(true);
   REQUIRE(e->set_state({-0.5, 0.0}));
   auto big = e->step({3.0f}).value();
   CHECK_FALSE(big.terminated);
