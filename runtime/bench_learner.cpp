@@ -1,5 +1,226 @@
-// Placeholder until the learners issue lands; replaced by the real command.
+// `troupe bench learner [--json]`: samples per second of one PPO training
+// step (forward, hand-written backward, global-norm clipping and Adam) for
+// hidden [64,64] and [256,256], batch 512 and 4096, on the CPU and, when
+// present, the GPU. The floor beside it is the rate of Eigen's GEMM on the
+// same machine, so the table says what fraction of the GEMM work rate the
+// whole step reaches. benchmarks/torch_mlp.py times the same step in
+// PyTorch.
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <thread>
+#include <tuple>
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+
+#include "learners/backend.hpp"
+#include "runtime/args.hpp"
 #include "runtime/commands.hpp"
+
 namespace troupe::runtime {
-int bench_learner(const args_t&) { return fail(exit_failure, "not built yet (learners issue)"); }
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// The CartPole shape: 4 observations, 2 actions.
+constexpr int64_t bench_obs_dim = 4;
+constexpr int64_t bench_actions = 2;
+
+struct bench_case {
+  std::vector<int64_t> hidden;
+  size_t batch;
+};
+
+struct bench_row {
+  std::string device;
+  std::vector<int64_t> hidden;
+  size_t batch = 0;
+  double samples_per_s = 0;
+  double gflop_per_s = 0;
+};
+
+// Multiply-add FLOPs of the GEMMs of one forward and backward pass of both
+// networks (the input gradient of the first layer is not computed).
+double step_flops(const std::vector<int64_t>& hidden, size_t batch) {
+  double total = 0;
+  for (int64_t out_width : {bench_actions, int64_t{1}}) {
+    int64_t in = bench_obs_dim;
+    std::vector<int64_t> widths = hidden;
+    widths.push_back(out_width);
+    for (size_t l = 0; l < widths.size(); ++l) {
+      double mac = static_cast<double>(in) * static_cast<double>(widths[l]);
+      total += 2.0 * static_cast<double>(batch) * mac * (l == 0 ? 2.0 : 3.0);
+      in = widths[l];
+    }
+  }
+  return total;
+}
+
+struct synthetic_batch {
+  std::vector<float> obs, old_logp, adv, ret, old_v;
+  std::vector<int64_t> actions;
+
+  explicit synthetic_batch(size_t rows) {
+    std::mt19937_64 rng(12345);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    obs.resize(rows * bench_obs_dim);
+    for (auto& v : obs)
+      v = normal(rng);
+    actions.resize(rows);
+    for (auto& a : actions)
+      a = static_cast<int64_t>(rng() % bench_actions);
+    old_logp.assign(rows, -0.69f);
+    adv.resize(rows);
+    ret.resize(rows);
+    old_v.resize(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      adv[r] = normal(rng);
+      ret[r] = normal(rng);
+      old_v[r] = normal(rng);
+    }
+  }
+
+  learners::ppo_batch<float> view() const {
+    return {actions.size(), obs.data(), actions.data(), nullptr, old_logp.data(),
+            adv.data(), ret.data(), old_v.data()};
+  }
+};
+
+result<bench_row> time_case(learners::device_kind device, const bench_case& c,
+                            double min_seconds) {
+  learners::model_spec spec;
+  spec.obs_dim = bench_obs_dim;
+  spec.n = bench_actions;
+  spec.hidden = c.hidden;
+  learners::actor_critic model(spec, 1);
+  auto backend = learners::make_backend(device, spec, learners::adam_config{});
+  if (!backend)
+    return backend.err();
+  auto& b = **backend;
+  if (auto st = b.load(model.params(), model.buffers()); !st)
+    return st.err();
+  synthetic_batch data(c.batch);
+  auto batch = data.view();
+  learners::ppo_config config;
+  auto step = [&]() -> status {
+    auto report = b.ppo_gradient(batch, config);
+    if (!report)
+      return report.err();
+    auto norm = b.apply_gradient(2.5e-4, 0.5);
+    if (!norm)
+      return norm.err();
+    return status::ok();
+  };
+  for (int i = 0; i < 3; ++i)
+    if (auto st = step(); !st)
+      return st.err();
+  // The loss report is copied back every step, so the GPU is synchronized.
+  size_t steps = 0;
+  auto start = clock_type::now();
+  double elapsed = 0;
+  do {
+    if (auto st = step(); !st)
+      return st.err();
+    ++steps;
+    elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
+  } while (elapsed < min_seconds || steps < 5);
+  bench_row row;
+  row.device = learners::to_string(device);
+  row.hidden = c.hidden;
+  row.batch = c.batch;
+  row.samples_per_s = static_cast<double>(steps * c.batch) / elapsed;
+  row.gflop_per_s = step_flops(c.hidden, c.batch) * static_cast<double>(steps) / elapsed / 1e9;
+  return row;
+}
+
+// One-thread Eigen float GEMM rate on [rows x k] * [k x n].
+double eigen_gemm_gflops(Eigen::Index rows, Eigen::Index k, Eigen::Index n) {
+  using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  matrix a = matrix::Random(rows, k), b = matrix::Random(n, k), out(rows, n);
+  size_t reps = 0;
+  auto start = clock_type::now();
+  double elapsed = 0;
+  do {
+    out.noalias() = a * b.transpose();
+    ++reps;
+    elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
+  } while (elapsed < 0.3);
+  return 2.0 * static_cast<double>(rows * k * n) * static_cast<double>(reps) / elapsed / 1e9;
+}
+
+} // namespace
+
+int bench_learner(const args_t& args) {
+  std::vector<arg_spec> specs{
+      {"json", false, false, "print one JSON array instead of a table"},
+      {"device", true, false, "cpu, cuda or all (default: all present)"},
+      {"seconds", true, false, "minimum seconds per case (default 1)"}};
+  auto parsed = parse_args("bench learner", args, specs);
+  if (!parsed)
+    return fail(exit_bad_input, parsed.err().message);
+  auto seconds = parsed->get_float("seconds", 1.0, 0.01, 600.0);
+  if (!seconds)
+    return fail(exit_bad_input, seconds.err().message);
+  std::string which = parsed->get("device").value_or("all");
+  if (which != "cpu" && which != "cuda" && which != "all")
+    return fail(exit_bad_input,
+                fmt::format("bench learner: --device must be cpu, cuda or all, got '{}'", which));
+  std::vector<learners::device_kind> devices;
+  if (which != "cuda")
+    devices.push_back(learners::device_kind::cpu);
+  const bool have_gpu = kernels::cuda_device_count() > 0;
+  if (which == "cuda" && !have_gpu)
+    return fail(exit_failure, "bench learner: --device cuda but no GPU is present");
+  if (which != "cpu" && have_gpu)
+    devices.push_back(learners::device_kind::cuda);
+  const bool json = parsed->flag("json");
+  if (!json && !have_gpu && which == "all")
+    fmt::print("(no GPU present: CPU only)\n");
+
+  std::vector<bench_case> cases{{{64, 64}, 512}, {{64, 64}, 4096},
+                                {{256, 256}, 512}, {{256, 256}, 4096}};
+  std::vector<bench_row> rows;
+  for (auto device : devices) {
+    auto device_cases = cases;
+    if (device == learners::device_kind::cuda)
+      device_cases.push_back({{256, 256}, 65536});
+    for (const auto& c : device_cases) {
+      auto row = time_case(device, c, *seconds);
+      if (!row)
+        return fail(exit_failure, fmt::format("bench learner: {}", row.err().message));
+      rows.push_back(*row);
+    }
+  }
+  if (json) {
+    fmt::print("[");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      fmt::print("{}{{\"device\": \"{}\", \"hidden\": [{}], \"batch\": {}, "
+                 "\"samples_per_s\": {:.1f}, \"gemm_gflop_per_s\": {:.2f}}}",
+                 i ? ", " : "", r.device, fmt::join(r.hidden, ", "), r.batch,
+                 r.samples_per_s, r.gflop_per_s);
+    }
+    fmt::print("]\n");
+    return 0;
+  }
+  fmt::print("PPO step (forward, backward, clip, Adam), obs 4, 2 actions, tanh\n");
+  fmt::print("{:<7} {:<11} {:>7} {:>16} {:>12}\n", "device", "hidden", "batch",
+             "samples/s", "GEMM GFLOP/s");
+  for (const auto& r : rows)
+    fmt::print("{:<7} {:<11} {:>7} {:>16.0f} {:>12.2f}\n", r.device,
+               fmt::format("[{}]", fmt::join(r.hidden, ",")), r.batch, r.samples_per_s,
+               r.gflop_per_s);
+  if (which != "cuda") {
+    fmt::print("floor: Eigen float GEMM, one thread, {} hardware threads\n",
+               std::thread::hardware_concurrency());
+    for (auto [m, k, n] : {std::tuple{4096, 64, 64}, std::tuple{4096, 256, 256},
+                           std::tuple{1024, 1024, 1024}})
+      fmt::print("  [{}x{}]*[{}x{}]: {:.2f} GFLOP/s\n", m, k, k, n,
+                 eigen_gemm_gflops(m, k, n));
+  }
+  return 0;
+}
+
 } // namespace troupe::runtime

@@ -1,0 +1,99 @@
+// The learner's compute backend: one interface, a CPU implementation (Eigen
+// GEMM, the batch split across worker threads) and a CUDA implementation
+// (cuBLAS GEMM, kernels in kernels/cuda/, a device context that owns the
+// stream, the cuBLAS handle and the workspace).
+//
+// A backend holds its own copy of the parameters, the optimizer state and
+// the scratch memory of one learner. The learner (actor) loads parameters,
+// computes a loss and its gradient on a host batch, reads the gradient or
+// applies it with Adam, and reads the batch-norm moments to send to the
+// statistics keeper.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/error.hpp"
+#include "kernels/moments.hpp"
+#include "learners/losses.hpp"
+#include "learners/model.hpp"
+#include "learners/optimizer.hpp"
+
+namespace troupe::learners {
+
+/// Where a backend computes.
+enum class device_kind : uint8_t { cpu, cuda };
+
+/// "cpu" or "cuda".
+const char* to_string(device_kind kind) noexcept;
+
+/// The device a `[run] device` setting resolves to, and why.
+struct device_choice {
+  device_kind kind = device_kind::cpu; ///< the chosen device
+  std::string reason;                  ///< one line for the start-up message
+};
+
+/// Resolves "auto" | "cpu" | "cuda". "auto" takes the GPU when the CUDA
+/// runtime finds one; "cuda" without a device (or a build without CUDA) is
+/// an error that says which.
+result<device_choice> choose_device(const std::string& setting);
+
+/// Options of a backend beyond the model and the optimizer.
+struct backend_options {
+  /// CPU: worker threads the batch is split across (0: hardware threads).
+  unsigned threads = 0;
+  /// CUDA: allow TF32 tensor-core GEMMs (faster, ~1e-3 relative error).
+  bool allow_tf32 = false;
+};
+
+/// The compute of one learner.
+class learner_backend {
+public:
+  virtual ~learner_backend() = default;
+
+  /// The device it computes on.
+  virtual device_kind device() const noexcept = 0;
+
+  /// Replaces parameters and buffers (param_count and buffer_count floats).
+  virtual status load(const float* params, const float* buffers) = 0;
+
+  /// Copies parameters and buffers out.
+  virtual status store(float* params, float* buffers) = 0;
+
+  /// PPO loss of a host minibatch; the gradient stays in the backend.
+  virtual result<loss_report> ppo_gradient(const ppo_batch<float>& batch,
+                                           const ppo_config& config) = 0;
+
+  /// Copies the last gradient out (param_count floats).
+  virtual status read_gradient(float* grad) = 0;
+
+  /// Clips the last gradient to `max_grad_norm` (<= 0: no clipping) and
+  /// applies one Adam step with learning rate `lr`. Returns the norm before
+  /// clipping.
+  virtual result<double> apply_gradient(double lr, double max_grad_norm) = 0;
+
+  /// Moments of each batch-norm layer's input in the last forward pass, in
+  /// batch_norm_layers() order: the deltas for the statistics keeper.
+  virtual const std::vector<kernels::moments>& batch_moments() const noexcept = 0;
+};
+
+/// A CPU backend for `spec` with Adam settings `adam`.
+std::unique_ptr<learner_backend> make_cpu_backend(const model_spec& spec,
+                                                  const adam_config& adam,
+                                                  const backend_options& options = {});
+
+/// A CUDA backend on device 0; errc::unavailable in a build without CUDA or
+/// without a device.
+result<std::unique_ptr<learner_backend>>
+make_cuda_backend(const model_spec& spec, const adam_config& adam,
+                  const backend_options& options = {});
+
+/// The backend for a resolved device choice.
+result<std::unique_ptr<learner_backend>> make_backend(device_kind kind,
+                                                      const model_spec& spec,
+                                                      const adam_config& adam,
+                                                      const backend_options& options = {});
+
+} // namespace troupe::learners

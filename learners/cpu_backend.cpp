@@ -1,0 +1,281 @@
+// The CPU backend: the batch is split into row shards, one per worker
+// thread; every shard runs the float32 forward and backward passes with
+// Eigen GEMMs, and the shard gradients are summed with their row weights.
+// Local batch norm needs the statistics of the whole batch, so it runs in
+// one shard.
+#include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "kernels/moments.hpp"
+#include "learners/backend.hpp"
+
+namespace troupe::learners {
+
+namespace {
+
+// Runs fn(k) for k in [0, n) on persistent workers plus the calling thread.
+class worker_pool {
+public:
+  explicit worker_pool(unsigned workers) {
+    for (unsigned i = 0; i < workers; ++i)
+      threads_.emplace_back([this, i] { loop(i + 1); });
+  }
+
+  ~worker_pool() {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_)
+      t.join();
+  }
+
+  size_t size() const noexcept { return threads_.size() + 1; }
+
+  void run(size_t n, const std::function<void(size_t)>& fn) {
+    if (n <= 1 || threads_.empty()) {
+      for (size_t k = 0; k < n; ++k)
+        fn(k);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      job_ = &fn;
+      jobs_ = n;
+      pending_ = n - 1;
+      ++generation_;
+    }
+    wake_.notify_all();
+    fn(0);
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+
+private:
+  void loop(size_t index) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(size_t)>* job;
+      size_t jobs;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        if (stopping_)
+          return;
+        seen = generation_;
+        job = job_;
+        jobs = jobs_;
+      }
+      if (index < jobs)
+        (*job)(index);
+      if (index < jobs) {
+        std::lock_guard<std::mutex> guard(mutex_);
+        if (--pending_ == 0)
+          done_.notify_one();
+      }
+    }
+  }
+
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  const std::function<void(size_t)>* job_ = nullptr;
+  size_t jobs_ = 0;
+  size_t pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stopping_ = false;
+};
+
+struct shard_state {
+  loss_workspace<float> workspace;
+  std::vector<float> grad;
+  std::vector<kernels::moments> moments;
+  loss_report report;
+};
+
+class cpu_backend final : public learner_backend {
+public:
+  cpu_backend(const model_spec& spec, const adam_config& adam, const backend_options& opts)
+    : spec_(spec),
+      layout_(make_layout(spec)),
+      params_(layout_.param_count),
+      buffers_(layout_.buffer_count),
+      grad_(layout_.param_count),
+      optimizer_(layout_.param_count, adam),
+      pool_(std::max(1u, opts.threads ? opts.threads : std::thread::hardware_concurrency())
+            - 1) {
+    shards_.resize(pool_.size());
+    for (auto& s : shards_)
+      s.grad.resize(layout_.param_count);
+  }
+
+  device_kind device() const noexcept override { return device_kind::cpu; }
+
+  status load(const float* params, const float* buffers) override {
+    std::copy(params, params + params_.size(), params_.begin());
+    std::copy(buffers, buffers + buffers_.size(), buffers_.begin());
+    return status::ok();
+  }
+
+  status store(float* params, float* buffers) override {
+    std::copy(params_.begin(), params_.end(), params);
+    std::copy(buffers_.begin(), buffers_.end(), buffers);
+    return status::ok();
+  }
+
+  result<loss_report> ppo_gradient(const ppo_batch<float>& batch,
+                                   const ppo_config& config) override {
+    if (batch.rows == 0)
+      return make_error(errc::invalid_argument, "a PPO batch needs at least one row");
+    // Advantages are normalized over the whole batch before it is split.
+    ppo_config shard_config = config;
+    ppo_batch<float> whole = batch;
+    if (config.normalize_advantages && batch.rows > 1) {
+      advantages_.assign(batch.advantages, batch.advantages + batch.rows);
+      double mean = 0, ss = 0;
+      for (auto a : advantages_)
+        mean += a;
+      mean /= static_cast<double>(batch.rows);
+      for (auto a : advantages_)
+        ss += (a - mean) * (a - mean);
+      const double std = std::sqrt(ss / static_cast<double>(batch.rows - 1));
+      for (auto& a : advantages_)
+        a = static_cast<float>((a - mean) / (std + 1e-8));
+      whole.advantages = advantages_.data();
+      shard_config.normalize_advantages = false;
+    }
+    constexpr size_t min_rows_per_shard = 128;
+    size_t shards = spec_.batch_norm == batch_norm_mode::local
+                        ? 1
+                        : std::clamp<size_t>(batch.rows / min_rows_per_shard, 1,
+                                             shards_.size());
+    const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
+    const size_t act_dim = static_cast<size_t>(spec_.act_dim);
+    pool_.run(shards, [&](size_t k) {
+      const size_t begin = batch.rows * k / shards;
+      const size_t end = batch.rows * (k + 1) / shards;
+      ppo_batch<float> part;
+      part.rows = end - begin;
+      part.obs = whole.obs + begin * obs_dim;
+      part.discrete_actions = whole.discrete_actions ? whole.discrete_actions + begin : nullptr;
+      part.box_actions = whole.box_actions ? whole.box_actions + begin * act_dim : nullptr;
+      part.old_logprob = whole.old_logprob + begin;
+      part.advantages = whole.advantages + begin;
+      part.returns = whole.returns + begin;
+      part.old_values = whole.old_values + begin;
+      auto& s = shards_[k];
+      train_options options;
+      options.batch_moments = &s.moments;
+      s.report = ppo_loss_and_grad(spec_, layout_, params_.data(), buffers_.data(), part,
+                                   shard_config, options, s.workspace, s.grad.data());
+    });
+    loss_report total;
+    std::fill(grad_.begin(), grad_.end(), 0.0f);
+    moments_.clear();
+    for (size_t k = 0; k < shards; ++k) {
+      const size_t begin = batch.rows * k / shards;
+      const size_t end = batch.rows * (k + 1) / shards;
+      const double w = static_cast<double>(end - begin) / static_cast<double>(batch.rows);
+      auto& s = shards_[k];
+      const float wf = static_cast<float>(w);
+      for (size_t i = 0; i < grad_.size(); ++i)
+        grad_[i] += wf * s.grad[i];
+      total.loss += w * s.report.loss;
+      total.policy_loss += w * s.report.policy_loss;
+      total.value_loss += w * s.report.value_loss;
+      total.entropy += w * s.report.entropy;
+      total.approx_kl += w * s.report.approx_kl;
+      total.clip_fraction += w * s.report.clip_fraction;
+      if (k == 0)
+        moments_ = s.moments;
+      else
+        for (size_t l = 0; l < moments_.size(); ++l)
+          kernels::merge(moments_[l], s.moments[l]);
+    }
+    return total;
+  }
+
+  status read_gradient(float* grad) override {
+    std::copy(grad_.begin(), grad_.end(), grad);
+    return status::ok();
+  }
+
+  result<double> apply_gradient(double lr, double max_grad_norm) override {
+    double norm = max_grad_norm > 0 ? clip_grad_norm(grad_.data(), grad_.size(), max_grad_norm)
+                                    : global_norm(grad_.data(), grad_.size());
+    optimizer_.step(params_.data(), grad_.data(), lr);
+    return norm;
+  }
+
+  const std::vector<kernels::moments>& batch_moments() const noexcept override {
+    return moments_;
+  }
+
+private:
+  model_spec spec_;
+  model_layout layout_;
+  std::vector<float> params_;
+  std::vector<float> buffers_;
+  std::vector<float> grad_;
+  std::vector<float> advantages_;
+  adam_optimizer optimizer_;
+  std::vector<kernels::moments> moments_;
+  std::vector<shard_state> shards_;
+  worker_pool pool_;
+};
+
+} // namespace
+
+const char* to_string(device_kind kind) noexcept {
+  return kind == device_kind::cpu ? "cpu" : "cuda";
+}
+
+result<device_choice> choose_device(const std::string& setting) {
+  const int devices = kernels::cuda_device_count();
+  if (setting == "cpu")
+    return device_choice{device_kind::cpu, "device = \"cpu\" in the config"};
+  if (setting == "cuda") {
+    if (devices == 0)
+      return make_error(errc::unavailable,
+                        "device = \"cuda\" but the CUDA runtime finds no GPU{}",
+                        kernels::cuda_device_count() == 0 ? " (or troupe was built without CUDA)"
+                                                          : "");
+    return device_choice{device_kind::cuda, "device = \"cuda\" in the config"};
+  }
+  if (setting == "auto") {
+    if (devices > 0)
+      return device_choice{device_kind::cuda,
+                           fmt::format("device = \"auto\" and the CUDA runtime finds {} GPU{}",
+                                       devices, devices == 1 ? "" : "s")};
+    return device_choice{device_kind::cpu,
+                         "device = \"auto\" and the CUDA runtime finds no GPU (or troupe "
+                         "was built without CUDA)"};
+  }
+  return make_error(errc::invalid_argument,
+                    "device must be one of \"auto\", \"cpu\", \"cuda\", got \"{}\"", setting);
+}
+
+std::unique_ptr<learner_backend> make_cpu_backend(const model_spec& spec,
+                                                  const adam_config& adam,
+                                                  const backend_options& options) {
+  return std::make_unique<cpu_backend>(spec, adam, options);
+}
+
+result<std::unique_ptr<learner_backend>> make_backend(device_kind kind,
+                                                      const model_spec& spec,
+                                                      const adam_config& adam,
+                                                      const backend_options& options) {
+  if (auto valid = spec.validate(); !valid)
+    return valid.err();
+  if (kind == device_kind::cuda)
+    return make_cuda_backend(spec, adam, options);
+  return make_cpu_backend(spec, adam, options);
+}
+
+} // namespace troupe::learners
