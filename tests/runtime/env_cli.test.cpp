@@ -1,0 +1,265 @@
+// Black-box tests of `troupe env list` and `troupe env replay` through the
+// built binary.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace {
+
+struct run_result {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string temp_path(const std::string& name) {
+  std::random_device device;
+  return fmt::format("/tmp/troupe_env_cli_{}_{}", device(), name);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+run_result run_troupe(const std::string& args) {
+  auto err_path = temp_path("stderr");
+  auto cmd = fmt::format("'{}' {} 2>'{}'", TROUPE_BINARY, args, err_path);
+  run_result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0)
+    r.out.append(buf, n);
+  int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  r.err = slurp(err_path);
+  std::remove(err_path.c_str());
+  return r;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  auto path = temp_path(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t end = s.find('\n', start);
+    if (end == std::string::npos)
+      end = s.size();
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// The numbers of the JSON array that follows "key": on a line.
+std::vector<double> json_array(const std::string& line, const std::string& key) {
+  auto at = line.find("\"" + key + "\": [");
+  REQUIRE(at != std::string::npos);
+  auto begin = line.find('[', at) + 1;
+  auto end = line.find(']', begin);
+  std::vector<double> out;
+  std::string body = line.substr(begin, end - begin);
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t comma = body.find(',', pos);
+    if (comma == std::string::npos)
+      comma = body.size();
+    out.push_back(std::stod(body.substr(pos, comma - pos)));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+double json_number(const std::string& line, const std::string& key) {
+  auto at = line.find("\"" + key + "\": ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(line.substr(at + key.size() + 4));
+}
+
+bool json_flag(const std::string& line, const std::string& key) {
+  auto at = line.find("\"" + key + "\": ");
+  REQUIRE(at != std::string::npos);
+  return line.compare(at + key.size() + 4, 4, "true") == 0;
+}
+
+std::string state_arg(const std::vector<double>& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i)
+    out += fmt::format("{}{:.17g}", i ? "," : "", s[i]);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("env list prints every id with its spaces and time limit") {
+  auto r = run_troupe("env list");
+  CHECK(r.status == 0);
+  for (auto [id, limit] : std::vector<std::pair<std::string, int>>{
+         {"CartPole-v1", 500},
+         {"Pendulum-v1", 200},
+         {"MountainCar-v0", 200},
+         {"MountainCarContinuous-v0", 999},
+         {"Acrobot-v1", 500}}) {
+    CAPTURE(id);
+    auto at = r.out.find(id + "\n");
+    REQUIRE(at != std::string::npos);
+    auto block = r.out.substr(at, r.out.find("steps", at) - at);
+    CHECK(block.find(fmt::format("time limit   {} ", limit)) != std::string::npos);
+    CHECK(block.find("observation  Box(") != std::string::npos);
+  }
+  CHECK(r.out.find("Discrete(2)") != std::string::npos);
+  CHECK(r.out.find("Box(-2.0, 2.0, (1,), float32)") != std::string::npos);
+}
+
+TEST_CASE("env replay prints CartPole steps that match the float64 equations") {
+  std::random_device device;
+  uint64_t seed = device();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> small(-0.05, 0.05);
+  std::vector<double> s = {small(gen), small(gen), small(gen), small(gen)};
+  std::vector<int> actions;
+  std::string text;
+  for (int t = 0; t < 8; ++t) {
+    actions.push_back(static_cast<int>(gen() % 2));
+    text += fmt::format("{}\n", actions.back());
+  }
+  auto path = write_file("actions", text);
+  auto r = run_troupe(fmt::format("env replay --env CartPole-v1 --state={} --actions '{}' --json",
+                                  state_arg(s), path));
+  std::remove(path.c_str());
+  REQUIRE(r.status == 0);
+  auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == actions.size());
+  const double pi = 3.14159265358979323846;
+  for (size_t t = 0; t < actions.size(); ++t) {
+    CAPTURE(t);
+    // Euler step of the cart-pole equations in float64.
+    double f = actions[t] == 1 ? 10.0 : -10.0, m = 1.1, ml = 0.05;
+    double tmp = (f + ml * s[3] * s[3] * std::sin(s[2])) / m;
+    double alpha = (9.8 * std::sin(s[2]) - std::cos(s[2]) * tmp)
+                   / (0.5 * (4.0 / 3.0 - 0.1 * std::cos(s[2]) * std::cos(s[2]) / m));
+    double acc = tmp - ml * alpha * std::cos(s[2]) / m;
+    s = {s[0] + 0.02 * s[1], s[1] + 0.02 * acc, s[2] + 0.02 * s[3], s[3] + 0.02 * alpha};
+    auto state = json_array(lines[t], "state");
+    auto obs = json_array(lines[t], "obs");
+    REQUIRE(state.size() == 4);
+    REQUIRE(obs.size() == 4);
+    for (int j = 0; j < 4; ++j) {
+      CHECK(std::fabs(state[j] - s[j]) <= 1e-12 * std::fabs(s[j]) + 1e-15);
+      CHECK(obs[j] == static_cast<double>(static_cast<float>(state[j])));
+    }
+    CHECK(json_number(lines[t], "reward") == 1.0);
+    CHECK(json_flag(lines[t], "terminated")
+          == (std::fabs(s[0]) > 2.4 || std::fabs(s[2]) > 12 * 2 * pi / 360));
+    CHECK_FALSE(json_flag(lines[t], "truncated"));
+  }
+}
+
+TEST_CASE("env replay stops at termination and at the time limit set by --elapsed") {
+  auto path = write_file("actions", "1\n1\n1\n1\n1\n");
+  auto term = run_troupe(fmt::format(
+    "env replay --env CartPole-v1 --state=2.39,1.0,0,0 --actions '{}' --json", path));
+  CHECK(term.status == 0);
+  auto lines = lines_of(term.out);
+  REQUIRE(lines.size() == 1);
+  CHECK(json_flag(lines[0], "terminated"));
+
+  auto trunc = run_troupe(fmt::format(
+    "env replay --env Pendulum-v1 --state=0.5,-0.25 --elapsed 197 --actions '{}' --json",
+    path));
+  CHECK(trunc.status == 0);
+  lines = lines_of(trunc.out);
+  REQUIRE(lines.size() == 3);
+  CHECK_FALSE(json_flag(lines[1], "truncated"));
+  CHECK(json_flag(lines[2], "truncated"));
+  CHECK_FALSE(json_flag(lines[2], "terminated"));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("env replay reads Box actions as comma-separated numbers") {
+  auto path = write_file("actions", "0.5\n-1.25\n\n2\n");
+  auto r = run_troupe(
+    fmt::format("env replay --env Pendulum-v1 --state=1.0,0.5 --actions '{}' --json", path));
+  std::remove(path.c_str());
+  CHECK(r.status == 0);
+  auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == 3);
+  // First step by hand: reward -(1 + 0.1 * 0.25 + 0.001 * 0.25).
+  CHECK(std::fabs(json_number(lines[0], "reward") + (1.0 + 0.025 + 0.00025)) <= 1e-9);
+  double thdot = 0.5 + (15.0 * std::sin(1.0) + 1.5) * 0.05;
+  CHECK(std::fabs(json_array(lines[0], "state")[1] - thdot) <= 1e-12);
+}
+
+TEST_CASE("env replay rejects bad input with exit status 2 and a message naming it") {
+  auto ok_actions = write_file("ok", "1\n");
+  SUBCASE("an unknown id lists the valid ids") {
+    auto r = run_troupe(fmt::format("env replay --env CartPole-v0 --state=0,0,0,0 --actions '{}'",
+                                    ok_actions));
+    CHECK(r.status == 2);
+    for (auto id : {"CartPole-v1", "Pendulum-v1", "MountainCar-v0",
+                    "MountainCarContinuous-v0", "Acrobot-v1"})
+      CHECK(r.err.find(id) != std::string::npos);
+  }
+  SUBCASE("a state of the wrong length") {
+    auto r = run_troupe(fmt::format("env replay --env Acrobot-v1 --state=0,0,0 --actions '{}'",
+                                    ok_actions));
+    CHECK(r.status == 2);
+    CHECK(r.err.find("4 state values") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+  SUBCASE("a state value that is not a number") {
+    auto r = run_troupe(fmt::format("env replay --env Pendulum-v1 --state=0,x --actions '{}'",
+                                    ok_actions));
+    CHECK(r.status == 2);
+    CHECK(r.err.find("'x'") != std::string::npos);
+  }
+  SUBCASE("a Discrete action outside the space names the file and line") {
+    auto bad = write_file("bad", "1\n0\n3\n");
+    auto r = run_troupe(
+      fmt::format("env replay --env MountainCar-v0 --state=-0.5,0 --actions '{}'", bad));
+    CHECK(r.status == 2);
+    CHECK(r.err.find(bad + ":3:") != std::string::npos);
+    CHECK(r.err.find("Discrete(3)") != std::string::npos);
+    CHECK(r.out.empty());
+    std::remove(bad.c_str());
+  }
+  SUBCASE("a Box action outside the bounds") {
+    auto bad = write_file("bad", "0.5\n1.5\n");
+    auto r = run_troupe(fmt::format(
+      "env replay --env MountainCarContinuous-v0 --state=-0.5,0 --actions '{}'", bad));
+    CHECK(r.status == 2);
+    CHECK(r.err.find(bad + ":2:") != std::string::npos);
+    std::remove(bad.c_str());
+  }
+  SUBCASE("an unreadable actions file") {
+    auto r = run_troupe("env replay --env CartPole-v1 --state=0,0,0,0 --actions /nonexistent/a");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("/nonexistent/a") != std::string::npos);
+  }
+  SUBCASE("a missing option and an unknown option") {
+    CHECK(run_troupe("env replay --env CartPole-v1 --state=0,0,0,0").status == 2);
+    auto r = run_troupe(fmt::format(
+      "env replay --env CartPole-v1 --state=0,0,0,0 --actions '{}' --stat 1", ok_actions));
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--stat") != std::string::npos);
+  }
+  std::remove(ok_actions.c_str());
+}
