@@ -1,0 +1,190 @@
+#include "learners/backend.hpp"
+
+#include <cmath>
+#include <random>
+
+#include <doctest/doctest.h>
+
+using namespace troupe::learners;
+
+namespace {
+
+uint64_t fresh_seed() {
+  return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+}
+
+struct host_batch {
+  std::vector<float> obs, box_actions, old_logp, adv, ret, old_v;
+  std::vector<int64_t> actions;
+
+  host_batch(const model_spec& spec, size_t rows, std::mt19937_64& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    obs.resize(rows * spec.obs_dim);
+    box_actions.resize(rows * spec.act_dim);
+    for (auto& v : obs)
+      v = normal(rng);
+    for (auto& v : box_actions)
+      v = normal(rng);
+    actions.resize(rows);
+    for (auto& a : actions)
+      a = static_cast<int64_t>(rng() % 3);
+    for (size_t r = 0; r < rows; ++r) {
+      old_logp.push_back((spec.action == action_kind::box ? -2.0f : -1.1f)
+                         + 0.2f * normal(rng));
+      adv.push_back(normal(rng));
+      ret.push_back(normal(rng));
+      old_v.push_back(normal(rng));
+    }
+  }
+
+  ppo_batch<float> view() const {
+    return {actions.size(), obs.data(),     actions.data(), box_actions.data(),
+            old_logp.data(), adv.data(), ret.data(),     old_v.data()};
+  }
+
+  ppo_batch<double> view64(std::vector<std::vector<double>>& keep) const {
+    auto widen = [&](const std::vector<float>& v) {
+      keep.emplace_back(v.begin(), v.end());
+      return keep.back().data();
+    };
+    keep.reserve(6);
+    ppo_batch<double> b;
+    b.rows = actions.size();
+    b.obs = widen(obs);
+    b.discrete_actions = actions.data();
+    b.box_actions = widen(box_actions);
+    b.old_logprob = widen(old_logp);
+    b.advantages = widen(adv);
+    b.returns = widen(ret);
+    b.old_values = widen(old_v);
+    return b;
+  }
+};
+
+double normwise(const std::vector<float>& a, const std::vector<double>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+} // namespace
+
+TEST_CASE("the CPU backend's sharded gradient, moments and Adam step match a float64 "
+          "reference on the whole batch") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (auto bn : {batch_norm_mode::none, batch_norm_mode::global, batch_norm_mode::local})
+    for (bool box : {false, true}) {
+      std::string bn_name = to_string(bn);
+      CAPTURE(bn_name);
+      CAPTURE(box);
+      model_spec spec;
+      spec.obs_dim = 6;
+      spec.hidden = {32, 32};
+      spec.batch_norm = bn;
+      if (box) {
+        spec.action = action_kind::box;
+        spec.act_dim = 2;
+      } else {
+        spec.n = 3;
+      }
+      actor_critic model(spec, rng());
+      backend_options options;
+      options.threads = 3;
+      adam_config adam;
+      auto backend = make_cpu_backend(spec, adam, options);
+      REQUIRE(backend->load(model.params(), model.buffers()));
+      const size_t rows = 1000;
+      host_batch data(spec, rows, rng);
+      auto report = backend->ppo_gradient(data.view(), ppo_config{});
+      REQUIRE(report);
+
+      std::vector<std::vector<double>> keep;
+      auto b64 = data.view64(keep);
+      std::vector<double> p64(model.params(), model.params() + model.param_count());
+      std::vector<double> buf64(model.buffers(), model.buffers() + model.buffer_count());
+      std::vector<double> g64(p64.size());
+      std::vector<troupe::kernels::moments> moments64;
+      train_options topts;
+      topts.batch_moments = &moments64;
+      loss_workspace<double> ws;
+      auto ref = ppo_loss_and_grad(spec, model.layout(), p64.data(), buf64.data(), b64,
+                                   ppo_config{}, topts, ws, g64.data());
+      CHECK(report->loss == doctest::Approx(ref.loss).epsilon(1e-5));
+      std::vector<float> grad(model.param_count());
+      REQUIRE(backend->read_gradient(grad.data()));
+      CHECK(normwise(grad, g64) <= 1e-5);
+
+      const auto& moments = backend->batch_moments();
+      REQUIRE(moments.size() == moments64.size());
+      for (size_t l = 0; l < moments.size(); ++l) {
+        CHECK(moments[l].count == rows);
+        for (size_t j = 0; j < moments[l].dim(); ++j) {
+          CHECK(moments[l].mean[j] == doctest::Approx(moments64[l].mean[j]).epsilon(1e-5).scale(1));
+          CHECK(moments[l].m2[j] == doctest::Approx(moments64[l].m2[j]).epsilon(1e-5));
+        }
+      }
+
+      // One clipped Adam step, against the float64 formulas.
+      auto norm = backend->apply_gradient(1e-3, 0.5);
+      REQUIRE(norm);
+      double norm64 = 0;
+      for (auto g : g64)
+        norm64 += g * g;
+      norm64 = std::sqrt(norm64);
+      CHECK(*norm == doctest::Approx(norm64).epsilon(1e-5));
+      double coef = std::min(1.0, 0.5 / (norm64 + 1e-6));
+      std::vector<float> params(model.param_count()), buffers(model.buffer_count());
+      REQUIRE(backend->store(params.data(), buffers.data()));
+      std::vector<double> expected(p64.size());
+      for (size_t i = 0; i < p64.size(); ++i) {
+        double g = g64[i] * coef;
+        double m = (1 - adam.beta1) * g, v = (1 - adam.beta2) * g * g;
+        double step = 1e-3 / (1 - adam.beta1);
+        expected[i] = p64[i] - step * m / (std::sqrt(v) / std::sqrt(1 - adam.beta2) + adam.eps);
+      }
+      // Adam moves every parameter by about lr: compare the moves.
+      double worst = 0;
+      for (size_t i = 0; i < p64.size(); ++i)
+        worst = std::max(worst, std::abs(params[i] - expected[i]));
+      CHECK(worst <= 1e-3 * 0.02);
+      if (bn == batch_norm_mode::local) {
+        const auto& slot = model.layout().actor.hidden[0].batch_norm;
+        CHECK(buffers[slot.running_mean] == doctest::Approx(buf64[slot.running_mean]).epsilon(1e-5));
+      }
+    }
+}
+
+TEST_CASE("device auto picks the CPU without a GPU and says why; cuda without one fails") {
+  auto cpu = choose_device("cpu");
+  REQUIRE(cpu);
+  CHECK(cpu->kind == device_kind::cpu);
+  auto automatic = choose_device("auto");
+  REQUIRE(automatic);
+  CHECK_FALSE(automatic->reason.empty());
+  if (troupe::kernels::cuda_device_count() == 0) {
+    CHECK(automatic->kind == device_kind::cpu);
+    CHECK(automatic->reason.find("no GPU") != std::string::npos);
+    auto cuda = choose_device("cuda");
+    REQUIRE_FALSE(cuda);
+    CHECK(cuda.err().code == troupe::errc::unavailable);
+  } else {
+    CHECK(automatic->kind == device_kind::cuda);
+  }
+  auto bad = choose_device("tpu");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.err().message.find("\"tpu\"") != std::string::npos);
+}
+
+TEST_CASE("a backend refuses an empty batch") {
+  model_spec spec;
+  spec.obs_dim = 3;
+  spec.n = 2;
+  auto backend = make_cpu_backend(spec, adam_config{});
+  ppo_batch<float> empty;
+  CHECK_FALSE(backend->ppo_gradient(empty, ppo_config{}));
+}
