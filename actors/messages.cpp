@@ -18,6 +18,8 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<stream_decl>("stream_decl");
   cfg.add_message_type<stream_status>("stream_status");
   cfg.add_message_type<learners::stats_snapshot>("stats_snapshot");
+  cfg.add_message_type<trajectory_batch>("trajectory_batch");
+  cfg.add_message_type<env_runner_status>("env_runner_status");
   cfg.add_message_type<std::vector<double>>("std::vector<double>");
   cfg.add_error_category(error_category,
                          [](uint8_t code, caf::atom_value, const caf::message& ctx) {

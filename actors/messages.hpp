@@ -76,6 +76,61 @@ typename Inspector::result_type inspect(Inspector& f, stream_status& x) {
            x.count, x.published, x.rejected, x.rejected_by_worker);
 }
 
+// -- environment runner ------------------------------------------------------
+
+using collect_atom = caf::atom_constant<caf::atom("collect")>;
+
+/// A fixed-length batch of experience from one environment runner: T steps of
+/// N environments, time-major ([t][env][...]). With next-step autoreset, a
+/// step whose `autoreset` flag is set is a reset, not a transition: its
+/// action was ignored, its reward is 0, and observations[t + 1] is the first
+/// observation of a new episode.
+struct trajectory_batch {
+  std::string runner;              ///< name of the runner that collected it
+  std::string env_id;              ///< environment id, e.g. "CartPole-v1"
+  uint64_t sequence = 0;           ///< batch number from this runner, from 0
+  uint64_t num_envs = 0;           ///< N
+  uint64_t steps = 0;              ///< T
+  uint64_t obs_dim = 0;            ///< floats per observation
+  uint64_t action_dim = 0;         ///< floats per action
+  std::vector<float> observations; ///< [(T + 1) x N x obs_dim] as the policy saw them
+  std::vector<float> actions;      ///< [T x N x action_dim]
+  std::vector<float> rewards;      ///< [T x N]
+  std::vector<uint8_t> terminated; ///< [T x N]
+  std::vector<uint8_t> truncated;  ///< [T x N]
+  std::vector<uint8_t> autoreset;  ///< [T x N] the step was a reset
+  std::vector<double> episode_returns;   ///< episodes that ended in this batch
+  std::vector<uint64_t> episode_lengths; ///< their lengths in steps
+  uint64_t policy_version = 0;     ///< policy version that chose the actions (oldest used)
+  uint64_t stats_version = 0;      ///< statistics version used to normalize (0: none)
+  bool normalized = false;         ///< observations are normalized
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, trajectory_batch& x) {
+  return f(caf::meta::type_name("trajectory_batch"), x.runner, x.env_id, x.sequence,
+           x.num_envs, x.steps, x.obs_dim, x.action_dim, x.observations, x.actions,
+           x.rewards, x.terminated, x.truncated, x.autoreset, x.episode_returns,
+           x.episode_lengths, x.policy_version, x.stats_version, x.normalized);
+}
+
+/// Counters of one environment runner.
+struct env_runner_status {
+  std::string runner;           ///< runner name
+  std::string env_id;           ///< environment id
+  uint64_t batches = 0;         ///< batches sent
+  uint64_t env_steps = 0;       ///< environment steps taken (N per vector step)
+  uint64_t episodes = 0;        ///< episodes finished
+  uint64_t non_finite = 0;      ///< non-finite observations or rewards seen
+  uint64_t deltas_sent = 0;     ///< moments deltas sent to the keeper
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, env_runner_status& x) {
+  return f(caf::meta::type_name("env_runner_status"), x.runner, x.env_id, x.batches,
+           x.env_steps, x.episodes, x.non_finite, x.deltas_sent);
+}
+
 // -- errors ------------------------------------------------------------------
 
 /// CAF error category of troupe::errc values.
