@@ -322,8 +322,6 @@ result<policy_checkpoint> checkpoint_from_file(const st_file& file,
   auto spec = spec_from_metadata(file.metadata, source);
   if (!spec)
     return spec.err();
-  policy_checkpoint out{actor_critic(*spec, 0), stats_snapshot{}, file.metadata};
-  auto& model = out.model;
 
   std::set<std::string> expected_names;
   // Finds `name` and checks its dtype and shape against the expectation.
@@ -345,22 +343,33 @@ result<policy_checkpoint> checkpoint_from_file(const st_file& file,
                       source, name, value, index);
   };
 
-  for (auto& ref : model.tensors()) {
-    auto t = fetch(ref.name, st_dtype::f32, ref.shape);
+  // Check every model tensor against the layout before building the model,
+  // so that metadata describing a huge network cannot make us allocate it.
+  std::map<std::string, std::vector<float>> model_values;
+  for (auto& slot : make_layout(*spec).tensors) {
+    auto t = fetch(slot.name, st_dtype::f32, slot.shape);
     if (!t)
       return t.err();
     auto values = (*t)->to_f32();
-    bool is_variance = ref.name.size() > 12
-                       && ref.name.compare(ref.name.size() - 12, 12, ".running_var") == 0;
+    bool is_variance = slot.name.size() > 12
+                       && slot.name.compare(slot.name.size() - 12, 12, ".running_var") == 0;
     for (size_t i = 0; i < values.size(); ++i) {
       if (!std::isfinite(values[i]))
-        return non_finite(ref.name, i, values[i]);
+        return non_finite(slot.name, i, values[i]);
       if (is_variance && values[i] < 0.0f)
         return make_error(errc::corrupt_file,
                           "{}: tensor '{}' holds {} at index {} (expected variances >= 0)",
-                          source, ref.name, values[i], i);
+                          source, slot.name, values[i], i);
     }
-    std::copy(values.begin(), values.end(), ref.data);
+    model_values.emplace(slot.name, std::move(values));
+  }
+  policy_checkpoint out{actor_critic(*spec, 0), stats_snapshot{}, file.metadata};
+  auto& model = out.model;
+  for (auto& ref : model.tensors()) {
+    auto it = model_values.find(ref.name);
+    TROUPE_CHECK(it != model_values.end() && it->second.size() == ref.size(),
+                 "tensor '{}' of the model is not in its layout", ref.name);
+    std::copy(it->second.begin(), it->second.end(), ref.data);
   }
 
   bool first_layer = true;

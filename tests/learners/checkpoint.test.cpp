@@ -353,10 +353,14 @@ TEST_CASE("loading rejects an unknown format version and bad metadata with the k
   CHECK(contains(error_for("batch_norm", "sync").message, "\"batch_norm\""));
   CHECK(contains(error_for("obs_dim", "0").message, "invalid policy"));
 
-  // A bigger hidden layer than the tensors hold: the first tensor that
+  // A narrower hidden layer than the tensors hold: the first tensor that
   // disagrees is named.
-  auto wider = error_for("hidden", "[6]");
-  CHECK(contains(wider.message, "expected F32 [6, 3]"));
+  auto narrower = error_for("hidden", "[4]");
+  CHECK(contains(narrower.message, "expected F32 [4, 3]"));
+  // A network far larger than the file is refused (before it is allocated:
+  // 10^12 parameters would not fit in memory).
+  auto huge = error_for("hidden", "[1000000, 1000000]");
+  CHECK(contains(huge.message, "expected F32 [1000000, 3]"));
 
   // Unknown extra metadata keys are kept and ignored.
   auto f = good;
