@@ -1,0 +1,259 @@
+#include "actors/env_runner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "envs/rng.hpp"
+#include "kernels/moments.hpp"
+
+namespace troupe::actors {
+
+policy_fn make_random_policy(const envs::space& action_space, uint64_t seed) {
+  auto gen = std::make_shared<envs::rng>(seed);
+  return [space = action_space, gen](const float*, size_t num_envs, float* actions) {
+    const size_t ad = space.size();
+    for (size_t i = 0; i < num_envs; ++i) {
+      if (space.kind == envs::space_kind::discrete) {
+        auto k = static_cast<int64_t>(gen->unit() * static_cast<double>(space.n));
+        actions[i] = static_cast<float>(std::min(k, space.n - 1));
+      } else {
+        for (size_t j = 0; j < ad; ++j)
+          actions[i * ad + j] = std::min(
+            static_cast<float>(gen->uniform(space.low[j], space.high[j])), space.high[j]);
+      }
+    }
+    return uint64_t{0};
+  };
+}
+
+namespace {
+
+// The runner's message to itself between two batches, so that status
+// requests are answered while a long collection is under way. Local only.
+using next_atom = caf::atom_constant<caf::atom("next_batch")>;
+
+struct runner_state {
+  env_runner_options opts;
+  std::shared_ptr<envs::vector_env> env;
+  policy_fn policy;
+  caf::actor consumer;
+  caf::actor keeper;
+  std::shared_ptr<learners::stats_view> view;
+  env_runner_status status;
+  std::vector<double> episode_return; // running return of each environment
+  std::vector<uint64_t> episode_length;
+  std::vector<float> raw_observations; // [T x N x obs_dim], for the moments
+  kernels::moments batch_moments;
+  bool delta_ready = false; // batch_moments hold a clean batch not yet sent
+  uint64_t remaining = 0;
+  uint64_t sent_in_request = 0;
+  caf::typed_response_promise<uint64_t> pending;
+  bool collecting = false;
+};
+
+using runner_actor = caf::stateful_actor<runner_state>;
+
+void log_line(runner_state& st, const std::string& line) {
+  if (st.opts.log)
+    st.opts.log(line);
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+// Writes the observations the policy sees: a copy, or normalized with the
+// snapshot's mean and variance.
+void policy_view(const float* raw, size_t rows, size_t dim,
+                 const learners::stats_snapshot* snap, const env_runner_options& o,
+                 float* out) {
+  if (!snap) {
+    std::copy(raw, raw + rows * dim, out);
+    return;
+  }
+  const double clip = o.obs_clip > 0 ? o.obs_clip : INFINITY;
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < dim; ++j) {
+      double z = (raw[r * dim + j] - snap->mean[j]) / std::sqrt(snap->var[j] + o.obs_epsilon);
+      out[r * dim + j] = static_cast<float>(std::min(std::max(z, -clip), clip));
+    }
+}
+
+// Collects one batch of T steps; returns an error when a step fails.
+result<trajectory_batch> collect(runner_state& st) {
+  auto& env = *st.env;
+  const size_t n = env.num_envs(), od = env.obs_dim(), ad = env.action_dim();
+  const size_t steps = st.opts.steps_per_batch;
+  trajectory_batch b;
+  b.runner = st.opts.name;
+  b.env_id = env.spec().id;
+  b.sequence = st.status.batches;
+  b.num_envs = n;
+  b.steps = steps;
+  b.obs_dim = od;
+  b.action_dim = ad;
+  b.observations.resize((steps + 1) * n * od);
+  b.actions.resize(steps * n * ad);
+  b.rewards.resize(steps * n);
+  b.terminated.resize(steps * n);
+  b.truncated.resize(steps * n);
+  b.autoreset.resize(steps * n);
+  st.raw_observations.resize(steps * n * od);
+
+  // One snapshot for the whole batch, so that the batch has one version.
+  const learners::stats_snapshot* snap = nullptr;
+  if (st.view) {
+    snap = &st.view->read();
+    b.stats_version = snap->version;
+    b.normalized = true;
+  }
+  uint64_t policy_version = UINT64_MAX;
+  uint64_t non_finite = 0;
+  size_t first_bad_env = 0, first_bad_step = 0;
+  auto note_bad = [&](size_t t, size_t i) {
+    if (non_finite++ == 0) {
+      first_bad_step = t;
+      first_bad_env = i;
+    }
+  };
+  for (size_t t = 0; t < steps; ++t) {
+    const float* raw = env.observations();
+    std::copy(raw, raw + n * od, &st.raw_observations[t * n * od]);
+    for (size_t k = 0; k < n * od; ++k)
+      if (!std::isfinite(raw[k]))
+        note_bad(t, k / od);
+    float* seen = &b.observations[t * n * od];
+    policy_view(raw, n, od, snap, st.opts, seen);
+    float* actions = &b.actions[t * n * ad];
+    policy_version = std::min(policy_version, st.policy(seen, n, actions));
+    if (auto ok = env.step(actions); !ok)
+      return ok.err();
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = t * n + i;
+      b.rewards[k] = env.rewards()[i];
+      b.terminated[k] = env.terminated()[i];
+      b.truncated[k] = env.truncated()[i];
+      b.autoreset[k] = env.autoreset()[i];
+      if (!std::isfinite(b.rewards[k]))
+        note_bad(t, i);
+      if (b.autoreset[k])
+        continue; // a reset, not a transition: the new episode starts here
+      st.episode_return[i] += b.rewards[k];
+      st.episode_length[i] += 1;
+      if (b.terminated[k] || b.truncated[k]) {
+        b.episode_returns.push_back(st.episode_return[i]);
+        b.episode_lengths.push_back(st.episode_length[i]);
+        st.episode_return[i] = 0;
+        st.episode_length[i] = 0;
+      }
+    }
+  }
+  policy_view(env.observations(), n, od, snap, st.opts, &b.observations[steps * n * od]);
+  b.policy_version = policy_version;
+
+  st.status.batches += 1;
+  st.status.env_steps += steps * n;
+  st.status.episodes += b.episode_returns.size();
+  st.status.non_finite += non_finite;
+  if (non_finite > 0) {
+    log_line(st, fmt::format("env runner '{}': {}: {} non-finite observation or reward "
+                             "value(s) in batch {} (first: environment {}, step {}); "
+                             "the batch's moments were not sent to the keeper",
+                             st.opts.name, b.env_id, non_finite, b.sequence, first_bad_env,
+                             first_bad_step));
+  } else if (st.keeper) {
+    kernels::compute_moments_into(st.raw_observations.data(), steps * n, od,
+                                  st.batch_moments);
+    st.delta_ready = true;
+    st.status.deltas_sent += 1;
+  }
+  return b;
+}
+
+caf::behavior env_runner(runner_actor* self, env_runner_options opts,
+                         std::shared_ptr<envs::vector_env> env, policy_fn policy,
+                         caf::actor consumer, caf::actor keeper,
+                         std::shared_ptr<learners::stats_view> view) {
+  auto& st = self->state;
+  st.opts = std::move(opts);
+  st.env = std::move(env);
+  st.policy = std::move(policy);
+  st.consumer = std::move(consumer);
+  st.keeper = std::move(keeper);
+  st.view = std::move(view);
+  st.status.runner = st.opts.name;
+  st.status.env_id = st.env->spec().id;
+  st.episode_return.assign(st.env->num_envs(), 0.0);
+  st.episode_length.assign(st.env->num_envs(), 0);
+  st.env->reset(st.opts.seed);
+  if (st.keeper) {
+    // Declared before the first delta: messages between two actors keep their order.
+    self
+      ->request(st.keeper, caf::infinite, declare_atom::value, st.opts.stats_stream,
+                static_cast<uint64_t>(st.env->obs_dim()))
+      .then([](uint64_t) {},
+            [self](caf::error& e) {
+              log_line(self->state,
+                       fmt::format("env runner '{}': declaring stream '{}' failed: {}",
+                                   self->state.opts.name, self->state.opts.stats_stream,
+                                   error_message(self->system(), e)));
+            });
+  }
+  return {
+    [self](collect_atom, uint64_t batches) -> caf::result<uint64_t> {
+      auto& s = self->state;
+      if (s.collecting)
+        return to_caf_error(make_error(errc::invalid_argument,
+                                       "env runner '{}' is already collecting",
+                                       s.opts.name));
+      if (batches == 0)
+        return uint64_t{0};
+      s.collecting = true;
+      s.remaining = batches;
+      s.sent_in_request = 0;
+      s.pending = self->make_response_promise<uint64_t>();
+      self->send(self, next_atom::value);
+      return s.pending;
+    },
+    [self](next_atom) {
+      auto& s = self->state;
+      if (!s.collecting)
+        return;
+      auto batch = collect(s);
+      if (!batch) {
+        s.collecting = false;
+        s.pending.deliver(to_caf_error(batch.err()));
+        return;
+      }
+      if (s.delta_ready) {
+        auto& m = s.batch_moments;
+        self->send(s.keeper, moments_delta{s.opts.stats_stream, s.opts.name, m.count, m.mean,
+                                           m.m2});
+        s.delta_ready = false;
+      }
+      self->send(s.consumer, std::move(*batch));
+      ++s.sent_in_request;
+      if (--s.remaining > 0) {
+        self->send(self, next_atom::value);
+      } else {
+        s.collecting = false;
+        s.pending.deliver(s.sent_in_request);
+      }
+    },
+    [self](status_atom) { return self->state.status; },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_env_runner(caf::actor_system& sys, env_runner_options opts,
+                            std::shared_ptr<envs::vector_env> env, policy_fn policy,
+                            caf::actor consumer, caf::actor keeper,
+                            std::shared_ptr<learners::stats_view> view) {
+  return sys.spawn(env_runner, std::move(opts), std::move(env), std::move(policy),
+                   std::move(consumer), std::move(keeper), std::move(view));
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,384 @@
+// The environment runner actor: fixed-length batches that replay in scalar
+// environments, episode bookkeeping, versions, normalization through a view,
+// moment deltas to the keeper, and non-finite values kept from the keeper.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/env_runner.hpp"
+#include "actors/messages.hpp"
+#include "actors/stats_keeper.hpp"
+#include "envs/registry.hpp"
+#include "kernels/moments.hpp"
+
+using namespace troupe;
+using namespace troupe::actors;
+
+namespace {
+
+uint64_t fresh_seed() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) | device();
+}
+
+struct runner_fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::vector<std::string> log;
+  std::mutex log_mtx;
+
+  runner_fixture() {
+    register_messages(cfg);
+    cfg.set("scheduler.max-threads", 2);
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+
+  std::function<void(const std::string&)> logger() {
+    return [this](const std::string& line) {
+      std::lock_guard<std::mutex> g(log_mtx);
+      log.push_back(line);
+    };
+  }
+};
+
+// Asks the runner for `n` batches and returns them in order, then checks the
+// reply (the batches arrive before it: one sender, FIFO).
+std::vector<trajectory_batch> collect(caf::scoped_actor& self, const caf::actor& runner,
+                                      uint64_t n) {
+  uint64_t replied = 0;
+  self->request(runner, caf::infinite, collect_atom::value, n)
+    .receive([&](uint64_t sent) { replied = sent; },
+             [&](caf::error& e) { FAIL("collect failed: " << self->system().render(e)); });
+  CHECK(replied == n);
+  std::vector<trajectory_batch> out;
+  for (uint64_t k = 0; k < n; ++k)
+    self->receive([&](trajectory_batch& b) { out.push_back(std::move(b)); });
+  return out;
+}
+
+template <class T, class... Ts>
+T ask(caf::scoped_actor& self, const caf::actor& dest, Ts&&... xs) {
+  T out{};
+  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
+    .receive([&](T& x) { out = std::move(x); },
+             [&](caf::error& e) { FAIL("request failed: " << self->system().render(e)); });
+  return out;
+}
+
+// A policy that counts its calls as its version and draws random actions.
+policy_fn versioned_random_policy(const envs::space& space, uint64_t seed) {
+  auto inner = make_random_policy(space, seed);
+  auto calls = std::make_shared<uint64_t>(100);
+  return [inner, calls](const float* obs, size_t n, float* actions) {
+    inner(obs, n, actions);
+    return (*calls)++;
+  };
+}
+
+// Replays the batches' actions through scalar environments seeded like the
+// runner's and checks observations, rewards, flags and episodes.
+void check_replay(const std::vector<trajectory_batch>& batches, const std::string& id,
+                  uint64_t seed, double obs_tol) {
+  const auto& first = batches.front();
+  const size_t n = first.num_envs, od = first.obs_dim, ad = first.action_dim;
+  std::vector<std::unique_ptr<envs::env>> scalar;
+  std::vector<std::vector<float>> obs(n);
+  std::vector<bool> ended(n, false);
+  std::vector<double> ret(n, 0.0);
+  std::vector<uint64_t> len(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    scalar.push_back(envs::make_env(id).value());
+    obs[i] = scalar[i]->reset(seed + i);
+  }
+  for (auto& b : batches) {
+    CAPTURE(b.sequence);
+    std::vector<double> returns;
+    std::vector<uint64_t> lengths;
+    for (size_t t = 0; t < b.steps; ++t) {
+      for (size_t i = 0; i < n; ++i) {
+        CAPTURE(t);
+        CAPTURE(i);
+        for (size_t j = 0; j < od; ++j)
+          CHECK(std::fabs(b.observations[(t * n + i) * od + j] - obs[i][j])
+                <= obs_tol * (1 + std::fabs(obs[i][j])));
+        const size_t k = t * n + i;
+        if (ended[i]) {
+          obs[i].assign(od, 0.0f);
+          scalar[i]->reset(obs[i].data());
+          CHECK(b.autoreset[k] == 1);
+          CHECK(b.rewards[k] == 0.0f);
+          ended[i] = false;
+          continue;
+        }
+        CHECK(b.autoreset[k] == 0);
+        auto r = scalar[i]->step(&b.actions[k * ad], obs[i].data()).value();
+        CHECK(b.rewards[k] == doctest::Approx(r.reward).epsilon(1e-6));
+        CHECK(b.terminated[k] == r.terminated);
+        CHECK(b.truncated[k] == r.truncated);
+        ret[i] += static_cast<float>(r.reward);
+        len[i] += 1;
+        ended[i] = r.terminated || r.truncated;
+        if (ended[i]) {
+          returns.push_back(ret[i]);
+          lengths.push_back(len[i]);
+          ret[i] = 0;
+          len[i] = 0;
+        }
+      }
+    }
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < od; ++j)
+        CHECK(std::fabs(b.observations[(b.steps * n + i) * od + j] - obs[i][j])
+              <= obs_tol * (1 + std::fabs(obs[i][j])));
+    CHECK(b.episode_lengths == lengths);
+    REQUIRE(b.episode_returns.size() == returns.size());
+    for (size_t e = 0; e < returns.size(); ++e)
+      CHECK(b.episode_returns[e] == doctest::Approx(returns[e]).epsilon(1e-6));
+  }
+}
+
+} // namespace
+
+TEST_CASE("the env runner streams fixed-length batches that replay in scalar environments") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  for (std::string id : {"CartPole-v1", "Pendulum-v1"}) {
+    CAPTURE(id);
+    uint64_t seed = fresh_seed();
+    CAPTURE(seed);
+    const size_t n = 5, steps = 64;
+    std::shared_ptr<envs::vector_env> vec = envs::make_vector_env(id, n).value();
+    env_runner_options opts;
+    opts.name = "runner-a";
+    opts.seed = seed;
+    opts.steps_per_batch = steps;
+    opts.log = fx.logger();
+    auto runner = spawn_env_runner(*fx.sys, opts, vec,
+                                   versioned_random_policy(vec->spec().action_space, seed),
+                                   caf::actor_cast<caf::actor>(self));
+    auto batches = collect(self, runner, 3);
+    REQUIRE(batches.size() == 3);
+    for (uint64_t k = 0; k < 3; ++k) {
+      auto& b = batches[k];
+      CHECK(b.sequence == k);
+      CHECK(b.runner == "runner-a");
+      CHECK(b.env_id == id);
+      CHECK(b.num_envs == n);
+      CHECK(b.steps == steps);
+      CHECK(b.observations.size() == (steps + 1) * n * b.obs_dim);
+      CHECK(b.actions.size() == steps * n * b.action_dim);
+      CHECK(b.rewards.size() == steps * n);
+      CHECK(b.terminated.size() == steps * n);
+      CHECK(b.truncated.size() == steps * n);
+      CHECK(b.policy_version == 100 + k * steps); // oldest version used in the batch
+      CHECK(b.stats_version == 0);
+      CHECK_FALSE(b.normalized);
+      CHECK(std::equal(b.observations.begin() + steps * n * b.obs_dim, b.observations.end(),
+                       k + 1 < 3 ? batches[k + 1].observations.begin()
+                                 : b.observations.begin() + steps * n * b.obs_dim));
+    }
+    // CartPole's batch kernel has its own sine and cosine: float32 tolerance.
+    check_replay(batches, id, seed, id == "CartPole-v1" ? 1e-5 : 0.0);
+    auto st = ask<env_runner_status>(self, runner, status_atom::value);
+    CHECK(st.batches == 3);
+    CHECK(st.env_steps == 3 * steps * n);
+    CHECK(st.non_finite == 0);
+    CHECK(st.deltas_sent == 0);
+    size_t episodes = 0;
+    for (auto& b : batches)
+      episodes += b.episode_returns.size();
+    CHECK(st.episodes == episodes);
+    if (id == "CartPole-v1")
+      CHECK(episodes > 0);
+    self->send_exit(runner, caf::exit_reason::user_shutdown);
+  }
+}
+
+TEST_CASE("the env runner normalizes with the view's snapshot and sends raw moments to the keeper") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  const std::string id = "MountainCar-v0";
+  const size_t n = 6, steps = 40;
+  std::shared_ptr<envs::vector_env> vec = envs::make_vector_env(id, n).value();
+  const size_t od = vec->obs_dim();
+  stats_keeper_options ko;
+  ko.log = fx.logger();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+  // A view with a known snapshot, so that the normalization can be checked.
+  auto view = std::make_shared<learners::stats_view>(od, "obs");
+  std::mt19937_64 gen(seed);
+  std::vector<double> mean = {std::uniform_real_distribution<double>(-0.6, -0.4)(gen),
+                              std::uniform_real_distribution<double>(-0.01, 0.01)(gen)};
+  std::vector<double> var = {std::uniform_real_distribution<double>(0.01, 0.1)(gen),
+                             std::uniform_real_distribution<double>(1e-5, 1e-4)(gen)};
+  view->publish(7, 1000, mean.data(), var.data(), od);
+  env_runner_options opts;
+  opts.name = "runner-n";
+  opts.seed = seed;
+  opts.steps_per_batch = steps;
+  opts.obs_clip = 5.0;
+  opts.log = fx.logger();
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space, seed),
+                     caf::actor_cast<caf::actor>(self), keeper, view);
+  auto batches = collect(self, runner, 2);
+
+  // Raw observations from a replay of the same seeds and actions.
+  std::vector<std::unique_ptr<envs::env>> scalar;
+  std::vector<std::vector<float>> obs(n);
+  std::vector<bool> ended(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    scalar.push_back(envs::make_env(id).value());
+    obs[i] = scalar[i]->reset(seed + i);
+  }
+  std::vector<float> all_raw;
+  for (auto& b : batches) {
+    CHECK(b.stats_version == 7);
+    CHECK(b.normalized);
+    for (size_t t = 0; t < steps; ++t)
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < od; ++j) {
+          double z = (obs[i][j] - mean[j]) / std::sqrt(var[j] + opts.obs_epsilon);
+          z = std::fmin(std::fmax(z, -5.0), 5.0);
+          CHECK(b.observations[(t * n + i) * od + j] == doctest::Approx(z).epsilon(1e-6));
+          all_raw.push_back(obs[i][j]);
+        }
+        if (ended[i]) {
+          scalar[i]->reset(obs[i].data());
+          ended[i] = false;
+        } else {
+          auto r = scalar[i]->step(&b.actions[(t * n + i) * b.action_dim], obs[i].data());
+          ended[i] = r->terminated || r->truncated;
+        }
+      }
+  }
+  // Every raw observation the policy saw reached the keeper exactly once.
+  ask<sync_atom>(self, keeper, sync_atom::value);
+  auto status = ask<stream_status>(self, keeper, status_atom::value, std::string("obs"));
+  CHECK(status.count == 2 * steps * n);
+  CHECK(status.rejected == 0);
+  auto snap = ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value,
+                                            std::string("obs"));
+  REQUIRE(snap.mean.size() == od);
+  for (size_t j = 0; j < od; ++j) {
+    long double s = 0, q = 0;
+    const size_t rows = all_raw.size() / od;
+    for (size_t r = 0; r < rows; ++r)
+      s += all_raw[r * od + j];
+    long double m = s / rows;
+    for (size_t r = 0; r < rows; ++r)
+      q += (all_raw[r * od + j] - m) * (all_raw[r * od + j] - m);
+    CHECK(snap.mean[j] == doctest::Approx(static_cast<double>(m)).epsilon(1e-12));
+    CHECK(snap.var[j] == doctest::Approx(static_cast<double>(q / rows)).epsilon(1e-9));
+  }
+  auto st = ask<env_runner_status>(self, runner, status_atom::value);
+  CHECK(st.deltas_sent == 2);
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+// A vector env whose observation of environment 1 becomes NaN on its third
+// step, for the non-finite path.
+class poisoned_env final : public envs::vector_env {
+public:
+  explicit poisoned_env(size_t n)
+    : vector_env(*envs::find_spec("MountainCar-v0").value(), n, 1), steps_(n, 0) {}
+
+  std::vector<double> state(size_t) const override { return {0.0, 0.0}; }
+  int elapsed_steps(size_t i) const override { return steps_[i]; }
+
+protected:
+  void reset_range(size_t begin, size_t end, uint64_t) override {
+    for (size_t i = begin; i < end; ++i) {
+      observations_[2 * i] = -0.5f;
+      observations_[2 * i + 1] = 0.0f;
+      steps_[i] = 0;
+    }
+  }
+  void step_range(size_t begin, size_t end, const float*) override {
+    for (size_t i = begin; i < end; ++i) {
+      ++steps_[i];
+      observations_[2 * i] = i == 1 && steps_[i] == 3 ? NAN : -0.5f + 0.001f * steps_[i];
+      rewards_[i] = -1.0f;
+    }
+  }
+
+private:
+  std::vector<int> steps_;
+};
+
+} // namespace
+
+TEST_CASE("a non-finite observation is counted, logged with the env id and kept from the keeper") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  stats_keeper_options ko;
+  ko.log = fx.logger();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+  auto vec = std::make_shared<poisoned_env>(3);
+  env_runner_options opts;
+  opts.name = "runner-p";
+  opts.steps_per_batch = 2;
+  opts.log = fx.logger();
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space, 1),
+                     caf::actor_cast<caf::actor>(self), keeper);
+  // Batch 0 sees steps 0-1 (clean); batch 1 sees step 3's NaN as its second
+  // observation; batch 2 is clean again.
+  auto batches = collect(self, runner, 3);
+  ask<sync_atom>(self, keeper, sync_atom::value);
+  auto st = ask<env_runner_status>(self, runner, status_atom::value);
+  CHECK(st.non_finite == 1);
+  CHECK(st.deltas_sent == 2);
+  auto status = ask<stream_status>(self, keeper, status_atom::value, std::string("obs"));
+  CHECK(status.count == 2 * 2 * 3);
+  CHECK(status.rejected == 0);
+  std::lock_guard<std::mutex> g(fx.log_mtx);
+  REQUIRE(fx.log.size() == 1);
+  CHECK(fx.log[0].find("MountainCar-v0") != std::string::npos);
+  CHECK(fx.log[0].find("runner-p") != std::string::npos);
+  CHECK(fx.log[0].find("environment 1") != std::string::npos);
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a random policy draws only actions inside the action space") {
+  uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  for (auto& id : envs::registered_ids()) {
+    CAPTURE(id);
+    const auto& space = envs::find_spec(id).value()->action_space;
+    auto policy = make_random_policy(space, seed);
+    std::vector<float> actions(1000 * space.size());
+    CHECK(policy(nullptr, 1000, actions.data()) == 0);
+    if (space.kind == envs::space_kind::discrete) {
+      std::vector<int> seen(static_cast<size_t>(space.n), 0);
+      for (size_t i = 0; i < 1000; ++i) {
+        CHECK(space.contains(&actions[i]));
+        seen[static_cast<size_t>(actions[i])] += 1;
+      }
+      for (int c : seen)
+        CHECK(c > 0); // every action drawn
+    } else {
+      float lo = INFINITY, hi = -INFINITY;
+      for (size_t i = 0; i < 1000; ++i) {
+        CHECK(space.contains(&actions[i * space.size()]));
+        lo = std::min(lo, actions[i * space.size()]);
+        hi = std::max(hi, actions[i * space.size()]);
+      }
+      float width = space.high[0] - space.low[0];
+      CHECK(lo < space.low[0] + 0.05f * width); // the whole range is drawn
+      CHECK(hi > space.high[0] - 0.05f * width);
+    }
+  }
+}
