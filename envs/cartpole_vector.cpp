@@ -22,6 +22,60 @@ struct libm_sincos {
   static double cos(double x) noexcept { return std::cos(x); }
 };
 
+// One step of every environment in [b, e): cartpole::step's arithmetic in
+// the same order, without branches, in free functions with restrict
+// parameters so that GCC vectorizes the loops.
+template <class SinCos>
+void cartpole_dynamics(size_t b, size_t e, const float* __restrict actions,
+                       double* __restrict x_p, double* __restrict x_dot_p,
+                       double* __restrict theta_p, double* __restrict theta_dot_p,
+                       float* __restrict obs_p) noexcept {
+  constexpr double total_mass = cartpole::total_mass;
+  constexpr double polemass_length = cartpole::polemass_length;
+  constexpr double tau = cartpole::tau;
+  for (size_t i = b; i < e; ++i) {
+    double x = x_p[i], x_dot = x_dot_p[i], theta = theta_p[i], theta_dot = theta_dot_p[i];
+    double force = actions[i] == 1.0f ? cartpole::force_mag : -cartpole::force_mag;
+    double costheta = SinCos::cos(theta);
+    double sintheta = SinCos::sin(theta);
+    double temp = (force + polemass_length * (theta_dot * theta_dot) * sintheta) / total_mass;
+    double thetaacc = (cartpole::gravity * sintheta - costheta * temp)
+                      / (cartpole::length
+                         * (4.0 / 3.0 - cartpole::masspole * (costheta * costheta) / total_mass));
+    double xacc = temp - polemass_length * thetaacc * costheta / total_mass;
+    x = x + tau * x_dot;
+    x_dot = x_dot + tau * xacc;
+    theta = theta + tau * theta_dot;
+    theta_dot = theta_dot + tau * thetaacc;
+    x_p[i] = x;
+    x_dot_p[i] = x_dot;
+    theta_p[i] = theta;
+    theta_dot_p[i] = theta_dot;
+    obs_p[4 * i + 0] = static_cast<float>(x);
+    obs_p[4 * i + 1] = static_cast<float>(x_dot);
+    obs_p[4 * i + 2] = static_cast<float>(theta);
+    obs_p[4 * i + 3] = static_cast<float>(theta_dot);
+  }
+}
+
+// Time limit, termination and reward flags after cartpole_dynamics. A second
+// loop: mixing byte and double lanes in one loop keeps it from vectorizing.
+void cartpole_flags(size_t b, size_t e, const double* __restrict x_p,
+                    const double* __restrict theta_p, int* __restrict elapsed_p,
+                    int max_steps, float* __restrict reward_p, uint8_t* __restrict term_p,
+                    uint8_t* __restrict trunc_p, uint8_t* __restrict reset_p) noexcept {
+  for (size_t i = b; i < e; ++i) {
+    const double x = x_p[i], theta = theta_p[i];
+    int elapsed = elapsed_p[i] + 1;
+    elapsed_p[i] = elapsed;
+    term_p[i] = (x < -cartpole::x_threshold) | (x > cartpole::x_threshold)
+                | (theta < -cartpole::theta_threshold) | (theta > cartpole::theta_threshold);
+    trunc_p[i] = elapsed >= max_steps;
+    reward_p[i] = 1.0f;
+    reset_p[i] = 0;
+  }
+}
+
 class cartpole_vector final : public vector_env {
 public:
   cartpole_vector(size_t num_envs, size_t threads)
@@ -94,57 +148,13 @@ private:
     m.observe(&observations_[i * 4]);
   }
 
-  // One step of every environment in [b, e): cartpole::step's arithmetic in
-  // the same order, without branches, so that the loop vectorizes.
   template <class SinCos>
   void dynamics(size_t b, size_t e, const float* actions) noexcept {
-    constexpr double total_mass = cartpole::total_mass;
-    constexpr double polemass_length = cartpole::polemass_length;
-    constexpr double tau = cartpole::tau;
-    const int max_steps = model_spec<cartpole>().max_episode_steps;
-    double* __restrict x_p = x_.data();
-    double* __restrict x_dot_p = x_dot_.data();
-    double* __restrict theta_p = theta_.data();
-    double* __restrict theta_dot_p = theta_dot_.data();
-    int* __restrict elapsed_p = elapsed_.data();
-    float* __restrict obs_p = observations_.data();
-    float* __restrict reward_p = rewards_.data();
-    uint8_t* __restrict term_p = terminated_.data();
-    uint8_t* __restrict trunc_p = truncated_.data();
-    uint8_t* __restrict reset_p = autoreset_.data();
-    for (size_t i = b; i < e; ++i) {
-      double x = x_p[i], x_dot = x_dot_p[i], theta = theta_p[i], theta_dot = theta_dot_p[i];
-      double force = actions[i] == 1.0f ? cartpole::force_mag : -cartpole::force_mag;
-      double costheta = SinCos::cos(theta);
-      double sintheta = SinCos::sin(theta);
-      double temp = (force + polemass_length * (theta_dot * theta_dot) * sintheta)
-                    / total_mass;
-      double thetaacc = (cartpole::gravity * sintheta - costheta * temp)
-                        / (cartpole::length * (4.0 / 3.0 - cartpole::masspole
-                                                               * (costheta * costheta)
-                                                               / total_mass));
-      double xacc = temp - polemass_length * thetaacc * costheta / total_mass;
-      x = x + tau * x_dot;
-      x_dot = x_dot + tau * xacc;
-      theta = theta + tau * theta_dot;
-      theta_dot = theta_dot + tau * thetaacc;
-      x_p[i] = x;
-      x_dot_p[i] = x_dot;
-      theta_p[i] = theta;
-      theta_dot_p[i] = theta_dot;
-      obs_p[4 * i + 0] = static_cast<float>(x);
-      obs_p[4 * i + 1] = static_cast<float>(x_dot);
-      obs_p[4 * i + 2] = static_cast<float>(theta);
-      obs_p[4 * i + 3] = static_cast<float>(theta_dot);
-      int elapsed = elapsed_p[i] + 1;
-      elapsed_p[i] = elapsed;
-      term_p[i] = (x < -cartpole::x_threshold) | (x > cartpole::x_threshold)
-                  | (theta < -cartpole::theta_threshold)
-                  | (theta > cartpole::theta_threshold);
-      trunc_p[i] = elapsed >= max_steps;
-      reward_p[i] = 1.0f;
-      reset_p[i] = 0;
-    }
+    cartpole_dynamics<SinCos>(b, e, actions, x_.data(), x_dot_.data(), theta_.data(),
+                              theta_dot_.data(), observations_.data());
+    cartpole_flags(b, e, x_.data(), theta_.data(), elapsed_.data(),
+                   model_spec<cartpole>().max_episode_steps, rewards_.data(),
+                   terminated_.data(), truncated_.data(), autoreset_.data());
   }
 
   std::vector<double> x_, x_dot_, theta_, theta_dot_;
