@@ -1,0 +1,274 @@
+// Checkpoints cross between troupe and PyTorch: a file troupe saves loads into
+// the documented PyTorch module (benchmarks/torch_policy.py, load_state_dict
+// strict) and gives the same outputs as `troupe policy act`; a file PyTorch
+// writes loads into troupe and gives PyTorch's outputs. Needs Debian's
+// python3-torch at /usr/bin/python3; skipped with a message without it.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "learners/checkpoint.hpp"
+
+using namespace troupe::learners;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* python = "/usr/bin/python3";
+
+uint64_t test_seed() {
+  return std::random_device{}();
+}
+
+struct temp_folder {
+  fs::path path;
+  explicit temp_folder(uint64_t seed) {
+    path = fs::temp_directory_path() / ("troupe-interop-" + std::to_string(seed) + "-"
+                                        + std::to_string(std::random_device{}()));
+    fs::create_directories(path);
+  }
+  ~temp_folder() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+bool torch_available() {
+  auto cmd = fmt::format("{} -c 'import torch' > /dev/null 2>&1", python);
+  return std::system(cmd.c_str()) == 0;
+}
+
+struct run_result {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+run_result run_command(const std::string& command, const fs::path& dir) {
+  auto err_path = dir / "stderr.txt";
+  auto full = fmt::format("{} 2> '{}'", command, err_path.string());
+  run_result r;
+  FILE* pipe = ::popen(full.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0)
+    r.out.append(buf, n);
+  int st = ::pclose(pipe);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream err(err_path);
+  std::stringstream ss;
+  ss << err.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+std::string torch_policy_script() {
+  return std::string(TROUPE_SOURCE_DIR) + "/benchmarks/torch_policy.py";
+}
+
+// One architecture of the interop matrix.
+struct arch {
+  bool discrete;
+  int64_t obs_dim;
+  int64_t action_dim;
+  std::vector<int64_t> hidden;
+  bool relu;
+  bool obs_norm;
+  const char* batch_norm;
+};
+
+// CleanRL's CartPole and continuous-control shapes, both activations, every
+// batch-norm mode, and a network without hidden layers.
+const std::vector<arch> matrix = {
+  {true, 4, 2, {64, 64}, false, true, "none"},
+  {false, 3, 1, {64, 64}, false, true, "none"},
+  {true, 6, 3, {32, 16}, true, false, "global"},
+  {false, 5, 2, {8}, true, true, "local"},
+  {true, 2, 4, {}, false, true, "none"},
+};
+
+model_spec to_spec(const arch& a) {
+  model_spec s;
+  s.obs_dim = a.obs_dim;
+  s.action = a.discrete ? action_kind::discrete : action_kind::box;
+  (a.discrete ? s.n : s.act_dim) = a.action_dim;
+  s.hidden = a.hidden;
+  s.activation = a.relu ? activation_kind::relu : activation_kind::tanh;
+  s.obs_norm = a.obs_norm;
+  s.batch_norm = *parse_batch_norm(a.batch_norm);
+  return s;
+}
+
+std::string write_obs_csv(const fs::path& dir, int64_t dim, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::string text;
+  for (int64_t j = 0; j < dim; ++j)
+    text += fmt::format("{}obs{}", j == 0 ? "" : ",", j);
+  text += "\n";
+  for (int r = 0; r < 16; ++r) {
+    for (int64_t j = 0; j < dim; ++j)
+      text += fmt::format("{}{}", j == 0 ? "" : ",", normal(rng));
+    text += "\n";
+  }
+  auto path = (dir / "obs.csv").string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line))
+    out.push_back(line);
+  return out;
+}
+
+// Splits a JSON line into its skeleton (numbers replaced by '#') and numbers.
+void split_numbers(const std::string& line, std::string& skeleton,
+                   std::vector<double>& numbers) {
+  skeleton.clear();
+  numbers.clear();
+  size_t i = 0;
+  while (i < line.size()) {
+    char c = line[i];
+    bool starts_number = (c == '-' || (c >= '0' && c <= '9')) && i > 0
+                         && (line[i - 1] == ' ' || line[i - 1] == '[');
+    if (!starts_number) {
+      skeleton += c;
+      ++i;
+      continue;
+    }
+    size_t end = line.find_first_of(",]}", i);
+    numbers.push_back(std::strtod(line.substr(i, end - i).c_str(), nullptr));
+    skeleton += '#';
+    i = end;
+  }
+}
+
+// Same keys and list lengths on every line, numbers equal to 1e-5 relative
+// to max(1, |x|) (float32 outputs near zero carry no relative precision).
+void check_same_outputs(const std::string& troupe_out, const std::string& torch_out) {
+  auto a = lines_of(troupe_out);
+  auto b = lines_of(torch_out);
+  REQUIRE(a.size() == b.size());
+  REQUIRE(!a.empty());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(a[i]);
+    CAPTURE(b[i]);
+    std::string sa, sb;
+    std::vector<double> na, nb;
+    split_numbers(a[i], sa, na);
+    split_numbers(b[i], sb, nb);
+    CHECK(sa == sb);
+    REQUIRE(na.size() == nb.size());
+    for (size_t k = 0; k < na.size(); ++k)
+      CHECK(std::fabs(na[k] - nb[k]) <= 1e-5 * std::max(1.0, std::fabs(nb[k])));
+  }
+}
+
+} // namespace
+
+TEST_CASE("a checkpoint saved by troupe loads into the documented PyTorch module with the "
+          "same outputs") {
+  if (!torch_available()) {
+    MESSAGE("skipped: ", python, " cannot import torch (install Debian's python3-torch)");
+    return;
+  }
+  auto seed = test_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  temp_folder dir(seed);
+  for (auto& a : matrix) {
+    CAPTURE(a.discrete);
+    CAPTURE(a.hidden.size());
+    CAPTURE(a.batch_norm);
+    actor_critic model(to_spec(a), rng());
+    // Random values everywhere (batch-norm statistics, log-std, biases).
+    std::normal_distribution<float> normal(0.0f, 0.4f);
+    std::uniform_real_distribution<float> positive(0.3f, 3.0f);
+    for (auto& t : model.tensors()) {
+      bool is_var = t.name.find("running_var") != std::string::npos;
+      for (size_t i = 0; i < t.size(); ++i)
+        t.data[i] = is_var ? positive(rng) : normal(rng);
+    }
+    model.set_num_batches_tracked(static_cast<int64_t>(rng() % 1000));
+    stats_snapshot stats;
+    stats.count = rng() % 100000;
+    for (int64_t j = 0; j < a.obs_dim; ++j) {
+      stats.mean.push_back(std::normal_distribution<double>(0.0, 1.0)(rng));
+      stats.var.push_back(std::uniform_real_distribution<double>(0.2, 4.0)(rng));
+    }
+    auto ckpt = (dir.path / "troupe.safetensors").string();
+    REQUIRE(save_checkpoint(ckpt, model, &stats));
+    auto csv = write_obs_csv(dir.path, a.obs_dim, rng);
+
+    auto ours = run_command(fmt::format("'{}' policy act --checkpoint '{}' --obs '{}' --json",
+                                        TROUPE_BINARY, ckpt, csv),
+                            dir.path);
+    CAPTURE(ours.err);
+    REQUIRE(ours.status == 0);
+    auto theirs = run_command(fmt::format("{} '{}' act --checkpoint '{}' --obs '{}'", python,
+                                          torch_policy_script(), ckpt, csv),
+                              dir.path);
+    CAPTURE(theirs.err);
+    REQUIRE(theirs.status == 0);
+    check_same_outputs(ours.out, theirs.out);
+  }
+}
+
+TEST_CASE("a checkpoint written by PyTorch loads into troupe with PyTorch's outputs") {
+  if (!torch_available()) {
+    MESSAGE("skipped: ", python, " cannot import torch (install Debian's python3-torch)");
+    return;
+  }
+  auto seed = test_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  temp_folder dir(seed);
+  for (auto& a : matrix) {
+    CAPTURE(a.discrete);
+    CAPTURE(a.hidden.size());
+    CAPTURE(a.batch_norm);
+    auto ckpt = (dir.path / "torch.safetensors").string();
+    auto csv = write_obs_csv(dir.path, a.obs_dim, rng);
+    std::string hidden;
+    for (auto h : a.hidden)
+      hidden += fmt::format("{}{}", hidden.empty() ? "" : ",", h);
+    auto theirs = run_command(
+      fmt::format("{} '{}' write --out '{}' --obs-dim {} --action {} --action-dim {} "
+                  "--hidden='{}' --activation {} {} --batch-norm {} --seed {} --obs '{}'",
+                  python, torch_policy_script(), ckpt, a.obs_dim,
+                  a.discrete ? "discrete" : "box", a.action_dim, hidden,
+                  a.relu ? "relu" : "tanh", a.obs_norm ? "--obs-norm" : "", a.batch_norm,
+                  rng() % 1000000, csv),
+      dir.path);
+    CAPTURE(theirs.err);
+    REQUIRE(theirs.status == 0);
+    auto ours = run_command(fmt::format("'{}' policy act --checkpoint '{}' --obs '{}' --json",
+                                        TROUPE_BINARY, ckpt, csv),
+                            dir.path);
+    CAPTURE(ours.err);
+    REQUIRE(ours.status == 0);
+    check_same_outputs(ours.out, theirs.out);
+
+    // The library sees the architecture PyTorch described.
+    auto loaded = load_checkpoint(ckpt);
+    REQUIRE(loaded.has_value());
+    CHECK(loaded->model.spec().hidden == a.hidden);
+    CHECK(loaded->metadata.count("producer") == 1);
+  }
+}
