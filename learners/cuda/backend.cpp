@@ -1,12 +1,404 @@
-// Placeholder until the CUDA backend lands.
+// The CUDA backend: parameters, optimizer state and every activation live on
+// the device; GEMMs go through cuBLAS on the context's stream and the
+// elementwise work through the kernels of kernels/cuda/. One step launches
+// everything asynchronously and synchronizes once, to copy the loss report
+// and the batch-norm moments back.
+#include <cmath>
+
+#include "kernels/activation.hpp"
+#include "kernels/adam.hpp"
+#include "kernels/cuda_context.hpp"
+#include "kernels/moments.hpp"
+#include "kernels/normalize.hpp"
+#include "kernels/policy_heads.hpp"
 #include "learners/backend.hpp"
 
 namespace troupe::learners {
 
-result<std::unique_ptr<learner_backend>> make_cuda_backend(const model_spec&,
-                                                           const adam_config&,
-                                                           const backend_options&) {
-  return make_error(errc::unavailable, "the CUDA learner backend is not built yet");
+namespace {
+
+using kernels::device_array;
+
+#define TROUPE_TRY(expr)                                                           \
+  do {                                                                             \
+    if (auto troupe_try_status = (expr); !troupe_try_status)                       \
+      return troupe_try_status.err();                                              \
+  } while (false)
+
+kernels::activation_op to_op(activation_kind kind) {
+  return kind == activation_kind::tanh ? kernels::activation_op::tanh
+                                       : kernels::activation_op::relu;
+}
+
+struct device_stage {
+  device_array<float> z, zhat, h;
+  device_array<float> mean, var, inv_std;
+};
+
+struct device_network {
+  std::vector<device_stage> stages;
+  device_array<float> out;
+};
+
+class cuda_backend final : public learner_backend {
+public:
+  cuda_backend(const model_spec& spec, const adam_config& adam,
+               std::unique_ptr<kernels::cuda_context> context)
+    : spec_(spec), layout_(make_layout(spec)), adam_(adam), ctx_(std::move(context)) {
+  }
+
+  status init() {
+    TROUPE_TRY(params_.reserve(std::max<size_t>(layout_.param_count, 1)));
+    TROUPE_TRY(buffers_.reserve(std::max<size_t>(layout_.buffer_count, 1)));
+    TROUPE_TRY(grad_.reserve(std::max<size_t>(layout_.param_count, 1)));
+    TROUPE_TRY(m_.reserve(std::max<size_t>(layout_.param_count, 1)));
+    TROUPE_TRY(v_.reserve(std::max<size_t>(layout_.param_count, 1)));
+    TROUPE_TRY(kernels::cuda_zero(m_.data(), layout_.param_count * sizeof(float), stream()));
+    TROUPE_TRY(kernels::cuda_zero(v_.data(), layout_.param_count * sizeof(float), stream()));
+    size_t widest = 1;
+    for (auto w : spec_.hidden)
+      widest = std::max(widest, static_cast<size_t>(w));
+    TROUPE_TRY(zeros_.reserve(widest));
+    TROUPE_TRY(kernels::cuda_zero(zeros_.data(), widest * sizeof(float), stream()));
+    size_t total = 0;
+    for (const auto* net : {&layout_.actor, &layout_.critic})
+      for (const auto& stage : net->hidden)
+        if (stage.has_batch_norm) {
+          moment_offsets_.push_back(total);
+          total += 2 * static_cast<size_t>(stage.linear.out) + 1;
+        }
+    TROUPE_TRY(moments_raw_.reserve(std::max<size_t>(total, 1)));
+    actor_.stages.resize(spec_.hidden.size());
+    critic_.stages.resize(spec_.hidden.size());
+    return ctx_->synchronize();
+  }
+
+  device_kind device() const noexcept override { return device_kind::cuda; }
+
+  status load(const float* params, const float* buffers) override {
+    TROUPE_TRY(kernels::cuda_copy_to_device(params_.data(), params,
+                                            layout_.param_count * sizeof(float), stream()));
+    if (layout_.buffer_count)
+      TROUPE_TRY(kernels::cuda_copy_to_device(buffers_.data(), buffers,
+                                              layout_.buffer_count * sizeof(float), stream()));
+    return ctx_->synchronize();
+  }
+
+  status store(float* params, float* buffers) override {
+    TROUPE_TRY(kernels::cuda_copy_to_host(params, params_.data(),
+                                          layout_.param_count * sizeof(float), stream()));
+    if (layout_.buffer_count)
+      TROUPE_TRY(kernels::cuda_copy_to_host(buffers, buffers_.data(),
+                                            layout_.buffer_count * sizeof(float), stream()));
+    return ctx_->synchronize();
+  }
+
+  result<loss_report> ppo_gradient(const ppo_batch<float>& batch,
+                                   const ppo_config& config) override {
+    const size_t rows = batch.rows;
+    if (rows == 0)
+      return make_error(errc::invalid_argument, "a PPO batch needs at least one row");
+    const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
+    const size_t head = static_cast<size_t>(spec_.head_dim());
+    const bool box = spec_.action == action_kind::box;
+
+    // Advantages are normalized on the host, in float64, before the upload.
+    host_adv_.assign(batch.advantages, batch.advantages + rows);
+    if (config.normalize_advantages && rows > 1) {
+      double mean = 0, ss = 0;
+      for (auto a : host_adv_)
+        mean += a;
+      mean /= static_cast<double>(rows);
+      for (auto a : host_adv_)
+        ss += (a - mean) * (a - mean);
+      const double std = std::sqrt(ss / static_cast<double>(rows - 1));
+      for (auto& a : host_adv_)
+        a = static_cast<float>((a - mean) / (std + 1e-8));
+    }
+    TROUPE_TRY(upload(obs_, batch.obs, rows * obs_dim));
+    if (box)
+      TROUPE_TRY(upload(box_actions_, batch.box_actions, rows * head));
+    else
+      TROUPE_TRY(upload(actions_, batch.discrete_actions, rows));
+    TROUPE_TRY(upload(old_logp_, batch.old_logprob, rows));
+    TROUPE_TRY(upload(adv_, host_adv_.data(), rows));
+    TROUPE_TRY(upload(ret_, batch.returns, rows));
+    TROUPE_TRY(upload(old_v_, batch.old_values, rows));
+
+    moments_.clear();
+    host_moments_.clear();
+    moment_index_ = 0;
+    TROUPE_TRY(forward(layout_.actor, actor_, obs_.data(), rows));
+    TROUPE_TRY(forward(layout_.critic, critic_, obs_.data(), rows));
+
+    TROUPE_TRY(logp_.reserve(rows));
+    TROUPE_TRY(entropy_.reserve(rows));
+    TROUPE_TRY(head_aux_.reserve(rows * head));
+    if (box)
+      TROUPE_TRY(kernels::cuda_gaussian_forward_async(
+          actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), rows, head,
+          head_aux_.data(), logp_.data(), entropy_.data(), stream()));
+    else
+      TROUPE_TRY(kernels::cuda_categorical_forward_async(actor_.out.data(), actions_.data(),
+                                                         rows, head, head_aux_.data(),
+                                                         logp_.data(), entropy_.data(),
+                                                         stream()));
+    TROUPE_TRY(d_logp_.reserve(rows));
+    TROUPE_TRY(d_entropy_.reserve(rows));
+    TROUPE_TRY(d_value_.reserve(rows));
+    TROUPE_TRY(terms_.reserve(rows * 5));
+    TROUPE_TRY(term_sums_.reserve(5));
+    kernels::ppo_term_constants c;
+    c.clip = static_cast<float>(config.clip_coef);
+    c.vf_coef = static_cast<float>(config.vf_coef);
+    c.ent_coef = static_cast<float>(config.ent_coef);
+    c.inv_rows = 1.0f / static_cast<float>(rows);
+    c.clip_value_loss = config.clip_value_loss;
+    TROUPE_TRY(kernels::cuda_ppo_terms_async(logp_.data(), entropy_.data(), critic_.out.data(),
+                                             old_logp_.data(), adv_.data(), ret_.data(),
+                                             old_v_.data(), rows, c, d_logp_.data(),
+                                             d_entropy_.data(), d_value_.data(),
+                                             terms_.data(), stream()));
+    TROUPE_TRY(ctx_->column_sums(terms_.data(), rows, 5, term_sums_.data()));
+
+    TROUPE_TRY(d_head_.reserve(rows * head));
+    if (box) {
+      TROUPE_TRY(d_log_std_rows_.reserve(rows * head));
+      TROUPE_TRY(kernels::cuda_gaussian_backward_async(
+          head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
+          d_entropy_.data(), rows, head, d_head_.data(), d_log_std_rows_.data(), stream()));
+      TROUPE_TRY(ctx_->column_sums(d_log_std_rows_.data(), rows, head,
+                                   grad_.data() + layout_.log_std));
+    } else {
+      TROUPE_TRY(kernels::cuda_categorical_backward_async(
+          head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(), d_entropy_.data(),
+          rows, head, d_head_.data(), stream()));
+    }
+    TROUPE_TRY(backward(layout_.actor, actor_, obs_.data(), rows, d_head_.data()));
+    TROUPE_TRY(backward(layout_.critic, critic_, obs_.data(), rows, d_value_.data()));
+
+    float sums[5];
+    TROUPE_TRY(kernels::cuda_copy_to_host(sums, term_sums_.data(), sizeof(sums), stream()));
+    TROUPE_TRY(ctx_->synchronize());
+    for (size_t l = 0; l < host_moments_.size(); ++l) {
+      const auto& raw = host_moments_[l];
+      const size_t width = (raw.size() - 1) / 2;
+      kernels::moments m(width);
+      m.count = static_cast<uint64_t>(raw[0]);
+      std::copy(raw.begin() + 1, raw.begin() + 1 + width, m.mean.begin());
+      std::copy(raw.begin() + 1 + width, raw.end(), m.m2.begin());
+      moments_.push_back(std::move(m));
+    }
+    loss_report report;
+    const double n = static_cast<double>(rows);
+    report.policy_loss = sums[0] / n;
+    report.value_loss = 0.5 * sums[1] / n;
+    report.entropy = sums[2] / n;
+    report.approx_kl = sums[3] / n;
+    report.clip_fraction = sums[4] / n;
+    report.loss = report.policy_loss + config.vf_coef * report.value_loss
+                  - config.ent_coef * report.entropy;
+    return report;
+  }
+
+  status read_gradient(float* grad) override {
+    TROUPE_TRY(kernels::cuda_copy_to_host(grad, grad_.data(),
+                                          layout_.param_count * sizeof(float), stream()));
+    return ctx_->synchronize();
+  }
+
+  result<double> apply_gradient(double lr, double max_grad_norm) override {
+    auto norm = ctx_->norm2(grad_.data(), layout_.param_count);
+    if (!norm)
+      return norm.err();
+    if (max_grad_norm > 0) {
+      const double coef = max_grad_norm / (*norm + 1e-6);
+      if (coef < 1.0)
+        TROUPE_TRY(ctx_->scale(grad_.data(), layout_.param_count, static_cast<float>(coef)));
+    }
+    ++steps_;
+    kernels::adam_hyper hyper;
+    hyper.lr = lr;
+    hyper.beta1 = adam_.beta1;
+    hyper.beta2 = adam_.beta2;
+    hyper.eps = adam_.eps;
+    hyper.step = steps_;
+    TROUPE_TRY(kernels::cuda_adam_step_async(params_.data(), grad_.data(), m_.data(), v_.data(),
+                                             layout_.param_count, hyper, stream()));
+    return *norm;
+  }
+
+  const std::vector<kernels::moments>& batch_moments() const noexcept override {
+    return moments_;
+  }
+
+private:
+  void* stream() const noexcept { return ctx_->stream(); }
+
+  template <class T>
+  status upload(device_array<T>& dst, const T* src, size_t count) {
+    TROUPE_TRY(dst.reserve(std::max<size_t>(count, 1)));
+    return kernels::cuda_copy_to_device(dst.data(), src, count * sizeof(T), stream());
+  }
+
+  status forward(const network_layout& net, device_network& dn, const float* input,
+                 size_t rows) {
+    const float* x = input;
+    const auto act = to_op(spec_.activation);
+    for (size_t l = 0; l < net.hidden.size(); ++l) {
+      const auto& stage = net.hidden[l];
+      auto& ds = dn.stages[l];
+      const size_t in = static_cast<size_t>(stage.linear.in);
+      const size_t width = static_cast<size_t>(stage.linear.out);
+      TROUPE_TRY(ds.z.reserve(rows * width));
+      TROUPE_TRY(ds.h.reserve(rows * width));
+      TROUPE_TRY(ctx_->gemm_x_wt(x, params_.data() + stage.linear.weight, rows, in, width,
+                                 ds.z.data()));
+      if (!stage.has_batch_norm) {
+        TROUPE_TRY(kernels::cuda_bias_activation_async(
+            ds.z.data(), params_.data() + stage.linear.bias, rows, width, act, ds.h.data(),
+            stream()));
+      } else {
+        const auto& bn = stage.batch_norm;
+        TROUPE_TRY(kernels::cuda_bias_activation_async(
+            ds.z.data(), params_.data() + stage.linear.bias, rows, width,
+            kernels::activation_op::identity, ds.z.data(), stream()));
+        TROUPE_TRY(ds.zhat.reserve(rows * width));
+        TROUPE_TRY(ds.mean.reserve(width));
+        TROUPE_TRY(ds.var.reserve(width));
+        TROUPE_TRY(ds.inv_std.reserve(width));
+        // The batch's moments: the delta for the keeper, and in local mode
+        // the statistics this forward normalizes with. Each layer has its
+        // own slot, so no copy back waits on a later layer.
+        const size_t ws_bytes = kernels::cuda_moments_workspace_bytes(rows, width);
+        auto ws = ctx_->workspace(ws_bytes);
+        if (!ws)
+          return ws.err();
+        double* raw = moments_raw_.data() + moment_offsets_[moment_index_];
+        ++moment_index_;
+        TROUPE_TRY(kernels::cuda_moments_async(ds.z.data(), rows, width, raw, *ws, ws_bytes,
+                                               stream()));
+        host_moments_.emplace_back(2 * width + 1);
+        TROUPE_TRY(kernels::cuda_copy_to_host(host_moments_.back().data(), raw,
+                                              (2 * width + 1) * sizeof(double), stream()));
+        const float* mean = ds.mean.data();
+        if (spec_.batch_norm == batch_norm_mode::local) {
+          TROUPE_TRY(kernels::cuda_moments_to_stats_async(raw, width, spec_.batch_norm_eps,
+                                                          ds.mean.data(), ds.var.data(),
+                                                          ds.inv_std.data(), stream()));
+        } else {
+          mean = buffers_.data() + bn.running_mean;
+          TROUPE_TRY(kernels::cuda_inverse_std_async(buffers_.data() + bn.running_var, width,
+                                                     spec_.batch_norm_eps, ds.inv_std.data(),
+                                                     stream()));
+        }
+        TROUPE_TRY(kernels::cuda_batch_norm_forward_async(
+            ds.z.data(), mean, ds.inv_std.data(), params_.data() + bn.weight,
+            params_.data() + bn.bias, rows, width, ds.zhat.data(), ds.h.data(), stream()));
+        TROUPE_TRY(kernels::cuda_bias_activation_async(ds.h.data(), zeros_.data(), rows, width,
+                                                       act, ds.h.data(), stream()));
+      }
+      x = ds.h.data();
+    }
+    const auto& out = net.output;
+    TROUPE_TRY(dn.out.reserve(rows * static_cast<size_t>(out.out)));
+    TROUPE_TRY(ctx_->gemm_x_wt(x, params_.data() + out.weight, rows,
+                               static_cast<size_t>(out.in), static_cast<size_t>(out.out),
+                               dn.out.data()));
+    return kernels::cuda_bias_activation_async(dn.out.data(), params_.data() + out.bias, rows,
+                                               static_cast<size_t>(out.out),
+                                               kernels::activation_op::identity,
+                                               dn.out.data(), stream());
+  }
+
+  status backward(const network_layout& net, device_network& dn, const float* input,
+                  size_t rows, const float* d_output) {
+    const auto& out = net.output;
+    const size_t stages = net.hidden.size();
+    const float* last = stages ? dn.stages.back().h.data() : input;
+    const size_t out_in = static_cast<size_t>(out.in), out_w = static_cast<size_t>(out.out);
+    TROUPE_TRY(ctx_->gemm_dzt_x(d_output, last, rows, out_in, out_w, grad_.data() + out.weight));
+    TROUPE_TRY(ctx_->column_sums(d_output, rows, out_w, grad_.data() + out.bias));
+    if (stages == 0)
+      return status::ok();
+    size_t widest = 1;
+    for (auto w : spec_.hidden)
+      widest = std::max(widest, static_cast<size_t>(w));
+    TROUPE_TRY(d_a_.reserve(rows * widest));
+    TROUPE_TRY(d_b_.reserve(rows * widest));
+    TROUPE_TRY(ctx_->gemm_dz_w(d_output, params_.data() + out.weight, rows, out_in, out_w,
+                               d_a_.data()));
+    const auto act = to_op(spec_.activation);
+    for (size_t l = stages; l-- > 0;) {
+      const auto& stage = net.hidden[l];
+      auto& ds = dn.stages[l];
+      const size_t width = static_cast<size_t>(stage.linear.out);
+      const size_t in = static_cast<size_t>(stage.linear.in);
+      TROUPE_TRY(kernels::cuda_activation_backward_async(ds.h.data(), d_a_.data(),
+                                                         rows * width, act, stream()));
+      float* d_linear = d_a_.data();
+      if (stage.has_batch_norm) {
+        const auto& bn = stage.batch_norm;
+        // dgamma = colsum(dy zhat), dbeta = colsum(dy); the product goes to
+        // d_b, which then receives dz.
+        TROUPE_TRY(kernels::cuda_multiply_async(d_a_.data(), ds.zhat.data(), rows * width,
+                                                d_b_.data(), stream()));
+        TROUPE_TRY(ctx_->column_sums(d_b_.data(), rows, width, grad_.data() + bn.weight));
+        TROUPE_TRY(ctx_->column_sums(d_a_.data(), rows, width, grad_.data() + bn.bias));
+        TROUPE_TRY(kernels::cuda_batch_norm_backward_async(
+            d_a_.data(), ds.zhat.data(), params_.data() + bn.weight, ds.inv_std.data(),
+            grad_.data() + bn.bias, grad_.data() + bn.weight, rows, width,
+            spec_.batch_norm == batch_norm_mode::local, d_b_.data(), stream()));
+        d_linear = d_b_.data();
+      }
+      const float* x = l == 0 ? input : dn.stages[l - 1].h.data();
+      TROUPE_TRY(ctx_->gemm_dzt_x(d_linear, x, rows, in, width,
+                                  grad_.data() + stage.linear.weight));
+      TROUPE_TRY(ctx_->column_sums(d_linear, rows, width, grad_.data() + stage.linear.bias));
+      if (l > 0) {
+        float* target = d_linear == d_a_.data() ? d_b_.data() : d_a_.data();
+        TROUPE_TRY(ctx_->gemm_dz_w(d_linear, params_.data() + stage.linear.weight, rows, in,
+                                   width, target));
+        if (target == d_b_.data())
+          std::swap(d_a_, d_b_);
+      }
+    }
+    return status::ok();
+  }
+
+  model_spec spec_;
+  model_layout layout_;
+  adam_config adam_;
+  std::unique_ptr<kernels::cuda_context> ctx_;
+  device_array<float> params_, buffers_, grad_, m_, v_, zeros_;
+  device_array<float> obs_, box_actions_, old_logp_, adv_, ret_, old_v_;
+  device_array<int64_t> actions_;
+  device_network actor_, critic_;
+  device_array<float> logp_, entropy_, head_aux_, d_logp_, d_entropy_, d_value_, terms_,
+      term_sums_, d_head_, d_log_std_rows_, d_a_, d_b_;
+  device_array<double> moments_raw_;
+  std::vector<size_t> moment_offsets_; // per batch-norm layer, into moments_raw_
+  size_t moment_index_ = 0;
+  std::vector<std::vector<double>> host_moments_;
+  std::vector<kernels::moments> moments_;
+  std::vector<float> host_adv_;
+  int64_t steps_ = 0;
+};
+
+} // namespace
+
+result<std::unique_ptr<learner_backend>> make_cuda_backend(const model_spec& spec,
+                                                           const adam_config& adam,
+                                                           const backend_options& options) {
+  if (auto valid = spec.validate(); !valid)
+    return valid.err();
+  auto ctx = kernels::cuda_context::create(0, options.allow_tf32);
+  if (!ctx)
+    return ctx.err();
+  auto backend = std::make_unique<cuda_backend>(spec, adam, std::move(*ctx));
+  if (auto st = backend->init(); !st)
+    return st.err();
+  return std::unique_ptr<learner_backend>(std::move(backend));
 }
 
 } // namespace troupe::learners

@@ -1,6 +1,7 @@
 #include "learners/backend.hpp"
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include <doctest/doctest.h>
@@ -72,8 +73,12 @@ double normwise(const std::vector<float>& a, const std::vector<double>& b) {
 
 } // namespace
 
-TEST_CASE("the CPU backend's sharded gradient, moments and Adam step match a float64 "
-          "reference on the whole batch") {
+using backend_factory =
+    std::function<std::unique_ptr<learner_backend>(const model_spec&, const adam_config&)>;
+
+// Gradient, loss, batch-norm moments and one clipped Adam step of `make`'s
+// backend against the float64 reference, for every batch norm mode and head.
+void check_against_float64(const backend_factory& make) {
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
@@ -93,10 +98,8 @@ TEST_CASE("the CPU backend's sharded gradient, moments and Adam step match a flo
         spec.n = 3;
       }
       actor_critic model(spec, rng());
-      backend_options options;
-      options.threads = 3;
       adam_config adam;
-      auto backend = make_cpu_backend(spec, adam, options);
+      auto backend = make(spec, adam);
       REQUIRE(backend->load(model.params(), model.buffers()));
       const size_t rows = 1000;
       host_batch data(spec, rows, rng);
@@ -157,6 +160,33 @@ TEST_CASE("the CPU backend's sharded gradient, moments and Adam step match a flo
         CHECK(buffers[slot.running_mean] == doctest::Approx(buf64[slot.running_mean]).epsilon(1e-5));
       }
     }
+}
+
+TEST_CASE("the CPU backend's sharded gradient, moments and Adam step match a float64 "
+          "reference on the whole batch") {
+  check_against_float64([](const model_spec& spec, const adam_config& adam) {
+    backend_options options;
+    options.threads = 3;
+    return make_cpu_backend(spec, adam, options);
+  });
+}
+
+TEST_CASE("the CUDA backend's gradient, moments and Adam step match a float64 reference") {
+  if (troupe::kernels::cuda_device_count() == 0) {
+    MESSAGE("skipped: CUDA backend parity (no GPU)");
+    model_spec spec;
+    spec.obs_dim = 3;
+    spec.n = 2;
+    auto missing = make_cuda_backend(spec, adam_config{});
+    REQUIRE_FALSE(missing);
+    CHECK(missing.err().code == troupe::errc::unavailable);
+    return;
+  }
+  check_against_float64([](const model_spec& spec, const adam_config& adam) {
+    auto backend = make_cuda_backend(spec, adam);
+    REQUIRE(backend);
+    return std::move(*backend);
+  });
 }
 
 TEST_CASE("device auto picks the CPU without a GPU and says why; cuda without one fails") {

@@ -1,0 +1,63 @@
+// Normalization on row-major float32 [rows x cols] buffers: the observation
+// normalizer clip((x - mean) / sqrt(var + eps), -clip, clip) and the batch
+// norm affine transform with its backward pass. CPU twins here, CUDA twins in
+// kernels/cuda/normalize.cu.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/error.hpp"
+
+namespace troupe::kernels {
+
+/// out = clip((x - mean) * inv_std, -clip, clip), per column; inv_std[j] =
+/// 1 / sqrt(var[j] + eps) computed by the caller.
+void normalize_clip(const float* x, const float* mean, const float* inv_std,
+                    size_t rows, size_t cols, float clip, float* out) noexcept;
+
+/// Batch norm forward with given statistics: zhat = (z - mean) inv_std,
+/// y = gamma zhat + beta.
+void batch_norm_forward(const float* z, const float* mean, const float* inv_std,
+                        const float* gamma, const float* beta, size_t rows, size_t cols,
+                        float* zhat, float* y) noexcept;
+
+/// Batch norm backward given column sums sum_dy[j] and sum_dy_zhat[j] of
+/// dL/dy and dL/dy * zhat: with batch statistics (local mode)
+/// dz = gamma inv_std (dy - sum_dy / rows - zhat sum_dy_zhat / rows);
+/// with fixed statistics (global or eval) dz = gamma inv_std dy.
+void batch_norm_backward(const float* dy, const float* zhat, const float* gamma,
+                         const float* inv_std, const float* sum_dy,
+                         const float* sum_dy_zhat, size_t rows, size_t cols,
+                         bool batch_statistics, float* dz) noexcept;
+
+/// inv_std[j] = 1 / sqrt(var[j] + eps).
+void inverse_std(const float* var, size_t cols, double eps, float* inv_std) noexcept;
+
+/// CUDA twin of normalize_clip.
+status cuda_normalize_clip_async(const float* x, const float* mean, const float* inv_std,
+                                 size_t rows, size_t cols, float clip, float* out,
+                                 void* stream) noexcept;
+/// CUDA twin of batch_norm_forward.
+status cuda_batch_norm_forward_async(const float* z, const float* mean,
+                                     const float* inv_std, const float* gamma,
+                                     const float* beta, size_t rows, size_t cols,
+                                     float* zhat, float* y, void* stream) noexcept;
+/// CUDA twin of batch_norm_backward.
+status cuda_batch_norm_backward_async(const float* dy, const float* zhat,
+                                      const float* gamma, const float* inv_std,
+                                      const float* sum_dy, const float* sum_dy_zhat,
+                                      size_t rows, size_t cols, bool batch_statistics,
+                                      float* dz, void* stream) noexcept;
+/// CUDA twin of inverse_std.
+status cuda_inverse_std_async(const float* var, size_t cols, double eps, float* inv_std,
+                              void* stream) noexcept;
+/// out[i] = a[i] * b[i] on the device (for column sums of products).
+status cuda_multiply_async(const float* a, const float* b, size_t count, float* out,
+                           void* stream) noexcept;
+/// From moments (count, mean[cols], m2[cols]) in float64 on the device, the
+/// float mean, biased variance and 1 / sqrt(var + eps) of each column.
+status cuda_moments_to_stats_async(const double* moments, size_t cols, double eps,
+                                   float* mean, float* var, float* inv_std,
+                                   void* stream) noexcept;
+
+} // namespace troupe::kernels
