@@ -132,9 +132,11 @@ class Agent(nn.Module):
     def __init__(self, metadata):
         super().__init__()
         if metadata.get("format") != FORMAT:
-            raise ValueError(f"metadata format must be {FORMAT!r}, got {metadata.get('format')!r}")
+            found = metadata.get("format")
+            raise ValueError(f"metadata format must be {FORMAT!r}, got {found!r}")
         if int(metadata["format_version"]) != FORMAT_VERSION:
-            raise ValueError(f"format_version {metadata['format_version']} is not supported")
+            version = metadata["format_version"]
+            raise ValueError(f"format_version {version} is not supported")
         self.obs_dim = int(metadata["obs_dim"])
         self.discrete = metadata["action_space"] == "discrete"
         self.action_dim = int(metadata["action_dim"])

@@ -260,7 +260,8 @@ status check_obs_stats(const stats_snapshot* stats, size_t dim) {
                       "observation statistics were given");
   if (stats->mean.size() != dim || stats->var.size() != dim)
     return make_error(errc::dimension_mismatch,
-                      "observation statistics must have dimension {}, got mean {} and var {}",
+                      "observation statistics must have dimension {}, got mean {} and "
+                      "var {}",
                       dim, stats->mean.size(), stats->var.size());
   for (size_t i = 0; i < dim; ++i) {
     if (!std::isfinite(stats->mean[i]))
@@ -409,7 +410,8 @@ result<policy_checkpoint> checkpoint_from_file(const st_file& file,
     double n = (*count)->to_f64()[0];
     if (!std::isfinite(n) || n < 0.0 || n > 1.8e19)
       return make_error(errc::corrupt_file,
-                        "{}: tensor 'obs_rms.count' holds {} (expected a finite count >= 0)",
+                        "{}: tensor 'obs_rms.count' holds {} (expected a finite count "
+                        ">= 0)",
                         source, n);
     // Gymnasium's RunningMeanStd starts its count at 1e-4; round to samples.
     stats.count = static_cast<uint64_t>(std::round(n));

@@ -193,7 +193,8 @@ void print_table(const learners::model_spec& spec, const learners::policy_output
 
 int cmd_policy_act(const args_t& args) {
   static const std::vector<arg_spec> specs = {
-    {"checkpoint", true, false, "policy checkpoint (.safetensors, see docs/checkpoints.md)"},
+    {"checkpoint", true, false,
+     "policy checkpoint (.safetensors, see docs/checkpoints.md)"},
     {"obs", true, false, "CSV file: one observation per row, optional header line"},
     {"json", false, false, "one JSON object per row instead of a table"},
   };

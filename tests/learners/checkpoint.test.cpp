@@ -342,7 +342,8 @@ TEST_CASE("loading rejects an unknown format version and bad metadata with the k
                  "\"format_version\" must be a decimal integer, got \"one\""));
   CHECK(contains(error_for("hidden", "").message, "missing metadata key \"hidden\""));
   CHECK(contains(error_for("hidden", "64,64").message, "\"hidden\" must be a JSON list"));
-  CHECK(contains(error_for("hidden", "[64, -1]").message, "\"hidden\" must be a JSON list"));
+  CHECK(contains(error_for("hidden", "[64, -1]").message,
+                 "\"hidden\" must be a JSON list"));
   CHECK(contains(error_for("activation", "gelu").message,
                  "\"activation\" must be \"tanh\" or \"relu\", got \"gelu\""));
   CHECK(contains(error_for("action_space", "multi").message, "\"action_space\""));

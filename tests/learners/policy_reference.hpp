@@ -121,7 +121,8 @@ inline reference_arch random_arch(std::mt19937_64& rng) {
   a.obs_eps = std::uniform_real_distribution<double>(1e-8, 1e-3)(rng);
   a.obs_clip = std::uniform_real_distribution<double>(1.0, 10.0)(rng);
   const char* modes[] = {"none", "global", "local"};
-  a.batch_norm = a.hidden.empty() ? "none" : modes[std::uniform_int_distribution<int>(0, 2)(rng)];
+  auto mode = std::uniform_int_distribution<int>(0, 2)(rng);
+  a.batch_norm = a.hidden.empty() ? "none" : modes[mode];
   a.bn_eps = std::uniform_real_distribution<double>(1e-6, 1e-2)(rng);
   return a;
 }
@@ -141,7 +142,8 @@ inline learners::st_file random_checkpoint_file(const reference_arch& a,
     for (auto d : r.shape)
       n *= static_cast<size_t>(d);
     bool is_var = r.name.find("var") != std::string::npos;
-    bool is_weight = r.name.size() > 7 && r.name.compare(r.name.size() - 7, 7, ".weight") == 0;
+    bool is_weight =
+      r.name.size() > 7 && r.name.compare(r.name.size() - 7, 7, ".weight") == 0;
     double scale = 1.0;
     if (is_weight && r.shape.size() == 2)
       scale = 1.5 / std::sqrt(static_cast<double>(r.shape[1]));

@@ -187,7 +187,8 @@ TEST_CASE("policy act prints the float64 reference outputs, one JSON object per 
         double got = std::strtod(numbers[k].c_str(), nullptr);
         CHECK(troupe::test::close_to(got, expected[k]));
         // The literal is the canonical 9-digit form of a float32.
-        CHECK(numbers[k] == fmt::format("{:.9g}", static_cast<double>(static_cast<float>(got))));
+        auto as_float = static_cast<double>(static_cast<float>(got));
+        CHECK(numbers[k] == fmt::format("{:.9g}", as_float));
       }
     }
   }
