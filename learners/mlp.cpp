@@ -1,6 +1,7 @@
 #include "learners/mlp.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <type_traits>
 
@@ -23,7 +24,14 @@ void network_forward_float(const network_layout& net, const model_spec& spec,
 void network_backward_float(const network_layout& net, const model_spec& spec,
                             const float* params, network_cache<float>& cache,
                             const float* d_output, float* grad);
+double gemm_gflops(size_t rows, size_t k, size_t n, double min_seconds);
 } // namespace avx512
+
+double gemm_gflops(size_t rows, size_t k, size_t n, double min_seconds) {
+  if (avx512::available())
+    return avx512::gemm_gflops(rows, k, n, min_seconds);
+  return portable::gemm_gflops_impl(rows, k, n, min_seconds);
+}
 
 template <class T>
 void network_forward(const network_layout& net, const model_spec& spec,

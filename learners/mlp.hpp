@@ -63,6 +63,11 @@ template <class T>
 void batch_norm_moments(const network_layout& net, const network_cache<T>& cache,
                         std::vector<kernels::moments>& out);
 
+/// One-thread rate (GFLOP/s) of the float GEMM the forward pass runs, for
+/// [rows x k] * [k x n], in the copy (portable or AVX-512) this CPU uses:
+/// the floor `troupe bench learner` compares with.
+double gemm_gflops(size_t rows, size_t k, size_t n, double min_seconds);
+
 // -- heads -------------------------------------------------------------------
 
 /// Per-row log-probability of the taken action and entropy, plus what the

@@ -10,6 +10,7 @@
 // functions stay baseline code.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cassert>
 #include <cfloat>
 #include <climits>
@@ -71,6 +72,10 @@ void network_backward_float(const network_layout& net, const model_spec& spec,
   backward_impl(net, spec, params, cache, d_output, grad);
 }
 
+double gemm_gflops(size_t rows, size_t k, size_t n, double min_seconds) {
+  return gemm_gflops_impl(rows, k, n, min_seconds);
+}
+
 } // namespace troupe::learners::avx512
 
 #pragma GCC pop_options
@@ -104,6 +109,10 @@ void network_forward_float(const network_layout&, const model_spec&, const float
 
 void network_backward_float(const network_layout&, const model_spec&, const float*,
                             network_cache<float>&, const float*, float*) {
+}
+
+double gemm_gflops(size_t, size_t, size_t, double) {
+  return 0.0;
 }
 #endif
 

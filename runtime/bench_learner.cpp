@@ -11,10 +11,10 @@
 #include <thread>
 #include <tuple>
 
-#include <Eigen/Core>
 #include <fmt/format.h>
 
 #include "learners/backend.hpp"
+#include "learners/mlp.hpp"
 #include "runtime/args.hpp"
 #include "runtime/commands.hpp"
 
@@ -135,21 +135,6 @@ result<bench_row> time_case(learners::device_kind device, const bench_case& c,
   return row;
 }
 
-// One-thread Eigen float GEMM rate on [rows x k] * [k x n].
-double eigen_gemm_gflops(Eigen::Index rows, Eigen::Index k, Eigen::Index n) {
-  using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  matrix a = matrix::Random(rows, k), b = matrix::Random(n, k), out(rows, n);
-  size_t reps = 0;
-  auto start = clock_type::now();
-  double elapsed = 0;
-  do {
-    out.noalias() = a * b.transpose();
-    ++reps;
-    elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
-  } while (elapsed < 0.3);
-  return 2.0 * static_cast<double>(rows * k * n) * static_cast<double>(reps) / elapsed / 1e9;
-}
-
 } // namespace
 
 int bench_learner(const args_t& args) {
@@ -213,12 +198,13 @@ int bench_learner(const args_t& args) {
                fmt::format("[{}]", fmt::join(r.hidden, ",")), r.batch, r.samples_per_s,
                r.gflop_per_s);
   if (which != "cuda") {
-    fmt::print("floor: Eigen float GEMM, one thread, {} hardware threads\n",
+    fmt::print("floor: the forward pass's float GEMM (Eigen), one thread; {} hardware "
+               "threads\n",
                std::thread::hardware_concurrency());
     for (auto [m, k, n] : {std::tuple{4096, 64, 64}, std::tuple{4096, 256, 256},
                            std::tuple{1024, 1024, 1024}})
       fmt::print("  [{}x{}]*[{}x{}]: {:.2f} GFLOP/s\n", m, k, k, n,
-                 eigen_gemm_gflops(m, k, n));
+                 learners::gemm_gflops(m, k, n, 0.3));
   }
   return 0;
 }
