@@ -1,5 +1,316 @@
-// Placeholder until the foundation issue lands; replaced by the real command.
+// `troupe bench stats [--json]`: throughput of the statistics keeper, latency
+// of statistics-view reads while it publishes, and the throughput a consumer
+// keeps when the keeper is blocked. See docs/benchmarks.md.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define TROUPE_HAVE_RDTSC 1
+#endif
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/messages.hpp"
+#include "actors/stats_keeper.hpp"
+#include "runtime/args.hpp"
 #include "runtime/commands.hpp"
+
 namespace troupe::runtime {
-int bench_stats(const args_t&) { return fail(exit_failure, "not built yet (foundation issue)"); }
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using run_atom = caf::atom_constant<caf::atom("run")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+
+constexpr size_t bench_dim = 64;
+const std::string stream = "bench";
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+actors::moments_delta make_delta(std::mt19937_64& rng, const std::string& worker) {
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  actors::moments_delta d{stream, worker, 256, std::vector<double>(bench_dim),
+                          std::vector<double>(bench_dim)};
+  for (size_t j = 0; j < bench_dim; ++j) {
+    d.mean[j] = u(rng);
+    d.m2[j] = 256.0 * (1.5 + u(rng));
+  }
+  return d;
+}
+
+// Sends `count` deltas (each built anew, as a worker builds one per batch) to
+// `dest`, waits until `dest` has handled them all (sync is FIFO behind them),
+// then tells `done_to`.
+void producer(caf::blocking_actor* self, caf::actor dest, uint64_t count,
+              std::string worker, caf::actor done_to) {
+  std::mt19937_64 rng(std::hash<std::string>{}(worker));
+  auto proto = make_delta(rng, worker);
+  self->receive([](run_atom) {});
+  for (uint64_t i = 0; i < count; ++i) {
+    actors::moments_delta d = proto;
+    d.mean[i % bench_dim] += 1e-9;
+    self->send(dest, std::move(d));
+  }
+  self->request(dest, caf::infinite, actors::sync_atom::value)
+    .receive([](actors::sync_atom) {}, [](caf::error&) {});
+  self->send(done_to, actors::sync_atom::value);
+}
+
+// The floor: an actor that receives the same deltas and does nothing.
+caf::behavior sink(caf::event_based_actor*) {
+  return {
+    [](const actors::moments_delta&) {},
+    [](actors::sync_atom) { return actors::sync_atom::value; },
+  };
+}
+
+// Sends `per_tick` deltas every millisecond until stopped: a steady load.
+caf::behavior paced_producer(caf::event_based_actor* self, caf::actor dest,
+                             uint64_t per_tick) {
+  auto rng = std::make_shared<std::mt19937_64>(7);
+  auto proto = std::make_shared<actors::moments_delta>(make_delta(*rng, "paced"));
+  self->send(self, tick_atom::value);
+  return {
+    [=](tick_atom) {
+      for (uint64_t i = 0; i < per_tick; ++i)
+        self->send(dest, *proto);
+      self->delayed_send(self, std::chrono::milliseconds(1), tick_atom::value);
+    },
+    [=](stop_atom) { self->quit(); },
+  };
+}
+
+void declare(caf::scoped_actor& self, const caf::actor& keeper) {
+  self->request(keeper, caf::infinite, actors::declare_atom::value, stream,
+                uint64_t{bench_dim})
+    .receive([](uint64_t) {}, [](caf::error&) {});
+}
+
+// Deltas per second handled by `dest` from two producers.
+double two_producer_rate(caf::actor_system& sys, const caf::actor& dest, uint64_t per_producer) {
+  caf::scoped_actor self{sys};
+  auto a = sys.spawn(producer, dest, per_producer, std::string{"producer-a"}, caf::actor{self});
+  auto b = sys.spawn(producer, dest, per_producer, std::string{"producer-b"}, caf::actor{self});
+  auto t0 = clock_type::now();
+  self->send(a, run_atom::value);
+  self->send(b, run_atom::value);
+  for (int i = 0; i < 2; ++i)
+    self->receive([](actors::sync_atom) {});
+  return 2.0 * static_cast<double>(per_producer) / seconds_since(t0);
+}
+
+double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  return xs[xs.size() / 2];
+}
+
+// -- view-read latency -------------------------------------------------------
+
+struct latency_result {
+  double p50_ns = 0, p99_ns = 0, p999_ns = 0;
+  uint64_t reads = 0, fresh_reads = 0;
+};
+
+double ticks_per_ns() {
+#ifdef TROUPE_HAVE_RDTSC
+  auto t0 = clock_type::now();
+  auto c0 = __rdtsc();
+  while (seconds_since(t0) < 0.05) {
+  }
+  auto c1 = __rdtsc();
+  return static_cast<double>(c1 - c0) / (seconds_since(t0) * 1e9);
+#else
+  return 1.0;
+#endif
+}
+
+inline uint64_t now_ticks() {
+#ifdef TROUPE_HAVE_RDTSC
+  _mm_lfence();
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(clock_type::now().time_since_epoch().count());
+#endif
+}
+
+latency_result view_read_latency(caf::actor_system& sys, uint64_t samples) {
+  actors::stats_keeper_options opts;
+  opts.publish_every_merges = 1; // publish on every merge: the worst case for readers
+  opts.publish_interval_ms = 0;
+  auto keeper = actors::spawn_stats_keeper(sys, opts);
+  caf::scoped_actor self{sys};
+  declare(self, keeper);
+  auto view = actors::subscribe_view(sys, keeper, stream, bench_dim);
+  auto load = sys.spawn(paced_producer, keeper, uint64_t{200});
+  std::vector<uint32_t> ticks(samples);
+  const double per_ns = ticks_per_ns();
+  uint64_t last_version = 0, fresh = 0;
+  double sink_value = 0;
+  for (uint64_t i = 0; i < samples; ++i) {
+    auto t0 = now_ticks();
+    const auto& s = view->read();
+    sink_value += s.mean[i % bench_dim];
+    auto t1 = now_ticks();
+    ticks[i] = static_cast<uint32_t>(std::min<uint64_t>(t1 - t0, UINT32_MAX));
+    if (s.version != last_version) {
+      ++fresh;
+      last_version = s.version;
+    }
+  }
+  self->send(load, stop_atom::value);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+  std::sort(ticks.begin(), ticks.end());
+  auto pct = [&](double p) {
+    return ticks[std::min<size_t>(ticks.size() - 1, static_cast<size_t>(p * ticks.size()))] / per_ns;
+  };
+  latency_result r;
+  r.p50_ns = pct(0.50);
+  r.p99_ns = pct(0.99);
+  r.p999_ns = pct(0.999);
+  r.reads = samples;
+  r.fresh_reads = fresh + (sink_value == 12345.678 ? 1 : 0);
+  return r;
+}
+
+// -- stalled keeper ----------------------------------------------------------
+
+// Iterations per second of a loop doing fixed work (normalizing one
+// observation with the snapshot) plus one view read per iteration.
+double consumer_rate(learners::stats_view& view, uint64_t iterations) {
+  std::vector<float> obs(bench_dim), out(bench_dim);
+  for (size_t j = 0; j < bench_dim; ++j)
+    obs[j] = static_cast<float>(j) * 0.1f;
+  double acc = 0;
+  auto t0 = clock_type::now();
+  for (uint64_t i = 0; i < iterations; ++i) {
+    const auto& s = view.read();
+    for (size_t j = 0; j < bench_dim; ++j)
+      out[j] = static_cast<float>((obs[j] - s.mean[j]) / std::sqrt(s.var[j] + 1e-8));
+    acc += out[i % bench_dim];
+    obs[i % bench_dim] += 1e-6f;
+  }
+  double secs = seconds_since(t0);
+  if (acc == 1.2345) // keeps the loop's results alive
+    std::fputs("", stderr);
+  return static_cast<double>(iterations) / secs;
+}
+
+double stalled_consumer_rate(caf::actor_system& sys, bool stall, uint64_t iterations) {
+  actors::stats_keeper_options opts;
+  opts.gate = std::make_shared<actors::keeper_gate>();
+  auto keeper = actors::spawn_stats_keeper(sys, opts, true);
+  caf::scoped_actor self{sys};
+  declare(self, keeper);
+  auto view = actors::subscribe_view(sys, keeper, stream, bench_dim);
+  auto load = sys.spawn(paced_producer, keeper, uint64_t{100});
+  if (stall) {
+    opts.gate->close();
+    self->send(keeper, actors::pause_atom::value);
+    while (!opts.gate->has_waiter())
+      std::this_thread::yield();
+  }
+  double rate = consumer_rate(*view, iterations);
+  self->send(load, stop_atom::value);
+  opts.gate->open();
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+  return rate;
+}
+
+} // namespace
+
+int bench_stats(const args_t& args) {
+  static const std::vector<arg_spec> specs = {
+    {"json", false, false, "print one JSON object"},
+    {"deltas", true, false, "deltas per producer for merges_per_s (default 500000)"},
+    {"repeats", true, false, "repetitions of each measurement; the median is reported (default 3)"},
+  };
+  auto parsed = parse_args("troupe bench stats", args, specs);
+  if (!parsed)
+    return fail(exit_bad_input, parsed.err().message);
+  if (!parsed->positional.empty())
+    return fail(exit_bad_input,
+                fmt::format("bench stats: unexpected argument '{}'", parsed->positional[0]));
+  auto deltas = parsed->get_int("deltas", 500000, 1000, 1000000000);
+  auto repeats = parsed->get_int("repeats", 3, 1, 100);
+  if (!deltas)
+    return fail(exit_bad_input, deltas.err().message);
+  if (!repeats)
+    return fail(exit_bad_input, repeats.err().message);
+  const bool json = parsed->flag("json");
+  auto say = [&](const std::string& line) {
+    if (!json)
+      std::printf("%s\n", line.c_str());
+  };
+
+  caf::actor_system_config cfg;
+  actors::register_messages(cfg);
+  caf::actor_system sys{cfg};
+  const auto threads = sys.scheduler().num_workers();
+
+  // Merges per second and the raw-CAF floor.
+  std::vector<double> merge_rates, raw_rates;
+  for (int64_t r = 0; r < *repeats; ++r) {
+    actors::stats_keeper_options opts;
+    opts.publish_every_merges = 1u << 30;
+    opts.publish_interval_ms = 0;
+    auto keeper = actors::spawn_stats_keeper(sys, opts);
+    {
+      caf::scoped_actor self{sys};
+      declare(self, keeper);
+    }
+    merge_rates.push_back(two_producer_rate(sys, keeper, static_cast<uint64_t>(*deltas)));
+    auto s = sys.spawn(sink);
+    raw_rates.push_back(two_producer_rate(sys, s, static_cast<uint64_t>(*deltas)));
+    caf::anon_send_exit(keeper, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  }
+  double merges = median(merge_rates), raw = median(raw_rates);
+  say(fmt::format("merges_per_s        {:>14.0f}  (dim {}, 2 producers, {} scheduler threads)",
+                  merges, bench_dim, threads));
+  say(fmt::format("raw_caf_msgs_per_s  {:>14.0f}  (same deltas to an actor that drops them)", raw));
+  say(fmt::format("merge/raw ratio     {:>14.3f}", merges / raw));
+
+  auto lat = view_read_latency(sys, 4000000);
+  say(fmt::format("read_ns p50 {:.1f}  p99 {:.1f}  p99.9 {:.1f}  ({} reads, {} saw a new snapshot)",
+                  lat.p50_ns, lat.p99_ns, lat.p999_ns, lat.reads, lat.fresh_reads));
+
+  std::vector<double> normal, stalled;
+  const uint64_t iterations = 20000000;
+  for (int64_t r = 0; r < *repeats; ++r) {
+    normal.push_back(stalled_consumer_rate(sys, false, iterations));
+    stalled.push_back(stalled_consumer_rate(sys, true, iterations));
+  }
+  double ratio = median(stalled) / median(normal);
+  say(fmt::format("consumer iterations/s: keeper running {:.0f}, keeper blocked {:.0f}",
+                  median(normal), median(stalled)));
+  say(fmt::format("stalled_keeper_throughput_ratio {:.3f}", ratio));
+
+  if (json)
+    std::printf("{\"merges_per_s\": %.0f, \"raw_caf_msgs_per_s\": %.0f, "
+                "\"merge_to_raw_ratio\": %.4f, \"read_ns_p50\": %.2f, "
+                "\"read_ns_p99\": %.2f, \"read_ns_p999\": %.2f, \"reads\": %llu, "
+                "\"reads_seeing_new_snapshot\": %llu, "
+                "\"consumer_iters_per_s_keeper_running\": %.0f, "
+                "\"consumer_iters_per_s_keeper_blocked\": %.0f, "
+                "\"stalled_keeper_throughput_ratio\": %.4f, \"dim\": %zu, "
+                "\"producers\": 2, \"scheduler_threads\": %zu}\n",
+                merges, raw, merges / raw, lat.p50_ns, lat.p99_ns, lat.p999_ns,
+                static_cast<unsigned long long>(lat.reads),
+                static_cast<unsigned long long>(lat.fresh_reads), median(normal),
+                median(stalled), ratio, bench_dim, threads);
+  return 0;
+}
+
 } // namespace troupe::runtime
