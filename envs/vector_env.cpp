@@ -1,6 +1,7 @@
 #include "envs/vector_env.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -10,8 +11,10 @@ namespace troupe::envs {
 // -- worker pool --------------------------------------------------------------
 
 // Runs task k of a step on worker k - 1 while the caller runs task 0. One step
-// is one generation: workers wait for the generation to change, run their
-// task and count down; the caller waits for the count to reach zero.
+// is one generation. A step of a few thousand environments takes tens of
+// microseconds, about as long as waking a sleeping thread, so workers spin
+// briefly on the generation counter before they sleep, and the caller spins
+// (yielding) until the pending count reaches zero.
 class worker_pool {
 public:
   using task_fn = void (*)(void* context, size_t task);
@@ -24,8 +27,8 @@ public:
   ~worker_pool() {
     {
       std::lock_guard<std::mutex> guard(mutex_);
-      stopping_ = true;
-      ++generation_;
+      stopping_.store(true, std::memory_order_release);
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     for (auto& t : threads_)
@@ -34,49 +37,52 @@ public:
 
   // Runs fn(context, k) for k in [0, workers + 1) and returns when all ran.
   void run(task_fn fn, void* context) {
+    fn_ = fn;
+    context_ = context;
+    pending_.store(threads_.size(), std::memory_order_relaxed);
     {
+      // Under the mutex, so that a worker about to sleep cannot miss it.
       std::lock_guard<std::mutex> guard(mutex_);
-      fn_ = fn;
-      context_ = context;
-      pending_ = threads_.size();
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     fn(context, 0);
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins)
+      if (spins > 64)
+        std::this_thread::yield();
   }
 
 private:
+  static constexpr int spin_limit = 4000;
+
   void work(size_t task) {
     uint64_t seen = 0;
     for (;;) {
-      task_fn fn;
-      void* context;
-      {
+      uint64_t now = generation_.load(std::memory_order_acquire);
+      for (int spins = 0; now == seen && spins < spin_limit; ++spins)
+        now = generation_.load(std::memory_order_acquire);
+      if (now == seen) {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (stopping_)
-          return;
-        fn = fn_;
-        context = context_;
+        wake_.wait(lock, [&] {
+          return generation_.load(std::memory_order_acquire) != seen;
+        });
+        now = generation_.load(std::memory_order_acquire);
       }
-      fn(context, task);
-      std::lock_guard<std::mutex> guard(mutex_);
-      if (--pending_ == 0)
-        done_.notify_one();
+      seen = now;
+      if (stopping_.load(std::memory_order_acquire))
+        return;
+      fn_(context_, task);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
 
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::condition_variable done_;
-  uint64_t generation_ = 0;
-  size_t pending_ = 0;
-  bool stopping_ = false;
-  task_fn fn_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<size_t> pending_{0};
+  std::atomic<bool> stopping_{false};
+  task_fn fn_ = nullptr; // published by the release increment of generation_
   void* context_ = nullptr;
 };
 
