@@ -160,6 +160,10 @@ status cuda_copy_to_host(void*, const void*, size_t, void*) noexcept {
   return make_error(errc::unavailable, "troupe was built without CUDA");
 }
 
+status cuda_synchronize_device() noexcept {
+  return make_error(errc::unavailable, "troupe was built without CUDA");
+}
+
 status cuda_zero(void*, size_t, void*) noexcept {
   return make_error(errc::unavailable, "troupe was built without CUDA");
 }

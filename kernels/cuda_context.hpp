@@ -100,6 +100,8 @@ void cuda_free(void* p) noexcept;
 status cuda_copy_to_device(void* dst, const void* src, size_t bytes, void* stream) noexcept;
 /// Device-to-host copy on `stream`; the data is there after a synchronize.
 status cuda_copy_to_host(void* dst, const void* src, size_t bytes, void* stream) noexcept;
+/// Waits for all work on the current device (every stream).
+status cuda_synchronize_device() noexcept;
 /// Device memset to zero on `stream`.
 status cuda_zero(void* dst, size_t bytes, void* stream) noexcept;
 

@@ -66,6 +66,12 @@ public:
   virtual result<loss_report> ppo_gradient(const ppo_batch<float>& batch,
                                            const ppo_config& config) = 0;
 
+  /// IMPALA's V-trace loss of a host batch ((steps + 1) * envs observation
+  /// rows, time-major); the targets are computed from this forward pass and
+  /// held constant. The gradient stays in the backend.
+  virtual result<loss_report> vtrace_gradient(const vtrace_batch<float>& batch,
+                                              const vtrace_config& config) = 0;
+
   /// Copies the last gradient out (param_count floats).
   virtual status read_gradient(float* grad) = 0;
 

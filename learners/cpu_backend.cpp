@@ -201,6 +201,21 @@ public:
     return total;
   }
 
+  result<loss_report> vtrace_gradient(const vtrace_batch<float>& batch,
+                                      const vtrace_config& config) override {
+    if (batch.steps == 0 || batch.envs == 0)
+      return make_error(errc::invalid_argument,
+                        "a V-trace batch needs steps >= 1 and envs >= 1, got {} and {}",
+                        batch.steps, batch.envs);
+    // The recursion runs along each trajectory, so the batch is not split.
+    auto& s = shards_[0];
+    train_options options;
+    options.batch_moments = &moments_;
+    vtrace_targets_buffer<float> targets;
+    return vtrace_loss_and_grad(spec_, layout_, params_.data(), buffers_.data(), batch, config,
+                                options, targets, s.workspace, grad_.data());
+  }
+
   status read_gradient(float* grad) override {
     std::copy(grad_.begin(), grad_.end(), grad);
     return status::ok();

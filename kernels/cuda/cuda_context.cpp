@@ -196,6 +196,10 @@ status cuda_copy_to_host(void* dst, const void* src, size_t bytes, void* stream)
                      "copy to host");
 }
 
+status cuda_synchronize_device() noexcept {
+  return cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
 status cuda_zero(void* dst, size_t bytes, void* stream) noexcept {
   return cuda_status(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(stream)),
                      "memset");

@@ -180,15 +180,7 @@ public:
     float sums[5];
     TROUPE_TRY(kernels::cuda_copy_to_host(sums, term_sums_.data(), sizeof(sums), stream()));
     TROUPE_TRY(ctx_->synchronize());
-    for (size_t l = 0; l < host_moments_.size(); ++l) {
-      const auto& raw = host_moments_[l];
-      const size_t width = (raw.size() - 1) / 2;
-      kernels::moments m(width);
-      m.count = static_cast<uint64_t>(raw[0]);
-      std::copy(raw.begin() + 1, raw.begin() + 1 + width, m.mean.begin());
-      std::copy(raw.begin() + 1 + width, raw.end(), m.m2.begin());
-      moments_.push_back(std::move(m));
-    }
+    collect_moments();
     loss_report report;
     const double n = static_cast<double>(rows);
     report.policy_loss = sums[0] / n;
@@ -197,6 +189,98 @@ public:
     report.approx_kl = sums[3] / n;
     report.clip_fraction = sums[4] / n;
     report.loss = report.policy_loss + config.vf_coef * report.value_loss
+                  - config.ent_coef * report.entropy;
+    return report;
+  }
+
+  result<loss_report> vtrace_gradient(const vtrace_batch<float>& batch,
+                                      const vtrace_config& config) override {
+    if (batch.steps == 0 || batch.envs == 0)
+      return make_error(errc::invalid_argument,
+                        "a V-trace batch needs steps >= 1 and envs >= 1, got {} and {}",
+                        batch.steps, batch.envs);
+    const size_t n = batch.steps * batch.envs;
+    const size_t rows = n + batch.envs;
+    const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
+    const size_t head = static_cast<size_t>(spec_.head_dim());
+    const bool box = spec_.action == action_kind::box;
+    TROUPE_TRY(upload(obs_, batch.obs, rows * obs_dim));
+    if (box)
+      TROUPE_TRY(upload(box_actions_, batch.box_actions, n * head));
+    else
+      TROUPE_TRY(upload(actions_, batch.discrete_actions, n));
+    moments_.clear();
+    host_moments_.clear();
+    moment_index_ = 0;
+    TROUPE_TRY(forward(layout_.actor, actor_, obs_.data(), rows));
+    TROUPE_TRY(forward(layout_.critic, critic_, obs_.data(), rows));
+    TROUPE_TRY(logp_.reserve(n));
+    TROUPE_TRY(entropy_.reserve(n));
+    TROUPE_TRY(head_aux_.reserve(n * head));
+    if (box)
+      TROUPE_TRY(kernels::cuda_gaussian_forward_async(
+          actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), n, head,
+          head_aux_.data(), logp_.data(), entropy_.data(), stream()));
+    else
+      TROUPE_TRY(kernels::cuda_categorical_forward_async(actor_.out.data(), actions_.data(), n,
+                                                         head, head_aux_.data(), logp_.data(),
+                                                         entropy_.data(), stream()));
+    // The recursion runs backward in time along each trajectory: a sequential
+    // loop of steps * envs numbers, done on the host.
+    host_logp_.resize(n);
+    host_entropy_.resize(n);
+    host_values_.resize(rows);
+    TROUPE_TRY(kernels::cuda_copy_to_host(host_logp_.data(), logp_.data(), n * sizeof(float),
+                                          stream()));
+    TROUPE_TRY(kernels::cuda_copy_to_host(host_entropy_.data(), entropy_.data(),
+                                          n * sizeof(float), stream()));
+    TROUPE_TRY(kernels::cuda_copy_to_host(host_values_.data(), critic_.out.data(),
+                                          rows * sizeof(float), stream()));
+    TROUPE_TRY(ctx_->synchronize());
+    std::vector<float> log_rhos(n), vs(n), adv(n);
+    for (size_t i = 0; i < n; ++i)
+      log_rhos[i] = host_logp_[i] - batch.behavior_logprob[i];
+    vtrace_targets(batch.steps, batch.envs, log_rhos.data(), batch.discounts, batch.rewards,
+                   host_values_.data(), host_values_.data() + n, config, vs.data(), adv.data());
+    std::vector<float> d_logp(n), d_entropy(n), d_value(rows, 0.0f);
+    const float inv_n = 1.0f / static_cast<float>(n);
+    double pg = 0, vl = 0, ent = 0;
+    for (size_t i = 0; i < n; ++i) {
+      pg -= static_cast<double>(host_logp_[i]) * adv[i];
+      d_logp[i] = -adv[i] * inv_n;
+      const float err = host_values_[i] - vs[i];
+      vl += static_cast<double>(err) * err;
+      d_value[i] = static_cast<float>(config.baseline_coef) * err * inv_n;
+      ent += host_entropy_[i];
+      d_entropy[i] = -static_cast<float>(config.ent_coef) * inv_n;
+    }
+    TROUPE_TRY(upload(d_logp_, d_logp.data(), n));
+    TROUPE_TRY(upload(d_entropy_, d_entropy.data(), n));
+    TROUPE_TRY(upload(d_value_, d_value.data(), rows));
+    TROUPE_TRY(d_head_.reserve(rows * head));
+    TROUPE_TRY(kernels::cuda_zero(d_head_.data(), rows * head * sizeof(float), stream()));
+    if (box) {
+      TROUPE_TRY(d_log_std_rows_.reserve(n * head));
+      TROUPE_TRY(kernels::cuda_gaussian_backward_async(
+          head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
+          d_entropy_.data(), n, head, d_head_.data(), d_log_std_rows_.data(), stream()));
+      TROUPE_TRY(ctx_->column_sums(d_log_std_rows_.data(), n, head,
+                                   grad_.data() + layout_.log_std));
+    } else {
+      TROUPE_TRY(kernels::cuda_categorical_backward_async(
+          head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(), d_entropy_.data(),
+          n, head, d_head_.data(), stream()));
+    }
+    TROUPE_TRY(backward(layout_.actor, actor_, obs_.data(), rows, d_head_.data()));
+    TROUPE_TRY(backward(layout_.critic, critic_, obs_.data(), rows, d_value_.data()));
+    TROUPE_TRY(ctx_->synchronize());
+    collect_moments();
+    loss_report report;
+    const double count = static_cast<double>(n);
+    report.policy_loss = pg / count;
+    report.value_loss = 0.5 * vl / count;
+    report.entropy = ent / count;
+    report.loss = report.policy_loss + config.baseline_coef * report.value_loss
                   - config.ent_coef * report.entropy;
     return report;
   }
@@ -234,6 +318,18 @@ public:
 
 private:
   void* stream() const noexcept { return ctx_->stream(); }
+
+  // Turns the raw (count, mean, m2) copies of the last forward into moments.
+  void collect_moments() {
+    for (const auto& raw : host_moments_) {
+      const size_t width = (raw.size() - 1) / 2;
+      kernels::moments m(width);
+      m.count = static_cast<uint64_t>(raw[0]);
+      std::copy(raw.begin() + 1, raw.begin() + 1 + width, m.mean.begin());
+      std::copy(raw.begin() + 1 + width, raw.end(), m.m2.begin());
+      moments_.push_back(std::move(m));
+    }
+  }
 
   template <class T>
   status upload(device_array<T>& dst, const T* src, size_t count) {
@@ -381,7 +477,7 @@ private:
   size_t moment_index_ = 0;
   std::vector<std::vector<double>> host_moments_;
   std::vector<kernels::moments> moments_;
-  std::vector<float> host_adv_;
+  std::vector<float> host_adv_, host_logp_, host_entropy_, host_values_;
   int64_t steps_ = 0;
 };
 

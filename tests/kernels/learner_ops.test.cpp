@@ -42,16 +42,18 @@ device_array<T> to_device(const std::vector<T>& host) {
   device_array<T> d;
   REQUIRE(d.reserve(std::max<size_t>(host.size(), 1)));
   REQUIRE(cuda_copy_to_device(d.data(), host.data(), host.size() * sizeof(T), nullptr));
+  // Pageable uploads may still be in flight; the context streams do not wait
+  // for the default stream.
+  REQUIRE(cuda_synchronize_device());
   return d;
 }
 
 template <class T>
 std::vector<T> to_host(const device_array<T>& d, size_t n) {
   std::vector<T> out(n);
+  REQUIRE(cuda_synchronize_device());
   REQUIRE(cuda_copy_to_host(out.data(), d.data(), n * sizeof(T), nullptr));
-  auto ctx = cuda_context::create(0, false);
-  REQUIRE(ctx);
-  REQUIRE((*ctx)->synchronize());
+  REQUIRE(cuda_synchronize_device());
   return out;
 }
 
