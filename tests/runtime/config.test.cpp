@@ -1,0 +1,151 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "runtime/config.hpp"
+#include "tests/cli_support.hpp"
+
+using namespace troupe::runtime;
+using troupe::test::run_troupe;
+using troupe::test::temp_folder;
+
+namespace {
+
+std::string errors_of(const std::string& text, const std::vector<std::string>& sets = {}) {
+  auto cfg = parse_config(text, "cartpole.toml", sets);
+  REQUIRE_FALSE(cfg.has_value());
+  CHECK(cfg.err().code == troupe::errc::bad_config);
+  return cfg.err().message;
+}
+
+} // namespace
+
+TEST_CASE("a valid file resolves every option, with file values and their lines") {
+  auto cfg = parse_config("[run]\nname = \"exp\"\nseed = 42\n\n[stats]\nmode = \"ema\"\n"
+                          "momentum = 0.9\n",
+                          "exp.toml");
+  REQUIRE(cfg.has_value());
+  CHECK(cfg->get_string("run.name") == "exp");
+  CHECK(cfg->get_int("run.seed") == 42);
+  CHECK(cfg->get_string("stats.mode") == "ema");
+  CHECK(cfg->get_float("stats.momentum") == 0.9);
+  CHECK(cfg->origin("run.seed") == "exp.toml:3");
+  CHECK(cfg->get_string("run.device") == "auto");
+  CHECK(cfg->origin("run.device") == "default");
+}
+
+TEST_CASE("an unknown key names file, line and the nearest valid key") {
+  auto msg = errors_of("[run]\nseed = 1\n\n[stats]\nmode = \"ema\"\n\nmomentun = 0.9\n");
+  CHECK(msg == "cartpole.toml:7: unknown key 'stats.momentun' (did you mean 'stats.momentum'?)");
+}
+
+TEST_CASE("unknown sections and top-level keys are reported with their lines") {
+  auto msg = errors_of("seed = 3\n[statz]\nmode = \"ema\"\n");
+  CHECK(msg.find("cartpole.toml:1: unknown top-level key 'seed'") != std::string::npos);
+  CHECK(msg.find("cartpole.toml:2: unknown section '[statz]' (did you mean '[stats]'?)")
+        != std::string::npos);
+}
+
+TEST_CASE("a wrong type names the expected type and the value given") {
+  auto msg = errors_of("[run]\nseed = \"abc\"\n");
+  CHECK(msg == "cartpole.toml:2: run.seed: expected an integer in [0, 4294967295], "
+               "got string \"abc\"");
+  msg = errors_of("[stats]\npublish_every_merges = 2.5\n");
+  CHECK(msg.find("cartpole.toml:2: stats.publish_every_merges: expected an integer") == 0);
+  CHECK(msg.find("got float 2.5") != std::string::npos);
+}
+
+TEST_CASE("an out-of-range value names the range and the value given") {
+  auto msg = errors_of("[stats]\nmomentum = 1.0\n");
+  CHECK(msg == "cartpole.toml:2: stats.momentum: expected a float in [0, 1), got float 1");
+  msg = errors_of("[run]\ndevice = \"gpu\"\n");
+  CHECK(msg == "cartpole.toml:2: run.device: expected one of \"auto\", \"cpu\", \"cuda\", "
+               "got string \"gpu\"");
+  msg = errors_of("[stats]\nepsilon = 0\n");
+  CHECK(msg.find("expected a float in (0, 1], got integer 0") != std::string::npos);
+}
+
+TEST_CASE("every problem of a file is reported, in file order") {
+  auto msg = errors_of("[run]\nseed = -1\nname = 3\n[stats]\nmod = \"ema\"\n");
+  auto a = msg.find(":2:"), b = msg.find(":3:"), c = msg.find(":5:");
+  REQUIRE(a != std::string::npos);
+  REQUIRE(b != std::string::npos);
+  REQUIRE(c != std::string::npos);
+  CHECK(a < b);
+  CHECK(b < c);
+}
+
+TEST_CASE("invalid TOML syntax names the file and line") {
+  auto cfg = parse_config("[run]\nseed = 1\nname = \"unterminated\n", "bad.toml");
+  REQUIRE_FALSE(cfg.has_value());
+  CHECK(cfg.err().message.rfind("bad.toml:3: invalid TOML", 0) == 0);
+}
+
+TEST_CASE("--set overrides are applied after the file and validated the same way") {
+  auto cfg = parse_config("[run]\nseed = 1\n", "a.toml",
+                          {"run.seed=7", "stats.mode=ema", "run.name=my run", "stats.momentum=0.5"});
+  REQUIRE(cfg.has_value());
+  CHECK(cfg->get_int("run.seed") == 7);
+  CHECK(cfg->origin("run.seed") == "--set");
+  CHECK(cfg->get_string("stats.mode") == "ema");
+  CHECK(cfg->get_string("run.name") == "my run");
+  CHECK(cfg->get_float("stats.momentum") == 0.5);
+}
+
+TEST_CASE("a bad --set names the override, the key, the expectation and the value") {
+  auto msg = errors_of("", {"run.seed=abc"});
+  CHECK(msg == "--set run.seed=abc: run.seed: expected an integer in [0, 4294967295], "
+               "got string \"abc\"");
+  msg = errors_of("", {"stats.momentun=0.5"});
+  CHECK(msg == "--set stats.momentun=0.5: unknown key 'stats.momentun' "
+               "(did you mean 'stats.momentum'?)");
+  msg = errors_of("", {"stats.momentum=1.5"});
+  CHECK(msg.find("expected a float in [0, 1), got float 1.5") != std::string::npos);
+  msg = errors_of("", {"run.seed"});
+  CHECK(msg == "--set run.seed: expected section.key=value");
+}
+
+TEST_CASE("the resolved config printed as TOML parses back to the same values") {
+  auto cfg = parse_config("[run]\nname = \"q\\\"uote\"\nseed = 99\n[stats]\nmomentum = 0.25\n",
+                          "a.toml", {"stats.publish_interval_ms=0"});
+  REQUIRE(cfg.has_value());
+  auto again = parse_config(cfg->to_toml(), "resolved.toml");
+  REQUIRE(again.has_value());
+  CHECK(again->to_toml() == cfg->to_toml());
+  CHECK(again->get_string("run.name") == "q\"uote");
+  CHECK(again->get_int("stats.publish_interval_ms") == 0);
+}
+
+TEST_CASE("config describe lists every option with its type, default and range") {
+  auto text = describe_schema();
+  for (auto& spec : schema()) {
+    CAPTURE(spec.name());
+    CHECK(text.find(spec.name()) != std::string::npos);
+    CHECK(text.find(spec.description) != std::string::npos);
+    CHECK(text.find(spec.expectation()) != std::string::npos);
+  }
+}
+
+TEST_CASE("troupe check prints the resolved config, or every error with exit status 2") {
+  temp_folder dir("check");
+  auto good = dir.write("good.toml", "[run]\nseed = 5\n");
+  auto r = run_troupe(fmt::format("check '{}' --set stats.mode=ema", good), dir);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("seed = 5") != std::string::npos);
+  CHECK(r.out.find("mode = \"ema\"") != std::string::npos);
+  auto bad = dir.write("bad.toml", "[run]\nseed = 5\n[stats]\nmomentun = 0.9\n");
+  r = run_troupe(fmt::format("check '{}'", bad), dir);
+  CHECK(r.status == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err.find("bad.toml:4: unknown key 'stats.momentun' (did you mean 'stats.momentum'?)")
+        != std::string::npos);
+  r = run_troupe("check missing.toml", dir);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("missing.toml: cannot open config file") != std::string::npos);
+  r = run_troupe(fmt::format("check '{}' --set run.seed=x", good), dir);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--set run.seed=x") != std::string::npos);
+  r = run_troupe(fmt::format("check '{}' --sett a=b", good), dir);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("did you mean '--set'") != std::string::npos);
+}
