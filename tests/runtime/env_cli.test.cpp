@@ -263,3 +263,23 @@ TEST_CASE("env replay rejects bad input with exit status 2 and a message naming 
   }
   std::remove(ok_actions.c_str());
 }
+
+TEST_CASE("bench envs --json prints one row per environment, size and thread count") {
+  auto r = run_troupe("bench envs --json --env MountainCar-v0 --seconds 0.001");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.front() == '[');
+  CHECK(r.out.find(']') != std::string::npos);
+  for (int n : {1, 16, 256, 4096}) {
+    CAPTURE(n);
+    auto key = fmt::format("\"env\": \"MountainCar-v0\", \"api\": \"vector\", \"num_envs\": {}, "
+                           "\"threads\": 1,",
+                           n);
+    CHECK(r.out.find(key) != std::string::npos);
+  }
+  CHECK(r.out.find("\"api\": \"env\"") != std::string::npos);
+  CHECK(r.out.find("\"steps_per_s\": ") != std::string::npos);
+  CHECK(r.out.find("CartPole-v1") == std::string::npos); // --env selects one
+  auto bad = run_troupe("bench envs --env Nope-v0");
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("CartPole-v1") != std::string::npos);
+}
