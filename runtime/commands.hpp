@@ -22,6 +22,9 @@ int cmd_stats_compute(const args_t& args);   // runtime/cmd_stats.cpp
 int cmd_env_list(const args_t& args);        // runtime/cmd_env.cpp
 int cmd_env_replay(const args_t& args);      // runtime/cmd_env.cpp
 int cmd_policy_act(const args_t& args);      // runtime/cmd_policy.cpp
+int cmd_train(const args_t& args);           // runtime/cmd_train.cpp
+int cmd_eval(const args_t& args);            // runtime/cmd_eval.cpp
+int cmd_plot(const args_t& args);            // runtime/cmd_plot.cpp
 int cmd_bench(const args_t& args);           // runtime/cmd_bench.cpp
 int cmd_version(const args_t& args);
 
