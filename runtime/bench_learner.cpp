@@ -10,9 +10,11 @@
 #include <random>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "kernels/cuda_context.hpp"
 #include "learners/backend.hpp"
 #include "learners/mlp.hpp"
 #include "runtime/args.hpp"
@@ -39,6 +41,7 @@ struct bench_row {
   size_t batch = 0;
   double samples_per_s = 0;
   double gflop_per_s = 0;
+  double floor_gflop_per_s = 0; ///< cuda rows: cuBLAS SGEMM rate at [batch x h] * [h x h]
 };
 
 // Multiply-add FLOPs of the GEMMs of one forward and backward pass of both
@@ -135,6 +138,35 @@ result<bench_row> time_case(learners::device_kind device, const bench_case& c,
   return row;
 }
 
+// cuBLAS SGEMM rate (full float32, no TF32) for [rows x k] * [k x n]: the floor
+// of the GPU rows.
+result<double> cublas_gflops(size_t rows, size_t k, size_t n, double min_seconds) {
+  auto ctx = kernels::cuda_context::create(0, false);
+  if (!ctx)
+    return ctx.err();
+  auto& c = **ctx;
+  kernels::device_array<float> x, w, z;
+  for (auto [array, count] : {std::pair{&x, rows * k}, std::pair{&w, n * k},
+                               std::pair{&z, rows * n}}) {
+    if (auto st = array->reserve(count); !st)
+      return st.err();
+    if (auto st = kernels::cuda_zero(array->data(), count * sizeof(float), c.stream()); !st)
+      return st.err();
+  }
+  size_t reps = 0;
+  auto start = clock_type::now();
+  double elapsed = 0;
+  do {
+    for (int i = 0; i < 10; ++i, ++reps)
+      if (auto st = c.gemm_x_wt(x.data(), w.data(), rows, k, n, z.data()); !st)
+        return st.err();
+    if (auto st = c.synchronize(); !st)
+      return st.err();
+    elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
+  } while (elapsed < min_seconds);
+  return 2.0 * static_cast<double>(rows * k * n) * static_cast<double>(reps) / elapsed / 1e9;
+}
+
 } // namespace
 
 int bench_learner(const args_t& args) {
@@ -175,6 +207,13 @@ int bench_learner(const args_t& args) {
       auto row = time_case(device, c, *seconds);
       if (!row)
         return fail(exit_failure, fmt::format("bench learner: {}", row.err().message));
+      if (device == learners::device_kind::cuda) {
+        const size_t h = static_cast<size_t>(c.hidden.back());
+        auto floor = cublas_gflops(c.batch, h, h, 0.3);
+        if (!floor)
+          return fail(exit_failure, fmt::format("bench learner: {}", floor.err().message));
+        row->floor_gflop_per_s = *floor;
+      }
       rows.push_back(*row);
     }
   }
@@ -183,9 +222,12 @@ int bench_learner(const args_t& args) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       fmt::print("{}{{\"device\": \"{}\", \"hidden\": [{}], \"batch\": {}, "
-                 "\"samples_per_s\": {:.1f}, \"gemm_gflop_per_s\": {:.2f}}}",
+                 "\"samples_per_s\": {:.1f}, \"gemm_gflop_per_s\": {:.2f}{}}}",
                  i ? ", " : "", r.device, fmt::join(r.hidden, ", "), r.batch,
-                 r.samples_per_s, r.gflop_per_s);
+                 r.samples_per_s, r.gflop_per_s,
+                 r.floor_gflop_per_s > 0
+                     ? fmt::format(", \"floor_gflop_per_s\": {:.2f}", r.floor_gflop_per_s)
+                     : std::string{});
     }
     fmt::print("]\n");
     return 0;
@@ -193,10 +235,15 @@ int bench_learner(const args_t& args) {
   fmt::print("PPO step (forward, backward, clip, Adam), obs 4, 2 actions, tanh\n");
   fmt::print("{:<7} {:<11} {:>7} {:>16} {:>12}\n", "device", "hidden", "batch",
              "samples/s", "GEMM GFLOP/s");
-  for (const auto& r : rows)
-    fmt::print("{:<7} {:<11} {:>7} {:>16.0f} {:>12.2f}\n", r.device,
+  for (const auto& r : rows) {
+    fmt::print("{:<7} {:<11} {:>7} {:>16.0f} {:>12.2f}", r.device,
                fmt::format("[{}]", fmt::join(r.hidden, ",")), r.batch, r.samples_per_s,
                r.gflop_per_s);
+    if (r.floor_gflop_per_s > 0)
+      fmt::print("  ({:.0f}% of cuBLAS SGEMM at this shape, {:.0f} GFLOP/s)",
+                 100.0 * r.gflop_per_s / r.floor_gflop_per_s, r.floor_gflop_per_s);
+    fmt::print("\n");
+  }
   if (which != "cuda") {
     fmt::print("floor: the forward pass's float GEMM (Eigen), one thread; {} hardware "
                "threads\n",
