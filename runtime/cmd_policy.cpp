@@ -1,11 +1,8 @@
 // `troupe policy act`: a checkpoint's deterministic outputs for a CSV file of
 // observations (normalized with the checkpoint's statistics first).
 #include <algorithm>
-#include <cfloat>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +11,7 @@
 #include "learners/checkpoint.hpp"
 #include "runtime/args.hpp"
 #include "runtime/commands.hpp"
+#include "runtime/csv.hpp"
 
 namespace troupe::runtime {
 
@@ -24,84 +22,26 @@ constexpr size_t rows_per_batch = 4096;
 
 // -- observations ------------------------------------------------------------
 
-// Parses one CSV line of numbers; on failure `why` says which field and why.
-bool parse_row(const std::string& line, std::vector<float>& row, std::string& why) {
-  row.clear();
-  size_t start = 0;
-  for (size_t field = 1;; ++field) {
-    size_t comma = line.find(',', start);
-    size_t end = comma == std::string::npos ? line.size() : comma;
-    size_t b = line.find_first_not_of(" \t", start);
-    if (b == std::string::npos || b > end)
-      b = end;
-    size_t e = end;
-    while (e > b && (line[e - 1] == ' ' || line[e - 1] == '\t'))
-      --e;
-    std::string text = line.substr(b, e - b);
-    const char* first = text.data();
-    const char* last = first + text.size();
-    if (first != last && *first == '+')
-      ++first;
-    double x = 0;
-    auto [ptr, ec] = std::from_chars(first, last, x);
-    if (text.empty() || ptr != last || ec == std::errc::invalid_argument) {
-      why = fmt::format("field {}: '{}' is not a number", field, text);
-      return false;
-    }
-    if (!std::isfinite(x)) {
-      why = fmt::format("field {}: {} is not allowed (observations must be finite)", field,
-                        text);
-      return false;
-    }
-    if (ec == std::errc::result_out_of_range || std::fabs(x) > FLT_MAX) {
-      why = fmt::format("field {}: {} is outside the float32 range", field, text);
-      return false;
-    }
-    row.push_back(static_cast<float>(x));
-    if (comma == std::string::npos)
-      return true;
-    start = comma + 1;
-  }
-}
-
-// Reads every observation row of `path` (row-major); blank lines are skipped
-// and a first line that is not numeric is a header. Errors name FILE:LINE.
+// Reads every observation row of `path` (rules of runtime/csv.hpp); the width
+// must be the policy's obs_dim. Errors name FILE:LINE.
 result<size_t> read_observations(const std::string& path, size_t obs_dim,
                                  std::vector<float>& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return make_error(errc::io_error, "{}: cannot open file", path);
-  std::string line, why;
-  std::vector<float> row;
-  size_t line_no = 0;
+  auto reader = csv_reader::open(path);
+  if (!reader)
+    return reader.err();
+  if (reader->width() != obs_dim)
+    return make_error(errc::bad_input,
+                      "{}:{}: expected {} values (the policy's obs_dim), got {}", path,
+                      reader->first_data_line(), obs_dim, reader->width());
   size_t rows = 0;
-  bool first_line = true;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r')
-      line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos)
-      continue;
-    bool numeric = parse_row(line, row, why);
-    if (first_line && !numeric) {
-      first_line = false; // a header
-      continue;
-    }
-    first_line = false;
-    if (!numeric)
-      return make_error(errc::bad_input, "{}:{}: {}", path, line_no, why);
-    if (row.size() != obs_dim)
-      return make_error(errc::bad_input,
-                        "{}:{}: expected {} values (the policy's obs_dim), got {}", path,
-                        line_no, obs_dim, row.size());
-    out.insert(out.end(), row.begin(), row.end());
-    ++rows;
+  while (true) {
+    auto n = reader->read_rows(rows_per_batch, out);
+    if (!n)
+      return n.err();
+    if (*n == 0)
+      return rows;
+    rows += *n;
   }
-  if (in.bad())
-    return make_error(errc::io_error, "{}:{}: read error", path, line_no);
-  if (rows == 0)
-    return make_error(errc::bad_input, "{}: no observation rows", path);
-  return rows;
 }
 
 // -- output ------------------------------------------------------------------

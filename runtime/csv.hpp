@@ -32,6 +32,9 @@ public:
   /// Path as given to open().
   const std::string& path() const noexcept { return path_; }
 
+  /// Line number of the first data row (1-based).
+  size_t first_data_line() const noexcept { return first_data_line_; }
+
   /// Whether the file had a header line.
   bool has_header() const noexcept { return has_header_; }
 
