@@ -81,6 +81,75 @@ void add_run(std::vector<option_spec>& out) {
                            "folder that receives run folders"));
   out.push_back(opt_string("run", "device", "auto", {"auto", "cpu", "cuda"},
                            "where learners compute: auto uses a GPU when the CUDA runtime finds one"));
+  out.push_back(opt_int("run", "log_every_updates", 10, 1, int_max,
+                        "a metrics row (and a log line when stdout is not a terminal) every this many updates"));
+  out.push_back(opt_int("run", "checkpoint_every_updates", 100, 0, int_max,
+                        "a checkpoint every this many updates (0: only at the end)"));
+  out.push_back(opt_int("run", "threads", 2, 1, 256,
+                        "scheduler threads of the actor system"));
+}
+
+// -- [env] -------------------------------------------------------------------
+
+void add_env(std::vector<option_spec>& out) {
+  out.push_back(opt_string("env", "id", "CartPole-v1", {},
+                           "Gymnasium id of the environment (troupe env list)"));
+  out.push_back(opt_int("env", "num_envs", 4, 1, 1048576,
+                        "environments stepped as one batch by each environment runner"));
+  out.push_back(opt_int("env", "threads", 1, 1, 256,
+                        "threads each runner steps its environments on"));
+  out.push_back(opt_float("env", "obs_scale", 1.0, 0.0, 1e9,
+                          "observations of runner 0 are multiplied by this (heterogeneous-worker experiment)",
+                          true, false));
+  out.push_back(opt_float("env", "obs_scale_spread", 1.0, 1.0, 1e9,
+                          "runner i scales observations by obs_scale * spread^i (1: all alike)"));
+}
+
+// -- [algo] ------------------------------------------------------------------
+
+void add_algo(std::vector<option_spec>& out) {
+  out.push_back(opt_string("algo", "name", "ppo", {"ppo", "impala", "a3c"},
+                           "ppo (clipped surrogate, GAE), impala (V-trace) or a3c (n-step advantage actor-critic)"));
+  out.push_back(opt_string("algo", "mode", "async", {"sync", "async"},
+                           "sync: one mean gradient of every learner per update; async: each gradient applied as it arrives"));
+  out.push_back(opt_int("algo", "total_env_steps", 500000, 1, int_max,
+                        "training stops after this many environment steps"));
+  out.push_back(opt_int("algo", "max_staleness", 4, 0, int_max,
+                        "async: gradients computed on weights more than this many versions old are dropped"));
+  out.push_back(opt_int("algo", "num_learners", 1, 1, 64,
+                        "learner actors; each owns its environment runners"));
+  out.push_back(opt_int("algo", "runners_per_learner", 1, 1, 64,
+                        "environment runners feeding each learner"));
+  out.push_back(opt_int("algo", "num_steps", 128, 1, 1048576,
+                        "steps per environment in one trajectory batch (CleanRL num_steps; IMPALA unroll)"));
+  out.push_back(opt_float("algo", "learning_rate", 2.5e-4, 0.0, 1.0,
+                          "Adam learning rate (CleanRL PPO 2.5e-4)", true, false));
+  out.push_back(opt_bool("algo", "anneal_lr", true,
+                         "anneal the learning rate linearly to 0 over total_env_steps (CleanRL)"));
+  out.push_back(opt_float("algo", "adam_eps", 1e-5, 0.0, 1.0,
+                          "Adam epsilon (CleanRL 1e-5)", true, false));
+  out.push_back(opt_float("algo", "gamma", 0.99, 0.0, 1.0, "discount factor (CleanRL 0.99)"));
+  out.push_back(opt_float("algo", "gae_lambda", 0.95, 0.0, 1.0,
+                          "GAE lambda (CleanRL 0.95; a3c uses it too, 1 gives n-step returns)"));
+  out.push_back(opt_int("algo", "num_minibatches", 4, 1, 65536,
+                        "ppo: minibatches per epoch (CleanRL 4)"));
+  out.push_back(opt_int("algo", "update_epochs", 4, 1, 1000, "ppo: epochs per batch (CleanRL 4)"));
+  out.push_back(opt_bool("algo", "norm_adv", true, "ppo: normalize advantages per minibatch (CleanRL)"));
+  out.push_back(opt_float("algo", "clip_coef", 0.2, 0.0, 10.0,
+                          "ppo: surrogate and value clipping coefficient (CleanRL 0.2)"));
+  out.push_back(opt_bool("algo", "clip_vloss", true, "ppo: clip the value loss (CleanRL)"));
+  out.push_back(opt_float("algo", "ent_coef", 0.01, 0.0, 10.0,
+                          "entropy bonus weight (CleanRL 0.01; IMPALA paper 0.01)"));
+  out.push_back(opt_float("algo", "vf_coef", 0.5, 0.0, 100.0,
+                          "value loss weight (CleanRL 0.5; IMPALA baseline cost 0.5)"));
+  out.push_back(opt_float("algo", "max_grad_norm", 0.5, 0.0, 1e9,
+                          "global gradient norm clip (CleanRL 0.5; 0: none)"));
+  out.push_back(opt_float("algo", "rho_bar", 1.0, 0.0, 1e9,
+                          "impala: importance weight clip of the V-trace targets (IMPALA paper 1)"));
+  out.push_back(opt_float("algo", "c_bar", 1.0, 0.0, 1e9,
+                          "impala: trace-cutting clip (IMPALA paper 1)"));
+  out.push_back(opt_float("algo", "pg_rho_bar", 1.0, 0.0, 1e9,
+                          "impala: importance weight clip of the policy-gradient advantages (IMPALA paper 1)"));
 }
 
 // -- [stats] -----------------------------------------------------------------
@@ -126,6 +195,8 @@ std::vector<option_spec> build_schema() {
   add_run(out);
   add_stats(out);
   add_model(out);
+  add_env(out);
+  add_algo(out);
   return out;
 }
 
