@@ -94,14 +94,20 @@ status stats_streams::merge(const moments_delta& d) {
                               s.dim(), d.mean.size(), d.m2.size()));
   if (d.count == 0)
     return reject(errc::invalid_argument, "count must be at least 1, got 0");
-  if (auto j = first_non_finite(d.mean); j >= 0)
-    return reject(errc::non_finite, fmt::format("mean[{}] is {}", j, d.mean[j]));
-  if (auto j = first_non_finite(d.m2); j >= 0)
-    return reject(errc::non_finite, fmt::format("m2[{}] is {}", j, d.m2[j]));
-  for (size_t j = 0; j < d.m2.size(); ++j)
-    if (d.m2[j] < 0.0)
-      return reject(errc::invalid_argument,
-                    fmt::format("m2[{}] must be >= 0, got {}", j, d.m2[j]));
+  // One branch-free pass decides; the slow scans below only name the culprit.
+  bool bad = false;
+  for (size_t j = 0; j < d.mean.size(); ++j)
+    bad |= !std::isfinite(d.mean[j]) | !std::isfinite(d.m2[j]) | (d.m2[j] < 0.0);
+  if (bad) {
+    if (auto j = first_non_finite(d.mean); j >= 0)
+      return reject(errc::non_finite, fmt::format("mean[{}] is {}", j, d.mean[j]));
+    if (auto j = first_non_finite(d.m2); j >= 0)
+      return reject(errc::non_finite, fmt::format("m2[{}] is {}", j, d.m2[j]));
+    for (size_t j = 0; j < d.m2.size(); ++j)
+      if (d.m2[j] < 0.0)
+        return reject(errc::invalid_argument,
+                      fmt::format("m2[{}] must be >= 0, got {}", j, d.m2[j]));
+  }
   if (s.mode == stats_mode::cumulative) {
     kernels::merge(s.acc.count, s.acc.mean.data(), s.acc.m2.data(), d.count,
                    d.mean.data(), d.m2.data(), s.dim());

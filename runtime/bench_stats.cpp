@@ -256,6 +256,9 @@ int bench_stats(const args_t& args) {
 
   caf::actor_system_config cfg;
   actors::register_messages(cfg);
+  // One scheduler thread per core (CAF's default is at least 4).
+  cfg.set("scheduler.max-threads",
+          static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency())));
   caf::actor_system sys{cfg};
   const auto threads = sys.scheduler().num_workers();
 

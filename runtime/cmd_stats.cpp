@@ -3,8 +3,10 @@
 // and the black-box face of the statistics keeper. Each file is read by its
 // own worker actor, which sends the moments of each batch of rows to one
 // keeper as a delta; the output is the keeper's merged result.
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -113,6 +115,9 @@ int cmd_stats_compute(const args_t& args) {
 
   caf::actor_system_config cfg;
   actors::register_messages(cfg);
+  // One scheduler thread per core (CAF's default is at least 4).
+  cfg.set("scheduler.max-threads",
+          static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency())));
   caf::actor_system sys{cfg};
   actors::stats_keeper_options opts;
   opts.mode = mode;
