@@ -62,6 +62,11 @@ public:
   /// Copies parameters and buffers out.
   virtual status store(float* params, float* buffers) = 0;
 
+  /// Global batch norm: copies the latest snapshot of each view (one per
+  /// layer of actor_critic::batch_norm_layers(), in order) into the running
+  /// statistics the next steps normalize with. Wait-free on the views.
+  virtual status read_global_stats(const std::vector<stats_view*>& views) = 0;
+
   /// PPO loss of a host minibatch; the gradient stays in the backend.
   virtual result<loss_report> ppo_gradient(const ppo_batch<float>& batch,
                                            const ppo_config& config) = 0;
@@ -84,6 +89,12 @@ public:
   /// batch_norm_layers() order: the deltas for the statistics keeper.
   virtual const std::vector<kernels::moments>& batch_moments() const noexcept = 0;
 };
+
+/// Copies the snapshots of `views` (one per batch-norm layer of `layout`, in
+/// order) into `buffers` as float32 running statistics; the error names the
+/// layer whose dimension differs.
+status copy_global_stats(const model_layout& layout, const std::vector<stats_view*>& views,
+                         float* buffers);
 
 /// A CPU backend for `spec` with Adam settings `adam`.
 std::unique_ptr<learner_backend> make_cpu_backend(const model_spec& spec,

@@ -129,6 +129,10 @@ public:
     return status::ok();
   }
 
+  status read_global_stats(const std::vector<stats_view*>& views) override {
+    return copy_global_stats(layout_, views, buffers_.data());
+  }
+
   result<loss_report> ppo_gradient(const ppo_batch<float>& batch,
                                    const ppo_config& config) override {
     if (batch.rows == 0)
@@ -246,6 +250,33 @@ private:
 };
 
 } // namespace
+
+status copy_global_stats(const model_layout& layout, const std::vector<stats_view*>& views,
+                         float* buffers) {
+  std::vector<const batch_norm_slot*> layers;
+  for (const auto* net : {&layout.actor, &layout.critic})
+    for (const auto& stage : net->hidden)
+      if (stage.has_batch_norm)
+        layers.push_back(&stage.batch_norm);
+  if (views.size() != layers.size())
+    return make_error(errc::dimension_mismatch,
+                      "global batch norm needs one statistics view per layer ({}), got {}",
+                      layers.size(), views.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& snap = views[i]->read();
+    const auto& bn = *layers[i];
+    if (snap.mean.size() != static_cast<size_t>(bn.width)
+        || snap.var.size() != static_cast<size_t>(bn.width))
+      return make_error(errc::dimension_mismatch,
+                        "statistics for batch-norm layer {} must have dimension {}, got {}",
+                        bn.prefix, bn.width, snap.mean.size());
+    for (int64_t j = 0; j < bn.width; ++j) {
+      buffers[bn.running_mean + j] = static_cast<float>(snap.mean[j]);
+      buffers[bn.running_var + j] = static_cast<float>(snap.var[j]);
+    }
+  }
+  return status::ok();
+}
 
 const char* to_string(device_kind kind) noexcept {
   return kind == device_kind::cpu ? "cpu" : "cuda";

@@ -5,6 +5,7 @@
 
 #include <Eigen/Dense>
 
+#include "learners/backend.hpp"
 #include "learners/mlp.hpp"
 
 namespace troupe::learners {
@@ -277,25 +278,7 @@ std::vector<batch_norm_slot> actor_critic::batch_norm_layers() const {
 }
 
 status actor_critic::read_global_stats(const std::vector<stats_view*>& views) {
-  auto layers = batch_norm_layers();
-  if (views.size() != layers.size())
-    return make_error(errc::dimension_mismatch,
-                      "read_global_stats needs one view per batch-norm layer ({}), got {}",
-                      layers.size(), views.size());
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const auto& snap = views[i]->read();
-    const auto& bn = layers[i];
-    if (snap.mean.size() != static_cast<size_t>(bn.width)
-        || snap.var.size() != static_cast<size_t>(bn.width))
-      return make_error(errc::dimension_mismatch,
-                        "statistics for batch-norm layer {} must have dimension {}, got {}",
-                        bn.prefix, bn.width, snap.mean.size());
-    for (int64_t j = 0; j < bn.width; ++j) {
-      buffers_[bn.running_mean + j] = static_cast<float>(snap.mean[j]);
-      buffers_[bn.running_var + j] = static_cast<float>(snap.var[j]);
-    }
-  }
-  return status::ok();
+  return copy_global_stats(layout_, views, buffers_.data());
 }
 
 // -- evaluation --------------------------------------------------------------

@@ -93,6 +93,20 @@ public:
     return ctx_->synchronize();
   }
 
+  status read_global_stats(const std::vector<stats_view*>& views) override {
+    // Only the running statistics change: stage them on the host and upload
+    // the buffer vector (a few floats per feature).
+    host_buffers_.resize(layout_.buffer_count);
+    if (layout_.buffer_count == 0)
+      return copy_global_stats(layout_, views, host_buffers_.data());
+    TROUPE_TRY(kernels::cuda_copy_to_host(host_buffers_.data(), buffers_.data(),
+                                          layout_.buffer_count * sizeof(float), stream()));
+    TROUPE_TRY(ctx_->synchronize());
+    TROUPE_TRY(copy_global_stats(layout_, views, host_buffers_.data()));
+    return kernels::cuda_copy_to_device(buffers_.data(), host_buffers_.data(),
+                                        layout_.buffer_count * sizeof(float), stream());
+  }
+
   result<loss_report> ppo_gradient(const ppo_batch<float>& batch,
                                    const ppo_config& config) override {
     const size_t rows = batch.rows;
@@ -477,7 +491,7 @@ private:
   size_t moment_index_ = 0;
   std::vector<std::vector<double>> host_moments_;
   std::vector<kernels::moments> moments_;
-  std::vector<float> host_adv_, host_logp_, host_entropy_, host_values_;
+  std::vector<float> host_adv_, host_logp_, host_entropy_, host_values_, host_buffers_;
   int64_t steps_ = 0;
 };
 

@@ -312,3 +312,52 @@ TEST_CASE("the CUDA backend's V-trace loss and gradient match a float64 referenc
     return std::move(*backend);
   });
 }
+
+TEST_CASE("a backend in global batch norm mode normalizes with the statistics its views "
+          "publish") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 3;
+  spec.hidden = {8, 6};
+  spec.batch_norm = batch_norm_mode::global;
+  actor_critic model(spec, rng());
+  auto backend = make_cpu_backend(spec, adam_config{});
+  REQUIRE(backend->load(model.params(), model.buffers()));
+  auto layers = model.batch_norm_layers();
+  std::vector<std::unique_ptr<stats_view>> owned;
+  std::vector<stats_view*> views;
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (const auto& layer : layers) {
+    owned.push_back(std::make_unique<stats_view>(layer.width, layer.prefix));
+    std::vector<double> mean(layer.width), var(layer.width);
+    for (int64_t j = 0; j < layer.width; ++j) {
+      mean[j] = u(rng);
+      var[j] = 0.5 + std::abs(u(rng));
+    }
+    owned.back()->publish(3, 1000, mean.data(), var.data(), layer.width);
+    views.push_back(owned.back().get());
+  }
+  REQUIRE(backend->read_global_stats(views));
+  REQUIRE(model.read_global_stats(views));
+  host_batch data(spec, 300, rng);
+  auto report = backend->ppo_gradient(data.view(), ppo_config{});
+  REQUIRE(report);
+  std::vector<std::vector<double>> keep;
+  auto b64 = data.view64(keep);
+  std::vector<double> p64(model.params(), model.params() + model.param_count());
+  std::vector<double> buf64(model.buffers(), model.buffers() + model.buffer_count());
+  std::vector<double> g64(p64.size());
+  loss_workspace<double> ws;
+  ppo_loss_and_grad(spec, model.layout(), p64.data(), buf64.data(), b64, ppo_config{},
+                    train_options{}, ws, g64.data());
+  std::vector<float> grad(model.param_count());
+  REQUIRE(backend->read_gradient(grad.data()));
+  CHECK(normwise(grad, g64) <= 1e-5);
+  // The statistics came from the views, not from the initial running statistics.
+  CHECK(buf64[layers[0].running_var] != 1.0);
+  std::vector<stats_view*> too_few(views.begin(), views.end() - 1);
+  CHECK_FALSE(backend->read_global_stats(too_few));
+}
