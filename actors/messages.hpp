@@ -131,6 +131,121 @@ typename Inspector::result_type inspect(Inspector& f, env_runner_status& x) {
            x.env_steps, x.episodes, x.non_finite, x.deltas_sent);
 }
 
+// -- training: parameter server, learner, metrics ----------------------------
+
+using gradient_atom = caf::atom_constant<caf::atom("gradient")>;
+using weights_atom = caf::atom_constant<caf::atom("weights")>;
+using state_atom = caf::atom_constant<caf::atom("state")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
+using row_atom = caf::atom_constant<caf::atom("row")>;
+
+/// One learner's gradient for the parameter server.
+struct gradient_update {
+  std::string learner;       ///< who computed it
+  uint64_t base_version = 0; ///< version of the weights it was computed on
+  uint64_t samples = 0;      ///< rows it was computed from (weight of the mean)
+  double learning_rate = 0;  ///< the learner's scheduled learning rate
+  std::vector<float> grad;   ///< param_count numbers
+  std::vector<float> buffers; ///< local batch norm: the learner's running stats (may be empty)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gradient_update& x) {
+  return f(caf::meta::type_name("gradient_update"), x.learner, x.base_version, x.samples,
+           x.learning_rate, x.grad, x.buffers);
+}
+
+/// The parameter server's weights at one version.
+struct weights_reply {
+  uint64_t version = 0;       ///< optimizer steps applied
+  bool applied = true;        ///< false when the gradient was dropped as stale
+  std::vector<float> params;  ///< flat parameters
+  std::vector<float> buffers; ///< flat buffers (batch-norm running statistics)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, weights_reply& x) {
+  return f(caf::meta::type_name("weights_reply"), x.version, x.applied, x.params,
+           x.buffers);
+}
+
+/// Counters of the parameter server.
+struct parameter_server_status {
+  uint64_t version = 0;  ///< optimizer steps applied
+  uint64_t received = 0; ///< gradients received
+  uint64_t applied = 0;  ///< gradients that went into a step
+  uint64_t dropped = 0;  ///< gradients dropped as staler than max_staleness
+  uint64_t max_staleness_seen = 0; ///< largest staleness of a received gradient
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, parameter_server_status& x) {
+  return f(caf::meta::type_name("parameter_server_status"), x.version, x.received,
+           x.applied, x.dropped, x.max_staleness_seen);
+}
+
+/// Everything the parameter server owns, for checkpoints.
+struct parameter_server_state {
+  uint64_t version = 0;           ///< optimizer steps applied
+  int64_t adam_steps = 0;         ///< Adam's step counter
+  std::vector<float> params;      ///< flat parameters
+  std::vector<float> buffers;     ///< flat buffers
+  std::vector<float> adam_m;      ///< Adam first moments
+  std::vector<float> adam_v;      ///< Adam second moments
+  parameter_server_status counters; ///< counters
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, parameter_server_state& x) {
+  return f(caf::meta::type_name("parameter_server_state"), x.version, x.adam_steps,
+           x.params, x.buffers, x.adam_m, x.adam_v, x.counters);
+}
+
+/// What a learner reports to the metrics actor after learning one batch.
+struct learner_report {
+  std::string learner;                   ///< who learned
+  uint64_t env_steps = 0;                ///< environment steps in the batch
+  std::vector<double> episode_returns;   ///< episodes that ended in the batch
+  std::vector<uint64_t> episode_lengths; ///< their lengths
+  uint64_t policy_lag = 0;    ///< weights version when learning minus acting version
+  uint64_t stats_version = 0; ///< statistics version the batch was normalized with
+  uint64_t stats_lag = 0;     ///< latest published statistics version minus that
+  uint64_t weights_version = 0; ///< parameter server version after the batch
+  double loss_policy = 0;     ///< mean over the batch's gradient steps
+  double loss_value = 0;      ///< mean over the batch's gradient steps
+  double entropy = 0;         ///< mean over the batch's gradient steps
+  double learning_rate = 0;   ///< learning rate of the batch
+  uint64_t dropped = 0;       ///< gradients of this batch dropped as stale
+  uint64_t runner_restarts = 0; ///< runner restarts so far (this learner)
+  uint64_t non_finite = 0;    ///< non-finite values dropped so far (this learner's runners)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
+  return f(caf::meta::type_name("learner_report"), x.learner, x.env_steps,
+           x.episode_returns, x.episode_lengths, x.policy_lag, x.stats_version,
+           x.stats_lag, x.weights_version, x.loss_policy, x.loss_value, x.entropy,
+           x.learning_rate, x.dropped, x.runner_restarts, x.non_finite);
+}
+
+/// The metrics actor's counters: what a checkpoint keeps and a resume restores.
+struct metrics_counters {
+  uint64_t env_steps = 0;  ///< environment steps learned from
+  uint64_t updates = 0;    ///< batches learned (one PPO iteration each)
+  uint64_t episodes = 0;   ///< episodes finished
+  double wall_time_s = 0;  ///< training time so far, resumed runs included
+  std::vector<double> recent_returns;   ///< the last 100 episode returns, oldest first
+  std::vector<uint64_t> recent_lengths; ///< their lengths
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, metrics_counters& x) {
+  return f(caf::meta::type_name("metrics_counters"), x.env_steps, x.updates, x.episodes,
+           x.wall_time_s, x.recent_returns, x.recent_lengths);
+}
+
 // -- errors ------------------------------------------------------------------
 
 /// CAF error category of troupe::errc values.
