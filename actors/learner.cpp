@@ -1,0 +1,379 @@
+#include "actors/learner.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "envs/rng.hpp"
+#include "learners/backend.hpp"
+#include "learners/mlp.hpp"
+#include "learners/optimizer.hpp"
+#include "learners/rollout.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+struct runner_slot {
+  caf::actor actor;
+  std::string name;
+  uint64_t restarts = 0;
+  bool outstanding = false; // a batch is being collected for us
+};
+
+// Everything one learner reuses from batch to batch.
+struct learner_work {
+  learner_options opts;
+  caf::actor server;
+  caf::actor metrics;
+  std::shared_ptr<policy_store> store;
+  std::shared_ptr<step_budget> budget;
+  runner_factory make_runner;
+  std::shared_ptr<learners::stats_view> view;
+  std::unique_ptr<learners::learner_backend> backend;
+  learners::actor_critic current; // the weights of the last reply
+  uint64_t version = 0;
+  std::vector<float> buffers;
+  envs::rng gen;
+  uint64_t env_steps_learned = 0;
+  uint64_t restarts = 0;
+  // per-batch scratch
+  learners::policy_output out;
+  learners::head_cache<float> head;
+  std::vector<int64_t> actions_i64;
+  std::vector<float> values, old_logp, adv, ret, grad;
+  std::vector<uint8_t> valid;
+  std::vector<size_t> index;
+  std::vector<float> mb_obs, mb_box, mb_logp, mb_adv, mb_ret, mb_val;
+  std::vector<int64_t> mb_act;
+  std::vector<float> discounts, behavior_logp;
+};
+
+void log_line(const learner_work& w, const std::string& line) {
+  if (w.opts.log)
+    w.opts.log(line);
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void take_weights(learner_work& w, const weights_reply& r) {
+  w.version = r.version;
+  std::copy(r.params.begin(), r.params.end(), w.current.params());
+  w.buffers = r.buffers;
+  if (!r.buffers.empty())
+    std::copy(r.buffers.begin(), r.buffers.end(), w.current.buffers());
+}
+
+double scheduled_lr(const learner_work& w) {
+  if (!w.opts.anneal_lr || !w.budget || w.budget->total() == 0)
+    return w.opts.learning_rate;
+  double frac = static_cast<double>(w.budget->claimed()) / static_cast<double>(w.budget->total());
+  // The batch being learned was claimed one batch per runner ago.
+  frac -= static_cast<double>(w.opts.steps_per_runner_batch * w.opts.num_runners)
+          / static_cast<double>(w.budget->total());
+  return w.opts.learning_rate * std::max(1.0 - std::max(frac, 0.0), 0.0);
+}
+
+// Log-probabilities of the batch's actions under `model`, and its values,
+// for the T x N acting rows and the N bootstrap rows.
+void behavior_outputs(learner_work& w, const learners::actor_critic& model,
+                      const trajectory_batch& b) {
+  const size_t rows = b.steps * b.num_envs, all = rows + b.num_envs;
+  auto ok = model.evaluate(b.observations.data(), all, nullptr, w.out);
+  TROUPE_CHECK(ok.ok(), "evaluate failed: {}", ok ? "" : ok.err().message);
+  w.values.assign(w.out.value.begin(), w.out.value.begin() + all);
+  const auto& spec = model.spec();
+  if (spec.action == learners::action_kind::discrete) {
+    w.actions_i64.resize(rows);
+    for (size_t k = 0; k < rows; ++k)
+      w.actions_i64[k] = static_cast<int64_t>(b.actions[k]);
+    learners::categorical_forward<float>(w.out.logits.data(), rows,
+                                         static_cast<size_t>(spec.n), w.actions_i64.data(),
+                                         w.head);
+  } else {
+    learners::gaussian_forward<float>(w.out.mean.data(), w.out.log_std.data(), rows,
+                                      static_cast<size_t>(spec.act_dim), b.actions.data(),
+                                      w.head);
+  }
+  w.old_logp.assign(w.head.logp.begin(), w.head.logp.begin() + rows);
+}
+
+struct step_totals {
+  double policy = 0, value = 0, entropy = 0;
+  uint64_t steps = 0, dropped = 0;
+};
+
+// Sends the backend's gradient to the server and takes the weights it answers.
+bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples, double lr,
+                   const learners::loss_report& rep, step_totals& totals) {
+  w.grad.resize(w.current.param_count());
+  if (auto ok = w.backend->read_gradient(w.grad.data()); !ok) {
+    log_line(w, fmt::format("learner '{}': {}", w.opts.name, ok.err().message));
+    return false;
+  }
+  gradient_update g{w.opts.name, w.version, samples, lr, w.grad, {}};
+  bool fine = true;
+  self->request(w.server, caf::infinite, std::move(g))
+    .receive(
+      [&](weights_reply& r) {
+        if (!r.applied)
+          totals.dropped += 1;
+        take_weights(w, r);
+      },
+      [&](caf::error& e) {
+        log_line(w, fmt::format("learner '{}': parameter server: {}", w.opts.name,
+                                error_message(self->system(), e)));
+        fine = false;
+      });
+  totals.policy += rep.policy_loss;
+  totals.value += rep.value_loss;
+  totals.entropy += rep.entropy;
+  totals.steps += 1;
+  return fine;
+}
+
+bool learn_ppo(caf::blocking_actor* self, learner_work& w, const trajectory_batch& b,
+               const learners::actor_critic& behavior, double lr, step_totals& totals,
+               bool a3c) {
+  const size_t n = b.num_envs, rows = b.steps * n, od = b.obs_dim, ad = b.action_dim;
+  behavior_outputs(w, behavior, b);
+  w.adv.resize(rows);
+  w.ret.resize(rows);
+  w.valid.resize(rows);
+  learners::compute_gae(b.steps, n, b.rewards.data(), b.terminated.data(), b.truncated.data(),
+                        b.autoreset.data(), w.values.data(), w.opts.gamma, w.opts.gae_lambda,
+                        w.adv.data(), w.ret.data(), w.valid.data());
+  w.index.clear();
+  for (size_t k = 0; k < rows; ++k)
+    if (w.valid[k])
+      w.index.push_back(k);
+  if (w.index.empty())
+    return true;
+  const bool discrete = w.opts.spec.action == learners::action_kind::discrete;
+  const size_t epochs = a3c ? 1 : w.opts.update_epochs;
+  const size_t mbs = a3c ? 1 : std::min(w.opts.num_minibatches, w.index.size());
+  learners::ppo_config cfg = w.opts.ppo;
+  if (a3c) {
+    cfg.clip_value_loss = false;
+    cfg.normalize_advantages = false;
+  }
+  for (size_t epoch = 0; epoch < epochs; ++epoch) {
+    for (size_t i = w.index.size(); i > 1; --i)
+      std::swap(w.index[i - 1], w.index[w.gen.next() % i]);
+    for (size_t m = 0; m < mbs; ++m) {
+      const size_t lo = w.index.size() * m / mbs, hi = w.index.size() * (m + 1) / mbs;
+      const size_t mb = hi - lo;
+      w.mb_obs.resize(mb * od);
+      w.mb_logp.resize(mb);
+      w.mb_adv.resize(mb);
+      w.mb_ret.resize(mb);
+      w.mb_val.resize(mb);
+      w.mb_act.resize(mb);
+      w.mb_box.resize(mb * ad);
+      for (size_t r = 0; r < mb; ++r) {
+        const size_t k = w.index[lo + r];
+        std::copy(&b.observations[k * od], &b.observations[k * od] + od, &w.mb_obs[r * od]);
+        w.mb_logp[r] = w.old_logp[k];
+        w.mb_adv[r] = w.adv[k];
+        w.mb_ret[r] = w.ret[k];
+        w.mb_val[r] = w.values[k];
+        if (discrete)
+          w.mb_act[r] = w.actions_i64[k];
+        else
+          std::copy(&b.actions[k * ad], &b.actions[k * ad] + ad, &w.mb_box[r * ad]);
+      }
+      learners::ppo_batch<float> batch;
+      batch.rows = mb;
+      batch.obs = w.mb_obs.data();
+      batch.discrete_actions = discrete ? w.mb_act.data() : nullptr;
+      batch.box_actions = discrete ? nullptr : w.mb_box.data();
+      batch.old_logprob = w.mb_logp.data();
+      batch.advantages = w.mb_adv.data();
+      batch.returns = w.mb_ret.data();
+      batch.old_values = w.mb_val.data();
+      if (auto ok = w.backend->load(w.current.params(), w.current.buffers()); !ok)
+        return false;
+      auto rep = w.backend->ppo_gradient(batch, cfg);
+      if (!rep) {
+        log_line(w, fmt::format("learner '{}': {}", w.opts.name, rep.err().message));
+        return false;
+      }
+      if (!push_gradient(self, w, mb, lr, *rep, totals))
+        return false;
+    }
+  }
+  return true;
+}
+
+bool learn_impala(caf::blocking_actor* self, learner_work& w, const trajectory_batch& b,
+                  const learners::actor_critic& behavior, double lr, step_totals& totals) {
+  const size_t n = b.num_envs, rows = b.steps * n;
+  behavior_outputs(w, behavior, b);
+  w.discounts.resize(rows);
+  w.behavior_logp = w.old_logp;
+  for (size_t k = 0; k < rows; ++k) {
+    // A reset step is no transition and ends the trace like an episode's end;
+    // truncation is treated as termination here.
+    const bool end = b.terminated[k] || b.truncated[k] || b.autoreset[k];
+    w.discounts[k] = end ? 0.0f : static_cast<float>(w.opts.gamma);
+  }
+  learners::vtrace_batch<float> batch;
+  batch.steps = b.steps;
+  batch.envs = n;
+  batch.obs = b.observations.data();
+  const bool discrete = w.opts.spec.action == learners::action_kind::discrete;
+  batch.discrete_actions = discrete ? w.actions_i64.data() : nullptr;
+  batch.box_actions = discrete ? nullptr : b.actions.data();
+  batch.behavior_logprob = w.behavior_logp.data();
+  batch.rewards = b.rewards.data();
+  batch.discounts = w.discounts.data();
+  if (auto ok = w.backend->load(w.current.params(), w.current.buffers()); !ok)
+    return false;
+  auto rep = w.backend->vtrace_gradient(batch, w.opts.vtrace);
+  if (!rep) {
+    log_line(w, fmt::format("learner '{}': {}", w.opts.name, rep.err().message));
+    return false;
+  }
+  return push_gradient(self, w, rows, lr, *rep, totals);
+}
+
+void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor server,
+                  caf::actor metrics, std::shared_ptr<policy_store> store,
+                  std::shared_ptr<step_budget> budget, runner_factory make_runner,
+                  std::shared_ptr<learners::stats_view> view) {
+  learner_work w{std::move(opts), std::move(server), std::move(metrics), store,
+                 std::move(budget), std::move(make_runner), std::move(view),
+                 nullptr, store->latest()->model};
+  w.gen.seed_with(w.opts.seed);
+  learners::backend_options bo;
+  bo.threads = 1;
+  w.backend = learners::make_cpu_backend(w.opts.spec, learners::adam_config{}, bo);
+  self->request(w.server, caf::infinite, weights_atom::value)
+    .receive([&](weights_reply& r) { take_weights(w, r); },
+             [&](caf::error& e) {
+               log_line(w, fmt::format("learner '{}': no weights: {}", w.opts.name,
+                                       error_message(self->system(), e)));
+             });
+  std::vector<runner_slot> runners(w.opts.num_runners);
+  auto ask_batch = [&](runner_slot& r) {
+    if (r.outstanding || !w.budget->claim(w.opts.steps_per_runner_batch))
+      return;
+    r.outstanding = true;
+    self->send(r.actor, collect_atom::value, uint64_t{1});
+  };
+  for (size_t i = 0; i < runners.size(); ++i) {
+    runners[i].name = fmt::format("{}.runner{}", w.opts.name, i);
+    runners[i].actor = w.make_runner(i, 0, runners[i].name, caf::actor_cast<caf::actor>(self));
+    self->monitor(runners[i].actor);
+  }
+  for (auto& r : runners)
+    ask_batch(r);
+  auto outstanding = [&] {
+    return std::any_of(runners.begin(), runners.end(),
+                       [](const runner_slot& r) { return r.outstanding; });
+  };
+  bool running = outstanding();
+  caf::error failure;
+  self->receive_while([&] { return running; })(
+    [&](trajectory_batch& b) {
+      auto slot = std::find_if(runners.begin(), runners.end(),
+                               [&](const runner_slot& r) { return r.name == b.runner; });
+      if (slot == runners.end())
+        return;
+      slot->outstanding = false;
+      if (w.opts.pipelined)
+        ask_batch(*slot);
+      auto behavior = w.store->at(b.policy_version);
+      if (!behavior || w.opts.algo == algorithm::a3c)
+        behavior = std::make_shared<policy_snapshot>(policy_snapshot{w.version, w.current});
+      learner_report rep;
+      rep.learner = w.opts.name;
+      rep.env_steps = b.steps * b.num_envs;
+      rep.policy_lag = w.version > b.policy_version ? w.version - b.policy_version : 0;
+      rep.stats_version = b.stats_version;
+      if (w.view) {
+        const uint64_t latest = w.view->published_version();
+        rep.stats_lag = latest > b.stats_version ? latest - b.stats_version : 0;
+      }
+      const double lr = scheduled_lr(w);
+      step_totals totals;
+      bool ok = w.opts.algo == algorithm::impala
+                  ? learn_impala(self, w, b, behavior->model, lr, totals)
+                  : learn_ppo(self, w, b, behavior->model, lr, totals,
+                              w.opts.algo == algorithm::a3c);
+      if (!ok) {
+        failure = caf::make_error(caf::sec::runtime_error, "learner failed");
+        running = false;
+        return;
+      }
+      const double steps = static_cast<double>(std::max<uint64_t>(totals.steps, 1));
+      rep.loss_policy = totals.policy / steps;
+      rep.loss_value = totals.value / steps;
+      rep.entropy = totals.entropy / steps;
+      rep.learning_rate = lr;
+      rep.dropped = totals.dropped;
+      rep.weights_version = w.version;
+      rep.runner_restarts = w.restarts;
+      rep.episode_returns = std::move(b.episode_returns);
+      rep.episode_lengths = std::move(b.episode_lengths);
+      self->send(w.metrics, std::move(rep));
+      if (!w.opts.pipelined)
+        ask_batch(*slot);
+      running = outstanding();
+    },
+    [&](uint64_t) {}, // a runner's answer to collect_atom
+    [&](stop_atom) { running = false; },
+    [&](caf::down_msg& down) {
+      for (size_t i = 0; i < runners.size(); ++i) {
+        auto& r = runners[i];
+        if (r.actor.address() != down.source)
+          continue;
+        if (r.restarts >= w.opts.max_runner_restarts) {
+          log_line(w, fmt::format("learner '{}': runner {} failed ({}) after {} restarts; "
+                                  "giving up",
+                                  w.opts.name, i, self->system().render(down.reason),
+                                  r.restarts));
+          failure = down.reason;
+          running = false;
+          return;
+        }
+        r.restarts += 1;
+        w.restarts += 1;
+        log_line(w, fmt::format("learner '{}': runner {} failed ({}); restart {} of {}",
+                                w.opts.name, i, self->system().render(down.reason),
+                                r.restarts, w.opts.max_runner_restarts));
+        r.actor = w.make_runner(i, r.restarts, r.name, caf::actor_cast<caf::actor>(self));
+        self->monitor(r.actor);
+        if (r.outstanding) {
+          // The lost batch's steps were claimed already: ask again without claiming.
+          self->send(r.actor, collect_atom::value, uint64_t{1});
+        }
+      }
+    },
+    [&](caf::exit_msg& msg) {
+      failure = msg.reason;
+      running = false;
+    });
+  for (auto& r : runners) {
+    self->demonitor(r.actor);
+    self->send_exit(r.actor, caf::exit_reason::user_shutdown);
+  }
+  if (failure)
+    self->fail_state(std::move(failure));
+}
+
+} // namespace
+
+caf::actor spawn_learner(caf::actor_system& sys, learner_options opts, caf::actor server,
+                         caf::actor metrics, std::shared_ptr<policy_store> store,
+                         std::shared_ptr<step_budget> budget, runner_factory make_runner,
+                         std::shared_ptr<learners::stats_view> view) {
+  return sys.spawn<caf::detached>(learner_loop, std::move(opts), std::move(server),
+                                  std::move(metrics), std::move(store), std::move(budget),
+                                  std::move(make_runner), std::move(view));
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,96 @@
+// The learner actor: asks its environment runners for trajectory batches,
+// turns each batch into gradients with the learners library (PPO, A3C or
+// IMPALA's V-trace), sends every gradient to the parameter server and waits
+// for the weights it answers with, and reports losses, returns and lags to
+// the metrics actor. It restarts a runner that fails (bounded, counted,
+// logged) and stops when the step budget is spent or on stop_atom.
+//
+// Policy lag is the parameter server's version when the batch is learned
+// minus the version the batch was acted with; statistics lag is the latest
+// published statistics version minus the one the batch was normalized with.
+//
+// The learner is a blocking actor on its own thread (its gradient steps
+// wait for the parameter server's answers in order).
+//
+// Messages it handles: trajectory_batch (from its runners), stop_atom,
+// down_msg of its runners, exit_msg.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+#include "actors/policy_store.hpp"
+#include "learners/losses.hpp"
+#include "learners/stats_view.hpp"
+
+namespace troupe::actors {
+
+/// Environment steps that may still be collected, shared by the learners
+/// that draw on one budget.
+class step_budget {
+public:
+  /// A budget of `total` steps of which `spent` are already used.
+  explicit step_budget(uint64_t total, uint64_t spent = 0) : total_(total), claimed_(spent) {}
+  /// Claims `steps` steps; false (claiming nothing) when fewer remain.
+  bool claim(uint64_t steps) {
+    uint64_t now = claimed_.load();
+    while (now < total_) {
+      if (claimed_.compare_exchange_weak(now, now + steps))
+        return true;
+    }
+    return false;
+  }
+  /// Steps claimed so far.
+  uint64_t claimed() const { return claimed_.load(); }
+  /// The total.
+  uint64_t total() const { return total_; }
+
+private:
+  uint64_t total_;
+  std::atomic<uint64_t> claimed_;
+};
+
+/// Makes runner `index` of a learner (its `restarts`-th replacement when
+/// restarts > 0), called `name`, that sends batches to `consumer`.
+using runner_factory = std::function<caf::actor(size_t index, uint64_t restarts,
+                                                const std::string& name,
+                                                caf::actor consumer)>;
+
+/// The algorithm a learner runs.
+enum class algorithm { ppo, impala, a3c };
+
+/// Settings of a learner.
+struct learner_options {
+  std::string name = "learner";       ///< named in gradients, reports and logs
+  algorithm algo = algorithm::ppo;    ///< what it computes
+  learners::model_spec spec;          ///< the model (observations arrive normalized)
+  learners::ppo_config ppo;           ///< ppo and a3c coefficients
+  learners::vtrace_config vtrace;     ///< impala coefficients
+  double gamma = 0.99;                ///< discount
+  double gae_lambda = 0.95;           ///< GAE lambda (ppo, a3c)
+  size_t update_epochs = 4;           ///< ppo: epochs per batch
+  size_t num_minibatches = 4;         ///< ppo: minibatches per epoch
+  double learning_rate = 2.5e-4;      ///< initial learning rate
+  bool anneal_lr = true;              ///< linear annealing over the budget
+  size_t num_runners = 1;             ///< runners it owns
+  uint64_t steps_per_runner_batch = 512; ///< environment steps in one runner batch
+  bool pipelined = false;             ///< ask for the next batch before learning this one
+  uint64_t max_runner_restarts = 3;   ///< per runner; then the learner fails
+  uint64_t seed = 1;                  ///< minibatch shuffling
+  std::function<void(const std::string&)> log; ///< default stderr
+};
+
+/// Spawns a learner (detached: it blocks on the parameter server's answers).
+/// `view` (may be null) is its statistics view, read for the statistics lag.
+caf::actor spawn_learner(caf::actor_system& sys, learner_options opts, caf::actor server,
+                         caf::actor metrics, std::shared_ptr<policy_store> store,
+                         std::shared_ptr<step_budget> budget, runner_factory make_runner,
+                         std::shared_ptr<learners::stats_view> view = nullptr);
+
+} // namespace troupe::actors

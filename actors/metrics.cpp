@@ -1,0 +1,228 @@
+#include "actors/metrics.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <numeric>
+
+#include <fmt/format.h>
+
+namespace troupe::actors {
+
+const char* const metrics_columns[] = {
+  "wall_time_s", "env_steps", "updates", "episodes", "return_mean_100", "return_last",
+  "episode_length_mean", "sps", "policy_lag_mean", "policy_lag_max", "stats_version",
+  "stats_lag", "loss_policy", "loss_value", "entropy", "learning_rate",
+  "weights_version", "dropped_gradients", "runner_restarts"};
+
+const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct metrics_state {
+  metrics_options opts;
+  caf::actor coordinator;
+  metrics_counters c;
+  std::deque<double> returns;
+  std::deque<uint64_t> lengths;
+  double return_last = NAN;
+  clock_type::time_point started;
+  clock_type::time_point last_progress;
+  // since the last row
+  double lag_sum = 0;
+  uint64_t lag_max = 0;
+  uint64_t lag_n = 0;
+  uint64_t row_steps = 0;
+  double row_time = 0;
+  // latest report
+  learner_report last;
+  uint64_t dropped = 0;
+  uint64_t restarts = 0;
+  bool done_sent = false;
+  std::FILE* csv = nullptr;
+  std::FILE* jsonl = nullptr;
+  ~metrics_state() {
+    if (csv)
+      std::fclose(csv);
+    if (jsonl)
+      std::fclose(jsonl);
+  }
+};
+
+using metrics_actor = caf::stateful_actor<metrics_state>;
+
+double elapsed(const metrics_state& st) {
+  return st.c.wall_time_s
+         + std::chrono::duration<double>(clock_type::now() - st.started).count();
+}
+
+double mean_return(const metrics_state& st) {
+  if (st.returns.empty())
+    return NAN;
+  return std::accumulate(st.returns.begin(), st.returns.end(), 0.0)
+         / static_cast<double>(st.returns.size());
+}
+
+std::string num(double x) {
+  if (!std::isfinite(x))
+    return "nan";
+  return fmt::format("{:.9g}", x);
+}
+
+metrics_counters counters_now(const metrics_state& st) {
+  metrics_counters out = st.c;
+  out.wall_time_s = elapsed(st);
+  out.recent_returns.assign(st.returns.begin(), st.returns.end());
+  out.recent_lengths.assign(st.lengths.begin(), st.lengths.end());
+  return out;
+}
+
+void write_row(metrics_state& st) {
+  const double t = elapsed(st);
+  const double dt = t - st.row_time;
+  const double sps = dt > 0 ? static_cast<double>(st.row_steps) / dt : 0.0;
+  double len_mean = NAN;
+  if (!st.lengths.empty())
+    len_mean = std::accumulate(st.lengths.begin(), st.lengths.end(), 0.0)
+               / static_cast<double>(st.lengths.size());
+  const double lag_mean = st.lag_n ? st.lag_sum / static_cast<double>(st.lag_n) : 0.0;
+  std::vector<std::string> values = {
+    num(t), std::to_string(st.c.env_steps), std::to_string(st.c.updates),
+    std::to_string(st.c.episodes), num(mean_return(st)), num(st.return_last), num(len_mean),
+    num(sps), num(lag_mean), std::to_string(st.lag_max),
+    std::to_string(st.last.stats_version), std::to_string(st.last.stats_lag),
+    num(st.last.loss_policy), num(st.last.loss_value), num(st.last.entropy),
+    num(st.last.learning_rate), std::to_string(st.last.weights_version),
+    std::to_string(st.dropped), std::to_string(st.restarts)};
+  if (st.csv) {
+    std::string line;
+    for (size_t i = 0; i < values.size(); ++i)
+      line += (i ? "," : "") + values[i];
+    std::fprintf(st.csv, "%s\n", line.c_str());
+    std::fflush(st.csv);
+  }
+  if (st.jsonl) {
+    std::string line = "{";
+    for (size_t i = 0; i < values.size(); ++i)
+      line += fmt::format("{}\"{}\": {}", i ? ", " : "", metrics_columns[i],
+                          values[i] == "nan" ? "null" : values[i]);
+    std::fprintf(st.jsonl, "%s}\n", line.c_str());
+    std::fflush(st.jsonl);
+  }
+  if (!st.opts.quiet && !st.opts.progress_line)
+    std::printf("steps %llu  updates %llu  return_mean_100 %s  sps %.0f  policy_lag %.2f  "
+                "stats_lag %llu  elapsed %.1fs\n",
+                static_cast<unsigned long long>(st.c.env_steps),
+                static_cast<unsigned long long>(st.c.updates), num(mean_return(st)).c_str(),
+                sps, lag_mean, static_cast<unsigned long long>(st.last.stats_lag), t);
+  std::fflush(stdout);
+  st.row_time = t;
+  st.row_steps = 0;
+  st.lag_sum = 0;
+  st.lag_max = 0;
+  st.lag_n = 0;
+}
+
+void progress(metrics_state& st) {
+  const auto now = clock_type::now();
+  if (now - st.last_progress < std::chrono::seconds(1))
+    return;
+  st.last_progress = now;
+  const double t = elapsed(st);
+  const double sps = t > 0 ? static_cast<double>(st.c.env_steps) / t : 0;
+  const double remaining = sps > 0 && st.opts.total_env_steps > st.c.env_steps
+                             ? static_cast<double>(st.opts.total_env_steps - st.c.env_steps) / sps
+                             : 0.0;
+  std::printf("\r\033[Ksteps %llu/%llu  %.0f steps/s  return_mean_100 %s  policy_lag %llu  "
+              "stats_lag %llu  elapsed %.0fs  remaining %.0fs",
+              static_cast<unsigned long long>(st.c.env_steps),
+              static_cast<unsigned long long>(st.opts.total_env_steps), sps,
+              num(mean_return(st)).c_str(), static_cast<unsigned long long>(st.last.policy_lag),
+              static_cast<unsigned long long>(st.last.stats_lag), t, remaining);
+  std::fflush(stdout);
+}
+
+caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coordinator) {
+  auto& st = self->state;
+  st.opts = std::move(opts);
+  st.coordinator = std::move(coordinator);
+  st.c = st.opts.start;
+  st.returns.assign(st.c.recent_returns.begin(), st.c.recent_returns.end());
+  st.lengths.assign(st.c.recent_lengths.begin(), st.c.recent_lengths.end());
+  if (!st.returns.empty())
+    st.return_last = st.returns.back();
+  st.started = clock_type::now();
+  st.last_progress = st.started;
+  st.row_time = st.c.wall_time_s;
+  if (!st.opts.csv_path.empty()) {
+    std::FILE* probe = std::fopen(st.opts.csv_path.c_str(), "r");
+    const bool fresh = probe == nullptr;
+    if (probe)
+      std::fclose(probe);
+    st.csv = std::fopen(st.opts.csv_path.c_str(), "a");
+    if (st.csv && fresh) {
+      for (size_t i = 0; i < metrics_column_count; ++i)
+        std::fprintf(st.csv, "%s%s", i ? "," : "", metrics_columns[i]);
+      std::fprintf(st.csv, "\n");
+    }
+  }
+  if (!st.opts.jsonl_path.empty())
+    st.jsonl = std::fopen(st.opts.jsonl_path.c_str(), "a");
+  return {
+    [self](learner_report& r) {
+      auto& s = self->state;
+      s.c.env_steps += r.env_steps;
+      s.row_steps += r.env_steps;
+      s.c.updates += 1;
+      s.c.episodes += r.episode_returns.size();
+      for (size_t i = 0; i < r.episode_returns.size(); ++i) {
+        s.returns.push_back(r.episode_returns[i]);
+        s.lengths.push_back(i < r.episode_lengths.size() ? r.episode_lengths[i] : 0);
+        s.return_last = r.episode_returns[i];
+      }
+      while (s.returns.size() > 100) {
+        s.returns.pop_front();
+        s.lengths.pop_front();
+      }
+      s.lag_sum += static_cast<double>(r.policy_lag);
+      s.lag_max = std::max(s.lag_max, r.policy_lag);
+      s.lag_n += 1;
+      s.dropped += r.dropped;
+      s.restarts = std::max(s.restarts, r.runner_restarts);
+      s.last = std::move(r);
+      if (s.c.updates % s.opts.log_every_updates == 0)
+        write_row(s);
+      if (s.opts.progress_line && !s.opts.quiet)
+        progress(s);
+      if (s.opts.checkpoint_every_updates > 0
+          && s.c.updates % s.opts.checkpoint_every_updates == 0)
+        self->send(s.coordinator, ckpt_atom::value, s.c.updates);
+      if (!s.done_sent && s.opts.total_env_steps > 0 && s.c.env_steps >= s.opts.total_env_steps) {
+        s.done_sent = true;
+        self->send(s.coordinator, done_atom::value);
+      }
+    },
+    [self](row_atom) {
+      auto& s = self->state;
+      write_row(s);
+      if (s.opts.progress_line && !s.opts.quiet)
+        std::printf("\n");
+      std::fflush(stdout);
+      return counters_now(s);
+    },
+    [self](state_atom) { return counters_now(self->state); },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_metrics(caf::actor_system& sys, metrics_options opts,
+                         caf::actor coordinator) {
+  return sys.spawn(metrics, std::move(opts), std::move(coordinator));
+}
+
+} // namespace troupe::actors

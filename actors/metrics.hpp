@@ -1,0 +1,45 @@
+// The metrics actor: gathers the learners' reports (counters, episode
+// returns, losses, lags), writes metrics.csv and metrics.jsonl rows, prints
+// a progress line about once a second on a terminal (plain log lines
+// otherwise), and tells the coordinator when a checkpoint is due and when
+// the step budget is spent.
+//
+// Messages it handles:
+//   learner_report           -> (none)
+//   (row_atom)               -> metrics_counters   writes a row now (the final one)
+//   (state_atom)             -> metrics_counters   for checkpoints
+// It sends to the coordinator: (ckpt_atom, uint64_t updates), (done_atom).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+
+namespace troupe::actors {
+
+/// The columns of metrics.csv, in order.
+extern const char* const metrics_columns[];
+
+/// Number of entries of metrics_columns.
+extern const size_t metrics_column_count;
+
+/// Settings of the metrics actor.
+struct metrics_options {
+  std::string csv_path;            ///< metrics.csv (appended to; header when new)
+  std::string jsonl_path;          ///< metrics.jsonl (appended to)
+  uint64_t log_every_updates = 10; ///< a row every this many updates
+  uint64_t checkpoint_every_updates = 0; ///< ask for a checkpoint this often (0: never)
+  uint64_t total_env_steps = 0;    ///< budget, for the progress line and done_atom
+  bool progress_line = false;      ///< stdout is a terminal: rewrite one line
+  bool quiet = false;              ///< print nothing
+  metrics_counters start;          ///< counters to continue from (resume)
+};
+
+/// Spawns the metrics actor; `coordinator` receives ckpt_atom and done_atom.
+caf::actor spawn_metrics(caf::actor_system& sys, metrics_options opts,
+                         caf::actor coordinator);
+
+} // namespace troupe::actors

@@ -1,0 +1,169 @@
+#include "actors/parameter_server.hpp"
+
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace troupe::actors {
+
+namespace {
+
+struct pending_gradient {
+  caf::typed_response_promise<weights_reply> promise;
+  uint64_t samples = 0;
+  double learning_rate = 0;
+};
+
+struct server_state {
+  parameter_server_options opts;
+  std::shared_ptr<policy_store> store;
+  std::vector<float> params;
+  std::vector<float> buffers;
+  std::unique_ptr<learners::adam_optimizer> adam;
+  parameter_server_status counters;
+  // sync mode: the gradients of the step being gathered
+  std::vector<double> grad_sum;
+  std::vector<pending_gradient> pending;
+  std::vector<float> step_grad;
+  uint64_t logged_drops = 0;
+};
+
+using server_actor = caf::stateful_actor<server_state>;
+
+void log_line(server_state& st, const std::string& line) {
+  if (st.opts.log)
+    st.opts.log(line);
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+weights_reply current(const server_state& st, bool applied) {
+  return weights_reply{st.counters.version, applied, st.params, st.buffers};
+}
+
+// Clips and applies one gradient, bumps the version and publishes it.
+void apply(server_state& st, std::vector<float>& grad, double lr) {
+  if (st.opts.max_grad_norm > 0)
+    learners::clip_grad_norm(grad.data(), grad.size(), st.opts.max_grad_norm);
+  st.adam->step(st.params.data(), grad.data(), lr);
+  st.counters.version += 1;
+  if (st.store)
+    st.store->publish(st.counters.version, st.params.data(),
+                      st.buffers.empty() ? nullptr : st.buffers.data());
+}
+
+caf::behavior parameter_server(server_actor* self, parameter_server_options opts,
+                               std::vector<float> params, std::vector<float> buffers,
+                               std::shared_ptr<policy_store> store) {
+  auto& st = self->state;
+  st.opts = std::move(opts);
+  st.params = std::move(params);
+  st.buffers = std::move(buffers);
+  st.store = std::move(store);
+  st.adam = std::make_unique<learners::adam_optimizer>(st.params.size(), st.opts.adam);
+  st.grad_sum.assign(st.params.size(), 0.0);
+  return {
+    [self](gradient_update& g) -> caf::result<weights_reply> {
+      auto& s = self->state;
+      s.counters.received += 1;
+      if (g.grad.size() != s.params.size())
+        return to_caf_error(make_error(errc::invalid_argument,
+                                       "parameter server: gradient from '{}' has {} numbers, "
+                                       "expected {}",
+                                       g.learner, g.grad.size(), s.params.size()));
+      const uint64_t staleness =
+        s.counters.version > g.base_version ? s.counters.version - g.base_version : 0;
+      s.counters.max_staleness_seen = std::max(s.counters.max_staleness_seen, staleness);
+      if (!g.buffers.empty() && g.buffers.size() == s.buffers.size())
+        s.buffers = g.buffers;
+      if (!s.opts.sync) {
+        if (staleness > s.opts.max_staleness) {
+          s.counters.dropped += 1;
+          if (s.logged_drops++ < 5)
+            log_line(s, fmt::format("parameter server: dropped a gradient from '{}' "
+                                    "computed on version {} (now {}, max_staleness {})",
+                                    g.learner, g.base_version, s.counters.version,
+                                    s.opts.max_staleness));
+          return current(s, false);
+        }
+        apply(s, g.grad, g.learning_rate);
+        s.counters.applied += 1;
+        return current(s, true);
+      }
+      // sync: accumulate the count-weighted sum until every learner is in.
+      const double w = static_cast<double>(std::max<uint64_t>(g.samples, 1));
+      for (size_t i = 0; i < g.grad.size(); ++i)
+        s.grad_sum[i] += w * g.grad[i];
+      auto promise = self->make_response_promise<weights_reply>();
+      s.pending.push_back(pending_gradient{promise, std::max<uint64_t>(g.samples, 1),
+                                           g.learning_rate});
+      if (s.pending.size() < s.opts.num_learners)
+        return promise;
+      double total = 0, lr = 0;
+      for (auto& p : s.pending) {
+        total += static_cast<double>(p.samples);
+        lr += p.learning_rate;
+      }
+      lr /= static_cast<double>(s.pending.size());
+      s.step_grad.resize(s.grad_sum.size());
+      for (size_t i = 0; i < s.grad_sum.size(); ++i) {
+        s.step_grad[i] = static_cast<float>(s.grad_sum[i] / total);
+        s.grad_sum[i] = 0;
+      }
+      apply(s, s.step_grad, lr);
+      s.counters.applied += s.pending.size();
+      auto reply = current(s, true);
+      auto waiting = std::move(s.pending);
+      s.pending.clear();
+      for (auto& p : waiting)
+        p.promise.deliver(reply);
+      return promise;
+    },
+    [self](weights_atom) { return current(self->state, true); },
+    [self](status_atom) { return self->state.counters; },
+    [self](state_atom) {
+      auto& s = self->state;
+      parameter_server_state out;
+      out.version = s.counters.version;
+      out.adam_steps = s.adam->steps();
+      out.params = s.params;
+      out.buffers = s.buffers;
+      out.adam_m = s.adam->first_moment();
+      out.adam_v = s.adam->second_moment();
+      out.counters = s.counters;
+      return out;
+    },
+    [self](state_atom, parameter_server_state& in) -> caf::result<uint64_t> {
+      auto& s = self->state;
+      if (in.params.size() != s.params.size() || in.adam_m.size() != s.params.size()
+          || in.adam_v.size() != s.params.size() || in.buffers.size() != s.buffers.size())
+        return to_caf_error(make_error(errc::invalid_argument,
+                                       "parameter server: restored state has {} parameters, "
+                                       "expected {}",
+                                       in.params.size(), s.params.size()));
+      s.params = std::move(in.params);
+      s.buffers = std::move(in.buffers);
+      s.adam->first_moment() = std::move(in.adam_m);
+      s.adam->second_moment() = std::move(in.adam_v);
+      s.adam->set_steps(in.adam_steps);
+      s.counters = in.counters;
+      s.counters.version = in.version;
+      if (s.store)
+        s.store->publish(s.counters.version, s.params.data(),
+                         s.buffers.empty() ? nullptr : s.buffers.data());
+      return s.counters.version;
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_parameter_server(caf::actor_system& sys, parameter_server_options opts,
+                                  std::vector<float> params, std::vector<float> buffers,
+                                  std::shared_ptr<policy_store> store) {
+  return sys.spawn(parameter_server, std::move(opts), std::move(params),
+                   std::move(buffers), std::move(store));
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,49 @@
+// The parameter server actor: owns the weights, Adam's state and a version.
+//
+// async mode: applies each gradient as it arrives; a gradient computed on
+// weights more than max_staleness versions old is dropped and counted (the
+// reply then carries the current weights with applied = false).
+// sync mode: waits for one gradient from each of the N learners, applies
+// their count-weighted mean (weights = samples) once, and answers every
+// learner with the new version.
+// Every new version is also published to a policy store, when one is given,
+// so that environment runners act with it.
+//
+// Messages it handles (types in actors/messages.hpp):
+//   gradient_update             -> weights_reply   (sync: once all N arrived)
+//   (weights_atom)              -> weights_reply   current weights
+//   (status_atom)               -> parameter_server_status
+//   (state_atom)                -> parameter_server_state   for checkpoints
+//   (state_atom, parameter_server_state) -> uint64_t version   restores
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+#include "actors/policy_store.hpp"
+#include "learners/optimizer.hpp"
+
+namespace troupe::actors {
+
+/// Settings of a parameter server.
+struct parameter_server_options {
+  bool sync = false;             ///< sync mode (else async)
+  uint64_t num_learners = 1;     ///< sync: gradients per step
+  uint64_t max_staleness = 4;    ///< async: drop gradients older than this many versions
+  double max_grad_norm = 0.5;    ///< clip of the (mean) gradient's global norm; <= 0: none
+  learners::adam_config adam;    ///< Adam settings (lr is taken from each gradient)
+  std::function<void(const std::string&)> log; ///< drop log; default stderr
+};
+
+/// Spawns a parameter server starting from `params` and `buffers` (version
+/// 0). `store` (may be null) receives every new version.
+caf::actor spawn_parameter_server(caf::actor_system& sys, parameter_server_options opts,
+                                  std::vector<float> params, std::vector<float> buffers,
+                                  std::shared_ptr<policy_store> store = nullptr);
+
+} // namespace troupe::actors

@@ -1,0 +1,58 @@
+// Where the parameter server leaves each new version of the weights for the
+// environment runners of this process, and the sampling policy that acts
+// with them. Keeping the last few versions lets a learner recompute the
+// behavior policy's log-probabilities and values of a batch made with a
+// stale version (PPO's old_logprob, IMPALA's mu).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "actors/env_runner.hpp"
+#include "learners/model.hpp"
+
+namespace troupe::actors {
+
+/// One version of the policy: a model whose inputs are the observations as
+/// the runner hands them over (already normalized when normalization is on).
+struct policy_snapshot {
+  uint64_t version = 0;         ///< parameter server version
+  learners::actor_critic model; ///< weights of that version
+};
+
+/// The latest versions of the policy, shared by the parameter server
+/// (writer) and the runners and learners (readers) of one process.
+class policy_store {
+public:
+  /// A store for models like `initial` (version 0), keeping `history`
+  /// versions (at least 1).
+  policy_store(const learners::actor_critic& initial, size_t history);
+
+  /// Publishes a new version (params and buffers of the model's sizes).
+  void publish(uint64_t version, const float* params, const float* buffers);
+
+  /// The newest version.
+  std::shared_ptr<const policy_snapshot> latest() const;
+
+  /// Version `version`, or null when it is no longer kept.
+  std::shared_ptr<const policy_snapshot> at(uint64_t version) const;
+
+private:
+  mutable std::mutex mtx_;
+  std::deque<std::shared_ptr<const policy_snapshot>> versions_; // oldest first
+  size_t history_;
+};
+
+/// A policy for an environment runner: takes the newest version from `store`
+/// at the first step of every batch of `steps_per_batch` steps (so each batch
+/// is acted with one version) and samples actions from it with a generator
+/// seeded by `seed`; `deterministic` takes the mode instead. A policy whose
+/// `fail_after_calls` is nonzero throws on that call (for the supervision
+/// tests).
+policy_fn make_store_policy(std::shared_ptr<policy_store> store, size_t steps_per_batch,
+                            uint64_t seed, bool deterministic = false,
+                            uint64_t fail_after_calls = 0);
+
+} // namespace troupe::actors
