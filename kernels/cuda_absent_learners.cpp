@@ -75,6 +75,11 @@ status cuda_batch_norm_backward_async(const float*, const float*, const float*, 
   return no_cuda();
 }
 
+status cuda_running_stats_update_async(const double*, size_t, double, float*, float*,
+                                       void*) noexcept {
+  return no_cuda();
+}
+
 status cuda_inverse_std_async(const float*, size_t, double, float*, void*) noexcept {
   return no_cuda();
 }

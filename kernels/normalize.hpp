@@ -33,6 +33,18 @@ void batch_norm_backward(const float* dy, const float* zhat, const float* gamma,
 /// inv_std[j] = 1 / sqrt(var[j] + eps).
 void inverse_std(const float* var, size_t cols, double eps, float* inv_std) noexcept;
 
+/// Local batch norm's running statistics, moved toward a batch with moments
+/// (count, mean[cols], m2[cols]) in float64 (PyTorch's update):
+/// running_mean = (1 - momentum) running_mean + momentum mean,
+/// running_var = (1 - momentum) running_var + momentum m2 / (count - 1).
+void running_stats_update(const double* moments, size_t cols, double momentum,
+                          float* running_mean, float* running_var) noexcept;
+
+/// CUDA twin of running_stats_update (moments on the device).
+status cuda_running_stats_update_async(const double* moments, size_t cols, double momentum,
+                                       float* running_mean, float* running_var,
+                                       void* stream) noexcept;
+
 /// CUDA twin of normalize_clip.
 status cuda_normalize_clip_async(const float* x, const float* mean, const float* inv_std,
                                  size_t rows, size_t cols, float clip, float* out,

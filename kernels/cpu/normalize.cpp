@@ -18,6 +18,18 @@ void inverse_std(const float* var, size_t cols, double eps, float* inv_std) noex
     inv_std[j] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var[j]) + eps));
 }
 
+void running_stats_update(const double* moments, size_t cols, double momentum,
+                          float* running_mean, float* running_var) noexcept {
+  const double count = moments[0];
+  const double unbiased = count > 1.0 ? 1.0 / (count - 1.0) : (count > 0.0 ? 1.0 : 0.0);
+  for (size_t j = 0; j < cols; ++j) {
+    running_mean[j] = static_cast<float>((1.0 - momentum) * running_mean[j]
+                                         + momentum * moments[1 + j]);
+    running_var[j] = static_cast<float>((1.0 - momentum) * running_var[j]
+                                        + momentum * moments[1 + cols + j] * unbiased);
+  }
+}
+
 void batch_norm_forward(const float* z, const float* mean, const float* inv_std,
                         const float* gamma, const float* beta, size_t rows, size_t cols,
                         float* zhat, float* y) noexcept {

@@ -69,6 +69,19 @@ __global__ void inverse_std_kernel(const float* var, size_t cols, double eps, fl
   }
 }
 
+__global__ void running_stats_update_kernel(const double* moments, size_t cols,
+                                           double momentum, float* running_mean,
+                                           float* running_var) {
+  const double count = moments[0];
+  const double unbiased = count > 1.0 ? 1.0 / (count - 1.0) : (count > 0.0 ? 1.0 : 0.0);
+  TROUPE_INDEX_LOOP(j, cols) {
+    running_mean[j] = static_cast<float>((1.0 - momentum) * running_mean[j]
+                                         + momentum * moments[1 + j]);
+    running_var[j] = static_cast<float>((1.0 - momentum) * running_var[j]
+                                        + momentum * moments[1 + cols + j] * unbiased);
+  }
+}
+
 cudaStream_t as_stream(void* s) {
   return static_cast<cudaStream_t>(s);
 }
@@ -119,6 +132,16 @@ status cuda_inverse_std_async(const float* var, size_t cols, double eps, float* 
   inverse_std_kernel<<<grid_for(cols), block_threads, 0, as_stream(stream)>>>(var, cols, eps,
                                                                               inv_std);
   return launch_status("inverse_std");
+}
+
+status cuda_running_stats_update_async(const double* moments, size_t cols, double momentum,
+                                       float* running_mean, float* running_var,
+                                       void* stream) noexcept {
+  if (cols == 0)
+    return status::ok();
+  running_stats_update_kernel<<<grid_for(cols), block_threads, 0, as_stream(stream)>>>(
+      moments, cols, momentum, running_mean, running_var);
+  return launch_status("running_stats_update");
 }
 
 status cuda_multiply_async(const float* a, const float* b, size_t count, float* out,

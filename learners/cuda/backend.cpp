@@ -396,6 +396,9 @@ private:
           TROUPE_TRY(kernels::cuda_moments_to_stats_async(raw, width, spec_.batch_norm_eps,
                                                           ds.mean.data(), ds.var.data(),
                                                           ds.inv_std.data(), stream()));
+          TROUPE_TRY(kernels::cuda_running_stats_update_async(
+              raw, width, spec_.batch_norm_momentum, buffers_.data() + bn.running_mean,
+              buffers_.data() + bn.running_var, stream()));
         } else {
           mean = buffers_.data() + bn.running_mean;
           TROUPE_TRY(kernels::cuda_inverse_std_async(buffers_.data() + bn.running_var, width,

@@ -326,6 +326,43 @@ TEST_CASE("observation normalization and batch norm forward and backward match f
     MESSAGE("skipped: CUDA twins of normalize_clip and batch norm (no GPU)");
 }
 
+TEST_CASE("local batch norm's running statistics follow PyTorch's momentum update") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const size_t rows = 50, cols = 6;
+  auto z = random_floats(rows * cols, rng, 2.0f);
+  auto m = compute_moments(z.data(), rows, cols);
+  std::vector<double> raw{static_cast<double>(m.count)};
+  raw.insert(raw.end(), m.mean.begin(), m.mean.end());
+  raw.insert(raw.end(), m.m2.begin(), m.m2.end());
+  auto running_mean = random_floats(cols, rng), running_var = random_floats(cols, rng);
+  for (auto& v : running_var)
+    v = std::abs(v) + 0.1f;
+  auto rm0 = running_mean, rv0 = running_var;
+  running_stats_update(raw.data(), cols, 0.1, running_mean.data(), running_var.data());
+  for (size_t j = 0; j < cols; ++j) {
+    double mean = 0, ss = 0;
+    for (size_t r = 0; r < rows; ++r)
+      mean += z[r * cols + j];
+    mean /= rows;
+    for (size_t r = 0; r < rows; ++r)
+      ss += (z[r * cols + j] - mean) * (z[r * cols + j] - mean);
+    CHECK(close(running_mean[j], 0.9 * rm0[j] + 0.1 * mean));
+    CHECK(close(running_var[j], 0.9 * rv0[j] + 0.1 * ss / (rows - 1)));
+  }
+  if (!have_gpu()) {
+    MESSAGE("skipped: CUDA twin of running_stats_update (no GPU)");
+    return;
+  }
+  auto d_raw = to_device(raw);
+  auto d_rm = to_device(rm0), d_rv = to_device(rv0);
+  REQUIRE(cuda_running_stats_update_async(d_raw.data(), cols, 0.1, d_rm.data(), d_rv.data(),
+                                          nullptr));
+  require_close(to_host(d_rm, cols), running_mean, 1e-6);
+  require_close(to_host(d_rv, cols), running_var, 1e-6);
+}
+
 TEST_CASE("the CUDA Adam step matches the CPU twin") {
   if (!have_gpu()) {
     MESSAGE("skipped: CUDA Adam parity (no GPU)");
