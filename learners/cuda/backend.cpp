@@ -53,6 +53,7 @@ public:
     TROUPE_TRY(grad_.reserve(std::max<size_t>(layout_.param_count, 1)));
     TROUPE_TRY(m_.reserve(std::max<size_t>(layout_.param_count, 1)));
     TROUPE_TRY(v_.reserve(std::max<size_t>(layout_.param_count, 1)));
+    TROUPE_TRY(kernels::cuda_zero(grad_.data(), layout_.param_count * sizeof(float), stream()));
     TROUPE_TRY(kernels::cuda_zero(m_.data(), layout_.param_count * sizeof(float), stream()));
     TROUPE_TRY(kernels::cuda_zero(v_.data(), layout_.param_count * sizeof(float), stream()));
     size_t widest = 1;
@@ -430,7 +431,8 @@ private:
     const size_t stages = net.hidden.size();
     const float* last = stages ? dn.stages.back().h.data() : input;
     const size_t out_in = static_cast<size_t>(out.in), out_w = static_cast<size_t>(out.out);
-    TROUPE_TRY(ctx_->gemm_dzt_x(d_output, last, rows, out_in, out_w, grad_.data() + out.weight));
+    TROUPE_TRY(
+        ctx_->gemm_dzt_x(d_output, last, rows, out_in, out_w, grad_.data() + out.weight));
     TROUPE_TRY(ctx_->column_sums(d_output, rows, out_w, grad_.data() + out.bias));
     if (stages == 0)
       return status::ok();
