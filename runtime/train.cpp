@@ -1,0 +1,516 @@
+#include "runtime/train.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/env_runner.hpp"
+#include "actors/learner.hpp"
+#include "actors/messages.hpp"
+#include "actors/metrics.hpp"
+#include "actors/parameter_server.hpp"
+#include "actors/policy_store.hpp"
+#include "actors/stats_keeper.hpp"
+#include "envs/registry.hpp"
+#include "learners/checkpoint.hpp"
+#include "learners/safetensors.hpp"
+#if __has_include("runtime/plot.hpp")
+#include "runtime/plot.hpp"
+#define TROUPE_HAVE_PLOT 1
+#endif
+
+namespace fs = std::filesystem;
+
+namespace troupe::runtime {
+
+namespace {
+
+std::atomic<int> stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) { stop_signal.store(sig); }
+
+// -- the model and the cast ---------------------------------------------------
+
+result<learners::model_spec> spec_for(const config& cfg, const envs::env_spec& env) {
+  learners::model_spec spec;
+  spec.obs_dim = static_cast<int64_t>(env.observation_space.size());
+  if (env.action_space.kind == envs::space_kind::discrete) {
+    spec.action = learners::action_kind::discrete;
+    spec.n = env.action_space.n;
+  } else {
+    spec.action = learners::action_kind::box;
+    spec.act_dim = static_cast<int64_t>(env.action_space.size());
+  }
+  spec.hidden = cfg.get_int_list("model.hidden");
+  auto act = learners::parse_activation(cfg.get_string("model.activation"));
+  if (!act)
+    return act.err();
+  spec.activation = *act;
+  auto bn = learners::parse_batch_norm(cfg.get_string("model.batch_norm"));
+  if (!bn)
+    return bn.err();
+  spec.batch_norm = *bn;
+  spec.batch_norm_eps = cfg.get_float("model.batch_norm_eps");
+  spec.batch_norm_momentum = cfg.get_float("model.batch_norm_momentum");
+  // Runners hand the learners observations already normalized: the training
+  // model has no normalizer of its own; the checkpoint's model does.
+  spec.obs_norm = false;
+  spec.obs_norm_eps = cfg.get_float("model.obs_norm_eps");
+  spec.obs_norm_clip = cfg.get_float("model.obs_norm_clip");
+  if (auto ok = spec.validate(); !ok)
+    return ok.err();
+  return spec;
+}
+
+std::string timestamp() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+// -- checkpoints --------------------------------------------------------------
+
+struct cast {
+  caf::actor keeper, server, metrics;
+  learners::model_spec spec;
+  std::string env_id, algo;
+  bool obs_norm = false;
+};
+
+template <class T, class... Ts>
+result<T> ask(caf::scoped_actor& self, const caf::actor& dest, Ts&&... xs) {
+  result<T> out = make_error(errc::unavailable, "no answer");
+  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
+    .receive([&](T& x) { out = std::move(x); },
+             [&](caf::error& e) {
+               out = make_error(errc::unavailable, "{}",
+                                actors::error_message(self->system(), e));
+             });
+  return out;
+}
+
+status write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f)
+    return make_error(errc::io_error, "cannot write {}", path);
+  return {};
+}
+
+status write_checkpoint(caf::scoped_actor& self, const cast& c, const std::string& run_dir,
+                        uint64_t run_seed) {
+  auto counters = ask<actors::metrics_counters>(self, c.metrics, actors::state_atom::value);
+  if (!counters)
+    return counters.err();
+  auto ps = ask<actors::parameter_server_state>(self, c.server, actors::state_atom::value);
+  if (!ps)
+    return ps.err();
+  const fs::path final_dir =
+    fs::path(run_dir) / "checkpoints" / fmt::format("{:010d}", counters->updates);
+  const fs::path tmp = final_dir.string() + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec)
+    return make_error(errc::io_error, "cannot create {}: {}", tmp.string(), ec.message());
+  // The policy, with the normalizer's statistics when observations are normalized.
+  learners::model_spec ckpt_spec = c.spec;
+  ckpt_spec.obs_norm = c.obs_norm;
+  learners::actor_critic model(ckpt_spec, 0);
+  std::copy(ps->params.begin(), ps->params.end(), model.params());
+  std::copy(ps->buffers.begin(), ps->buffers.end(), model.buffers());
+  learners::stats_snapshot obs_stats;
+  if (c.obs_norm) {
+    auto snap = ask<learners::stats_snapshot>(self, c.keeper, actors::snapshot_atom::value,
+                                              std::string{"obs"});
+    if (snap)
+      obs_stats = std::move(*snap);
+    if (obs_stats.mean.size() != static_cast<size_t>(c.spec.obs_dim)) {
+      obs_stats.mean.assign(c.spec.obs_dim, 0.0);
+      obs_stats.var.assign(c.spec.obs_dim, 1.0);
+    }
+  }
+  std::map<std::string, std::string> extra = {
+    {"env_id", c.env_id},
+    {"algo", c.algo},
+    {"updates", std::to_string(counters->updates)},
+    {"env_steps", std::to_string(counters->env_steps)}};
+  if (auto ok = learners::save_checkpoint((tmp / "policy.safetensors").string(), model,
+                                          c.obs_norm ? &obs_stats : nullptr, extra);
+      !ok)
+    return ok;
+  // The optimizer: the parameter server's whole state.
+  learners::st_file opt;
+  opt.metadata["format"] = "troupe.optimizer";
+  opt.metadata["format_version"] = "1";
+  const auto n = static_cast<int64_t>(ps->params.size());
+  opt.tensors.push_back(learners::st_tensor::from_f32("params", {n}, ps->params.data()));
+  opt.tensors.push_back(learners::st_tensor::from_f32("adam_m", {n}, ps->adam_m.data()));
+  opt.tensors.push_back(learners::st_tensor::from_f32("adam_v", {n}, ps->adam_v.data()));
+  if (!ps->buffers.empty())
+    opt.tensors.push_back(learners::st_tensor::from_f32(
+      "buffers", {static_cast<int64_t>(ps->buffers.size())}, ps->buffers.data()));
+  const int64_t ints[] = {static_cast<int64_t>(ps->version), ps->adam_steps,
+                          static_cast<int64_t>(ps->counters.received),
+                          static_cast<int64_t>(ps->counters.applied),
+                          static_cast<int64_t>(ps->counters.dropped),
+                          static_cast<int64_t>(ps->counters.max_staleness_seen)};
+  opt.tensors.push_back(learners::st_tensor::from_i64("counters", {6}, ints));
+  if (auto ok = learners::write_safetensors((tmp / "optimizer.safetensors").string(), opt);
+      !ok)
+    return ok;
+  // The statistics keeper.
+  auto saved = ask<caf::ok_atom>(self, c.keeper, actors::save_atom::value,
+                                 (tmp / "stats.bin").string());
+  if (!saved)
+    return saved.err();
+  // Counters and the seeds every random stream is derived from.
+  std::ostringstream text;
+  text << "env_steps " << counters->env_steps << "\nupdates " << counters->updates
+       << "\nepisodes " << counters->episodes << "\nwall_time_s "
+       << fmt::format("{:.17g}", counters->wall_time_s) << "\nrun_seed " << run_seed
+       << "\nreturns";
+  for (double r : counters->recent_returns)
+    text << ' ' << fmt::format("{:.17g}", r);
+  text << "\nlengths";
+  for (auto l : counters->recent_lengths)
+    text << ' ' << l;
+  text << '\n';
+  if (auto ok = write_text((tmp / "counters.txt").string(), text.str()); !ok)
+    return ok;
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp, final_dir, ec);
+  if (ec)
+    return make_error(errc::io_error, "cannot rename {}: {}", tmp.string(), ec.message());
+  return {};
+}
+
+result<actors::metrics_counters> read_counters(const std::string& path) {
+  std::ifstream f(path);
+  if (!f)
+    return make_error(errc::io_error, "cannot read {}", path);
+  actors::metrics_counters c;
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string key;
+    in >> key;
+    if (key == "env_steps")
+      in >> c.env_steps;
+    else if (key == "updates")
+      in >> c.updates;
+    else if (key == "episodes")
+      in >> c.episodes;
+    else if (key == "wall_time_s")
+      in >> c.wall_time_s;
+    else if (key == "returns")
+      for (double x; in >> x;)
+        c.recent_returns.push_back(x);
+    else if (key == "lengths")
+      for (uint64_t x; in >> x;)
+        c.recent_lengths.push_back(x);
+  }
+  return c;
+}
+
+result<actors::parameter_server_state> read_optimizer(const std::string& path) {
+  auto file = learners::read_safetensors(path);
+  if (!file)
+    return file.err();
+  actors::parameter_server_state st;
+  auto get = [&](const char* name) -> const learners::st_tensor* { return file->find(name); };
+  if (!get("params") || !get("adam_m") || !get("adam_v") || !get("counters"))
+    return make_error(errc::bad_input, "{}: missing tensors", path);
+  st.params = get("params")->to_f32();
+  st.adam_m = get("adam_m")->to_f32();
+  st.adam_v = get("adam_v")->to_f32();
+  if (get("buffers"))
+    st.buffers = get("buffers")->to_f32();
+  auto ints = get("counters")->to_i64();
+  if (ints.size() != 6)
+    return make_error(errc::bad_input, "{}: counters has {} values, expected 6", path,
+                      ints.size());
+  st.version = static_cast<uint64_t>(ints[0]);
+  st.adam_steps = ints[1];
+  st.counters.received = static_cast<uint64_t>(ints[2]);
+  st.counters.applied = static_cast<uint64_t>(ints[3]);
+  st.counters.dropped = static_cast<uint64_t>(ints[4]);
+  st.counters.max_staleness_seen = static_cast<uint64_t>(ints[5]);
+  st.counters.version = st.version;
+  return st;
+}
+
+} // namespace
+
+std::string newest_checkpoint(const std::string& run_dir) {
+  std::error_code ec;
+  std::string best;
+  for (auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+    const auto name = entry.path().filename().string();
+    if (!entry.is_directory() || name.empty()
+        || name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    if (name > best)
+      best = name;
+  }
+  return best.empty() ? std::string{} : (fs::path(run_dir) / "checkpoints" / best).string();
+}
+
+result<training_result> run_training(const config& cfg, const std::string& resume_dir) {
+  auto env_spec = envs::find_spec(cfg.get_string("env.id"));
+  if (!env_spec)
+    return env_spec.err();
+  auto spec = spec_for(cfg, **env_spec);
+  if (!spec)
+    return spec.err();
+  const std::string algo_name = cfg.get_string("algo.name");
+  const bool sync = cfg.get_string("algo.mode") == "sync";
+  const uint64_t num_learners = static_cast<uint64_t>(cfg.get_int("algo.num_learners"));
+  const size_t runners_per_learner = static_cast<size_t>(cfg.get_int("algo.runners_per_learner"));
+  const size_t num_envs = static_cast<size_t>(cfg.get_int("env.num_envs"));
+  const size_t num_steps = static_cast<size_t>(cfg.get_int("algo.num_steps"));
+  const uint64_t total = static_cast<uint64_t>(cfg.get_int("algo.total_env_steps"));
+  const uint64_t seed = static_cast<uint64_t>(cfg.get_int("run.seed"));
+  const bool obs_norm = cfg.get_bool("model.obs_norm");
+
+  // -- the run folder ---------------------------------------------------------
+  std::string run_dir = resume_dir;
+  actors::metrics_counters start;
+  std::string checkpoint;
+  if (!resume_dir.empty()) {
+    checkpoint = newest_checkpoint(resume_dir);
+    if (checkpoint.empty())
+      return make_error(errc::not_found, "{}: no complete checkpoint to resume from",
+                        resume_dir);
+    auto c = read_counters((fs::path(checkpoint) / "counters.txt").string());
+    if (!c)
+      return c.err();
+    start = std::move(*c);
+  } else {
+    run_dir = (fs::path(cfg.get_string("run.output_dir"))
+               / (cfg.get_string("run.name") + "-" + timestamp()))
+                .string();
+    std::error_code ec;
+    for (int k = 2; fs::exists(run_dir); ++k)
+      run_dir = (fs::path(cfg.get_string("run.output_dir"))
+                 / fmt::format("{}-{}-{}", cfg.get_string("run.name"), timestamp(), k))
+                  .string();
+    fs::create_directories(fs::path(run_dir) / "checkpoints", ec);
+    if (ec)
+      return make_error(errc::io_error, "cannot create {}: {}", run_dir, ec.message());
+    if (auto ok = write_text((fs::path(run_dir) / "config.toml").string(), cfg.to_toml()); !ok)
+      return ok.err();
+  }
+  const uint64_t resume_salt = start.updates * 0x9e3779b97f4a7c15ull;
+
+  // -- the actor system -------------------------------------------------------
+  caf::actor_system_config sys_cfg;
+  actors::register_messages(sys_cfg);
+  sys_cfg.set("scheduler.max-threads", static_cast<size_t>(cfg.get_int("run.threads")));
+  sys_cfg.set("logger.verbosity", caf::atom("quiet"));
+  caf::actor_system sys(sys_cfg);
+  caf::scoped_actor self(sys);
+
+  actors::stats_keeper_options keeper_opts;
+  keeper_opts.mode = cfg.get_string("stats.mode");
+  keeper_opts.momentum = cfg.get_float("stats.momentum");
+  keeper_opts.publish_every_merges = static_cast<uint64_t>(cfg.get_int("stats.publish_every_merges"));
+  keeper_opts.publish_interval_ms = static_cast<uint64_t>(cfg.get_int("stats.publish_interval_ms"));
+  cast c;
+  c.keeper = actors::spawn_stats_keeper(sys, keeper_opts);
+  c.spec = *spec;
+  c.env_id = (*env_spec)->id;
+  c.algo = algo_name;
+  c.obs_norm = obs_norm;
+
+  learners::actor_critic initial(*spec, seed);
+  auto store = std::make_shared<actors::policy_store>(
+    initial, static_cast<size_t>(cfg.get_int("algo.max_staleness")) + 64);
+  actors::parameter_server_options ps_opts;
+  ps_opts.sync = sync;
+  ps_opts.num_learners = num_learners;
+  ps_opts.max_staleness = static_cast<uint64_t>(cfg.get_int("algo.max_staleness"));
+  ps_opts.max_grad_norm = cfg.get_float("algo.max_grad_norm");
+  ps_opts.adam.lr = cfg.get_float("algo.learning_rate");
+  ps_opts.adam.eps = cfg.get_float("algo.adam_eps");
+  c.server = actors::spawn_parameter_server(
+    sys, ps_opts,
+    std::vector<float>(initial.params(), initial.params() + initial.param_count()),
+    std::vector<float>(initial.buffers(), initial.buffers() + initial.buffer_count()), store);
+
+  if (!checkpoint.empty()) {
+    auto st = read_optimizer((fs::path(checkpoint) / "optimizer.safetensors").string());
+    if (!st)
+      return st.err();
+    auto restored = ask<uint64_t>(self, c.server, actors::state_atom::value, std::move(*st));
+    if (!restored)
+      return restored.err();
+    auto loaded = ask<caf::ok_atom>(self, c.keeper, actors::load_atom::value,
+                                    (fs::path(checkpoint) / "stats.bin").string());
+    if (!loaded)
+      return loaded.err();
+  }
+
+  actors::metrics_options m_opts;
+  m_opts.csv_path = (fs::path(run_dir) / "metrics.csv").string();
+  m_opts.jsonl_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  m_opts.log_every_updates = static_cast<uint64_t>(cfg.get_int("run.log_every_updates"));
+  m_opts.checkpoint_every_updates =
+    static_cast<uint64_t>(cfg.get_int("run.checkpoint_every_updates"));
+  m_opts.total_env_steps = total;
+  m_opts.progress_line = isatty(STDOUT_FILENO) != 0;
+  m_opts.start = start;
+  c.metrics = actors::spawn_metrics(sys, m_opts, caf::actor_cast<caf::actor>(self));
+
+  // -- learners and their runners ---------------------------------------------
+  const uint64_t batch_steps = num_steps * num_envs;
+  auto shared_budget = std::make_shared<actors::step_budget>(total, start.env_steps);
+  const uint64_t fail_after = static_cast<uint64_t>(cfg.get_int("env.fail_after_calls"));
+  const std::string env_id = (*env_spec)->id;
+  const size_t env_threads = static_cast<size_t>(cfg.get_int("env.threads"));
+  const double eps = cfg.get_float("stats.epsilon");
+  const double clip = cfg.get_float("model.obs_norm_clip");
+  std::vector<caf::actor> learner_actors;
+  for (uint64_t li = 0; li < num_learners; ++li) {
+    actors::learner_options lo;
+    lo.name = fmt::format("learner{}", li);
+    lo.algo = algo_name == "impala" ? actors::algorithm::impala
+              : algo_name == "a3c"  ? actors::algorithm::a3c
+                                    : actors::algorithm::ppo;
+    lo.spec = *spec;
+    lo.ppo.clip_coef = cfg.get_float("algo.clip_coef");
+    lo.ppo.vf_coef = cfg.get_float("algo.vf_coef");
+    lo.ppo.ent_coef = cfg.get_float("algo.ent_coef");
+    lo.ppo.clip_value_loss = cfg.get_bool("algo.clip_vloss");
+    lo.ppo.normalize_advantages = cfg.get_bool("algo.norm_adv");
+    lo.vtrace.rho_bar = cfg.get_float("algo.rho_bar");
+    lo.vtrace.pg_rho_bar = cfg.get_float("algo.pg_rho_bar");
+    lo.vtrace.c_bar = cfg.get_float("algo.c_bar");
+    lo.vtrace.baseline_coef = cfg.get_float("algo.vf_coef");
+    lo.vtrace.ent_coef = cfg.get_float("algo.ent_coef");
+    lo.gamma = cfg.get_float("algo.gamma");
+    lo.gae_lambda = cfg.get_float("algo.gae_lambda");
+    lo.update_epochs = static_cast<size_t>(cfg.get_int("algo.update_epochs"));
+    lo.num_minibatches = static_cast<size_t>(cfg.get_int("algo.num_minibatches"));
+    lo.learning_rate = cfg.get_float("algo.learning_rate");
+    lo.anneal_lr = cfg.get_bool("algo.anneal_lr");
+    lo.num_runners = runners_per_learner;
+    lo.steps_per_runner_batch = batch_steps;
+    lo.pipelined = !sync;
+    lo.seed = seed * 7919 + li + resume_salt;
+    // sync: every learner takes part in every step, so each has its own share.
+    auto budget = sync ? std::make_shared<actors::step_budget>(
+                           total / num_learners, start.env_steps / num_learners)
+                       : shared_budget;
+    auto keeper = c.keeper;
+    const bool box = spec->action == learners::action_kind::box;
+    auto make_runner = [&sys, store, keeper, env_id, num_envs, env_threads, num_steps, seed,
+                        li, runners_per_learner, obs_norm, eps, clip, box, fail_after,
+                        resume_salt, obs_dim = spec->obs_dim](
+                         size_t index, uint64_t restarts, const std::string& name,
+                         caf::actor consumer) -> caf::actor {
+      auto env = envs::make_vector_env(env_id, num_envs, env_threads);
+      std::shared_ptr<envs::vector_env> shared(std::move(*env));
+      if (box)
+        shared->set_clip_box_actions(true);
+      actors::env_runner_options ro;
+      ro.name = name;
+      const uint64_t slot = li * runners_per_learner + index;
+      ro.seed = seed + slot * num_envs + restarts * 1000003ull + resume_salt;
+      ro.steps_per_batch = num_steps;
+      ro.obs_epsilon = eps;
+      ro.obs_clip = clip;
+      std::shared_ptr<learners::stats_view> view;
+      if (obs_norm)
+        view = actors::subscribe_view(sys, keeper, "obs", static_cast<size_t>(obs_dim));
+      const bool inject = fail_after > 0 && slot == 0 && restarts == 0;
+      auto policy = actors::make_store_policy(store, num_steps, ro.seed ^ 0x5bd1e995ull,
+                                              false, inject ? fail_after : 0);
+      return actors::spawn_env_runner(sys, ro, shared, policy, consumer, keeper, view);
+    };
+    std::shared_ptr<learners::stats_view> view;
+    if (obs_norm)
+      view = actors::subscribe_view(sys, c.keeper, "obs", static_cast<size_t>(spec->obs_dim));
+    auto l = actors::spawn_learner(sys, lo, c.server, c.metrics, store, budget, make_runner,
+                                   view);
+    self->monitor(l);
+    learner_actors.push_back(l);
+  }
+
+  // -- supervising the run ----------------------------------------------------
+  stop_signal.store(0);
+  auto old_int = std::signal(SIGINT, on_stop_signal);
+  auto old_term = std::signal(SIGTERM, on_stop_signal);
+  size_t alive = learner_actors.size();
+  bool stopping = false;
+  std::string failure;
+  status ckpt_status;
+  while (alive > 0) {
+    self->receive(
+      [&](actors::ckpt_atom, uint64_t) {
+        if (auto ok = write_checkpoint(self, c, run_dir, seed); !ok)
+          std::fprintf(stderr, "troupe: checkpoint failed: %s\n", ok.err().message.c_str());
+      },
+      [&](actors::done_atom) {},
+      [&](caf::down_msg& down) {
+        --alive;
+        if (down.reason && down.reason != caf::exit_reason::user_shutdown)
+          failure = sys.render(down.reason);
+      },
+      caf::after(std::chrono::milliseconds(50)) >> [&] {
+        if (stop_signal.load() != 0 && !stopping) {
+          stopping = true;
+          std::fprintf(stderr, "\ntroupe: stopping (signal %d); writing a final checkpoint\n",
+                       stop_signal.load());
+          for (auto& l : learner_actors)
+            self->send(l, actors::stop_atom::value);
+        }
+      });
+  }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+
+  training_result out;
+  out.run_dir = run_dir;
+  out.interrupted = stopping;
+  auto final_counters = ask<actors::metrics_counters>(self, c.metrics, actors::row_atom::value);
+  if (final_counters) {
+    out.env_steps = final_counters->env_steps;
+    out.updates = final_counters->updates;
+    double sum = 0;
+    for (double r : final_counters->recent_returns)
+      sum += r;
+    out.return_mean_100 = final_counters->recent_returns.empty()
+                            ? NAN
+                            : sum / static_cast<double>(final_counters->recent_returns.size());
+  }
+  auto final_ckpt = write_checkpoint(self, c, run_dir, seed);
+#ifdef TROUPE_HAVE_PLOT
+  if (auto ok = write_curve_svg(run_dir, (fs::path(run_dir) / "curve.svg").string()); !ok)
+    std::fprintf(stderr, "troupe: curve.svg: %s\n", ok.err().message.c_str());
+#endif
+  self->send_exit(c.metrics, caf::exit_reason::user_shutdown);
+  self->send_exit(c.server, caf::exit_reason::user_shutdown);
+  self->send_exit(c.keeper, caf::exit_reason::user_shutdown);
+  if (!final_ckpt)
+    return final_ckpt.err();
+  if (!failure.empty())
+    return make_error(errc::unavailable, "a learner failed: {}", failure);
+  return out;
+}
+
+} // namespace troupe::runtime
