@@ -1,15 +1,17 @@
 // Support for black-box tests of the `troupe` command line: a temporary
-// folder that removes itself and a runner that captures exit status, stdout
-// and stderr.
+// folder that removes itself, a runner that captures exit status, stdout and
+// stderr, and helpers to pick the command's output apart.
 #pragma once
 
 #include <sys/wait.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -22,8 +24,9 @@ inline uint64_t fresh_seed() {
 
 /// A temporary folder, removed with everything in it at scope exit.
 struct temp_folder {
-  std::filesystem::path path;
+  std::filesystem::path path;  ///< where the folder is
 
+  /// Creates `<tmp>/troupe-PREFIX-<random>`; the prefix says which test made it.
   explicit temp_folder(const std::string& prefix) {
     path = std::filesystem::temp_directory_path()
            / fmt::format("troupe-{}-{}", prefix, fresh_seed());
@@ -33,6 +36,8 @@ struct temp_folder {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
   }
+  temp_folder(const temp_folder&) = delete;
+  temp_folder& operator=(const temp_folder&) = delete;
 
   /// Writes `text` to `name` inside the folder and returns its path.
   std::string write(const std::string& name, const std::string& text) const {
@@ -44,16 +49,17 @@ struct temp_folder {
 
 /// What a command did.
 struct run_result {
-  int status = -1;  ///< exit status, -1 when killed by a signal
+  int status = -1;  ///< exit status, -1 when killed by a signal or not started
   std::string out;  ///< stdout
   std::string err;  ///< stderr
 };
 
-/// Runs `troupe ARGS` (arguments already shell-quoted) inside `dir`.
-inline run_result run_troupe(const std::string& args, const temp_folder& dir) {
+/// Runs the shell command line `command_line` with `dir` as working folder.
+inline run_result run_command(const std::string& command_line, const temp_folder& dir) {
+  // stderr goes to a file inside the folder, read back once the command ends.
   auto err_path = (dir.path / "stderr.txt").string();
-  auto full = fmt::format("cd '{}' && '{}' {} 2> '{}'", dir.path.string(),
-                          TROUPE_BINARY, args, err_path);
+  auto full = fmt::format("cd '{}' && ( {} ) 2> '{}'", dir.path.string(), command_line,
+                          err_path);
   run_result r;
   FILE* pipe = ::popen(full.c_str(), "r");
   if (!pipe)
@@ -64,9 +70,56 @@ inline run_result run_troupe(const std::string& args, const temp_folder& dir) {
     r.out.append(buf, n);
   int st = ::pclose(pipe);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream in(err_path);
+  std::ifstream in(err_path, std::ios::binary);
   r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return r;
+}
+
+/// Runs `troupe ARGS` (arguments already shell-quoted) inside `dir`.
+inline run_result run_troupe(const std::string& args, const temp_folder& dir) {
+  return run_command(fmt::format("'{}' {}", TROUPE_BINARY, args), dir);
+}
+
+/// The lines of `text`, without their '\n'; a last line without one counts.
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos)
+      end = text.size();
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+/// A one-line JSON output taken apart: its shape and its number literals.
+struct json_numbers {
+  std::string skeleton;              ///< the line with every number replaced by '#'
+  std::vector<std::string> numbers;  ///< the number literals, in order
+};
+
+/// Splits a one-line JSON object into skeleton and numbers; a number is
+/// recognised where a value starts (after ' ' or '[').
+inline json_numbers split_json_numbers(const std::string& line) {
+  json_numbers parts;
+  size_t i = 0;
+  while (i < line.size()) {
+    char c = line[i];
+    bool starts_number = (c == '-' || (c >= '0' && c <= '9')) && i > 0
+                         && (line[i - 1] == ' ' || line[i - 1] == '[');
+    if (!starts_number) {
+      parts.skeleton += c;
+      ++i;
+      continue;
+    }
+    size_t end = line.find_first_of(",]}", i);
+    parts.numbers.push_back(line.substr(i, end - i));
+    parts.skeleton += '#';
+    i = end;
+  }
+  return parts;
 }
 
 } // namespace troupe::test

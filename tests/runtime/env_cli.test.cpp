@@ -2,71 +2,21 @@
 // built binary.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "tests/cli_support.hpp"
+
+using troupe::test::fresh_seed;
+using troupe::test::lines_of;
+using troupe::test::run_troupe;
+using troupe::test::temp_folder;
+
 namespace {
-
-struct run_result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string temp_path(const std::string& name) {
-  std::random_device device;
-  return fmt::format("/tmp/troupe_env_cli_{}_{}", device(), name);
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-run_result run_troupe(const std::string& args) {
-  auto err_path = temp_path("stderr");
-  auto cmd = fmt::format("'{}' {} 2>'{}'", TROUPE_BINARY, args, err_path);
-  run_result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0)
-    r.out.append(buf, n);
-  int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.err = slurp(err_path);
-  std::remove(err_path.c_str());
-  return r;
-}
-
-std::string write_file(const std::string& name, const std::string& text) {
-  auto path = temp_path(name);
-  std::ofstream(path) << text;
-  return path;
-}
-
-std::vector<std::string> lines_of(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start < s.size()) {
-    size_t end = s.find('\n', start);
-    if (end == std::string::npos)
-      end = s.size();
-    out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
 
 // The numbers of the JSON array that follows "key": on a line.
 std::vector<double> json_array(const std::string& line, const std::string& key) {
@@ -109,7 +59,8 @@ std::string state_arg(const std::vector<double>& s) {
 } // namespace
 
 TEST_CASE("env list prints every id with its spaces and time limit") {
-  auto r = run_troupe("env list");
+  temp_folder dir("env-cli");
+  auto r = run_troupe("env list", dir);
   CHECK(r.status == 0);
   for (auto [id, limit] : std::vector<std::pair<std::string, int>>{
          {"CartPole-v1", 500},
@@ -129,8 +80,8 @@ TEST_CASE("env list prints every id with its spaces and time limit") {
 }
 
 TEST_CASE("env replay prints CartPole steps that match the float64 equations") {
-  std::random_device device;
-  uint64_t seed = device();
+  temp_folder dir("env-cli");
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
   std::uniform_real_distribution<double> small(-0.05, 0.05);
@@ -141,10 +92,11 @@ TEST_CASE("env replay prints CartPole steps that match the float64 equations") {
     actions.push_back(static_cast<int>(gen() % 2));
     text += fmt::format("{}\n", actions.back());
   }
-  auto path = write_file("actions", text);
-  auto r = run_troupe(fmt::format("env replay --env CartPole-v1 --state={} --actions '{}' --json",
-                                  state_arg(s), path));
-  std::remove(path.c_str());
+  auto path = dir.write("actions", text);
+  auto r = run_troupe(
+    fmt::format("env replay --env CartPole-v1 --state={} --actions '{}' --json",
+                state_arg(s), path),
+    dir);
   REQUIRE(r.status == 0);
   auto lines = lines_of(r.out);
   REQUIRE(lines.size() == actions.size());
@@ -174,9 +126,12 @@ TEST_CASE("env replay prints CartPole steps that match the float64 equations") {
 }
 
 TEST_CASE("env replay stops at termination and at the time limit set by --elapsed") {
-  auto path = write_file("actions", "1\n1\n1\n1\n1\n");
-  auto term = run_troupe(fmt::format(
-    "env replay --env CartPole-v1 --state=2.39,1.0,0,0 --actions '{}' --json", path));
+  temp_folder dir("env-cli");
+  auto path = dir.write("actions", "1\n1\n1\n1\n1\n");
+  auto term = run_troupe(
+    fmt::format("env replay --env CartPole-v1 --state=2.39,1.0,0,0 --actions '{}' --json",
+                path),
+    dir);
   CHECK(term.status == 0);
   auto lines = lines_of(term.out);
   REQUIRE(lines.size() == 1);
@@ -184,21 +139,22 @@ TEST_CASE("env replay stops at termination and at the time limit set by --elapse
 
   auto trunc = run_troupe(fmt::format(
     "env replay --env Pendulum-v1 --state=0.5,-0.25 --elapsed 197 --actions '{}' --json",
-    path));
+    path), dir);
   CHECK(trunc.status == 0);
   lines = lines_of(trunc.out);
   REQUIRE(lines.size() == 3);
   CHECK_FALSE(json_flag(lines[1], "truncated"));
   CHECK(json_flag(lines[2], "truncated"));
   CHECK_FALSE(json_flag(lines[2], "terminated"));
-  std::remove(path.c_str());
 }
 
 TEST_CASE("env replay reads Box actions as comma-separated numbers") {
-  auto path = write_file("actions", "0.5\n-1.25\n\n2\n");
+  temp_folder dir("env-cli");
+  auto path = dir.write("actions", "0.5\n-1.25\n\n2\n");
   auto r = run_troupe(
-    fmt::format("env replay --env Pendulum-v1 --state=1.0,0.5 --actions '{}' --json", path));
-  std::remove(path.c_str());
+    fmt::format("env replay --env Pendulum-v1 --state=1.0,0.5 --actions '{}' --json",
+                path),
+    dir);
   CHECK(r.status == 0);
   auto lines = lines_of(r.out);
   REQUIRE(lines.size() == 3);
@@ -209,63 +165,72 @@ TEST_CASE("env replay reads Box actions as comma-separated numbers") {
 }
 
 TEST_CASE("env replay rejects bad input with exit status 2 and a message naming it") {
-  auto ok_actions = write_file("ok", "1\n");
+  temp_folder dir("env-cli");
+  auto ok_actions = dir.write("ok", "1\n");
   SUBCASE("an unknown id lists the valid ids") {
-    auto r = run_troupe(fmt::format("env replay --env CartPole-v0 --state=0,0,0,0 --actions '{}'",
-                                    ok_actions));
+    auto r = run_troupe(
+      fmt::format("env replay --env CartPole-v0 --state=0,0,0,0 --actions '{}'",
+                  ok_actions),
+      dir);
     CHECK(r.status == 2);
     for (auto id : {"CartPole-v1", "Pendulum-v1", "MountainCar-v0",
                     "MountainCarContinuous-v0", "Acrobot-v1"})
       CHECK(r.err.find(id) != std::string::npos);
   }
   SUBCASE("a state of the wrong length") {
-    auto r = run_troupe(fmt::format("env replay --env Acrobot-v1 --state=0,0,0 --actions '{}'",
-                                    ok_actions));
+    auto r = run_troupe(
+      fmt::format("env replay --env Acrobot-v1 --state=0,0,0 --actions '{}'", ok_actions),
+      dir);
     CHECK(r.status == 2);
     CHECK(r.err.find("4 state values") != std::string::npos);
     CHECK(r.out.empty());
   }
   SUBCASE("a state value that is not a number") {
-    auto r = run_troupe(fmt::format("env replay --env Pendulum-v1 --state=0,x --actions '{}'",
-                                    ok_actions));
+    auto r = run_troupe(
+      fmt::format("env replay --env Pendulum-v1 --state=0,x --actions '{}'", ok_actions),
+      dir);
     CHECK(r.status == 2);
     CHECK(r.err.find("'x'") != std::string::npos);
   }
   SUBCASE("a Discrete action outside the space names the file and line") {
-    auto bad = write_file("bad", "1\n0\n3\n");
+    auto bad = dir.write("bad", "1\n0\n3\n");
     auto r = run_troupe(
-      fmt::format("env replay --env MountainCar-v0 --state=-0.5,0 --actions '{}'", bad));
+      fmt::format("env replay --env MountainCar-v0 --state=-0.5,0 --actions '{}'", bad),
+      dir);
     CHECK(r.status == 2);
     CHECK(r.err.find(bad + ":3:") != std::string::npos);
     CHECK(r.err.find("Discrete(3)") != std::string::npos);
     CHECK(r.out.empty());
-    std::remove(bad.c_str());
   }
   SUBCASE("a Box action outside the bounds") {
-    auto bad = write_file("bad", "0.5\n1.5\n");
-    auto r = run_troupe(fmt::format(
-      "env replay --env MountainCarContinuous-v0 --state=-0.5,0 --actions '{}'", bad));
+    auto bad = dir.write("bad", "0.5\n1.5\n");
+    auto r = run_troupe(
+      fmt::format(
+        "env replay --env MountainCarContinuous-v0 --state=-0.5,0 --actions '{}'", bad),
+      dir);
     CHECK(r.status == 2);
     CHECK(r.err.find(bad + ":2:") != std::string::npos);
-    std::remove(bad.c_str());
   }
   SUBCASE("an unreadable actions file") {
-    auto r = run_troupe("env replay --env CartPole-v1 --state=0,0,0,0 --actions /nonexistent/a");
+    auto r = run_troupe(
+      "env replay --env CartPole-v1 --state=0,0,0,0 --actions /nonexistent/a", dir);
     CHECK(r.status == 2);
     CHECK(r.err.find("/nonexistent/a") != std::string::npos);
   }
   SUBCASE("a missing option and an unknown option") {
-    CHECK(run_troupe("env replay --env CartPole-v1 --state=0,0,0,0").status == 2);
-    auto r = run_troupe(fmt::format(
-      "env replay --env CartPole-v1 --state=0,0,0,0 --actions '{}' --stat 1", ok_actions));
+    CHECK(run_troupe("env replay --env CartPole-v1 --state=0,0,0,0", dir).status == 2);
+    auto r = run_troupe(
+      fmt::format("env replay --env CartPole-v1 --state=0,0,0,0 --actions '{}' --stat 1",
+                  ok_actions),
+      dir);
     CHECK(r.status == 2);
     CHECK(r.err.find("--stat") != std::string::npos);
   }
-  std::remove(ok_actions.c_str());
 }
 
 TEST_CASE("bench envs --json prints one row per environment, size and thread count") {
-  auto r = run_troupe("bench envs --json --env MountainCar-v0 --seconds 0.001");
+  temp_folder dir("env-cli");
+  auto r = run_troupe("bench envs --json --env MountainCar-v0 --seconds 0.001", dir);
   REQUIRE(r.status == 0);
   CHECK(r.out.front() == '[');
   CHECK(r.out.find(']') != std::string::npos);
@@ -279,7 +244,7 @@ TEST_CASE("bench envs --json prints one row per environment, size and thread cou
   CHECK(r.out.find("\"api\": \"env\"") != std::string::npos);
   CHECK(r.out.find("\"steps_per_s\": ") != std::string::npos);
   CHECK(r.out.find("CartPole-v1") == std::string::npos); // --env selects one
-  auto bad = run_troupe("bench envs --env Nope-v0");
+  auto bad = run_troupe("bench envs --env Nope-v0", dir);
   CHECK(bad.status == 2);
   CHECK(bad.err.find("CartPole-v1") != std::string::npos);
 }

@@ -1,12 +1,8 @@
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -15,91 +11,18 @@
 #include <fmt/format.h>
 
 #include "learners/safetensors.hpp"
+#include "tests/cli_support.hpp"
 #include "tests/learners/policy_reference.hpp"
 
 using namespace troupe::learners;
+using troupe::test::fresh_seed;
+using troupe::test::lines_of;
 using troupe::test::reference_arch;
-namespace fs = std::filesystem;
+using troupe::test::run_troupe;
+using troupe::test::split_json_numbers;
+using troupe::test::temp_folder;
 
 namespace {
-
-uint64_t test_seed() {
-  return std::random_device{}();
-}
-
-struct temp_folder {
-  fs::path path;
-  explicit temp_folder(uint64_t seed) {
-    path = fs::temp_directory_path() / ("troupe-policy-" + std::to_string(seed) + "-"
-                                        + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~temp_folder() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-struct run_result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-run_result run_command(const std::string& command, const fs::path& dir) {
-  auto err_path = dir / "stderr.txt";
-  auto full = fmt::format("{} 2> '{}'", command, err_path.string());
-  run_result r;
-  FILE* pipe = ::popen(full.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0)
-    r.out.append(buf, n);
-  int st = ::pclose(pipe);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream err(err_path);
-  std::stringstream ss;
-  ss << err.rdbuf();
-  r.err = ss.str();
-  return r;
-}
-
-run_result run_troupe(const std::string& args, const fs::path& dir) {
-  return run_command(fmt::format("'{}' {}", TROUPE_BINARY, args), dir);
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string line;
-  while (std::getline(ss, line))
-    out.push_back(line);
-  return out;
-}
-
-// Splits a JSON line into its skeleton (every number replaced by '#') and
-// the number literals in order.
-void split_numbers(const std::string& line, std::string& skeleton,
-                   std::vector<std::string>& numbers) {
-  skeleton.clear();
-  numbers.clear();
-  size_t i = 0;
-  while (i < line.size()) {
-    char c = line[i];
-    bool starts_number = (c == '-' || (c >= '0' && c <= '9')) && i > 0
-                         && (line[i - 1] == ' ' || line[i - 1] == '[');
-    if (!starts_number) {
-      skeleton += c;
-      ++i;
-      continue;
-    }
-    size_t end = line.find_first_of(",]}", i);
-    numbers.push_back(line.substr(i, end - i));
-    skeleton += '#';
-    i = end;
-  }
-}
 
 std::string expected_skeleton(const reference_arch& a) {
   std::string list = "[";
@@ -135,11 +58,6 @@ std::vector<std::vector<double>> random_rows(size_t rows, int64_t dim,
   return out;
 }
 
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-}
-
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -148,10 +66,10 @@ bool contains(const std::string& text, const std::string& part) {
 
 TEST_CASE("policy act prints the float64 reference outputs, one JSON object per row with "
           "9 significant digits") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  temp_folder dir(seed);
+  temp_folder dir("policy");
   for (int trial = 0; trial < 8; ++trial) {
     auto a = troupe::test::random_arch(rng);
     CAPTURE(trial);
@@ -162,19 +80,17 @@ TEST_CASE("policy act prints the float64 reference outputs, one JSON object per 
     auto ckpt = dir.path / "policy.safetensors";
     REQUIRE(write_safetensors(ckpt.string(), file));
     auto rows = random_rows(5, a.obs_dim, rng);
-    write_text(dir.path / "obs.csv", obs_csv(rows));
-    auto r = run_troupe(fmt::format("policy act --checkpoint '{}' --obs '{}' --json",
-                                    ckpt.string(), (dir.path / "obs.csv").string()),
-                        dir.path);
+    auto obs = dir.write("obs.csv", obs_csv(rows));
+    auto r = run_troupe(
+      fmt::format("policy act --checkpoint '{}' --obs '{}' --json", ckpt.string(), obs),
+      dir);
     CAPTURE(r.err);
     REQUIRE(r.status == 0);
     auto lines = lines_of(r.out);
     REQUIRE(lines.size() == rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
       CAPTURE(lines[i]);
-      std::string skeleton;
-      std::vector<std::string> numbers;
-      split_numbers(lines[i], skeleton, numbers);
+      auto [skeleton, numbers] = split_json_numbers(lines[i]);
       CHECK(skeleton == expected_skeleton(a));
       auto want = troupe::test::reference_forward(a, file, rows[i]);
       std::vector<double> expected = a.discrete ? want.logits : want.mean;
@@ -195,10 +111,10 @@ TEST_CASE("policy act prints the float64 reference outputs, one JSON object per 
 }
 
 TEST_CASE("policy act without --json prints a table with a header and one line per row") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  temp_folder dir(seed);
+  temp_folder dir("policy");
   reference_arch a;
   a.discrete = false;
   a.obs_dim = 3;
@@ -209,10 +125,9 @@ TEST_CASE("policy act without --json prints a table with a header and one line p
   auto ckpt = dir.path / "policy.safetensors";
   REQUIRE(write_safetensors(ckpt.string(), file));
   auto rows = random_rows(4, a.obs_dim, rng);
-  write_text(dir.path / "obs.csv", obs_csv(rows));
-  auto r = run_troupe(fmt::format("policy act --checkpoint '{}' --obs '{}'", ckpt.string(),
-                                  (dir.path / "obs.csv").string()),
-                      dir.path);
+  auto obs = dir.write("obs.csv", obs_csv(rows));
+  auto r = run_troupe(
+    fmt::format("policy act --checkpoint '{}' --obs '{}'", ckpt.string(), obs), dir);
   CAPTURE(r.err);
   REQUIRE(r.status == 0);
   auto lines = lines_of(r.out);
@@ -241,20 +156,20 @@ TEST_CASE("policy act without --json prints a table with a header and one line p
 }
 
 TEST_CASE("a bad observation file fails with FILE:LINE, exit status 2 and no output") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  temp_folder dir(seed);
+  temp_folder dir("policy");
   reference_arch a;
   a.obs_dim = 3;
   a.hidden = {4};
   auto ckpt = dir.path / "policy.safetensors";
   REQUIRE(write_safetensors(ckpt.string(), troupe::test::random_checkpoint_file(a, rng)));
   auto act = [&](const std::string& csv_text) {
-    write_text(dir.path / "obs.csv", csv_text);
-    return run_troupe(fmt::format("policy act --checkpoint '{}' --obs '{}' --json",
-                                  ckpt.string(), (dir.path / "obs.csv").string()),
-                      dir.path);
+    auto obs = dir.write("obs.csv", csv_text);
+    return run_troupe(
+      fmt::format("policy act --checkpoint '{}' --obs '{}' --json", ckpt.string(), obs),
+      dir);
   };
 
   auto word = act("a,b,c\n1,2,3\n4,five,6\n7,8,9\n");
@@ -291,23 +206,22 @@ TEST_CASE("a bad observation file fails with FILE:LINE, exit status 2 and no out
 
 TEST_CASE("bad options and bad checkpoints fail with exit status 2 and a message naming "
           "the problem") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  temp_folder dir(seed);
+  temp_folder dir("policy");
   reference_arch a;
   a.obs_dim = 2;
   a.hidden = {3, 3};
   a.batch_norm = "local";
   auto file = troupe::test::random_checkpoint_file(a, rng);
-  auto csv = (dir.path / "obs.csv").string();
-  write_text(csv, "0.5,-1\n");
+  auto csv = dir.write("obs.csv", "0.5,-1\n");
 
-  auto no_checkpoint = run_troupe(fmt::format("policy act --obs '{}'", csv), dir.path);
+  auto no_checkpoint = run_troupe(fmt::format("policy act --obs '{}'", csv), dir);
   CHECK(no_checkpoint.status == 2);
   CHECK(contains(no_checkpoint.err, "--checkpoint is required"));
 
-  auto unknown = run_troupe(fmt::format("policy act --obs '{}' --jsn", csv), dir.path);
+  auto unknown = run_troupe(fmt::format("policy act --obs '{}' --jsn", csv), dir);
   CHECK(unknown.status == 2);
   CHECK(contains(unknown.err, "unknown option '--jsn'"));
   CHECK(contains(unknown.err, "--json"));
@@ -315,7 +229,7 @@ TEST_CASE("bad options and bad checkpoints fail with exit status 2 and a message
   auto absent = run_troupe(
     fmt::format("policy act --checkpoint '{}' --obs '{}'", (dir.path / "none.st").string(),
                 csv),
-    dir.path);
+    dir);
   CHECK(absent.status == 2);
   CHECK(contains(absent.err, "none.st"));
 
@@ -324,14 +238,14 @@ TEST_CASE("bad options and bad checkpoints fail with exit status 2 and a message
                                   [](auto& t) { return t.name == "critic.4.running_mean"; }));
   REQUIRE(write_safetensors(broken.string(), file));
   auto missing = run_troupe(
-    fmt::format("policy act --checkpoint '{}' --obs '{}'", broken.string(), csv), dir.path);
+    fmt::format("policy act --checkpoint '{}' --obs '{}'", broken.string(), csv), dir);
   CHECK(missing.status == 2);
   CHECK(contains(missing.err, "missing tensor 'critic.4.running_mean' (expected F32 [3])"));
 
-  auto garbage = dir.path / "garbage.safetensors";
-  write_text(garbage, std::string("\x10\0\0\0\0\0\0\0{\"a\": [1, 2}    ", 24));
+  auto garbage = dir.write("garbage.safetensors",
+                           std::string("\x10\0\0\0\0\0\0\0{\"a\": [1, 2}    ", 24));
   auto corrupt = run_troupe(
-    fmt::format("policy act --checkpoint '{}' --obs '{}'", garbage.string(), csv), dir.path);
+    fmt::format("policy act --checkpoint '{}' --obs '{}'", garbage, csv), dir);
   CHECK(corrupt.status == 2);
   CHECK(contains(corrupt.err, "garbage.safetensors"));
   CHECK(contains(corrupt.err, "malformed JSON"));

@@ -5,74 +5,33 @@
 // python3-torch at /usr/bin/python3; skipped with a message without it.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "learners/checkpoint.hpp"
+#include "tests/cli_support.hpp"
 
 using namespace troupe::learners;
-namespace fs = std::filesystem;
+using troupe::test::fresh_seed;
+using troupe::test::lines_of;
+using troupe::test::run_command;
+using troupe::test::run_troupe;
+using troupe::test::split_json_numbers;
+using troupe::test::temp_folder;
 
 namespace {
 
 constexpr const char* python = "/usr/bin/python3";
 
-uint64_t test_seed() {
-  return std::random_device{}();
-}
-
-struct temp_folder {
-  fs::path path;
-  explicit temp_folder(uint64_t seed) {
-    path = fs::temp_directory_path() / ("troupe-interop-" + std::to_string(seed) + "-"
-                                        + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~temp_folder() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 bool torch_available() {
   auto cmd = fmt::format("{} -c 'import torch' > /dev/null 2>&1", python);
   return std::system(cmd.c_str()) == 0;
-}
-
-struct run_result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-run_result run_command(const std::string& command, const fs::path& dir) {
-  auto err_path = dir / "stderr.txt";
-  auto full = fmt::format("{} 2> '{}'", command, err_path.string());
-  run_result r;
-  FILE* pipe = ::popen(full.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0)
-    r.out.append(buf, n);
-  int st = ::pclose(pipe);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream err(err_path);
-  std::stringstream ss;
-  ss << err.rdbuf();
-  r.err = ss.str();
-  return r;
 }
 
 std::string torch_policy_script() {
@@ -112,7 +71,7 @@ model_spec to_spec(const arch& a) {
   return s;
 }
 
-std::string write_obs_csv(const fs::path& dir, int64_t dim, std::mt19937_64& rng) {
+std::string write_obs_csv(const temp_folder& dir, int64_t dim, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 2.0f);
   std::string text;
   for (int64_t j = 0; j < dim; ++j)
@@ -123,40 +82,15 @@ std::string write_obs_csv(const fs::path& dir, int64_t dim, std::mt19937_64& rng
       text += fmt::format("{}{}", j == 0 ? "" : ",", normal(rng));
     text += "\n";
   }
-  auto path = (dir / "obs.csv").string();
-  std::ofstream(path) << text;
-  return path;
+  return dir.write("obs.csv", text);
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string line;
-  while (std::getline(ss, line))
-    out.push_back(line);
+// The values of number literals, in order.
+std::vector<double> values_of(const std::vector<std::string>& literals) {
+  std::vector<double> out;
+  for (auto& literal : literals)
+    out.push_back(std::strtod(literal.c_str(), nullptr));
   return out;
-}
-
-// Splits a JSON line into its skeleton (numbers replaced by '#') and numbers.
-void split_numbers(const std::string& line, std::string& skeleton,
-                   std::vector<double>& numbers) {
-  skeleton.clear();
-  numbers.clear();
-  size_t i = 0;
-  while (i < line.size()) {
-    char c = line[i];
-    bool starts_number = (c == '-' || (c >= '0' && c <= '9')) && i > 0
-                         && (line[i - 1] == ' ' || line[i - 1] == '[');
-    if (!starts_number) {
-      skeleton += c;
-      ++i;
-      continue;
-    }
-    size_t end = line.find_first_of(",]}", i);
-    numbers.push_back(std::strtod(line.substr(i, end - i).c_str(), nullptr));
-    skeleton += '#';
-    i = end;
-  }
 }
 
 // Same keys and list lengths on every line, numbers equal to 1e-5 relative
@@ -169,10 +103,10 @@ void check_same_outputs(const std::string& troupe_out, const std::string& torch_
   for (size_t i = 0; i < a.size(); ++i) {
     CAPTURE(a[i]);
     CAPTURE(b[i]);
-    std::string sa, sb;
-    std::vector<double> na, nb;
-    split_numbers(a[i], sa, na);
-    split_numbers(b[i], sb, nb);
+    auto [sa, literals_a] = split_json_numbers(a[i]);
+    auto [sb, literals_b] = split_json_numbers(b[i]);
+    auto na = values_of(literals_a);
+    auto nb = values_of(literals_b);
     CHECK(sa == sb);
     REQUIRE(na.size() == nb.size());
     for (size_t k = 0; k < na.size(); ++k)
@@ -188,10 +122,10 @@ TEST_CASE("a checkpoint saved by troupe loads into the documented PyTorch module
     MESSAGE("skipped: ", python, " cannot import torch (install Debian's python3-torch)");
     return;
   }
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  temp_folder dir(seed);
+  temp_folder dir("interop");
   for (auto& a : matrix) {
     CAPTURE(a.discrete);
     CAPTURE(a.hidden.size());
@@ -214,16 +148,15 @@ TEST_CASE("a checkpoint saved by troupe loads into the documented PyTorch module
     }
     auto ckpt = (dir.path / "troupe.safetensors").string();
     REQUIRE(save_checkpoint(ckpt, model, &stats));
-    auto csv = write_obs_csv(dir.path, a.obs_dim, rng);
+    auto csv = write_obs_csv(dir, a.obs_dim, rng);
 
-    auto ours = run_command(fmt::format("'{}' policy act --checkpoint '{}' --obs '{}' --json",
-                                        TROUPE_BINARY, ckpt, csv),
-                            dir.path);
+    auto ours = run_troupe(
+      fmt::format("policy act --checkpoint '{}' --obs '{}' --json", ckpt, csv), dir);
     CAPTURE(ours.err);
     REQUIRE(ours.status == 0);
     auto theirs = run_command(fmt::format("{} '{}' act --checkpoint '{}' --obs '{}'", python,
                                           torch_policy_script(), ckpt, csv),
-                              dir.path);
+                              dir);
     CAPTURE(theirs.err);
     REQUIRE(theirs.status == 0);
     check_same_outputs(ours.out, theirs.out);
@@ -235,16 +168,16 @@ TEST_CASE("a checkpoint written by PyTorch loads into troupe with PyTorch's outp
     MESSAGE("skipped: ", python, " cannot import torch (install Debian's python3-torch)");
     return;
   }
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  temp_folder dir(seed);
+  temp_folder dir("interop");
   for (auto& a : matrix) {
     CAPTURE(a.discrete);
     CAPTURE(a.hidden.size());
     CAPTURE(a.batch_norm);
     auto ckpt = (dir.path / "torch.safetensors").string();
-    auto csv = write_obs_csv(dir.path, a.obs_dim, rng);
+    auto csv = write_obs_csv(dir, a.obs_dim, rng);
     std::string hidden;
     for (auto h : a.hidden)
       hidden += fmt::format("{}{}", hidden.empty() ? "" : ",", h);
@@ -255,12 +188,11 @@ TEST_CASE("a checkpoint written by PyTorch loads into troupe with PyTorch's outp
                   a.discrete ? "discrete" : "box", a.action_dim, hidden,
                   a.relu ? "relu" : "tanh", a.obs_norm ? "--obs-norm" : "", a.batch_norm,
                   rng() % 1000000, csv),
-      dir.path);
+      dir);
     CAPTURE(theirs.err);
     REQUIRE(theirs.status == 0);
-    auto ours = run_command(fmt::format("'{}' policy act --checkpoint '{}' --obs '{}' --json",
-                                        TROUPE_BINARY, ckpt, csv),
-                            dir.path);
+    auto ours = run_troupe(
+      fmt::format("policy act --checkpoint '{}' --obs '{}' --json", ckpt, csv), dir);
     CAPTURE(ours.err);
     REQUIRE(ours.status == 0);
     check_same_outputs(ours.out, theirs.out);
