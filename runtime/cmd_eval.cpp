@@ -1,5 +1,339 @@
-// Placeholder until the training issue lands; replaced by the real command.
+// `troupe eval CHECKPOINT`: evaluation episodes with a checkpoint's policy.
+// Deterministic actions by default (argmax of the logits; the Gaussian mean
+// clipped to the Box), sampled with --stochastic. Episode i is reset with
+// seed S + i, so the same command gives the same episodes.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "envs/registry.hpp"
+#include "envs/rng.hpp"
+#include "learners/checkpoint.hpp"
+#include "runtime/args.hpp"
 #include "runtime/commands.hpp"
+
 namespace troupe::runtime {
-int cmd_eval(const args_t&) { return fail(exit_failure, "not built yet (training issue)"); }
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* policy_file_name = "policy.safetensors";
+
+// -- finding the policy file ---------------------------------------------------
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+// The newest complete checkpoint of a run folder: the checkpoint folder with
+// the largest update count (digits only; "*.tmp" folders are being written)
+// that holds a policy file.
+result<std::string> newest_checkpoint(const fs::path& run_dir) {
+  const fs::path folder = run_dir / "checkpoints";
+  std::vector<std::pair<std::string, fs::path>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    auto name = it->path().filename().string();
+    if (all_digits(name) && fs::is_regular_file(it->path() / policy_file_name, ec))
+      found.emplace_back(name, it->path() / policy_file_name);
+  }
+  if (found.empty())
+    return make_error(errc::not_found, "{}: no complete checkpoint (no {}/<NNNNNNNNNN>/{})",
+                      run_dir.string(), folder.string(), policy_file_name);
+  // Compare as numbers of any width: a longer digit string is larger.
+  auto newest = std::max_element(found.begin(), found.end(), [](auto& a, auto& b) {
+    auto strip = [](const std::string& s) {
+      auto first = s.find_first_not_of('0');
+      return first == std::string::npos ? std::string{} : s.substr(first);
+    };
+    auto x = strip(a.first), y = strip(b.first);
+    return x.size() != y.size() ? x.size() < y.size() : x < y;
+  });
+  return newest->second.string();
+}
+
+// CHECKPOINT as a policy file, a checkpoint folder or a run folder.
+result<std::string> resolve_policy_path(const std::string& given) {
+  std::error_code ec;
+  fs::path p(given);
+  if (fs::is_regular_file(p, ec))
+    return given;
+  if (!fs::is_directory(p, ec))
+    return make_error(errc::not_found, "{}: no such file or folder", given);
+  if (fs::is_regular_file(p / policy_file_name, ec))
+    return (p / policy_file_name).string();
+  if (fs::is_directory(p / "checkpoints", ec))
+    return newest_checkpoint(p);
+  return make_error(errc::not_found,
+                    "{}: a folder without {} or checkpoints/ (expected a policy file, a "
+                    "checkpoint folder or a run folder)",
+                    given, policy_file_name);
+}
+
+// -- matching policy and environment -------------------------------------------
+
+std::string describe_head(const learners::model_spec& spec) {
+  if (spec.action == learners::action_kind::discrete)
+    return fmt::format("obs_dim {} and a discrete head of {} actions", spec.obs_dim, spec.n);
+  return fmt::format("obs_dim {} and a Gaussian head of {} dimensions", spec.obs_dim,
+                     spec.act_dim);
+}
+
+status check_match(const learners::model_spec& spec, const envs::env_spec& env,
+                   const std::string& policy_path) {
+  const auto& obs = env.observation_space;
+  const auto& act = env.action_space;
+  bool obs_ok = static_cast<int64_t>(obs.size()) == spec.obs_dim;
+  bool act_ok = spec.action == learners::action_kind::discrete
+                  ? act.kind == envs::space_kind::discrete && act.n == spec.n
+                  : act.kind == envs::space_kind::box
+                      && static_cast<int64_t>(act.size()) == spec.act_dim;
+  if (obs_ok && act_ok)
+    return status::ok();
+  return make_error(errc::dimension_mismatch,
+                    "{} does not fit {}: the policy has {}; the environment has "
+                    "observation space {} and action space {}",
+                    policy_path, env.id, describe_head(spec), obs.describe(),
+                    act.describe());
+}
+
+// -- acting --------------------------------------------------------------------
+
+// Index of the largest logit (the first on ties, as torch.argmax).
+size_t argmax(const float* logits, size_t n) {
+  size_t best = 0;
+  for (size_t j = 1; j < n; ++j)
+    if (logits[j] > logits[best])
+      best = j;
+  return best;
+}
+
+// A draw from softmax(logits), computed in float64.
+size_t sample_categorical(const float* logits, size_t n, envs::rng& gen) {
+  double top = logits[argmax(logits, n)];
+  double total = 0;
+  for (size_t j = 0; j < n; ++j)
+    total += std::exp(static_cast<double>(logits[j]) - top);
+  double u = gen.unit() * total;
+  for (size_t j = 0; j < n; ++j) {
+    u -= std::exp(static_cast<double>(logits[j]) - top);
+    if (u < 0)
+      return j;
+  }
+  return n - 1;
+}
+
+double standard_normal(envs::rng& gen) {
+  // Box-Muller; 1 - unit() lies in (0, 1], so the logarithm is finite.
+  double u1 = 1.0 - gen.unit();
+  double u2 = gen.unit();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+struct episode_stats {
+  std::vector<double> returns;
+  std::vector<double> lengths;
+};
+
+struct eval_options {
+  std::string env_id;
+  int64_t episodes = 10;
+  uint64_t seed = 0;
+  bool stochastic = false;
+};
+
+result<episode_stats> run_episodes(const learners::policy_checkpoint& policy,
+                                   const eval_options& options) {
+  auto made = envs::make_env(options.env_id);
+  if (!made)
+    return made.err();
+  auto& env = **made;
+  const auto& spec = policy.model.spec();
+  const auto* obs_stats = spec.obs_norm ? &policy.obs_stats : nullptr;
+  const auto& action_space = env.spec().action_space;
+  const size_t head = static_cast<size_t>(spec.head_dim());
+  // The sampling stream is apart from the environments' seeds.
+  envs::rng gen(options.seed ^ 0x5eed0fa11c7ull);
+
+  std::vector<float> obs(env.spec().observation_space.size());
+  std::vector<float> next_obs(obs.size());
+  std::vector<float> action(action_space.size());
+  learners::policy_output out;
+  episode_stats stats;
+  for (int64_t episode = 0; episode < options.episodes; ++episode) {
+    env.reset(options.seed + static_cast<uint64_t>(episode), obs.data());
+    double total = 0;
+    int64_t length = 0;
+    while (true) {
+      auto evaluated = policy.model.evaluate(obs.data(), 1, obs_stats, out);
+      if (!evaluated)
+        return evaluated.err();
+      if (spec.action == learners::action_kind::discrete) {
+        size_t a = options.stochastic ? sample_categorical(out.logits.data(), head, gen)
+                                      : argmax(out.logits.data(), head);
+        action[0] = static_cast<float>(a);
+      } else {
+        for (size_t j = 0; j < head; ++j) {
+          double a = out.mean[j];
+          if (options.stochastic)
+            a += std::exp(static_cast<double>(out.log_std[j])) * standard_normal(gen);
+          // Gymnasium's ClipAction, as CleanRL evaluates continuous policies.
+          a = std::clamp(a, static_cast<double>(action_space.low[j]),
+                         static_cast<double>(action_space.high[j]));
+          action[j] = static_cast<float>(a);
+        }
+      }
+      auto stepped = env.step(action.data(), next_obs.data());
+      if (!stepped)
+        return make_error(stepped.err().code, "{} episode {} step {}: {}", options.env_id,
+                          episode, length, stepped.err().message);
+      if (!std::isfinite(stepped->reward))
+        return make_error(errc::non_finite, "{} episode {} step {}: reward {} is not finite",
+                          options.env_id, episode, length, stepped->reward);
+      if (!std::all_of(next_obs.begin(), next_obs.end(),
+                       [](float x) { return std::isfinite(x); }))
+        return make_error(errc::non_finite, "{} episode {} step {}: the observation is not "
+                          "finite", options.env_id, episode, length);
+      total += stepped->reward;
+      ++length;
+      obs.swap(next_obs);
+      if (stepped->terminated || stepped->truncated)
+        break;
+    }
+    stats.returns.push_back(total);
+    stats.lengths.push_back(static_cast<double>(length));
+  }
+  return stats;
+}
+
+// -- output --------------------------------------------------------------------
+
+struct summary {
+  double mean = 0, std = 0, min = 0, max = 0;
+};
+
+// Mean, population standard deviation (numpy's default), min and max.
+summary summarize(const std::vector<double>& xs) {
+  summary s;
+  double sum = 0;
+  for (double x : xs)
+    sum += x;
+  s.mean = sum / static_cast<double>(xs.size());
+  double squares = 0;
+  for (double x : xs)
+    squares += (x - s.mean) * (x - s.mean);
+  s.std = std::sqrt(squares / static_cast<double>(xs.size()));
+  s.min = *std::min_element(xs.begin(), xs.end());
+  s.max = *std::max_element(xs.begin(), xs.end());
+  return s;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += {'\\', c};
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+    else
+      out += c;
+  }
+  return out + "\"";
+}
+
+} // namespace
+
+int cmd_eval(const args_t& args) {
+  static const std::vector<arg_spec> specs = {
+    {"env", true, false, "environment id (default: the checkpoint's env_id metadata)"},
+    {"episodes", true, false, "number of episodes (default 10)"},
+    {"seed", true, false, "episode i is reset with seed S + i (default 0)"},
+    {"stochastic", false, false, "sample actions instead of taking the most likely"},
+    {"json", false, false, "print one JSON object"},
+  };
+  auto parsed = parse_args("troupe eval", args, specs);
+  if (!parsed)
+    return fail(exit_bad_input, parsed.err().message);
+  auto usage = [&] {
+    return fmt::format("usage: troupe eval CHECKPOINT [--env ID] [--episodes N] "
+                       "[--seed S] [--stochastic] [--json]\n"
+                       "CHECKPOINT: a policy .safetensors file, a checkpoint folder "
+                       "holding one, or a run folder (its newest checkpoint)\n{}",
+                       describe_args(specs));
+  };
+  if (parsed->positional.size() != 1)
+    return fail(exit_bad_input,
+                fmt::format("eval: expected one CHECKPOINT, got {}\n{}",
+                            parsed->positional.size(), usage()));
+  eval_options options;
+  auto episodes = parsed->get_int("episodes", 10, 1, 1000000);
+  if (!episodes)
+    return fail(exit_bad_input, episodes.err().message);
+  options.episodes = *episodes;
+  auto seed = parsed->get_int("seed", 0, 0, int64_t{1} << 62);
+  if (!seed)
+    return fail(exit_bad_input, seed.err().message);
+  options.seed = static_cast<uint64_t>(*seed);
+  options.stochastic = parsed->flag("stochastic");
+
+  auto policy_path = resolve_policy_path(parsed->positional[0]);
+  if (!policy_path)
+    return fail(exit_bad_input, policy_path.err().message);
+  auto policy = learners::load_checkpoint(*policy_path);
+  if (!policy)
+    return fail(exit_bad_input, policy.err().message);
+
+  if (auto env = parsed->get("env")) {
+    options.env_id = *env;
+  } else if (auto it = policy->metadata.find("env_id"); it != policy->metadata.end()) {
+    options.env_id = it->second;
+  } else {
+    return fail(exit_bad_input,
+                fmt::format("{}: the checkpoint names no environment (no env_id metadata); "
+                            "give one with --env ID",
+                            *policy_path));
+  }
+  auto env_spec = envs::find_spec(options.env_id);
+  if (!env_spec)
+    return fail(exit_bad_input, env_spec.err().message);
+  if (auto match = check_match(policy->model.spec(), **env_spec, *policy_path); !match)
+    return fail(exit_bad_input, match.err().message);
+
+  auto stats = run_episodes(*policy, options);
+  if (!stats)
+    return fail(exit_failure, stats.err().message);
+  const auto returns = summarize(stats->returns);
+  const auto lengths = summarize(stats->lengths);
+  if (parsed->flag("json")) {
+    std::printf("{\"episodes\": %lld, \"return_mean\": %.17g, \"return_std\": %.17g, "
+                "\"return_min\": %.17g, \"return_max\": %.17g, \"length_mean\": %.17g, "
+                "\"env_id\": %s, \"stochastic\": %s, \"seed\": %llu, \"checkpoint\": %s}\n",
+                static_cast<long long>(options.episodes), returns.mean, returns.std,
+                returns.min, returns.max, lengths.mean, json_string(options.env_id).c_str(),
+                options.stochastic ? "true" : "false",
+                static_cast<unsigned long long>(options.seed),
+                json_string(*policy_path).c_str());
+    return 0;
+  }
+  std::printf("%s\n%s: %lld %s episodes, seeds %llu..%llu\n"
+              "return  mean %.3f  std %.3f  min %.3f  max %.3f\n"
+              "length  mean %.1f  min %.0f  max %.0f\n",
+              policy_path->c_str(), options.env_id.c_str(),
+              static_cast<long long>(options.episodes),
+              options.stochastic ? "stochastic" : "deterministic",
+              static_cast<unsigned long long>(options.seed),
+              static_cast<unsigned long long>(options.seed + options.episodes - 1),
+              returns.mean, returns.std, returns.min, returns.max, lengths.mean, lengths.min,
+              lengths.max);
+  return 0;
+}
+
 } // namespace troupe::runtime
