@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "learners/losses.hpp"
+#include "learners/optimizer.hpp"
 
 using namespace troupe::learners;
 
@@ -199,4 +200,71 @@ TEST_CASE("the PPO loss and gradient equal PyTorch autograd on the documented mo
         }
         CHECK(compared == torch.grads.size());
       }
+}
+
+TEST_CASE("clipping plus Adam with linear annealing equals PyTorch's clip_grad_norm_ and "
+          "torch.optim.Adam") {
+  if (!torch_available()) {
+    MESSAGE("skipped: /usr/bin/python3 cannot import torch");
+    return;
+  }
+  auto seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t n = 200, steps = 12;
+  adam_config config;
+  config.lr = 1e-2;
+  config.eps = 1e-5;
+  const double max_norm = 3.0;
+  std::vector<float> params(n);
+  for (auto& p : params)
+    p = normal(rng);
+  std::string input = "params";
+  for (auto p : params)
+    input += fmt::format(" {:.9g}", p);
+  input += fmt::format("\nconfig {} {} {} {} {}\n", config.lr, config.beta1, config.beta2,
+                       config.eps, max_norm);
+  adam_optimizer opt(n, config);
+  size_t clipped_steps = 0;
+  for (size_t t = 1; t <= steps; ++t) {
+    std::vector<float> g(n);
+    const float scale = t % 2 ? 1.0f : 0.05f; // some steps above the clip norm, some below
+    for (auto& x : g)
+      x = scale * normal(rng);
+    input += "grad";
+    for (auto x : g)
+      input += fmt::format(" {:.9g}", x);
+    input += "\n";
+    clipped_steps += clip_grad_norm(g.data(), n, max_norm) > max_norm;
+    opt.step(params.data(), g.data(), linear_lr(config.lr, static_cast<int64_t>(t), steps));
+  }
+  CHECK(clipped_steps > 0);
+  CHECK(clipped_steps < steps);
+  std::string in_path = fmt::format("/tmp/troupe_torch_adam_{}.txt", static_cast<long>(getpid()));
+  {
+    std::ofstream f(in_path);
+    f << input;
+  }
+  std::string cmd = fmt::format("{} {}/tests/learners/torch_adam_reference.py < {}", python,
+                                TROUPE_SOURCE_DIR, in_path);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string text;
+  char buffer[1 << 16];
+  size_t got;
+  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    text.append(buffer, got);
+  REQUIRE(pclose(pipe) == 0);
+  std::remove(in_path.c_str());
+  std::istringstream fields(text);
+  std::string kind;
+  fields >> kind;
+  REQUIRE(kind == "params");
+  for (size_t i = 0; i < n; ++i) {
+    double v = 0;
+    REQUIRE(static_cast<bool>(fields >> v));
+    CAPTURE(i);
+    CHECK(std::abs(params[i] - v) <= 1e-5 * std::max(1.0, std::abs(v)));
+  }
 }
