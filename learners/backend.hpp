@@ -96,6 +96,11 @@ public:
 status copy_global_stats(const model_layout& layout, const std::vector<stats_view*>& views,
                          float* buffers);
 
+/// Checks that a batch carries the actions its head needs: discrete indices
+/// in [0, n) (the error names the first bad row and value), or box actions.
+status validate_actions(const model_spec& spec, const int64_t* discrete_actions,
+                        const float* box_actions, size_t rows);
+
 /// A CPU backend for `spec` with Adam settings `adam`.
 std::unique_ptr<learner_backend> make_cpu_backend(const model_spec& spec,
                                                   const adam_config& adam,

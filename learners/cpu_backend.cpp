@@ -137,6 +137,9 @@ public:
                                    const ppo_config& config) override {
     if (batch.rows == 0)
       return make_error(errc::invalid_argument, "a PPO batch needs at least one row");
+    if (auto ok = validate_actions(spec_, batch.discrete_actions, batch.box_actions, batch.rows);
+        !ok)
+      return ok.err();
     // Advantages are normalized over the whole batch before it is split.
     ppo_config shard_config = config;
     ppo_batch<float> whole = batch;
@@ -211,6 +214,10 @@ public:
       return make_error(errc::invalid_argument,
                         "a V-trace batch needs steps >= 1 and envs >= 1, got {} and {}",
                         batch.steps, batch.envs);
+    if (auto ok = validate_actions(spec_, batch.discrete_actions, batch.box_actions,
+                                   batch.steps * batch.envs);
+        !ok)
+      return ok.err();
     // The recursion runs along each trajectory, so the batch is not split.
     auto& s = shards_[0];
     train_options options;
@@ -250,6 +257,23 @@ private:
 };
 
 } // namespace
+
+status validate_actions(const model_spec& spec, const int64_t* discrete_actions,
+                        const float* box_actions, size_t rows) {
+  if (spec.action == action_kind::box) {
+    if (!box_actions && rows > 0)
+      return make_error(errc::invalid_argument, "a box policy's batch needs box actions");
+    return status::ok();
+  }
+  if (!discrete_actions && rows > 0)
+    return make_error(errc::invalid_argument, "a discrete policy's batch needs action indices");
+  for (size_t r = 0; r < rows; ++r)
+    if (discrete_actions[r] < 0 || discrete_actions[r] >= spec.n)
+      return make_error(errc::invalid_argument,
+                        "action of row {} must be in [0, {}), got {}", r, spec.n,
+                        discrete_actions[r]);
+  return status::ok();
+}
 
 status copy_global_stats(const model_layout& layout, const std::vector<stats_view*>& views,
                          float* buffers) {

@@ -113,6 +113,7 @@ public:
     const size_t rows = batch.rows;
     if (rows == 0)
       return make_error(errc::invalid_argument, "a PPO batch needs at least one row");
+    TROUPE_TRY(validate_actions(spec_, batch.discrete_actions, batch.box_actions, rows));
     const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
     const size_t head = static_cast<size_t>(spec_.head_dim());
     const bool box = spec_.action == action_kind::box;
@@ -216,6 +217,7 @@ public:
                         batch.steps, batch.envs);
     const size_t n = batch.steps * batch.envs;
     const size_t rows = n + batch.envs;
+    TROUPE_TRY(validate_actions(spec_, batch.discrete_actions, batch.box_actions, n));
     const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
     const size_t head = static_cast<size_t>(spec_.head_dim());
     const bool box = spec_.action == action_kind::box;

@@ -219,6 +219,24 @@ TEST_CASE("a backend refuses an empty batch") {
   CHECK_FALSE(backend->ppo_gradient(empty, ppo_config{}));
 }
 
+TEST_CASE("a backend refuses action indices outside the action space, naming the row") {
+  std::mt19937_64 rng(fresh_seed());
+  model_spec spec;
+  spec.obs_dim = 6;
+  spec.n = 3;
+  spec.hidden = {8};
+  auto backend = make_cpu_backend(spec, adam_config{});
+  host_batch data(spec, 20, rng);
+  data.actions[7] = 3;
+  auto bad = backend->ppo_gradient(data.view(), ppo_config{});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.err().message.find("row 7") != std::string::npos);
+  data.actions[7] = -1;
+  CHECK_FALSE(backend->ppo_gradient(data.view(), ppo_config{}));
+  data.actions[7] = 2;
+  CHECK(backend->ppo_gradient(data.view(), ppo_config{}));
+}
+
 namespace {
 
 // V-trace loss, gradient and moments of `make`'s backend against the float64
