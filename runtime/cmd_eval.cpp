@@ -313,14 +313,16 @@ int cmd_eval(const args_t& args) {
   const auto returns = summarize(stats->returns);
   const auto lengths = summarize(stats->lengths);
   if (parsed->flag("json")) {
-    std::printf("{\"episodes\": %lld, \"return_mean\": %.17g, \"return_std\": %.17g, "
-                "\"return_min\": %.17g, \"return_max\": %.17g, \"length_mean\": %.17g, "
-                "\"env_id\": %s, \"stochastic\": %s, \"seed\": %llu, \"checkpoint\": %s}\n",
-                static_cast<long long>(options.episodes), returns.mean, returns.std,
-                returns.min, returns.max, lengths.mean, json_string(options.env_id).c_str(),
-                options.stochastic ? "true" : "false",
-                static_cast<unsigned long long>(options.seed),
-                json_string(*policy_path).c_str());
+    // Shortest decimal that reads back as the same float64.
+    std::printf("%s\n",
+                fmt::format("{{\"episodes\": {}, \"return_mean\": {}, \"return_std\": {}, "
+                            "\"return_min\": {}, \"return_max\": {}, \"length_mean\": {}, "
+                            "\"env_id\": {}, \"stochastic\": {}, \"seed\": {}, "
+                            "\"checkpoint\": {}}}",
+                            options.episodes, returns.mean, returns.std, returns.min,
+                            returns.max, lengths.mean, json_string(options.env_id),
+                            options.stochastic, options.seed, json_string(*policy_path))
+                  .c_str());
     return 0;
   }
   std::printf("%s\n%s: %lld %s episodes, seeds %llu..%llu\n"

@@ -201,7 +201,9 @@ struct axis {
   double step = 0.2;
 };
 
-axis make_axis(double data_lo, double data_hi) {
+// With `snap`, the ends widen to whole tick steps (returns); without, the
+// axis ends at the data (steps and time, whose last row is the run's end).
+axis make_axis(double data_lo, double data_hi, bool snap) {
   if (!(data_hi > data_lo)) {
     double pad = std::max(1.0, std::abs(data_lo) * 0.1);
     data_lo -= pad;
@@ -209,9 +211,20 @@ axis make_axis(double data_lo, double data_hi) {
   }
   axis a;
   a.step = nice_step(data_hi - data_lo, 5);
-  a.lo = std::floor(data_lo / a.step) * a.step;
-  a.hi = std::ceil(data_hi / a.step) * a.step;
+  a.lo = snap ? std::floor(data_lo / a.step) * a.step : data_lo;
+  a.hi = snap ? std::ceil(data_hi / a.step) * a.step : data_hi;
   return a;
+}
+
+// The tick values of an axis: the multiples of its step inside [lo, hi].
+std::vector<double> tick_values(const axis& a) {
+  // By integer index, with a little slack, so that rounding never drops an end.
+  const auto first = static_cast<long long>(std::ceil(a.lo / a.step - 1e-9));
+  const auto last = static_cast<long long>(std::floor(a.hi / a.step + 1e-9));
+  std::vector<double> out;
+  for (long long k = first; k <= last; ++k)
+    out.push_back(static_cast<double>(k) * a.step);
+  return out;
 }
 
 // A tick label: thousands as "k" and millions as "M", with as many decimals
@@ -260,6 +273,26 @@ std::string run_label(const run_curve& run) {
   return fmt::format("{}: {} on {}", run.name, algo, run.env_id);
 }
 
+// "N runs", with the algorithm and the environment when every run shares them.
+std::string overlay_title(const std::vector<run_curve>& runs) {
+  auto shared = [&](auto field) {
+    for (auto& run : runs)
+      if (field(run) != field(runs[0]))
+        return std::string{};
+    return field(runs[0]);
+  };
+  auto algo = shared([](const run_curve& r) {
+    return r.mode.empty() ? r.algo : fmt::format("{} ({})", r.algo, r.mode);
+  });
+  auto env = shared([](const run_curve& r) { return r.env_id; });
+  std::string title = fmt::format("{} runs", runs.size());
+  if (!algo.empty())
+    title += ": " + algo;
+  if (!env.empty())
+    title += " on " + env;
+  return title;
+}
+
 bool finite_point(const run_curve& run, const std::vector<double>& xs, size_t i) {
   return std::isfinite(xs[i]) && std::isfinite(run.return_mean_100[i]);
 }
@@ -300,17 +333,14 @@ void draw_panel(std::string& svg, const panel_def& panel, double left,
                        left + panel_width / 2, top + panel_height / 2);
     return;
   }
-  const axis ax = make_axis(x_lo, x_hi);
-  const axis ay = make_axis(y_lo, y_hi);
+  const axis ax = make_axis(x_lo, x_hi, false);
+  const axis ay = make_axis(y_lo, y_hi, true);
   auto px = [&](double x) { return left + (x - ax.lo) / (ax.hi - ax.lo) * panel_width; };
   auto py = [&](double y) { return bottom - (y - ay.lo) / (ay.hi - ay.lo) * panel_height; };
 
   const double x_largest = std::max(std::abs(ax.lo), std::abs(ax.hi));
   const double y_largest = std::max(std::abs(ay.lo), std::abs(ay.hi));
-  // Ticks by integer index so that rounding never drops the last one.
-  const auto x_ticks = static_cast<int>(std::llround((ax.hi - ax.lo) / ax.step));
-  for (int k = 0; k <= x_ticks; ++k) {
-    double v = ax.lo + k * ax.step;
+  for (double v : tick_values(ax)) {
     double x = px(v);
     svg += fmt::format("<line class=\"grid\" x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" "
                        "y2=\"{2}\" stroke=\"#e5e5e5\"/>\n",
@@ -322,9 +352,7 @@ void draw_panel(std::string& svg, const panel_def& panel, double left,
                        "text-anchor=\"middle\">{}</text>\n",
                        x, bottom + 19, tick_label(v, ax.step, x_largest));
   }
-  const auto y_ticks = static_cast<int>(std::llround((ay.hi - ay.lo) / ay.step));
-  for (int k = 0; k <= y_ticks; ++k) {
-    double v = ay.lo + k * ay.step;
+  for (double v : tick_values(ay)) {
     double y = py(v);
     svg += fmt::format("<line class=\"grid\" x1=\"{0}\" y1=\"{1:.2f}\" x2=\"{2}\" "
                        "y2=\"{1:.2f}\" stroke=\"#e5e5e5\"/>\n",
@@ -422,7 +450,7 @@ std::string render_curves_svg(const std::vector<run_curve>& runs) {
   if (runs.size() == 1)
     title = run_label(runs[0]);
   else
-    title = fmt::format("{} runs", runs.size());
+    title = overlay_title(runs);
 
   std::string svg;
   svg += fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
