@@ -168,6 +168,7 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
       for (size_t i = 0; i < metrics_column_count; ++i)
         std::fprintf(st.csv, "%s%s", i ? "," : "", metrics_columns[i]);
       std::fprintf(st.csv, "\n");
+      std::fflush(st.csv);
     }
   }
   if (!st.opts.jsonl_path.empty())

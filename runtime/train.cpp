@@ -254,6 +254,44 @@ result<actors::parameter_server_state> read_optimizer(const std::string& path) {
   return st;
 }
 
+// A resumed run forgets the rows written after its checkpoint (the killed
+// run's last moments), so that metrics.csv and metrics.jsonl stay monotonic.
+void keep_rows_up_to(const std::string& path, uint64_t updates, bool csv) {
+  std::ifstream in(path);
+  if (!in)
+    return;
+  std::string line, kept;
+  bool header = csv;
+  while (std::getline(in, line)) {
+    if (in.eof())
+      break; // an unterminated last line: a row being written when killed
+    uint64_t row_updates = 0;
+    if (header) {
+      header = false;
+    } else if (csv) {
+      std::istringstream cells(line);
+      std::string cell;
+      for (int i = 0; i < 3 && std::getline(cells, cell, ','); ++i) {
+      }
+      row_updates = std::strtoull(cell.c_str(), nullptr, 10);
+    } else {
+      auto at = line.find("\"updates\": ");
+      if (at == std::string::npos)
+        continue;
+      row_updates = std::strtoull(line.c_str() + at + 11, nullptr, 10);
+    }
+    if (row_updates <= updates)
+      kept += line + "\n";
+  }
+  in.close();
+  if (kept.empty()) {
+    std::error_code ec;
+    fs::remove(path, ec); // no header survived: the metrics actor writes a new one
+    return;
+  }
+  (void)write_text(path, kept);
+}
+
 } // namespace
 
 std::string newest_checkpoint(const std::string& run_dir) {
@@ -300,6 +338,8 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     if (!c)
       return c.err();
     start = std::move(*c);
+    keep_rows_up_to((fs::path(run_dir) / "metrics.csv").string(), start.updates, true);
+    keep_rows_up_to((fs::path(run_dir) / "metrics.jsonl").string(), start.updates, false);
   } else {
     run_dir = (fs::path(cfg.get_string("run.output_dir"))
                / (cfg.get_string("run.name") + "-" + timestamp()))

@@ -1,0 +1,234 @@
+// Black-box tests of `troupe train`: learning on CartPole, the run folder,
+// resume after SIGKILL, and a runner that throws being restarted.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tests/cli_support.hpp"
+
+extern char** environ;
+
+using troupe::test::fresh_seed;
+using troupe::test::lines_of;
+using troupe::test::run_troupe;
+using troupe::test::temp_folder;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using row = std::map<std::string, std::string>;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<std::string> split(const std::string& line, char sep) {
+  std::vector<std::string> out;
+  std::string cell;
+  std::istringstream in(line);
+  while (std::getline(in, cell, sep))
+    out.push_back(cell);
+  return out;
+}
+
+// Every row of metrics.csv as column -> cell.
+std::vector<row> read_metrics(const fs::path& run_dir) {
+  auto lines = lines_of(read_file(run_dir / "metrics.csv"));
+  REQUIRE(!lines.empty());
+  auto header = split(lines[0], ',');
+  std::vector<row> out;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    auto cells = split(lines[i], ',');
+    REQUIRE(cells.size() == header.size());
+    row r;
+    for (size_t k = 0; k < cells.size(); ++k)
+      r[header[k]] = cells[k];
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The only run folder under `output`.
+fs::path only_run(const fs::path& output) {
+  std::vector<fs::path> runs;
+  for (auto& e : fs::directory_iterator(output))
+    runs.push_back(e.path());
+  REQUIRE(runs.size() == 1);
+  return runs[0];
+}
+
+std::map<std::string, std::string> read_counters(const fs::path& ckpt) {
+  std::map<std::string, std::string> out;
+  for (auto& line : lines_of(read_file(ckpt / "counters.txt"))) {
+    auto sp = line.find(' ');
+    out[line.substr(0, sp)] = sp == std::string::npos ? "" : line.substr(sp + 1);
+  }
+  return out;
+}
+
+std::string config_path() {
+  return std::string(TROUPE_SOURCE_DIR) + "/config/cartpole_ppo.toml";
+}
+
+} // namespace
+
+TEST_CASE("training CartPole with PPO and a fixed seed lifts the 100-episode mean return "
+          "above 200") {
+  temp_folder dir("train-learn");
+  auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                  "--set algo.total_env_steps=100000 --set run.seed=3",
+                                  config_path()),
+                      dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  auto run = only_run(dir.path / "out");
+  // The run folder holds what ARCHITECTURE.md promises.
+  CHECK(fs::exists(run / "config.toml"));
+  CHECK(fs::exists(run / "metrics.jsonl"));
+  CHECK(read_file(run / "config.toml").find("id = \"CartPole-v1\"") != std::string::npos);
+  auto rows = read_metrics(run);
+  REQUIRE(rows.size() >= 2);
+  const char* first_columns[] = {
+    "wall_time_s", "env_steps", "updates", "episodes", "return_mean_100", "return_last",
+    "episode_length_mean", "sps", "policy_lag_mean", "policy_lag_max", "stats_version",
+    "stats_lag", "loss_policy", "loss_value", "entropy", "learning_rate"};
+  auto header = split(lines_of(read_file(run / "metrics.csv"))[0], ',');
+  for (size_t i = 0; i < std::size(first_columns); ++i)
+    CHECK(header.at(i) == first_columns[i]);
+  // Same rows in the JSON lines.
+  CHECK(lines_of(read_file(run / "metrics.jsonl")).size() == rows.size());
+  const auto& last = rows.back();
+  CHECK(std::stoull(last.at("env_steps")) >= 100000);
+  const double first_return = std::stod(rows.front().at("return_mean_100"));
+  const double final_return = std::stod(last.at("return_mean_100"));
+  CAPTURE(first_return);
+  CAPTURE(final_return);
+  CHECK(first_return < 100);
+  CHECK(final_return > 200);
+  // Sync PPO with one learner acts with the newest weights.
+  CHECK(std::stod(last.at("policy_lag_max")) == 0);
+  // A checkpoint at the end, complete.
+  auto ckpt = run / "checkpoints" / fmt::format("{:010d}", std::stoull(last.at("updates")));
+  CHECK(fs::exists(ckpt / "policy.safetensors"));
+  CHECK(fs::exists(ckpt / "optimizer.safetensors"));
+  CHECK(fs::exists(ckpt / "stats.bin"));
+  CHECK(read_counters(ckpt).at("env_steps") == last.at("env_steps"));
+}
+
+TEST_CASE("a run killed with SIGKILL after its first checkpoint resumes at the "
+          "checkpointed counters") {
+  temp_folder dir("train-kill");
+  const uint64_t seed = fresh_seed() % 1000;
+  CAPTURE(seed);
+  const auto out = (dir.path / "out").string();
+  std::vector<std::string> argv_s = {
+    TROUPE_BINARY, "train", config_path(), "--set", fmt::format("run.output_dir=\"{}\"", out),
+    "--set", "run.checkpoint_every_updates=5", "--set", "algo.total_env_steps=50000000",
+    "--set", fmt::format("run.seed={}", seed)};
+  std::vector<char*> argv;
+  for (auto& a : argv_s)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+  // Poll for the first complete checkpoint folder, then kill at once.
+  fs::path ckpt;
+  bool exited = false;
+  while (ckpt.empty() && !exited) {
+    int st = 0;
+    exited = waitpid(pid, &st, WNOHANG) == pid;
+    std::error_code ec;
+    if (fs::exists(out, ec))
+      for (auto& run : fs::directory_iterator(out, ec))
+        for (auto& e : fs::directory_iterator(run.path() / "checkpoints", ec))
+          if (e.path().extension() != ".tmp")
+            ckpt = e.path();
+    if (ckpt.empty())
+      std::this_thread::yield();
+  }
+  REQUIRE(!exited);
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  REQUIRE(WIFSIGNALED(st));
+  auto run = only_run(out);
+  // The newest complete checkpoint (another may have been written meanwhile).
+  std::string newest;
+  for (auto& e : fs::directory_iterator(run / "checkpoints"))
+    if (e.path().extension() != ".tmp")
+      newest = std::max(newest, e.path().filename().string());
+  auto counters = read_counters(run / "checkpoints" / newest);
+  const uint64_t updates = std::stoull(counters.at("updates"));
+  const uint64_t steps = std::stoull(counters.at("env_steps"));
+  CAPTURE(updates);
+  CHECK(updates == std::stoull(newest));
+  CHECK(steps == updates * 512);
+
+  // Resume for ten more batches of 4 x 128 steps.
+  auto r = run_troupe(fmt::format("train --resume '{}' --set algo.total_env_steps={}",
+                                  run.string(), steps + 10 * 512),
+                      dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  auto rows = read_metrics(run);
+  REQUIRE(!rows.empty());
+  CHECK(std::stoull(rows.back().at("updates")) == updates + 10);
+  CHECK(std::stoull(rows.back().at("env_steps")) == steps + 10 * 512);
+  // Rows stay in order: the killed run's rows after the checkpoint are gone.
+  for (size_t i = 1; i < rows.size(); ++i)
+    CHECK(std::stoull(rows[i].at("updates")) > std::stoull(rows[i - 1].at("updates")));
+  auto final_counters =
+    read_counters(run / "checkpoints" / fmt::format("{:010d}", updates + 10));
+  CHECK(std::stoull(final_counters.at("env_steps")) == steps + 10 * 512);
+  CHECK(std::stoull(final_counters.at("episodes")) >= std::stoull(counters.at("episodes")));
+}
+
+TEST_CASE("an environment runner that throws is restarted and the run goes on") {
+  temp_folder dir("train-restart");
+  auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                  "--set algo.total_env_steps=20480 "
+                                  "--set env.fail_after_calls=300",
+                                  config_path()),
+                      dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("runner 0 failed") != std::string::npos);
+  CHECK(r.err.find("restart 1 of 3") != std::string::npos);
+  auto rows = read_metrics(only_run(dir.path / "out"));
+  REQUIRE(!rows.empty());
+  CHECK(rows.back().at("runner_restarts") == "1");
+  CHECK(std::stoull(rows.back().at("env_steps")) == 20480);
+}
+
+TEST_CASE("a config error stops train before anything starts, naming the key") {
+  temp_folder dir("train-bad");
+  auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                  "--set algo.name='\"dqn\"'",
+                                  config_path()),
+                      dir);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("algo.name") != std::string::npos);
+  CHECK(!fs::exists(dir.path / "out"));
+}
