@@ -1,7 +1,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <random>
 #include <set>
 #include <string>
@@ -9,33 +8,18 @@
 
 #include "learners/checkpoint.hpp"
 #include "tests/learners/policy_reference.hpp"
+#include "tests/temp_folder.hpp"
 
 using namespace troupe::learners;
+using troupe::test::fresh_seed;
 using troupe::test::random_arch;
 using troupe::test::random_checkpoint_file;
 using troupe::test::reference_arch;
 using troupe::test::reference_forward;
 using troupe::test::required_tensors;
-namespace fs = std::filesystem;
+using troupe::test::temp_folder;
 
 namespace {
-
-uint64_t test_seed() {
-  return std::random_device{}();
-}
-
-struct temp_folder {
-  fs::path path;
-  explicit temp_folder(uint64_t seed) {
-    path = fs::temp_directory_path() / ("troupe-ckpt-" + std::to_string(seed) + "-"
-                                        + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~temp_folder() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 model_spec to_spec(const reference_arch& a) {
   model_spec s;
@@ -126,10 +110,10 @@ void check_outputs(const reference_arch& a, const st_file& file, const actor_cri
 } // namespace
 
 TEST_CASE("a saved policy loads back with identical tensors, statistics and spec") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  temp_folder dir(seed);
+  temp_folder dir("ckpt");
   for (int trial = 0; trial < 20; ++trial) {
     auto a = random_arch(rng);
     CAPTURE(trial);
@@ -181,7 +165,7 @@ TEST_CASE("a saved policy loads back with identical tensors, statistics and spec
 
 TEST_CASE("a saved policy holds exactly the documented names and gives the reference "
           "outputs") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 20; ++trial) {
@@ -214,7 +198,7 @@ TEST_CASE("a saved policy holds exactly the documented names and gives the refer
 
 TEST_CASE("a checkpoint assembled by hand with the documented names loads and gives the "
           "reference outputs") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 30; ++trial) {
@@ -237,7 +221,7 @@ TEST_CASE("a checkpoint assembled by hand with the documented names loads and gi
 
 TEST_CASE("loading names the tensor and the expectation when a tensor is missing, "
           "misshapen or of the wrong dtype") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   reference_arch a;
@@ -309,7 +293,7 @@ TEST_CASE("loading names the tensor and the expectation when a tensor is missing
 
 TEST_CASE("loading rejects an unknown format version and bad metadata with the key and "
           "the expected value") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   reference_arch a;
@@ -372,7 +356,7 @@ TEST_CASE("loading rejects an unknown format version and bad metadata with the k
 }
 
 TEST_CASE("saving refuses missing or invalid observation statistics and reserved keys") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   reference_arch a;

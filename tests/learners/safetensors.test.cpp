@@ -9,29 +9,14 @@
 #include <vector>
 
 #include "learners/safetensors.hpp"
+#include "tests/temp_folder.hpp"
 
 using namespace troupe::learners;
+using troupe::test::fresh_seed;
+using troupe::test::temp_folder;
 namespace fs = std::filesystem;
 
 namespace {
-
-uint64_t test_seed() {
-  return std::random_device{}();
-}
-
-// A fresh empty folder under the system's temporary folder, removed at scope exit.
-struct temp_folder {
-  fs::path path;
-  explicit temp_folder(uint64_t seed) {
-    path = fs::temp_directory_path() / ("troupe-st-" + std::to_string(seed) + "-"
-                                        + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~temp_folder() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // A safetensors image assembled by hand: length, header text, data bytes.
 std::vector<std::byte> assemble(const std::string& header,
@@ -109,10 +94,10 @@ st_file random_file(std::mt19937_64& rng) {
 } // namespace
 
 TEST_CASE("a file written by troupe reads back with the same tensors and metadata") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  temp_folder dir(seed);
+  temp_folder dir("st");
   auto file = random_file(rng);
   auto path = (dir.path / "round.safetensors").string();
   REQUIRE(write_safetensors(path, file));
@@ -136,7 +121,7 @@ TEST_CASE("a file written by troupe reads back with the same tensors and metadat
 }
 
 TEST_CASE("the written image follows the format's layout byte for byte") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -168,7 +153,7 @@ TEST_CASE("the written image follows the format's layout byte for byte") {
 }
 
 TEST_CASE("a file assembled by hand as another writer would reads correctly") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -228,7 +213,7 @@ TEST_CASE("a malformed length field or header is an error naming the file") {
 }
 
 TEST_CASE("a malformed tensor entry is an error naming the tensor and the expectation") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   std::vector<float> four(4);
@@ -304,7 +289,7 @@ TEST_CASE("a malformed tensor entry is an error naming the tensor and the expect
 }
 
 TEST_CASE("truncated or corrupted files never crash the reader") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   auto image = serialize_safetensors(random_file(rng));
@@ -328,9 +313,9 @@ TEST_CASE("truncated or corrupted files never crash the reader") {
 }
 
 TEST_CASE("writing refuses inconsistent tensors and leaves no file behind") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
-  temp_folder dir(seed);
+  temp_folder dir("st");
   std::vector<float> v{1.5f, -2.0f, 0.25f};
   st_file dup;
   dup.tensors.push_back(st_tensor::from_f32("a", {3}, v.data()));
@@ -366,10 +351,10 @@ TEST_CASE("writing refuses inconsistent tensors and leaves no file behind") {
 }
 
 TEST_CASE("writing over an existing file replaces it whole") {
-  auto seed = test_seed();
+  auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  temp_folder dir(seed);
+  temp_folder dir("st");
   auto path = (dir.path / "policy.safetensors").string();
   auto first = random_file(rng);
   auto second = random_file(rng);

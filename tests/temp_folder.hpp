@@ -1,0 +1,44 @@
+// Fresh seeds and self-removing temporary folders for tests that write files.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace troupe::test {
+
+/// A fresh random seed; tests CAPTURE it so a failure can be replayed.
+inline uint64_t fresh_seed() {
+  return std::random_device{}();
+}
+
+/// A temporary folder, removed with everything in it at scope exit.
+struct temp_folder {
+  std::filesystem::path path;  ///< where the folder is
+
+  /// Creates `<tmp>/troupe-PREFIX-<random>`; the prefix says which test made it.
+  explicit temp_folder(const std::string& prefix) {
+    path = std::filesystem::temp_directory_path()
+           / fmt::format("troupe-{}-{}", prefix, fresh_seed());
+    std::filesystem::create_directories(path);
+  }
+  ~temp_folder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  temp_folder(const temp_folder&) = delete;
+  temp_folder& operator=(const temp_folder&) = delete;
+
+  /// Writes `text` to `name` inside the folder and returns its path.
+  std::string write(const std::string& name, const std::string& text) const {
+    auto p = path / name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p.string();
+  }
+};
+
+} // namespace troupe::test
