@@ -3,7 +3,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <set>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -36,46 +38,60 @@ error bad_value(const std::string& source, const std::string& key, const char* e
                     source, key, expected, value);
 }
 
-result<int64_t> get_int(const metadata_map& meta, const std::string& key,
-                        const std::string& source) {
-  constexpr const char* expected = "a decimal integer";
+// The value of `key` as `parse` reads its text (`parse` returns an optional or
+// a result, empty for text it rejects); a missing key or rejected text is an
+// error naming the key, what was expected and the text.
+template <class Parse>
+auto get_parsed(const metadata_map& meta, const std::string& key,
+                const std::string& source, const char* expected, Parse parse)
+  -> result<std::decay_t<decltype(*parse(std::string()))>> {
   auto text = get_key(meta, key, source, expected);
   if (!text)
     return text.err();
-  const auto& s = *text;
+  auto value = parse(*text);
+  if (!value)
+    return bad_value(source, key, expected, *text);
+  return *value;
+}
+
+std::optional<int64_t> parse_decimal(const std::string& s) {
   if (s.empty() || s.size() > 18 || s.find_first_not_of("-0123456789") != std::string::npos
       || s.find('-', 1) != std::string::npos || s == "-")
-    return bad_value(source, key, expected, s);
+    return std::nullopt;
   return static_cast<int64_t>(std::strtoll(s.c_str(), nullptr, 10));
 }
 
-result<double> get_double(const metadata_map& meta, const std::string& key,
-                          const std::string& source) {
-  constexpr const char* expected = "a number";
-  auto text = get_key(meta, key, source, expected);
-  if (!text)
-    return text.err();
-  const auto& s = *text;
+std::optional<double> parse_number(const std::string& s) {
   char* end = nullptr;
   errno = 0;
   double x = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size() || std::isnan(x) || errno == ERANGE
       || std::isspace(static_cast<unsigned char>(s.front())))
-    return bad_value(source, key, expected, s);
+    return std::nullopt;
   return x;
+}
+
+std::optional<bool> parse_bool(const std::string& s) {
+  if (s == "true")
+    return true;
+  if (s == "false")
+    return false;
+  return std::nullopt;
+}
+
+result<int64_t> get_int(const metadata_map& meta, const std::string& key,
+                        const std::string& source) {
+  return get_parsed(meta, key, source, "a decimal integer", parse_decimal);
+}
+
+result<double> get_double(const metadata_map& meta, const std::string& key,
+                          const std::string& source) {
+  return get_parsed(meta, key, source, "a number", parse_number);
 }
 
 result<bool> get_bool(const metadata_map& meta, const std::string& key,
                       const std::string& source) {
-  constexpr const char* expected = "\"true\" or \"false\"";
-  auto text = get_key(meta, key, source, expected);
-  if (!text)
-    return text.err();
-  if (*text == "true")
-    return true;
-  if (*text == "false")
-    return false;
-  return bad_value(source, key, expected, *text);
+  return get_parsed(meta, key, source, "\"true\" or \"false\"", parse_bool);
 }
 
 // Parses a JSON list of non-negative integers such as "[64, 64]" or "[]".
@@ -184,12 +200,10 @@ result<model_spec> spec_from_metadata(const std::map<std::string, std::string>& 
     return obs_dim.err();
   spec.obs_dim = *obs_dim;
 
-  auto space = get_key(meta, "action_space", source, "\"discrete\" or \"box\"");
-  if (!space)
-    return space.err();
-  auto kind = parse_action_kind(*space);
+  auto kind = get_parsed(meta, "action_space", source, "\"discrete\" or \"box\"",
+                         parse_action_kind);
   if (!kind)
-    return bad_value(source, "action_space", "\"discrete\" or \"box\"", *space);
+    return kind.err();
   spec.action = *kind;
   auto action_dim = get_int(meta, "action_dim", source);
   if (!action_dim)
@@ -197,20 +211,15 @@ result<model_spec> spec_from_metadata(const std::map<std::string, std::string>& 
   (spec.action == action_kind::discrete ? spec.n : spec.act_dim) = *action_dim;
 
   constexpr const char* list_expected = "a JSON list of layer widths such as \"[64, 64]\"";
-  auto hidden_text = get_key(meta, "hidden", source, list_expected);
-  if (!hidden_text)
-    return hidden_text.err();
-  auto hidden = parse_int_list(*hidden_text);
+  auto hidden = get_parsed(meta, "hidden", source, list_expected, parse_int_list);
   if (!hidden)
-    return bad_value(source, "hidden", list_expected, *hidden_text);
+    return hidden.err();
   spec.hidden = *hidden;
 
-  auto act_text = get_key(meta, "activation", source, "\"tanh\" or \"relu\"");
-  if (!act_text)
-    return act_text.err();
-  auto act = parse_activation(*act_text);
+  auto act =
+    get_parsed(meta, "activation", source, "\"tanh\" or \"relu\"", parse_activation);
   if (!act)
-    return bad_value(source, "activation", "\"tanh\" or \"relu\"", *act_text);
+    return act.err();
   spec.activation = *act;
 
   auto obs_norm = get_bool(meta, "obs_norm", source);
@@ -226,13 +235,10 @@ result<model_spec> spec_from_metadata(const std::map<std::string, std::string>& 
     return obs_clip.err();
   spec.obs_norm_clip = *obs_clip;
 
-  constexpr const char* bn_expected = "\"none\", \"global\" or \"local\"";
-  auto bn_text = get_key(meta, "batch_norm", source, bn_expected);
-  if (!bn_text)
-    return bn_text.err();
-  auto bn = parse_batch_norm(*bn_text);
+  auto bn = get_parsed(meta, "batch_norm", source, "\"none\", \"global\" or \"local\"",
+                       parse_batch_norm);
   if (!bn)
-    return bad_value(source, "batch_norm", bn_expected, *bn_text);
+    return bn.err();
   spec.batch_norm = *bn;
   auto bn_eps = get_double(meta, "batch_norm_eps", source);
   if (!bn_eps)
