@@ -137,7 +137,8 @@ public:
                                    const ppo_config& config) override {
     if (batch.rows == 0)
       return make_error(errc::invalid_argument, "a PPO batch needs at least one row");
-    if (auto ok = validate_actions(spec_, batch.discrete_actions, batch.box_actions, batch.rows);
+    if (auto ok =
+            validate_actions(spec_, batch.discrete_actions, batch.box_actions, batch.rows);
         !ok)
       return ok.err();
     // Advantages are normalized over the whole batch before it is split.
@@ -313,9 +314,8 @@ result<device_choice> choose_device(const std::string& setting) {
   if (setting == "cuda") {
     if (devices == 0)
       return make_error(errc::unavailable,
-                        "device = \"cuda\" but the CUDA runtime finds no GPU{}",
-                        kernels::cuda_device_count() == 0 ? " (or troupe was built without CUDA)"
-                                                          : "");
+                        "device = \"cuda\" but the CUDA runtime finds no GPU (or troupe was "
+                        "built without CUDA)");
     return device_choice{device_kind::cuda, "device = \"cuda\" in the config"};
   }
   if (setting == "auto") {

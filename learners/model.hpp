@@ -67,7 +67,7 @@ struct model_spec {
   double obs_norm_clip = 10.0;                   ///< normalized values clip to [-clip, clip]
   batch_norm_mode batch_norm = batch_norm_mode::none; ///< batch norm mode
   double batch_norm_eps = 1e-5;                  ///< variance epsilon of batch norm
-  double batch_norm_momentum = 0.1;              ///< local mode running-stat momentum (PyTorch's)
+  double batch_norm_momentum = 0.1;              ///< local mode: PyTorch's momentum
 
   /// Width of the policy head: n for discrete, act_dim for box.
   int64_t head_dim() const noexcept {
@@ -195,18 +195,23 @@ public:
 
   /// Flat trainable parameters (layout().param_count floats).
   float* params() noexcept { return params_.data(); }
+  /// Read-only twin of params().
   const float* params() const noexcept { return params_.data(); }
+  /// Number of trainable floats.
   size_t param_count() const noexcept { return params_.size(); }
 
   /// Flat buffers: batch-norm running statistics (layout().buffer_count).
   float* buffers() noexcept { return buffers_.data(); }
+  /// Read-only twin of buffers().
   const float* buffers() const noexcept { return buffers_.data(); }
+  /// Number of buffer floats.
   size_t buffer_count() const noexcept { return buffers_.size(); }
 
   /// Number of local-mode training steps that updated the running statistics
   /// (PyTorch's BatchNorm1d.num_batches_tracked; an I64 scalar, not listed by
   /// tensors()).
   int64_t num_batches_tracked() const noexcept { return num_batches_tracked_; }
+  /// Restores num_batches_tracked (from a checkpoint).
   void set_num_batches_tracked(int64_t n) noexcept { num_batches_tracked_ = n; }
 
   /// Every batch-norm layer, actor first (empty without batch norm).

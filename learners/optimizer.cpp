@@ -40,7 +40,8 @@ double clip_grad_norm(float* grad, size_t n, double max_norm) noexcept {
 double linear_lr(double lr0, int64_t update, int64_t total_updates) noexcept {
   if (total_updates <= 0)
     return lr0;
-  const double frac = 1.0 - static_cast<double>(update - 1) / static_cast<double>(total_updates);
+  const double frac =
+      1.0 - static_cast<double>(update - 1) / static_cast<double>(total_updates);
   return lr0 * frac;
 }
 

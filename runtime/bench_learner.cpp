@@ -183,7 +183,8 @@ int bench_learner(const args_t& args) {
   std::string which = parsed->get("device").value_or("all");
   if (which != "cpu" && which != "cuda" && which != "all")
     return fail(exit_bad_input,
-                fmt::format("bench learner: --device must be cpu, cuda or all, got '{}'", which));
+                fmt::format("bench learner: --device must be cpu, cuda or all, got '{}'",
+                            which));
   std::vector<learners::device_kind> devices;
   if (which != "cuda")
     devices.push_back(learners::device_kind::cpu);

@@ -14,7 +14,9 @@ __global__ void bias_activation_kernel(float* __restrict__ z, const float* __res
        i += size_t{gridDim.x} * blockDim.x) {
     const float v = z[i] + bias[i % cols];
     z[i] = v;
-    out[i] = act == activation_op::tanh ? tanhf(v) : act == activation_op::relu ? fmaxf(v, 0.0f) : v;
+    out[i] = act == activation_op::tanh   ? tanhf(v)
+             : act == activation_op::relu ? fmaxf(v, 0.0f)
+                                          : v;
   }
 }
 

@@ -97,7 +97,8 @@ TEST_CASE("bias plus activation and its backward match float64 for tanh, relu an
     auto dz = to_device(z0), db = to_device(bias), dd = to_device(d);
     device_array<float> dh;
     REQUIRE(dh.reserve(rows * cols));
-    REQUIRE(cuda_bias_activation_async(dz.data(), db.data(), rows, cols, act, dh.data(), nullptr));
+    REQUIRE(cuda_bias_activation_async(dz.data(), db.data(), rows, cols, act, dh.data(),
+                                       nullptr));
     REQUIRE(cuda_activation_backward_async(dh.data(), dd.data(), rows * cols, act, nullptr));
     require_close(to_host(dh, rows * cols), h, 1e-6);
     require_close(to_host(dd, rows * cols), d_out, 1e-5);
@@ -117,9 +118,10 @@ TEST_CASE("the categorical head's log-softmax, entropy and backward match float6
     a = static_cast<int64_t>(rng() % n);
   auto d_logp = random_floats(rows, rng), d_ent = random_floats(rows, rng);
   std::vector<float> ls(rows * n), logp(rows), ent(rows), d_logits(rows * n);
-  categorical_forward(logits.data(), actions.data(), rows, n, ls.data(), logp.data(), ent.data());
-  categorical_backward(ls.data(), ent.data(), actions.data(), d_logp.data(), d_ent.data(), rows, n,
-                       d_logits.data());
+  categorical_forward(logits.data(), actions.data(), rows, n, ls.data(), logp.data(),
+                      ent.data());
+  categorical_backward(ls.data(), ent.data(), actions.data(), d_logp.data(), d_ent.data(),
+                       rows, n, d_logits.data());
   for (size_t r = 0; r < rows; ++r) {
     double total = 0;
     for (size_t j = 0; j < n; ++j)
@@ -150,8 +152,8 @@ TEST_CASE("the categorical head's log-softmax, entropy and backward match float6
   REQUIRE(dlogp.reserve(rows));
   REQUIRE(dent.reserve(rows));
   REQUIRE(dgrad.reserve(rows * n));
-  REQUIRE(cuda_categorical_forward_async(dl.data(), da.data(), rows, n, dls.data(), dlogp.data(),
-                                         dent.data(), nullptr));
+  REQUIRE(cuda_categorical_forward_async(dl.data(), da.data(), rows, n, dls.data(),
+                                         dlogp.data(), dent.data(), nullptr));
   REQUIRE(cuda_categorical_backward_async(dls.data(), dent.data(), da.data(), ddl.data(),
                                           dde.data(), rows, n, dgrad.data(), nullptr));
   require_close(to_host(dlogp, rows), logp, 1e-5);
@@ -280,8 +282,8 @@ TEST_CASE("observation normalization and batch norm forward and backward match f
   auto gamma = random_floats(cols, rng), beta = random_floats(cols, rng);
   auto dy = random_floats(rows * cols, rng);
   std::vector<float> zhat(rows * cols), y(rows * cols), dz(rows * cols);
-  batch_norm_forward(x.data(), mean.data(), inv_std.data(), gamma.data(), beta.data(), rows, cols,
-                     zhat.data(), y.data());
+  batch_norm_forward(x.data(), mean.data(), inv_std.data(), gamma.data(), beta.data(), rows,
+                     cols, zhat.data(), y.data());
   std::vector<float> sum_dy(cols, 0.0f), sum_dy_zhat(cols, 0.0f);
   for (size_t i = 0; i < rows * cols; ++i) {
     sum_dy[i % cols] += dy[i];

@@ -127,7 +127,8 @@ void check_against_float64(const backend_factory& make) {
       for (size_t l = 0; l < moments.size(); ++l) {
         CHECK(moments[l].count == rows);
         for (size_t j = 0; j < moments[l].dim(); ++j) {
-          CHECK(moments[l].mean[j] == doctest::Approx(moments64[l].mean[j]).epsilon(1e-5).scale(1));
+          CHECK(moments[l].mean[j]
+                == doctest::Approx(moments64[l].mean[j]).epsilon(1e-5).scale(1));
           CHECK(moments[l].m2[j] == doctest::Approx(moments64[l].m2[j]).epsilon(1e-5));
         }
       }
@@ -157,7 +158,8 @@ void check_against_float64(const backend_factory& make) {
       CHECK(worst <= 1e-3 * 0.02);
       if (bn == batch_norm_mode::local) {
         const auto& slot = model.layout().actor.hidden[0].batch_norm;
-        CHECK(buffers[slot.running_mean] == doctest::Approx(buf64[slot.running_mean]).epsilon(1e-5));
+        CHECK(buffers[slot.running_mean]
+              == doctest::Approx(buf64[slot.running_mean]).epsilon(1e-5));
       }
     }
 }

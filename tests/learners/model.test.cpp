@@ -169,7 +169,8 @@ TEST_CASE("orthogonal initialization gives orthogonal rows or columns scaled by 
             double y = by_rows ? t.data[b * cols + i] : t.data[i * cols + b];
             dot += x * y;
           }
-          CHECK(std::abs(dot - (a == b ? gain * gain : 0.0)) < 1e-5 * std::max(1.0, gain * gain));
+          const double want = a == b ? gain * gain : 0.0;
+          CHECK(std::abs(dot - want) < 1e-5 * std::max(1.0, gain * gain));
         }
       return;
     }

@@ -41,7 +41,8 @@ struct torch_result {
 };
 
 torch_result run_torch(const std::string& case_path) {
-  std::string script = std::string(TROUPE_SOURCE_DIR) + "/tests/learners/torch_ppo_reference.py";
+  std::string script =
+      std::string(TROUPE_SOURCE_DIR) + "/tests/learners/torch_ppo_reference.py";
   std::string cmd = fmt::format("{} {} {}", python, script, case_path);
   torch_result out;
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -241,7 +242,8 @@ TEST_CASE("clipping plus Adam with linear annealing equals PyTorch's clip_grad_n
   }
   CHECK(clipped_steps > 0);
   CHECK(clipped_steps < steps);
-  std::string in_path = fmt::format("/tmp/troupe_torch_adam_{}.txt", static_cast<long>(getpid()));
+  std::string in_path =
+      fmt::format("/tmp/troupe_torch_adam_{}.txt", static_cast<long>(getpid()));
   {
     std::ofstream f(in_path);
     f << input;
