@@ -297,6 +297,39 @@ bool finite_point(const run_curve& run, const std::vector<double>& xs, size_t i)
   return std::isfinite(xs[i]) && std::isfinite(run.return_mean_100[i]);
 }
 
+// Above this many points a curve is thinned (about 4 per pixel column).
+constexpr size_t max_points_per_curve = 4 * static_cast<size_t>(panel_width);
+
+// Keeps, of each run of consecutive rows that fall in one pixel column, the
+// first, the last and those with the smallest and largest return, in row
+// order: the drawn line looks the same, and the file stays small for runs
+// with many rows.
+template <class PixelX>
+std::vector<size_t> thin_rows(const std::vector<size_t>& rows, PixelX&& pixel_x,
+                              const std::vector<double>& ys) {
+  std::vector<size_t> kept;
+  size_t begin = 0;
+  while (begin < rows.size()) {
+    const double column = std::floor(pixel_x(rows[begin]));
+    size_t end = begin + 1;
+    while (end < rows.size() && std::floor(pixel_x(rows[end])) == column)
+      ++end;
+    size_t lo = begin, hi = begin;
+    for (size_t k = begin; k < end; ++k) {
+      if (ys[rows[k]] < ys[rows[lo]])
+        lo = k;
+      if (ys[rows[k]] > ys[rows[hi]])
+        hi = k;
+    }
+    size_t picks[4] = {begin, std::min(lo, hi), std::max(lo, hi), end - 1};
+    for (size_t k : picks)
+      if (kept.empty() || kept.back() != rows[k])
+        kept.push_back(rows[k]);
+    begin = end;
+  }
+  return kept;
+}
+
 void draw_panel(std::string& svg, const panel_def& panel, double left,
                 const std::vector<run_curve>& runs) {
   double x_hi = 0, y_lo = std::numeric_limits<double>::infinity(), y_hi = -y_lo;
@@ -367,10 +400,14 @@ void draw_panel(std::string& svg, const panel_def& panel, double left,
   for (size_t r = 0; r < runs.size(); ++r) {
     const auto& run = runs[r];
     const auto& xs = run.*panel.x;
+    std::vector<size_t> rows;
+    for (size_t i = 0; i < xs.size(); ++i)
+      if (finite_point(run, xs, i))
+        rows.push_back(i);
+    if (rows.size() > max_points_per_curve)
+      rows = thin_rows(rows, [&](size_t i) { return px(xs[i]); }, run.return_mean_100);
     std::string coords;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      if (!finite_point(run, xs, i))
-        continue;
+    for (size_t i : rows) {
       if (!coords.empty())
         coords += ' ';
       coords += fmt::format("{:.2f},{:.2f}", px(xs[i]), py(run.return_mean_100[i]));

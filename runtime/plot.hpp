@@ -39,7 +39,8 @@ result<run_curve> read_run_curve(const std::string& run_dir);
 
 /// The SVG document for one or more runs (overlaid, with a legend when
 /// several). Points with a non-finite coordinate are skipped; runs without
-/// a finite point draw "no data yet".
+/// a finite point draw "no data yet". A curve of more than 4 points per pixel
+/// column keeps, per column, the first, last, lowest and highest points.
 std::string render_curves_svg(const std::vector<run_curve>& runs);
 
 /// Writes the learning curves of `run_dir` to `out_path` (a temporary file

@@ -231,6 +231,53 @@ TEST_CASE("the curves map every finite metrics row to one point of each panel") 
   check_panel(svg, "wall_time_s", m.wall_time_s, m.returns);
 }
 
+TEST_CASE("a long run is thinned to a few points per pixel column, keeping each row's "
+          "place and the extremes") {
+  const auto seed = fresh_seed();
+  CAPTURE(seed);
+  const size_t rows = 20000;
+  fake_metrics m(seed, rows, -100, 100, 0.05);
+  temp_folder dir("plot");
+  auto run = make_run(dir, "long", "", m.csv());
+  auto out = dir.path / "c.svg";
+  REQUIRE(write_curve_svg(run.string(), out.string()));
+  auto lines = elements(panel(read_text(out), "env_steps"), "polyline");
+  REQUIRE(lines.size() == 1);
+  auto pts = polyline_points(lines[0]);
+  CHECK(pts.size() <= 4 * 431);
+  REQUIRE(pts.size() >= 2);
+
+  std::vector<size_t> finite;
+  for (size_t i = 0; i < rows; ++i)
+    if (std::isfinite(m.returns[i]))
+      finite.push_back(i);
+  // The first and last rows and the rows of the extreme returns are kept;
+  // they fix the affine maps.
+  auto by_return = [&](size_t a, size_t b) { return m.returns[a] < m.returns[b]; };
+  size_t lo = *std::min_element(finite.begin(), finite.end(), by_return);
+  size_t hi = *std::max_element(finite.begin(), finite.end(), by_return);
+  const size_t first = finite.front(), last = finite.back();
+  double x_slope = (pts.back().x - pts.front().x) / (m.env_steps[last] - m.env_steps[first]);
+  auto map_x = [&](size_t i) {
+    return pts.front().x + (m.env_steps[i] - m.env_steps[first]) * x_slope;
+  };
+  auto by_y = [](const point& a, const point& b) { return a.y < b.y; };
+  double top = std::min_element(pts.begin(), pts.end(), by_y)->y;
+  double bottom = std::max_element(pts.begin(), pts.end(), by_y)->y;
+  double y_slope = (top - bottom) / (m.returns[hi] - m.returns[lo]);
+  auto map_y = [&](size_t i) { return bottom + (m.returns[i] - m.returns[lo]) * y_slope; };
+  // Every point is the image of a finite row, in row order.
+  size_t k = 0;
+  for (size_t p = 0; p < pts.size(); ++p) {
+    CAPTURE(p);
+    while (k < finite.size() && !(std::abs(map_x(finite[k]) - pts[p].x) <= 0.05
+                                  && std::abs(map_y(finite[k]) - pts[p].y) <= 0.05))
+      ++k;
+    REQUIRE(k < finite.size());
+    ++k;
+  }
+}
+
 TEST_CASE("the title names the run, the algorithm with its mode and the environment") {
   temp_folder dir("plot");
   fake_metrics m(fresh_seed(), 10, 0, 500, 0);
