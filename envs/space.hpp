@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,20 @@ struct space {
   /// Gymnasium-style description: "Discrete(2)", "Box(-2.0, 2.0, (1,), float32)".
   std::string describe() const;
 };
+
+/// `count` actions drawn uniformly from `s`, row-major (`s.size()` floats
+/// each): integers 0..n-1 for a Discrete space, values within the (finite)
+/// bounds for a Box. `gen` is a standard random bit generator.
+template <class Generator>
+std::vector<float> random_actions(const space& s, size_t count, Generator& gen) {
+  std::vector<float> actions(count * s.size());
+  for (size_t i = 0; i < count; ++i)
+    for (size_t j = 0; j < s.size(); ++j)
+      actions[i * s.size() + j] =
+        s.kind == space_kind::discrete
+          ? static_cast<float>(std::uniform_int_distribution<int64_t>(0, s.n - 1)(gen))
+          : std::uniform_real_distribution<float>(s.low[j], s.high[j])(gen);
+  return actions;
+}
 
 } // namespace troupe::envs

@@ -31,17 +31,6 @@ struct bench_row {
   double steps_per_s;
 };
 
-std::vector<float> random_actions(const envs::space& s, size_t count, std::mt19937_64& gen) {
-  std::vector<float> a(count * s.size());
-  for (size_t i = 0; i < count; ++i)
-    for (size_t j = 0; j < s.size(); ++j)
-      a[i * s.size() + j] =
-        s.kind == envs::space_kind::discrete
-          ? static_cast<float>(std::uniform_int_distribution<int64_t>(0, s.n - 1)(gen))
-          : std::uniform_real_distribution<float>(s.low[j], s.high[j])(gen);
-  return a;
-}
-
 // Runs `step(k)` in growing rounds until `seconds` have passed; returns
 // calls per second.
 template <class Step>
@@ -106,7 +95,7 @@ int bench_envs(const args_t& args) {
     {
       auto e = envs::make_env(id).value();
       const auto& as = e->spec().action_space;
-      auto pool = random_actions(as, 1024, gen);
+      auto pool = envs::random_actions(as, 1024, gen);
       std::vector<float> obs(e->spec().observation_space.size());
       e->reset(1, obs.data());
       double rate = calls_per_second(*seconds, [&](size_t k) {
@@ -121,7 +110,7 @@ int bench_envs(const args_t& args) {
         auto v = envs::make_vector_env(id, n, threads).value();
         const auto& as = v->spec().action_space;
         const size_t batches = 16;
-        auto pool = random_actions(as, n * batches, gen);
+        auto pool = envs::random_actions(as, n * batches, gen);
         v->reset(1);
         double rate = calls_per_second(*seconds, [&](size_t k) {
           auto ok = v->step(pool.data() + (k % batches) * n * as.size());

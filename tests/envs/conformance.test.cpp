@@ -22,12 +22,7 @@ uint64_t fresh_seed() {
 
 // A uniformly random action inside the space.
 std::vector<float> random_action(const space& s, std::mt19937_64& gen) {
-  if (s.kind == space_kind::discrete)
-    return {static_cast<float>(std::uniform_int_distribution<int64_t>(0, s.n - 1)(gen))};
-  std::vector<float> a(s.size());
-  for (size_t i = 0; i < a.size(); ++i)
-    a[i] = std::uniform_real_distribution<float>(s.low[i], s.high[i])(gen);
-  return a;
+  return random_actions(s, 1, gen);
 }
 
 void check_in_space(const env_spec& spec, const std::vector<float>& obs) {

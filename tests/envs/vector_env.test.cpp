@@ -18,17 +18,6 @@ uint64_t fresh_seed() {
   return (static_cast<uint64_t>(device()) << 32) | device();
 }
 
-std::vector<float> random_actions(const space& s, size_t n, std::mt19937_64& gen) {
-  std::vector<float> a(n * s.size());
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < s.size(); ++j)
-      a[i * s.size() + j] =
-        s.kind == space_kind::discrete
-          ? static_cast<float>(std::uniform_int_distribution<int64_t>(0, s.n - 1)(gen))
-          : std::uniform_real_distribution<float>(s.low[j], s.high[j])(gen);
-  return a;
-}
-
 bool close(double a, double b) { return std::fabs(a - b) <= 1e-5 + 1e-5 * std::fabs(b); }
 
 // Steps a vector env and N scalar envs side by side; the scalar envs apply
