@@ -86,18 +86,22 @@ result<std::vector<float>> parse_action(const std::string& text, const envs::spa
   return action;
 }
 
-std::string json_list(const std::vector<double>& xs) {
+// "[x0, x1, ...]" with `digits` significant digits per number.
+std::string number_list(const std::vector<double>& xs, int digits) {
   std::string out = "[";
   for (size_t i = 0; i < xs.size(); ++i)
-    out += fmt::format("{}{:.17g}", i == 0 ? "" : ", ", xs[i]);
+    out += fmt::format("{}{:.{}g}", i == 0 ? "" : ", ", xs[i], digits);
   return out + "]";
 }
 
+// For JSON: 17 digits, so that every double reads back exactly.
+std::string json_list(const std::vector<double>& xs) {
+  return number_list(xs, 17);
+}
+
+// For people: 9 digits.
 std::string text_list(const std::vector<double>& xs) {
-  std::string out = "[";
-  for (size_t i = 0; i < xs.size(); ++i)
-    out += fmt::format("{}{:.9g}", i == 0 ? "" : ", ", xs[i]);
-  return out + "]";
+  return number_list(xs, 9);
 }
 
 } // namespace
