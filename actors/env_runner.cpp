@@ -9,6 +9,7 @@
 
 #include "envs/rng.hpp"
 #include "kernels/moments.hpp"
+#include "learners/model.hpp"
 
 namespace troupe::actors {
 
@@ -73,12 +74,11 @@ void policy_view(const float* raw, size_t rows, size_t dim,
     std::copy(raw, raw + rows * dim, out);
     return;
   }
+  // actor_critic::evaluate's formula, so that a policy acts on the same values
+  // here as when it is evaluated from a checkpoint.
   const double clip = o.obs_clip > 0 ? o.obs_clip : INFINITY;
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t j = 0; j < dim; ++j) {
-      double z = (raw[r * dim + j] - snap->mean[j]) / std::sqrt(snap->var[j] + o.obs_epsilon);
-      out[r * dim + j] = static_cast<float>(std::min(std::max(z, -clip), clip));
-    }
+  learners::normalize_observations(raw, rows, dim, snap->mean.data(), snap->var.data(),
+                                   o.obs_epsilon, clip, out);
 }
 
 // Collects one batch of T steps; returns an error when a step fails.
