@@ -43,6 +43,7 @@ struct metrics_state {
   uint64_t dropped = 0;
   uint64_t restarts = 0;
   bool done_sent = false;
+  uint64_t last_row_updates = UINT64_MAX;
   std::FILE* csv = nullptr;
   std::FILE* jsonl = nullptr;
   ~metrics_state() {
@@ -120,6 +121,7 @@ void write_row(metrics_state& st) {
                 static_cast<unsigned long long>(st.c.updates), num(mean_return(st)).c_str(),
                 sps, lag_mean, static_cast<unsigned long long>(st.last.stats_lag), t);
   std::fflush(stdout);
+  st.last_row_updates = st.c.updates;
   st.row_time = t;
   st.row_steps = 0;
   st.lag_sum = 0;
@@ -209,7 +211,8 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
     },
     [self](row_atom) {
       auto& s = self->state;
-      write_row(s);
+      if (s.last_row_updates != s.c.updates)
+        write_row(s); // the final row, unless the last row already is it
       if (s.opts.progress_line && !s.opts.quiet)
         std::printf("\n");
       std::fflush(stdout);
