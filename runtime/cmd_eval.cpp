@@ -82,7 +82,8 @@ result<std::string> resolve_policy_path(const std::string& given) {
 
 std::string describe_head(const learners::model_spec& spec) {
   if (spec.action == learners::action_kind::discrete)
-    return fmt::format("obs_dim {} and a discrete head of {} actions", spec.obs_dim, spec.n);
+    return fmt::format("obs_dim {} and a discrete head of {} actions", spec.obs_dim,
+                       spec.n);
   return fmt::format("obs_dim {} and a Gaussian head of {} dimensions", spec.obs_dim,
                      spec.act_dim);
 }
@@ -196,8 +197,9 @@ result<episode_stats> run_episodes(const learners::policy_checkpoint& policy,
         return make_error(stepped.err().code, "{} episode {} step {}: {}", options.env_id,
                           episode, length, stepped.err().message);
       if (!std::isfinite(stepped->reward))
-        return make_error(errc::non_finite, "{} episode {} step {}: reward {} is not finite",
-                          options.env_id, episode, length, stepped->reward);
+        return make_error(errc::non_finite,
+                          "{} episode {} step {}: reward {} is not finite", options.env_id,
+                          episode, length, stepped->reward);
       if (!std::all_of(next_obs.begin(), next_obs.end(),
                        [](float x) { return std::isfinite(x); }))
         return make_error(errc::non_finite, "{} episode {} step {}: the observation is not "
@@ -333,8 +335,8 @@ int cmd_eval(const args_t& args) {
               options.stochastic ? "stochastic" : "deterministic",
               static_cast<unsigned long long>(options.seed),
               static_cast<unsigned long long>(options.seed + options.episodes - 1),
-              returns.mean, returns.std, returns.min, returns.max, lengths.mean, lengths.min,
-              lengths.max);
+              returns.mean, returns.std, returns.min, returns.max, lengths.mean,
+              lengths.min, lengths.max);
   return 0;
 }
 

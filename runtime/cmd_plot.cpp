@@ -29,7 +29,8 @@ int cmd_plot(const args_t& args) {
   auto out = parsed->get("out");
   if (!out && dirs.size() > 1)
     return fail(exit_bad_input,
-                fmt::format("plot: --out is required with several run folders (given {})\n{}",
+                fmt::format("plot: --out is required with several run folders "
+                            "(given {})\n{}",
                             dirs.size(), usage()));
   const std::string out_path =
     out ? *out : (std::filesystem::path(dirs[0]) / "curve.svg").string();

@@ -240,7 +240,8 @@ std::string tick_label(double v, double step, double largest) {
     suffix = "k";
   }
   double scaled_step = step / scale;
-  int decimals = scaled_step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(scaled_step) - 1e-9));
+  int decimals =
+    scaled_step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(scaled_step) - 1e-9));
   double scaled = v / scale;
   if (std::abs(scaled) < scaled_step * 1e-6)
     scaled = 0; // no "-0"
@@ -269,7 +270,8 @@ const panel_def panels[2] = {
 };
 
 std::string run_label(const run_curve& run) {
-  std::string algo = run.mode.empty() ? run.algo : fmt::format("{} ({})", run.algo, run.mode);
+  std::string algo =
+    run.mode.empty() ? run.algo : fmt::format("{} ({})", run.algo, run.mode);
   return fmt::format("{}: {} on {}", run.name, algo, run.env_id);
 }
 
@@ -443,7 +445,8 @@ status write_file_atomically(const std::string& path, const std::string& text) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out)
-      return make_error(errc::io_error, "{}: cannot write it: {}", tmp, std::strerror(errno));
+      return make_error(errc::io_error, "{}: cannot write it: {}", tmp,
+                        std::strerror(errno));
     out << text;
     out.flush();
     if (!out) {

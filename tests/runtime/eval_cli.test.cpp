@@ -213,8 +213,8 @@ TEST_CASE("eval normalizes observations with the checkpoint's statistics as the 
     return std::vector<float>{sum > 0 ? 1.0f : 0.0f};
   };
   temp_folder dir("eval");
-  auto path = save(dir, "normed.safetensors", lean_policy(true), {{"env_id", "CartPole-v1"}},
-                   &stats);
+  auto path = save(dir, "normed.safetensors", lean_policy(true),
+                   {{"env_id", "CartPole-v1"}}, &stats);
   const uint64_t first = seed % 100000;
   auto ref = play("CartPole-v1", first, 8, act);
   auto r = run_troupe(fmt::format("eval '{}' --episodes 8 --seed {} --json", path, first),
@@ -227,9 +227,11 @@ TEST_CASE("a continuous policy acts with its mean clipped to the action space") 
   const auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
-  const float inside = static_cast<float>(std::uniform_real_distribution<double>(-1.9, 1.9)(gen));
-  const float outside = (gen() % 2 ? 1.0f : -1.0f)
-                        * static_cast<float>(std::uniform_real_distribution<double>(2.5, 9)(gen));
+  auto uniform = [&](double lo, double hi) {
+    return static_cast<float>(std::uniform_real_distribution<double>(lo, hi)(gen));
+  };
+  const float inside = uniform(-1.9, 1.9);
+  const float outside = (gen() % 2 ? 1.0f : -1.0f) * uniform(2.5, 9);
   temp_folder dir("eval");
   for (float torque : {inside, outside}) {
     CAPTURE(torque);
@@ -237,7 +239,8 @@ TEST_CASE("a continuous policy acts with its mean clipped to the action space") 
                      {{"env_id", "Pendulum-v1"}});
     const float applied = std::clamp(torque, -2.0f, 2.0f);
     const uint64_t first = gen() % 100000;
-    auto ref = play("Pendulum-v1", first, 4, [&](auto&) { return std::vector<float>{applied}; });
+    auto ref = play("Pendulum-v1", first, 4,
+                    [&](auto&) { return std::vector<float>{applied}; });
     auto r = run_troupe(fmt::format("eval '{}' --episodes 4 --seed {} --json", path, first),
                         dir);
     REQUIRE_MESSAGE(r.status == 0, r.err);
@@ -250,7 +253,8 @@ TEST_CASE("--stochastic samples actions: a uniform CartPole policy scores as ran
   const auto seed = fresh_seed() % 1000000;
   CAPTURE(seed);
   temp_folder dir("eval");
-  auto path = save(dir, "uniform.safetensors", uniform_policy(), {{"env_id", "CartPole-v1"}});
+  auto path =
+    save(dir, "uniform.safetensors", uniform_policy(), {{"env_id", "CartPole-v1"}});
 
   // Deterministic: equal logits pick action 0 every step.
   auto left = play("CartPole-v1", seed, 20, [](auto&) { return std::vector<float>{0.0f}; });
@@ -296,7 +300,8 @@ TEST_CASE("a run folder evaluates its newest complete checkpoint and a checkpoin
   fs::create_directories(dir.path / "run/checkpoints/0000000040");
 
   auto lean = play("CartPole-v1", seed, 5, lean_action);
-  auto newest = run_troupe(fmt::format("eval run --episodes 5 --seed {} --json", seed), dir);
+  auto newest =
+    run_troupe(fmt::format("eval run --episodes 5 --seed {} --json", seed), dir);
   REQUIRE_MESSAGE(newest.status == 0, newest.err);
   check_matches(newest.out, lean);
   CHECK(newest.out.find("0000000020") != std::string::npos);

@@ -257,7 +257,8 @@ TEST_CASE("a long run is thinned to a few points per pixel column, keeping each 
   size_t lo = *std::min_element(finite.begin(), finite.end(), by_return);
   size_t hi = *std::max_element(finite.begin(), finite.end(), by_return);
   const size_t first = finite.front(), last = finite.back();
-  double x_slope = (pts.back().x - pts.front().x) / (m.env_steps[last] - m.env_steps[first]);
+  double x_slope =
+    (pts.back().x - pts.front().x) / (m.env_steps[last] - m.env_steps[first]);
   auto map_x = [&](size_t i) {
     return pts.front().x + (m.env_steps[i] - m.env_steps[first]) * x_slope;
   };
@@ -282,7 +283,8 @@ TEST_CASE("the title names the run, the algorithm with its mode and the environm
   temp_folder dir("plot");
   fake_metrics m(fresh_seed(), 10, 0, 500, 0);
   auto run = make_run(dir, "pend-20260101-000000",
-                      config_toml("pendulum_ppo", "Pendulum-v1", "impala", "sync"), m.csv());
+                      config_toml("pendulum_ppo", "Pendulum-v1", "impala", "sync"),
+                      m.csv());
   auto out = dir.path / "c.svg";
   REQUIRE(write_curve_svg(run.string(), out.string()));
   auto svg = read_text(out);
@@ -308,7 +310,8 @@ TEST_CASE("the svg is self-contained and escapes names that look like markup") {
   CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
   CHECK(svg.find("a&amp;b &lt;c&gt;") != std::string::npos);
   CHECK(svg.find("<c>") == std::string::npos);
-  for (const char* external : {"<script", "href", "url(", "@import", "<image", "@font-face"})
+  for (const char* external :
+       {"<script", "href", "url(", "@import", "<image", "@font-face"})
     CHECK_MESSAGE(svg.find(external) == std::string::npos, external);
   // Only the namespace may name a web address.
   auto first = svg.find("http");
@@ -454,8 +457,10 @@ TEST_CASE("troupe plot writes RUN_DIR/curve.svg and overlays several runs with -
   const auto seed = fresh_seed();
   CAPTURE(seed);
   fake_metrics a(seed, 20, 0, 500, 0), b(seed + 1, 30, 0, 500, 0.1);
-  auto run_a = make_run(dir, "a-1", config_toml("a", "CartPole-v1", "ppo", "sync"), a.csv());
-  auto run_b = make_run(dir, "b-2", config_toml("b", "CartPole-v1", "ppo", "async"), b.csv());
+  auto run_a =
+    make_run(dir, "a-1", config_toml("a", "CartPole-v1", "ppo", "sync"), a.csv());
+  auto run_b =
+    make_run(dir, "b-2", config_toml("b", "CartPole-v1", "ppo", "async"), b.csv());
 
   auto one = run_troupe(fmt::format("plot '{}'", run_a.string()), dir);
   CHECK_MESSAGE(one.status == 0, one.err);
