@@ -376,3 +376,38 @@ TEST_CASE("eval rejects bad input with exit status 2 and a message naming it") {
     CHECK(r.out.empty());
   }
 }
+
+TEST_CASE("eval and plot read the run folder that troupe train writes") {
+  temp_folder dir("eval");
+  auto trained = run_troupe(
+    fmt::format("train '{}/config/cartpole_ppo.toml' --set run.output_dir=runs "
+                "--set algo.total_env_steps=6144 --set run.checkpoint_every_updates=4 "
+                "--set run.log_every_updates=1 --set run.name=cartpole_ppo "
+                "--set algo.mode=sync",
+                TROUPE_SOURCE_DIR),
+    dir);
+  REQUIRE_MESSAGE(trained.status == 0, trained.err);
+  std::vector<fs::path> runs;
+  for (auto& e : fs::directory_iterator(dir.path / "runs"))
+    runs.push_back(e.path());
+  REQUIRE(runs.size() == 1);
+  const auto run = runs[0].string();
+
+  // The environment comes from the checkpoint's env_id metadata.
+  auto r = run_troupe(fmt::format("eval '{}' --episodes 3 --json", run), dir);
+  REQUIRE_MESSAGE(r.status == 0, r.err);
+  CAPTURE(r.out);
+  CHECK(r.out.find("\"env_id\": \"CartPole-v1\"") != std::string::npos);
+  CHECK(json_number(r.out, "episodes") == 3);
+  // CartPole pays 1 per step: returns are lengths, between 1 and the limit.
+  CHECK(json_number(r.out, "return_mean") == json_number(r.out, "length_mean"));
+  CHECK(json_number(r.out, "return_min") >= 1);
+  CHECK(json_number(r.out, "return_max") <= 500);
+
+  auto plotted = run_troupe(fmt::format("plot '{}' --out again.svg", run), dir);
+  REQUIRE_MESSAGE(plotted.status == 0, plotted.err);
+  std::ifstream in(dir.path / "again.svg");
+  std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(svg.find("cartpole_ppo: ppo (sync) on CartPole-v1") != std::string::npos);
+  CHECK(svg.find("<polyline") != std::string::npos);
+}
