@@ -1,7 +1,7 @@
 // Test helpers for checkpoints: the documented tensor names written out from
 // the convention (not from the model's layout), random checkpoint files
-// assembled by hand, and a float64 reference forward pass that reads the
-// tensors by those names.
+// assembled by hand, random models and statistics, and a float64 reference
+// forward pass that reads the tensors by those names.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +13,9 @@
 
 #include <fmt/format.h>
 
+#include "learners/model.hpp"
 #include "learners/safetensors.hpp"
+#include "learners/stats_view.hpp"
 
 namespace troupe::test {
 
@@ -239,6 +241,56 @@ inline reference_output reference_forward(const reference_arch& a,
     out.log_std = get("actor_logstd");
   }
   return out;
+}
+
+/// The model_spec that `arch` describes.
+inline learners::model_spec to_spec(const reference_arch& a) {
+  using namespace learners;
+  model_spec s;
+  s.obs_dim = a.obs_dim;
+  s.action = a.discrete ? action_kind::discrete : action_kind::box;
+  (a.discrete ? s.n : s.act_dim) = a.action_dim;
+  s.hidden = a.hidden;
+  s.activation = a.relu ? activation_kind::relu : activation_kind::tanh;
+  s.obs_norm = a.obs_norm;
+  s.obs_norm_eps = a.obs_eps;
+  s.obs_norm_clip = a.obs_clip;
+  s.batch_norm = a.batch_norm == "global" ? batch_norm_mode::global
+                 : a.batch_norm == "local" ? batch_norm_mode::local
+                                           : batch_norm_mode::none;
+  s.batch_norm_eps = a.bn_eps;
+  s.batch_norm_momentum = a.bn_momentum;
+  return s;
+}
+
+/// A model with every tensor drawn at random (running variances positive),
+/// so that no value of the initialization hides a mix-up.
+inline learners::actor_critic random_model(const reference_arch& a,
+                                           std::mt19937_64& rng) {
+  learners::actor_critic model(to_spec(a), rng());
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::uniform_real_distribution<float> positive(0.3f, 3.0f);
+  for (auto& t : model.tensors()) {
+    bool is_var = t.name.find("running_var") != std::string::npos;
+    for (size_t i = 0; i < t.size(); ++i)
+      t.data[i] = is_var ? positive(rng) : normal(rng);
+  }
+  model.set_num_batches_tracked(static_cast<int64_t>(rng() % 100000));
+  return model;
+}
+
+/// Random observation statistics of dimension `dim` (variances positive).
+inline learners::stats_snapshot random_stats(int64_t dim, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal(0.0, 2.0);
+  std::uniform_real_distribution<double> positive(0.1, 5.0);
+  learners::stats_snapshot s;
+  s.stream = "obs";
+  s.count = rng() % 1000000;
+  for (int64_t i = 0; i < dim; ++i) {
+    s.mean.push_back(normal(rng));
+    s.var.push_back(positive(rng));
+  }
+  return s;
 }
 
 /// |got - want| within a float32 tolerance scaled by the magnitude of want.

@@ -10,16 +10,19 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "learners/checkpoint.hpp"
 #include "tests/cli_support.hpp"
+#include "tests/learners/policy_reference.hpp"
 
 using namespace troupe::learners;
 using troupe::test::fresh_seed;
 using troupe::test::lines_of;
+using troupe::test::reference_arch;
 using troupe::test::run_command;
 using troupe::test::run_troupe;
 using troupe::test::split_json_numbers;
@@ -38,38 +41,31 @@ std::string torch_policy_script() {
   return std::string(TROUPE_SOURCE_DIR) + "/benchmarks/torch_policy.py";
 }
 
-// One architecture of the interop matrix.
-struct arch {
-  bool discrete;
-  int64_t obs_dim;
-  int64_t action_dim;
-  std::vector<int64_t> hidden;
-  bool relu;
-  bool obs_norm;
-  const char* batch_norm;
-};
+// One architecture of the interop matrix, with the default epsilons, clip
+// and momentum.
+reference_arch arch(bool discrete, int64_t obs_dim, int64_t action_dim,
+                    std::vector<int64_t> hidden, bool relu, bool obs_norm,
+                    const char* batch_norm) {
+  reference_arch a;
+  a.discrete = discrete;
+  a.obs_dim = obs_dim;
+  a.action_dim = action_dim;
+  a.hidden = std::move(hidden);
+  a.relu = relu;
+  a.obs_norm = obs_norm;
+  a.batch_norm = batch_norm;
+  return a;
+}
 
 // CleanRL's CartPole and continuous-control shapes, both activations, every
 // batch-norm mode, and a network without hidden layers.
-const std::vector<arch> matrix = {
-  {true, 4, 2, {64, 64}, false, true, "none"},
-  {false, 3, 1, {64, 64}, false, true, "none"},
-  {true, 6, 3, {32, 16}, true, false, "global"},
-  {false, 5, 2, {8}, true, true, "local"},
-  {true, 2, 4, {}, false, true, "none"},
+const std::vector<reference_arch> matrix = {
+  arch(true, 4, 2, {64, 64}, false, true, "none"),
+  arch(false, 3, 1, {64, 64}, false, true, "none"),
+  arch(true, 6, 3, {32, 16}, true, false, "global"),
+  arch(false, 5, 2, {8}, true, true, "local"),
+  arch(true, 2, 4, {}, false, true, "none"),
 };
-
-model_spec to_spec(const arch& a) {
-  model_spec s;
-  s.obs_dim = a.obs_dim;
-  s.action = a.discrete ? action_kind::discrete : action_kind::box;
-  (a.discrete ? s.n : s.act_dim) = a.action_dim;
-  s.hidden = a.hidden;
-  s.activation = a.relu ? activation_kind::relu : activation_kind::tanh;
-  s.obs_norm = a.obs_norm;
-  s.batch_norm = *parse_batch_norm(a.batch_norm);
-  return s;
-}
 
 std::string write_obs_csv(const temp_folder& dir, int64_t dim, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -130,22 +126,9 @@ TEST_CASE("a checkpoint saved by troupe loads into the documented PyTorch module
     CAPTURE(a.discrete);
     CAPTURE(a.hidden.size());
     CAPTURE(a.batch_norm);
-    actor_critic model(to_spec(a), rng());
     // Random values everywhere (batch-norm statistics, log-std, biases).
-    std::normal_distribution<float> normal(0.0f, 0.4f);
-    std::uniform_real_distribution<float> positive(0.3f, 3.0f);
-    for (auto& t : model.tensors()) {
-      bool is_var = t.name.find("running_var") != std::string::npos;
-      for (size_t i = 0; i < t.size(); ++i)
-        t.data[i] = is_var ? positive(rng) : normal(rng);
-    }
-    model.set_num_batches_tracked(static_cast<int64_t>(rng() % 1000));
-    stats_snapshot stats;
-    stats.count = rng() % 100000;
-    for (int64_t j = 0; j < a.obs_dim; ++j) {
-      stats.mean.push_back(std::normal_distribution<double>(0.0, 1.0)(rng));
-      stats.var.push_back(std::uniform_real_distribution<double>(0.2, 4.0)(rng));
-    }
+    auto model = troupe::test::random_model(a, rng);
+    auto stats = troupe::test::random_stats(a.obs_dim, rng);
     auto ckpt = (dir.path / "troupe.safetensors").string();
     REQUIRE(save_checkpoint(ckpt, model, &stats));
     auto csv = write_obs_csv(dir, a.obs_dim, rng);
