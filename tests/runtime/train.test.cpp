@@ -88,6 +88,41 @@ std::string config_path() {
   return std::string(TROUPE_SOURCE_DIR) + "/config/cartpole_ppo.toml";
 }
 
+// Starts `troupe train` on CartPole with a budget far beyond the test's
+// patience and returns its pid once its first complete checkpoint exists
+// (polled; the child is not waited for a fixed time).
+pid_t start_until_first_checkpoint(const std::string& out, uint64_t seed) {
+  std::vector<std::string> argv_s = {
+    TROUPE_BINARY, "train", config_path(), "--set", fmt::format("run.output_dir=\"{}\"", out),
+    "--set", "run.checkpoint_every_updates=5", "--set", "algo.total_env_steps=50000000",
+    "--set", fmt::format("run.seed={}", seed)};
+  std::vector<char*> argv;
+  for (auto& a : argv_s)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+  bool found = false, exited = false;
+  while (!found && !exited) {
+    int st = 0;
+    exited = waitpid(pid, &st, WNOHANG) == pid;
+    std::error_code ec;
+    if (fs::exists(out, ec))
+      for (auto& run : fs::directory_iterator(out, ec))
+        for (auto& e : fs::directory_iterator(run.path() / "checkpoints", ec))
+          if (e.path().extension() != ".tmp")
+            found = true;
+    if (!found)
+      std::this_thread::yield();
+  }
+  REQUIRE(!exited);
+  return pid;
+}
+
 } // namespace
 
 TEST_CASE("training CartPole with PPO and a fixed seed lifts the 100-episode mean return "
@@ -139,36 +174,7 @@ TEST_CASE("a run killed with SIGKILL after its first checkpoint resumes at the "
   const uint64_t seed = fresh_seed() % 1000;
   CAPTURE(seed);
   const auto out = (dir.path / "out").string();
-  std::vector<std::string> argv_s = {
-    TROUPE_BINARY, "train", config_path(), "--set", fmt::format("run.output_dir=\"{}\"", out),
-    "--set", "run.checkpoint_every_updates=5", "--set", "algo.total_env_steps=50000000",
-    "--set", fmt::format("run.seed={}", seed)};
-  std::vector<char*> argv;
-  for (auto& a : argv_s)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  REQUIRE(posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ) == 0);
-  posix_spawn_file_actions_destroy(&actions);
-  // Poll for the first complete checkpoint folder, then kill at once.
-  fs::path ckpt;
-  bool exited = false;
-  while (ckpt.empty() && !exited) {
-    int st = 0;
-    exited = waitpid(pid, &st, WNOHANG) == pid;
-    std::error_code ec;
-    if (fs::exists(out, ec))
-      for (auto& run : fs::directory_iterator(out, ec))
-        for (auto& e : fs::directory_iterator(run.path() / "checkpoints", ec))
-          if (e.path().extension() != ".tmp")
-            ckpt = e.path();
-    if (ckpt.empty())
-      std::this_thread::yield();
-  }
-  REQUIRE(!exited);
+  const pid_t pid = start_until_first_checkpoint(out, seed);
   kill(pid, SIGKILL);
   int st = 0;
   waitpid(pid, &st, 0);
@@ -231,4 +237,25 @@ TEST_CASE("a config error stops train before anything starts, naming the key") {
   CHECK(r.status == 2);
   CHECK(r.err.find("algo.name") != std::string::npos);
   CHECK(!fs::exists(dir.path / "out"));
+}
+
+TEST_CASE("SIGTERM stops a run cleanly with a final row and a final checkpoint") {
+  temp_folder dir("train-term");
+  const uint64_t seed = fresh_seed() % 1000;
+  CAPTURE(seed);
+  const auto out = (dir.path / "out").string();
+  const pid_t pid = start_until_first_checkpoint(out, seed);
+  kill(pid, SIGTERM);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  auto run = only_run(out);
+  auto rows = read_metrics(run);
+  REQUIRE(!rows.empty());
+  const auto updates = std::stoull(rows.back().at("updates"));
+  auto ckpt = run / "checkpoints" / fmt::format("{:010d}", updates);
+  REQUIRE(fs::exists(ckpt / "counters.txt"));
+  CHECK(read_counters(ckpt).at("env_steps") == rows.back().at("env_steps"));
+  CHECK(std::stoull(rows.back().at("env_steps")) < 50000000);
 }
