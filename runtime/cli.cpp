@@ -19,9 +19,10 @@ const std::vector<command>& commands() {
   static const std::vector<command> table = {
     {{"train"}, "CONFIG [--set section.key=value ...] [--resume RUN_DIR]",
      "train from a config file into a run folder (metrics, checkpoints, curve)", cmd_train},
-    {{"eval"}, "CHECKPOINT [--env ID] [--episodes N] [--stochastic] [--json]",
+    {{"eval"}, "CHECKPOINT [--env ID] [--episodes N] [--seed S] [--stochastic] [--json]",
      "run evaluation episodes with a checkpoint's policy", cmd_eval},
-    {{"plot"}, "RUN_DIR [--out FILE]", "write a run's learning curves as an SVG", cmd_plot},
+    {{"plot"}, "RUN_DIR... [--out FILE]",
+     "write learning curves of one or more runs as an SVG", cmd_plot},
     {{"check"}, "FILE [--set section.key=value ...]",
      "validate a config file and print the resolved config", cmd_check},
     {{"config", "describe"}, "",
