@@ -45,13 +45,13 @@ struct cartpole {
     terminated_before = false;
   }
 
-  /// One Euler step with the force of action 0 (left) or 1 (right).
-  model_step step(const float* action) noexcept {
+  /// Gymnasium's Euler update of (x, x_dot, theta, theta_dot) under `force`,
+  /// given sin(theta) and cos(theta) (libm's, or envs/fast_math.hpp's in the
+  /// vectorized kernel of envs/cartpole_vector.cpp).
+  static void euler_update(double force, double sintheta, double costheta, double& x,
+                           double& x_dot, double& theta, double& theta_dot) noexcept {
     // Same operations in the same order as Gymnasium, so that the float64
-    // state matches bit for bit where libm's sin and cos match Python's.
-    double force = action[0] == 1.0f ? force_mag : -force_mag;
-    double costheta = std::cos(theta);
-    double sintheta = std::sin(theta);
+    // state matches bit for bit where sin and cos match Python's.
     double temp = (force + polemass_length * (theta_dot * theta_dot) * sintheta)
                   / total_mass;
     double thetaacc = (gravity * sintheta - costheta * temp)
@@ -62,6 +62,12 @@ struct cartpole {
     x_dot = x_dot + tau * xacc;
     theta = theta + tau * theta_dot;
     theta_dot = theta_dot + tau * thetaacc;
+  }
+
+  /// One Euler step with the force of action 0 (left) or 1 (right).
+  model_step step(const float* action) noexcept {
+    double force = action[0] == 1.0f ? force_mag : -force_mag;
+    euler_update(force, std::sin(theta), std::cos(theta), x, x_dot, theta, theta_dot);
     bool terminated = x < -x_threshold || x > x_threshold || theta < -theta_threshold
                       || theta > theta_threshold;
     double reward = 1.0;

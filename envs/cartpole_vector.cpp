@@ -22,31 +22,19 @@ struct libm_sincos {
   static double cos(double x) noexcept { return std::cos(x); }
 };
 
-// One step of every environment in [b, e): cartpole::step's arithmetic in
-// the same order, without branches, in free functions with restrict
-// parameters so that GCC vectorizes the loops.
+// One step of every environment in [b, e): cartpole::euler_update without
+// branches, in free functions with restrict parameters so that GCC vectorizes
+// the loops.
 template <class SinCos>
 void cartpole_dynamics(size_t b, size_t e, const float* __restrict actions,
                        double* __restrict x_p, double* __restrict x_dot_p,
                        double* __restrict theta_p, double* __restrict theta_dot_p,
                        float* __restrict obs_p) noexcept {
-  constexpr double total_mass = cartpole::total_mass;
-  constexpr double polemass_length = cartpole::polemass_length;
-  constexpr double tau = cartpole::tau;
   for (size_t i = b; i < e; ++i) {
     double x = x_p[i], x_dot = x_dot_p[i], theta = theta_p[i], theta_dot = theta_dot_p[i];
     double force = actions[i] == 1.0f ? cartpole::force_mag : -cartpole::force_mag;
-    double costheta = SinCos::cos(theta);
-    double sintheta = SinCos::sin(theta);
-    double temp = (force + polemass_length * (theta_dot * theta_dot) * sintheta) / total_mass;
-    double thetaacc = (cartpole::gravity * sintheta - costheta * temp)
-                      / (cartpole::length
-                         * (4.0 / 3.0 - cartpole::masspole * (costheta * costheta) / total_mass));
-    double xacc = temp - polemass_length * thetaacc * costheta / total_mass;
-    x = x + tau * x_dot;
-    x_dot = x_dot + tau * xacc;
-    theta = theta + tau * theta_dot;
-    theta_dot = theta_dot + tau * thetaacc;
+    cartpole::euler_update(force, SinCos::sin(theta), SinCos::cos(theta), x, x_dot, theta,
+                           theta_dot);
     x_p[i] = x;
     x_dot_p[i] = x_dot;
     theta_p[i] = theta;
