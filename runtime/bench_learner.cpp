@@ -194,8 +194,12 @@ int bench_learner(const args_t& args) {
   if (which != "cpu" && have_gpu)
     devices.push_back(learners::device_kind::cuda);
   const bool json = parsed->flag("json");
-  if (!json && !have_gpu && which == "all")
-    fmt::print("(no GPU present: CPU only)\n");
+  if (!json) {
+    // What a run with device = "auto" would pick, and why.
+    if (auto choice = learners::choose_device("auto"))
+      fmt::print("auto device: {} ({})\n", learners::to_string(choice->kind),
+                 choice->reason);
+  }
 
   std::vector<bench_case> cases{{{64, 64}, 512}, {{64, 64}, 4096},
                                 {{256, 256}, 512}, {{256, 256}, 4096}};
