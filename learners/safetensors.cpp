@@ -826,12 +826,16 @@ status write_safetensors(const std::string& path, const st_file& file) {
   auto image = serialize_safetensors(file);
   if (!image)
     return make_error(image.err().code, "{}: {}", path, image.err().message);
+  return write_file_atomically(path, image->data(), image->size());
+}
+
+status write_file_atomically(const std::string& path, const void* data, size_t size) {
   static std::atomic<uint64_t> counter{0};
   auto tmp = fmt::format("{}.tmp-{}-{}", path, ::getpid(), counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
     return make_error(errc::io_error, "{}: cannot create: {}", tmp, std::strerror(errno));
-  auto written = write_all(fd, image->data(), image->size(), tmp);
+  auto written = write_all(fd, static_cast<const std::byte*>(data), size, tmp);
   if (written && ::fsync(fd) != 0)
     written = make_error(errc::io_error, "{}: fsync failed: {}", tmp, std::strerror(errno));
   if (::close(fd) != 0 && written)

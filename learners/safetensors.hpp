@@ -103,8 +103,13 @@ result<st_file> read_safetensors(const std::string& path);
 /// whose byte count does not match its shape and dtype.
 result<std::vector<std::byte>> serialize_safetensors(const st_file& file);
 
-/// Writes `file` to `path` through a temporary file in the same folder that is
-/// flushed to disk and renamed over `path`.
+/// Writes `file` to `path` with write_file_atomically.
 status write_safetensors(const std::string& path, const st_file& file);
+
+/// Writes `size` bytes to `path` so that a crash leaves the old file or the
+/// whole new one: a uniquely named temporary file in the same folder, flushed
+/// to disk and renamed over `path` (then the folder is flushed). On failure
+/// the temporary file is removed and `path` is untouched.
+status write_file_atomically(const std::string& path, const void* data, size_t size);
 
 } // namespace troupe::learners

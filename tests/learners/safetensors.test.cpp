@@ -367,3 +367,36 @@ TEST_CASE("writing over an existing file replaces it whole") {
   for (auto& t : second.tensors)
     CHECK(back->find(t.name)->bytes == t.bytes);
 }
+
+TEST_CASE("write_file_atomically replaces a file whole and leaves no temporary file") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  temp_folder dir("st");
+  auto path = (dir.path / "state.bin").string();
+  auto random_bytes = [&](size_t n) {
+    std::string bytes(n, '\0');
+    for (auto& b : bytes)
+      b = static_cast<char>(rng() & 0xff);
+    return bytes;
+  };
+  for (size_t size : {size_t{100000}, size_t{17}, size_t{0}}) {
+    CAPTURE(size);
+    auto bytes = random_bytes(size);
+    REQUIRE(write_file_atomically(path, bytes.data(), bytes.size()));
+    std::ifstream in(path, std::ios::binary);
+    std::string back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(back == bytes);
+    size_t files = 0;
+    for ([[maybe_unused]] auto& e : fs::directory_iterator(dir.path))
+      ++files;
+    CHECK(files == 1);
+  }
+
+  auto missing = (dir.path / "no" / "such" / "x.bin").string();
+  auto failed = write_file_atomically(missing, "x", 1);
+  REQUIRE_FALSE(failed);
+  CHECK(failed.err().code == troupe::errc::io_error);
+  CHECK(contains(failed.err().message, missing));
+  CHECK_FALSE(fs::exists(missing));
+}
