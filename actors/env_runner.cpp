@@ -119,8 +119,11 @@ result<trajectory_batch> collect(runner_state& st) {
     }
   };
   for (size_t t = 0; t < steps; ++t) {
-    const float* raw = env.observations();
-    std::copy(raw, raw + n * od, &st.raw_observations[t * n * od]);
+    float* raw = &st.raw_observations[t * n * od];
+    std::copy(env.observations(), env.observations() + n * od, raw);
+    if (st.opts.obs_scale != 1.0)
+      for (size_t k = 0; k < n * od; ++k)
+        raw[k] = static_cast<float>(raw[k] * st.opts.obs_scale);
     for (size_t k = 0; k < n * od; ++k)
       if (!std::isfinite(raw[k]))
         note_bad(t, k / od);
@@ -150,7 +153,11 @@ result<trajectory_batch> collect(runner_state& st) {
       }
     }
   }
-  policy_view(env.observations(), n, od, snap, st.opts, &b.observations[steps * n * od]);
+  std::vector<float> last(env.observations(), env.observations() + n * od);
+  if (st.opts.obs_scale != 1.0)
+    for (auto& x : last)
+      x = static_cast<float>(x * st.opts.obs_scale);
+  policy_view(last.data(), n, od, snap, st.opts, &b.observations[steps * n * od]);
   b.policy_version = policy_version;
 
   st.status.batches += 1;

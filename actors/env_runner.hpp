@@ -45,6 +45,8 @@ struct env_runner_options {
   std::string stats_stream = "obs";  ///< keeper stream of observation moments
   double obs_epsilon = 1e-8;         ///< added to the variance when normalizing
   double obs_clip = 10.0;            ///< normalized values clipped to +-this; 0: no clip
+  double obs_scale = 1.0;            ///< raw observations are multiplied by this first
+                                     ///< (heterogeneous-worker experiments)
   std::function<void(const std::string&)> log; ///< problem log; default stderr
 };
 
