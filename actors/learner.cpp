@@ -50,7 +50,20 @@ struct learner_work {
   std::vector<float> mb_obs, mb_box, mb_logp, mb_adv, mb_ret, mb_val;
   std::vector<int64_t> mb_act;
   std::vector<float> discounts, behavior_logp;
+  std::vector<learners::stats_view*> bn_views;
+  std::vector<float> scratch_params, scratch_buffers;
 };
+
+// Global batch norm: the running statistics the next step normalizes with
+// come from the keeper's views.
+bool load_weights(learner_work& w) {
+  if (auto ok = w.backend->load(w.current.params(), w.current.buffers()); !ok)
+    return false;
+  if (!w.bn_views.empty())
+    if (auto ok = w.backend->read_global_stats(w.bn_views); !ok)
+      return false;
+  return true;
+}
 
 void log_line(const learner_work& w, const std::string& line) {
   if (w.opts.log)
@@ -115,6 +128,22 @@ bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
     return false;
   }
   gradient_update g{w.opts.name, w.version, samples, lr, w.grad, {}};
+  if (w.current.buffer_count() > 0) {
+    // Batch norm: the running statistics go with the gradient (global: as
+    // read from the views; local: as this learner's batches moved them).
+    w.scratch_params.resize(w.current.param_count());
+    w.scratch_buffers.resize(w.current.buffer_count());
+    if (w.backend->store(w.scratch_params.data(), w.scratch_buffers.data()))
+      g.buffers = w.scratch_buffers;
+  }
+  if (!w.bn_views.empty() && w.opts.keeper) {
+    const auto& layers = w.backend->batch_moments();
+    const auto names = w.current.batch_norm_layers();
+    for (size_t i = 0; i < layers.size() && i < names.size(); ++i)
+      if (layers[i].count > 0)
+        self->send(w.opts.keeper, moments_delta{names[i].prefix, w.opts.name, layers[i].count,
+                                                layers[i].mean, layers[i].m2});
+  }
   bool fine = true;
   self->request(w.server, caf::infinite, std::move(g))
     .receive(
@@ -194,7 +223,7 @@ bool learn_ppo(caf::blocking_actor* self, learner_work& w, const trajectory_batc
       batch.advantages = w.mb_adv.data();
       batch.returns = w.mb_ret.data();
       batch.old_values = w.mb_val.data();
-      if (auto ok = w.backend->load(w.current.params(), w.current.buffers()); !ok)
+      if (!load_weights(w))
         return false;
       auto rep = w.backend->ppo_gradient(batch, cfg);
       if (!rep) {
@@ -230,7 +259,7 @@ bool learn_impala(caf::blocking_actor* self, learner_work& w, const trajectory_b
   batch.behavior_logprob = w.behavior_logp.data();
   batch.rewards = b.rewards.data();
   batch.discounts = w.discounts.data();
-  if (auto ok = w.backend->load(w.current.params(), w.current.buffers()); !ok)
+  if (!load_weights(w))
     return false;
   auto rep = w.backend->vtrace_gradient(batch, w.opts.vtrace);
   if (!rep) {
@@ -248,6 +277,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
                  std::move(budget), std::move(make_runner), std::move(view),
                  nullptr, store->latest()->model};
   w.gen.seed_with(w.opts.seed);
+  for (auto& v : w.opts.batch_norm_views)
+    w.bn_views.push_back(v.get());
   learners::backend_options bo;
   bo.threads = 1;
   w.backend = learners::make_cpu_backend(w.opts.spec, learners::adam_config{}, bo);

@@ -83,6 +83,11 @@ struct learner_options {
   bool pipelined = false;             ///< ask for the next batch before learning this one
   uint64_t max_runner_restarts = 3;   ///< per runner; then the learner fails
   uint64_t seed = 1;                  ///< minibatch shuffling
+  /// Global batch norm: one view per batch-norm layer (batch_norm_layers()
+  /// order, streams named by the layer prefix); the learner normalizes with
+  /// them and sends each minibatch's layer moments to `keeper`.
+  std::vector<std::shared_ptr<learners::stats_view>> batch_norm_views;
+  caf::actor keeper;                  ///< receives batch-norm moment deltas
   std::function<void(const std::string&)> log; ///< default stderr
 };
 

@@ -416,6 +416,22 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   m_opts.start = start;
   c.metrics = actors::spawn_metrics(sys, m_opts, caf::actor_cast<caf::actor>(self));
 
+  // Global batch norm: one keeper stream per layer, named by its prefix, in
+  // ema mode (PyTorch's momentum m is the keeper's 1 - m).
+  std::vector<learners::batch_norm_slot> bn_layers;
+  if (spec->batch_norm == learners::batch_norm_mode::global) {
+    bn_layers = initial.batch_norm_layers();
+    for (auto& layer : bn_layers) {
+      actors::stream_decl decl{layer.prefix, static_cast<uint64_t>(layer.width), "ema",
+                               1.0 - spec->batch_norm_momentum};
+      auto ok = ask<uint64_t>(self, c.keeper, actors::declare_atom::value, decl);
+      if (!ok)
+        return ok.err();
+    }
+  }
+  const double obs_scale = cfg.get_float("env.obs_scale");
+  const double obs_spread = cfg.get_float("env.obs_scale_spread");
+
   // -- learners and their runners ---------------------------------------------
   const uint64_t batch_steps = num_steps * num_envs;
   auto shared_budget = std::make_shared<actors::step_budget>(total, start.env_steps);
@@ -452,6 +468,10 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     lo.steps_per_runner_batch = batch_steps;
     lo.pipelined = !sync;
     lo.seed = seed * 7919 + li + resume_salt;
+    lo.keeper = c.keeper;
+    for (auto& layer : bn_layers)
+      lo.batch_norm_views.push_back(
+        actors::subscribe_view(sys, c.keeper, layer.prefix, static_cast<size_t>(layer.width)));
     // sync: every learner takes part in every step, so each has its own share.
     auto budget = sync ? std::make_shared<actors::step_budget>(
                            total / num_learners, start.env_steps / num_learners)
@@ -460,7 +480,7 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     const bool box = spec->action == learners::action_kind::box;
     auto make_runner = [&sys, store, keeper, env_id, num_envs, env_threads, num_steps, seed,
                         li, runners_per_learner, obs_norm, eps, clip, box, fail_after,
-                        resume_salt, obs_dim = spec->obs_dim](
+                        resume_salt, obs_scale, obs_spread, obs_dim = spec->obs_dim](
                          size_t index, uint64_t restarts, const std::string& name,
                          caf::actor consumer) -> caf::actor {
       auto env = envs::make_vector_env(env_id, num_envs, env_threads);
@@ -474,6 +494,7 @@ result<training_result> run_training(const config& cfg, const std::string& resum
       ro.steps_per_batch = num_steps;
       ro.obs_epsilon = eps;
       ro.obs_clip = clip;
+      ro.obs_scale = obs_scale * std::pow(obs_spread, static_cast<double>(slot));
       std::shared_ptr<learners::stats_view> view;
       if (obs_norm)
         view = actors::subscribe_view(sys, keeper, "obs", static_cast<size_t>(obs_dim));
