@@ -281,7 +281,13 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
     w.bn_views.push_back(v.get());
   learners::backend_options bo;
   bo.threads = 1;
-  w.backend = learners::make_cpu_backend(w.opts.spec, learners::adam_config{}, bo);
+  if (auto made = learners::make_backend(w.opts.device, w.opts.spec, learners::adam_config{}, bo))
+    w.backend = std::move(*made);
+  else {
+    log_line(w, fmt::format("learner '{}': {}; computing on the CPU", w.opts.name,
+                            made.err().message));
+    w.backend = learners::make_cpu_backend(w.opts.spec, learners::adam_config{}, bo);
+  }
   self->request(w.server, caf::infinite, weights_atom::value)
     .receive([&](weights_reply& r) { take_weights(w, r); },
              [&](caf::error& e) {

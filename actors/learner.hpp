@@ -26,6 +26,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/policy_store.hpp"
+#include "learners/backend.hpp"
 #include "learners/losses.hpp"
 #include "learners/stats_view.hpp"
 
@@ -83,6 +84,7 @@ struct learner_options {
   bool pipelined = false;             ///< ask for the next batch before learning this one
   uint64_t max_runner_restarts = 3;   ///< per runner; then the learner fails
   uint64_t seed = 1;                  ///< minibatch shuffling
+  learners::device_kind device = learners::device_kind::cpu; ///< where gradients are computed
   /// Global batch norm: one view per batch-norm layer (batch_norm_layers()
   /// order, streams named by the layer prefix); the learner normalizes with
   /// them and sends each minibatch's layer moments to `keeper`.

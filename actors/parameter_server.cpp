@@ -27,6 +27,7 @@ struct server_state {
   std::vector<pending_gradient> pending;
   std::vector<float> step_grad;
   uint64_t logged_drops = 0;
+  bool draining = false; // stopping: answer at once, apply nothing
 };
 
 using server_actor = caf::stateful_actor<server_state>;
@@ -75,6 +76,8 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       const uint64_t staleness =
         s.counters.version > g.base_version ? s.counters.version - g.base_version : 0;
       s.counters.max_staleness_seen = std::max(s.counters.max_staleness_seen, staleness);
+      if (s.draining)
+        return current(s, false);
       if (!g.buffers.empty() && g.buffers.size() == s.buffers.size())
         s.buffers = g.buffers;
       if (!s.opts.sync) {
@@ -121,6 +124,17 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       return promise;
     },
     [self](weights_atom) { return current(self->state, true); },
+    [self](stop_atom) {
+      // The run is stopping: learners that wait for a sync step that will
+      // never complete (another learner stopped first) are answered now.
+      auto& s = self->state;
+      s.draining = true;
+      auto reply = current(s, false);
+      for (auto& p : s.pending)
+        p.promise.deliver(reply);
+      s.pending.clear();
+      std::fill(s.grad_sum.begin(), s.grad_sum.end(), 0.0);
+    },
     [self](status_atom) { return self->state.counters; },
     [self](state_atom) {
       auto& s = self->state;

@@ -12,6 +12,8 @@
 // Messages it handles (types in actors/messages.hpp):
 //   gradient_update             -> weights_reply   (sync: once all N arrived)
 //   (weights_atom)              -> weights_reply   current weights
+//   (stop_atom)                 -> (none)  drain: answer waiting and later
+//                                  gradients with the current weights, unapplied
 //   (status_atom)               -> parameter_server_status
 //   (state_atom)                -> parameter_server_state   for checkpoints
 //   (state_atom, parameter_server_state) -> uint64_t version   restores

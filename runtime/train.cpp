@@ -22,6 +22,7 @@
 #include "actors/policy_store.hpp"
 #include "actors/stats_keeper.hpp"
 #include "envs/registry.hpp"
+#include "learners/backend.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/safetensors.hpp"
 #if __has_include("runtime/plot.hpp")
@@ -325,6 +326,10 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   const uint64_t seed = static_cast<uint64_t>(cfg.get_int("run.seed"));
   const bool obs_norm = cfg.get_bool("model.obs_norm");
 
+  auto device = learners::choose_device(cfg.get_string("run.device"));
+  if (!device)
+    return device.err();
+
   // -- the run folder ---------------------------------------------------------
   std::string run_dir = resume_dir;
   actors::metrics_counters start;
@@ -469,6 +474,7 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     lo.pipelined = !sync;
     lo.seed = seed * 7919 + li + resume_salt;
     lo.keeper = c.keeper;
+    lo.device = device->kind;
     for (auto& layer : bn_layers)
       lo.batch_norm_views.push_back(
         actors::subscribe_view(sys, c.keeper, layer.prefix, static_cast<size_t>(layer.width)));
@@ -512,6 +518,10 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     learner_actors.push_back(l);
   }
 
+  std::printf("troupe: run folder %s; learners on %s (%s)\n", run_dir.c_str(),
+              learners::to_string(device->kind), device->reason.c_str());
+  std::fflush(stdout);
+
   // -- supervising the run ----------------------------------------------------
   stop_signal.store(0);
   auto old_int = std::signal(SIGINT, on_stop_signal);
@@ -539,6 +549,9 @@ result<training_result> run_training(const config& cfg, const std::string& resum
                        stop_signal.load());
           for (auto& l : learner_actors)
             self->send(l, actors::stop_atom::value);
+          // Learners finish their current batch; in sync mode one may wait
+          // for a step the others will not join, so the server drains.
+          self->send(c.server, actors::stop_atom::value);
         }
       });
   }

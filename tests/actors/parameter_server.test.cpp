@@ -190,3 +190,31 @@ TEST_CASE("the parameter server's state round-trips through state_atom") {
   self->send_exit(a, caf::exit_reason::user_shutdown);
   self->send_exit(b, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("a stopping sync server answers a learner waiting for a step the others will "
+          "not join, applying nothing") {
+  server_fixture fx;
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 13;
+  parameter_server_options opts;
+  opts.sync = true;
+  opts.num_learners = 2;
+  auto params = random_vector(gen, n, 1.0);
+  auto server = spawn_parameter_server(*fx.sys, opts, params, {});
+  caf::scoped_actor self{*fx.sys};
+  self->send(server, gradient_update{"a", 0, 5, 1e-3, random_vector(gen, n, 0.1), {}});
+  self->send(server, stop_atom::value);
+  weights_reply w;
+  self->receive([&](weights_reply& r) { w = std::move(r); });
+  CHECK_FALSE(w.applied);
+  CHECK(w.version == 0);
+  CHECK(w.params == params);
+  // Later gradients are answered at once, unapplied.
+  auto later = ask<weights_reply>(self, server,
+                                  gradient_update{"b", 0, 5, 1e-3, random_vector(gen, n, 0.1), {}});
+  CHECK_FALSE(later.applied);
+  CHECK(later.params == params);
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+}
