@@ -1,20 +1,16 @@
-// Fresh seeds and self-removing temporary folders for tests that write files.
+// Self-removing temporary folders for tests that write files (and fresh_seed,
+// from tests/seed.hpp).
 #pragma once
 
-#include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 
 #include <fmt/format.h>
 
-namespace troupe::test {
+#include "tests/seed.hpp"
 
-/// A fresh random seed; tests CAPTURE it so a failure can be replayed.
-inline uint64_t fresh_seed() {
-  return std::random_device{}();
-}
+namespace troupe::test {
 
 /// A temporary folder, removed with everything in it at scope exit.
 struct temp_folder {

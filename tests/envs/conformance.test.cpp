@@ -10,15 +10,12 @@
 #include <vector>
 
 #include "envs/registry.hpp"
+#include "tests/seed.hpp"
 
 using namespace troupe::envs;
+using troupe::test::fresh_seed;
 
 namespace {
-
-uint64_t fresh_seed() {
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) | device();
-}
 
 // A uniformly random action inside the space.
 std::vector<float> random_action(const space& s, std::mt19937_64& gen) {

@@ -8,17 +8,14 @@
 #include <vector>
 
 #include "envs/registry.hpp"
+#include "tests/seed.hpp"
 
 using namespace troupe::envs;
+using troupe::test::fresh_seed;
 
 namespace {
 
 constexpr double pi = 3.14159265358979323846;
-
-uint64_t fresh_seed() {
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) | device();
-}
 
 double uniform(std::mt19937_64& gen, double lo, double hi) {
   return std::uniform_real_distribution<double>(lo, hi)(gen);

@@ -8,15 +8,12 @@
 
 #include "envs/fast_math.hpp"
 #include "envs/registry.hpp"
+#include "tests/seed.hpp"
 
 using namespace troupe::envs;
+using troupe::test::fresh_seed;
 
 namespace {
-
-uint64_t fresh_seed() {
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) | device();
-}
 
 bool close(double a, double b) { return std::fabs(a - b) <= 1e-5 + 1e-5 * std::fabs(b); }
 
