@@ -21,6 +21,7 @@
 #include "actors/parameter_server.hpp"
 #include "actors/policy_store.hpp"
 #include "actors/stats_keeper.hpp"
+#include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
 #include "learners/backend.hpp"
 #include "learners/checkpoint.hpp"
@@ -514,7 +515,6 @@ result<training_result> run_training(const config& cfg, const std::string& resum
       view = actors::subscribe_view(sys, c.keeper, "obs", static_cast<size_t>(spec->obs_dim));
     auto l = actors::spawn_learner(sys, lo, c.server, c.metrics, store, budget, make_runner,
                                    view);
-    self->monitor(l);
     learner_actors.push_back(l);
   }
 
@@ -526,35 +526,31 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   stop_signal.store(0);
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
-  size_t alive = learner_actors.size();
-  bool stopping = false;
+  actors::supervisor_options sup_opts;
+  sup_opts.learners = learner_actors;
+  sup_opts.server = c.server;
+  sup_opts.owner = caf::actor_cast<caf::actor>(self);
+  // The signal handler writes the static flag; the supervisor polls it.
+  sup_opts.stop_flag = std::shared_ptr<std::atomic<int>>(&stop_signal, [](auto*) {});
+  auto supervisor = actors::spawn_supervisor(sys, sup_opts);
+  bool finished = false, stopping = false;
   std::string failure;
-  status ckpt_status;
-  while (alive > 0) {
+  while (!finished) {
     self->receive(
       [&](actors::ckpt_atom, uint64_t) {
         if (auto ok = write_checkpoint(self, c, run_dir, seed); !ok)
           std::fprintf(stderr, "troupe: checkpoint failed: %s\n", ok.err().message.c_str());
       },
-      [&](actors::done_atom) {},
-      [&](caf::down_msg& down) {
-        --alive;
-        if (down.reason && down.reason != caf::exit_reason::user_shutdown)
-          failure = sys.render(down.reason);
-      },
-      caf::after(std::chrono::milliseconds(50)) >> [&] {
-        if (stop_signal.load() != 0 && !stopping) {
-          stopping = true;
-          std::fprintf(stderr, "\ntroupe: stopping (signal %d); writing a final checkpoint\n",
-                       stop_signal.load());
-          for (auto& l : learner_actors)
-            self->send(l, actors::stop_atom::value);
-          // Learners finish their current batch; in sync mode one may wait
-          // for a step the others will not join, so the server drains.
-          self->send(c.server, actors::stop_atom::value);
-        }
+      [&](actors::done_atom) {}, // the metrics actor: budget spent
+      [&](actors::done_atom, bool interrupted, std::string& why) {
+        finished = true;
+        stopping = interrupted;
+        failure = why;
       });
   }
+  if (stopping)
+    std::fprintf(stderr, "\ntroupe: stopped (signal %d); writing the final checkpoint\n",
+                 stop_signal.load());
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
 
