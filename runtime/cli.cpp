@@ -104,6 +104,15 @@ int run_cli(int argc, char** argv) {
   }
   args_t rest(args.begin() + static_cast<std::ptrdiff_t>(best->words.size()),
               args.end());
+  for (auto& a : rest) {
+    if (a == "--")
+      break;
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: troupe %s %s\n%s\n", fmt::format("{}", fmt::join(best->words, " ")).c_str(),
+                  best->usage.c_str(), best->summary.c_str());
+      return 0;
+    }
+  }
   try {
     return best->run(rest);
   } catch (const std::exception& e) {
