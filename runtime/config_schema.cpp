@@ -187,6 +187,8 @@ void add_model(std::vector<option_spec>& out) {
                            "batch norm between hidden layers: global running statistics, per-batch (naive baseline), or none"));
   out.push_back(opt_float("model", "batch_norm_eps", 1e-5, 0.0, 1.0,
                           "added to the variance before the square root in batch norm", true, false));
+  out.push_back(opt_string("model", "batch_norm_stats", "cumulative", {"cumulative", "ema"},
+                           "global batch norm: the keeper's statistics of each layer are cumulative (all data) or ema (momentum 1 - batch_norm_momentum per merge)"));
   out.push_back(opt_float("model", "batch_norm_momentum", 0.1, 0.0, 1.0,
                           "local batch norm: running = (1 - momentum)*running + momentum*batch (PyTorch's convention)",
                           true, false));
