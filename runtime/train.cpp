@@ -422,13 +422,14 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   m_opts.start = start;
   c.metrics = actors::spawn_metrics(sys, m_opts, caf::actor_cast<caf::actor>(self));
 
-  // Global batch norm: one keeper stream per layer, named by its prefix, in
-  // ema mode (PyTorch's momentum m is the keeper's 1 - m).
+  // Global batch norm: one keeper stream per layer, named by its prefix,
+  // cumulative or ema (PyTorch's momentum m is the keeper's 1 - m). Ema with
+  // a delta per minibatch moves too fast to learn with (docs/experiments.md).
   std::vector<learners::batch_norm_slot> bn_layers;
   if (spec->batch_norm == learners::batch_norm_mode::global) {
     bn_layers = initial.batch_norm_layers();
     for (auto& layer : bn_layers) {
-      actors::stream_decl decl{layer.prefix, static_cast<uint64_t>(layer.width), "ema",
+      actors::stream_decl decl{layer.prefix, static_cast<uint64_t>(layer.width), cfg.get_string("model.batch_norm_stats"),
                                1.0 - spec->batch_norm_momentum};
       auto ok = ask<uint64_t>(self, c.keeper, actors::declare_atom::value, decl);
       if (!ok)
