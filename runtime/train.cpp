@@ -429,7 +429,8 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   if (spec->batch_norm == learners::batch_norm_mode::global) {
     bn_layers = initial.batch_norm_layers();
     for (auto& layer : bn_layers) {
-      actors::stream_decl decl{layer.prefix, static_cast<uint64_t>(layer.width), cfg.get_string("model.batch_norm_stats"),
+      actors::stream_decl decl{layer.prefix, static_cast<uint64_t>(layer.width),
+                               cfg.get_string("model.batch_norm_stats"),
                                1.0 - spec->batch_norm_momentum};
       auto ok = ask<uint64_t>(self, c.keeper, actors::declare_atom::value, decl);
       if (!ok)
