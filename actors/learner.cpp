@@ -83,10 +83,11 @@ void take_weights(learner_work& w, const weights_reply& r) {
 double scheduled_lr(const learner_work& w) {
   if (!w.opts.anneal_lr || !w.budget || w.budget->total() == 0)
     return w.opts.learning_rate;
-  double frac = static_cast<double>(w.budget->claimed()) / static_cast<double>(w.budget->total());
+  double frac =
+    static_cast<double>(w.budget->claimed()) / static_cast<double>(w.budget->total());
   // The batch being learned was claimed one batch per runner ago.
-  frac -= static_cast<double>(w.opts.steps_per_runner_batch * w.opts.num_runners)
-          / static_cast<double>(w.budget->total());
+  frac -= static_cast<double>(w.opts.steps_per_runner_batch * w.opts.num_runners) /
+          static_cast<double>(w.budget->total());
   return w.opts.learning_rate * std::max(1.0 - std::max(frac, 0.0), 0.0);
 }
 
@@ -104,8 +105,8 @@ void behavior_outputs(learner_work& w, const learners::actor_critic& model,
     for (size_t k = 0; k < rows; ++k)
       w.actions_i64[k] = static_cast<int64_t>(b.actions[k]);
     learners::categorical_forward<float>(w.out.logits.data(), rows,
-                                         static_cast<size_t>(spec.n), w.actions_i64.data(),
-                                         w.head);
+                                         static_cast<size_t>(spec.n),
+                                         w.actions_i64.data(), w.head);
   } else {
     learners::gaussian_forward<float>(w.out.mean.data(), w.out.log_std.data(), rows,
                                       static_cast<size_t>(spec.act_dim), b.actions.data(),
@@ -120,8 +121,8 @@ struct step_totals {
 };
 
 // Sends the backend's gradient to the server and takes the weights it answers.
-bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples, double lr,
-                   const learners::loss_report& rep, step_totals& totals) {
+bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
+                   double lr, const learners::loss_report& rep, step_totals& totals) {
   w.grad.resize(w.current.param_count());
   if (auto ok = w.backend->read_gradient(w.grad.data()); !ok) {
     log_line(w, fmt::format("learner '{}': {}", w.opts.name, ok.err().message));
@@ -141,8 +142,9 @@ bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
     const auto names = w.current.batch_norm_layers();
     for (size_t i = 0; i < layers.size() && i < names.size(); ++i)
       if (layers[i].count > 0)
-        self->send(w.opts.keeper, moments_delta{names[i].prefix, w.opts.name, layers[i].count,
-                                                layers[i].mean, layers[i].m2});
+        self->send(w.opts.keeper,
+                   moments_delta{names[i].prefix, w.opts.name, layers[i].count,
+                                 layers[i].mean, layers[i].m2});
   }
   bool fine = true;
   self->request(w.server, caf::infinite, std::move(g))
@@ -172,9 +174,10 @@ bool learn_ppo(caf::blocking_actor* self, learner_work& w, const trajectory_batc
   w.adv.resize(rows);
   w.ret.resize(rows);
   w.valid.resize(rows);
-  learners::compute_gae(b.steps, n, b.rewards.data(), b.terminated.data(), b.truncated.data(),
-                        b.autoreset.data(), w.values.data(), w.opts.gamma, w.opts.gae_lambda,
-                        w.adv.data(), w.ret.data(), w.valid.data());
+  learners::compute_gae(b.steps, n, b.rewards.data(), b.terminated.data(),
+                        b.truncated.data(), b.autoreset.data(), w.values.data(),
+                        w.opts.gamma, w.opts.gae_lambda, w.adv.data(), w.ret.data(),
+                        w.valid.data());
   w.index.clear();
   for (size_t k = 0; k < rows; ++k)
     if (w.valid[k])
@@ -204,7 +207,8 @@ bool learn_ppo(caf::blocking_actor* self, learner_work& w, const trajectory_batc
       w.mb_box.resize(mb * ad);
       for (size_t r = 0; r < mb; ++r) {
         const size_t k = w.index[lo + r];
-        std::copy(&b.observations[k * od], &b.observations[k * od] + od, &w.mb_obs[r * od]);
+        std::copy(&b.observations[k * od], &b.observations[k * od] + od,
+                  &w.mb_obs[r * od]);
         w.mb_logp[r] = w.old_logp[k];
         w.mb_adv[r] = w.adv[k];
         w.mb_ret[r] = w.ret[k];
@@ -238,7 +242,8 @@ bool learn_ppo(caf::blocking_actor* self, learner_work& w, const trajectory_batc
 }
 
 bool learn_impala(caf::blocking_actor* self, learner_work& w, const trajectory_batch& b,
-                  const learners::actor_critic& behavior, double lr, step_totals& totals) {
+                  const learners::actor_critic& behavior, double lr,
+                  step_totals& totals) {
   const size_t n = b.num_envs, rows = b.steps * n;
   behavior_outputs(w, behavior, b);
   w.discounts.resize(rows);
@@ -273,15 +278,16 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
                   caf::actor metrics, std::shared_ptr<policy_store> store,
                   std::shared_ptr<step_budget> budget, runner_factory make_runner,
                   std::shared_ptr<learners::stats_view> view) {
-  learner_work w{std::move(opts), std::move(server), std::move(metrics), store,
-                 std::move(budget), std::move(make_runner), std::move(view),
-                 nullptr, store->latest()->model};
+  learner_work w{std::move(opts), std::move(server), std::move(metrics),
+                 store,           std::move(budget), std::move(make_runner),
+                 std::move(view), nullptr,           store->latest()->model};
   w.gen.seed_with(w.opts.seed);
   for (auto& v : w.opts.batch_norm_views)
     w.bn_views.push_back(v.get());
   learners::backend_options bo;
   bo.threads = 1;
-  if (auto made = learners::make_backend(w.opts.device, w.opts.spec, learners::adam_config{}, bo))
+  if (auto made =
+        learners::make_backend(w.opts.device, w.opts.spec, learners::adam_config{}, bo))
     w.backend = std::move(*made);
   else {
     log_line(w, fmt::format("learner '{}': {}; computing on the CPU", w.opts.name,
@@ -303,7 +309,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
   };
   for (size_t i = 0; i < runners.size(); ++i) {
     runners[i].name = fmt::format("{}.runner{}", w.opts.name, i);
-    runners[i].actor = w.make_runner(i, 0, runners[i].name, caf::actor_cast<caf::actor>(self));
+    runners[i].actor =
+      w.make_runner(i, 0, runners[i].name, caf::actor_cast<caf::actor>(self));
     self->monitor(runners[i].actor);
   }
   for (auto& r : runners)
@@ -325,7 +332,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         ask_batch(*slot);
       auto behavior = w.store->at(b.policy_version);
       if (!behavior || w.opts.algo == algorithm::a3c)
-        behavior = std::make_shared<policy_snapshot>(policy_snapshot{w.version, w.current});
+        behavior =
+          std::make_shared<policy_snapshot>(policy_snapshot{w.version, w.current});
       learner_report rep;
       rep.learner = w.opts.name;
       rep.env_steps = b.steps * b.num_envs;
@@ -369,10 +377,10 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         if (r.actor.address() != down.source)
           continue;
         if (r.restarts >= w.opts.max_runner_restarts) {
-          log_line(w, fmt::format("learner '{}': runner {} failed ({}) after {} restarts; "
-                                  "giving up",
-                                  w.opts.name, i, self->system().render(down.reason),
-                                  r.restarts));
+          log_line(w, fmt::format(
+                        "learner '{}': runner {} failed ({}) after {} restarts; "
+                        "giving up",
+                        w.opts.name, i, self->system().render(down.reason), r.restarts));
           failure = down.reason;
           running = false;
           return;

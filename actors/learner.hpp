@@ -37,7 +37,8 @@ namespace troupe::actors {
 class step_budget {
 public:
   /// A budget of `total` steps of which `spent` are already used.
-  explicit step_budget(uint64_t total, uint64_t spent = 0) : total_(total), claimed_(spent) {}
+  explicit step_budget(uint64_t total, uint64_t spent = 0)
+    : total_(total), claimed_(spent) {}
   /// Claims `steps` steps; false (claiming nothing) when fewer remain.
   bool claim(uint64_t steps) {
     uint64_t now = claimed_.load();
@@ -59,37 +60,37 @@ private:
 
 /// Makes runner `index` of a learner (its `restarts`-th replacement when
 /// restarts > 0), called `name`, that sends batches to `consumer`.
-using runner_factory = std::function<caf::actor(size_t index, uint64_t restarts,
-                                                const std::string& name,
-                                                caf::actor consumer)>;
+using runner_factory = std::function<caf::actor(
+  size_t index, uint64_t restarts, const std::string& name, caf::actor consumer)>;
 
 /// The algorithm a learner runs.
 enum class algorithm { ppo, impala, a3c };
 
 /// Settings of a learner.
 struct learner_options {
-  std::string name = "learner";       ///< named in gradients, reports and logs
-  algorithm algo = algorithm::ppo;    ///< what it computes
-  learners::model_spec spec;          ///< the model (observations arrive normalized)
-  learners::ppo_config ppo;           ///< ppo and a3c coefficients
-  learners::vtrace_config vtrace;     ///< impala coefficients
-  double gamma = 0.99;                ///< discount
-  double gae_lambda = 0.95;           ///< GAE lambda (ppo, a3c)
-  size_t update_epochs = 4;           ///< ppo: epochs per batch
-  size_t num_minibatches = 4;         ///< ppo: minibatches per epoch
-  double learning_rate = 2.5e-4;      ///< initial learning rate
-  bool anneal_lr = true;              ///< linear annealing over the budget
-  size_t num_runners = 1;             ///< runners it owns
+  std::string name = "learner";          ///< named in gradients, reports and logs
+  algorithm algo = algorithm::ppo;       ///< what it computes
+  learners::model_spec spec;             ///< the model (observations arrive normalized)
+  learners::ppo_config ppo;              ///< ppo and a3c coefficients
+  learners::vtrace_config vtrace;        ///< impala coefficients
+  double gamma = 0.99;                   ///< discount
+  double gae_lambda = 0.95;              ///< GAE lambda (ppo, a3c)
+  size_t update_epochs = 4;              ///< ppo: epochs per batch
+  size_t num_minibatches = 4;            ///< ppo: minibatches per epoch
+  double learning_rate = 2.5e-4;         ///< initial learning rate
+  bool anneal_lr = true;                 ///< linear annealing over the budget
+  size_t num_runners = 1;                ///< runners it owns
   uint64_t steps_per_runner_batch = 512; ///< environment steps in one runner batch
-  bool pipelined = false;             ///< ask for the next batch before learning this one
-  uint64_t max_runner_restarts = 3;   ///< per runner; then the learner fails
-  uint64_t seed = 1;                  ///< minibatch shuffling
-  learners::device_kind device = learners::device_kind::cpu; ///< where gradients are computed
+  bool pipelined = false;           ///< ask for the next batch before learning this one
+  uint64_t max_runner_restarts = 3; ///< per runner; then the learner fails
+  uint64_t seed = 1;                ///< minibatch shuffling
+  learners::device_kind device =
+    learners::device_kind::cpu; ///< where gradients are computed
   /// Global batch norm: one view per batch-norm layer (batch_norm_layers()
   /// order, streams named by the layer prefix); the learner normalizes with
   /// them and sends each minibatch's layer moments to `keeper`.
   std::vector<std::shared_ptr<learners::stats_view>> batch_norm_views;
-  caf::actor keeper;                  ///< receives batch-norm moment deltas
+  caf::actor keeper;                           ///< receives batch-norm moment deltas
   std::function<void(const std::string&)> log; ///< default stderr
 };
 

@@ -11,11 +11,25 @@
 
 namespace troupe::actors {
 
-const char* const metrics_columns[] = {
-  "wall_time_s", "env_steps", "updates", "episodes", "return_mean_100", "return_last",
-  "episode_length_mean", "sps", "policy_lag_mean", "policy_lag_max", "stats_version",
-  "stats_lag", "loss_policy", "loss_value", "entropy", "learning_rate",
-  "weights_version", "dropped_gradients", "runner_restarts"};
+const char* const metrics_columns[] = {"wall_time_s",
+                                       "env_steps",
+                                       "updates",
+                                       "episodes",
+                                       "return_mean_100",
+                                       "return_last",
+                                       "episode_length_mean",
+                                       "sps",
+                                       "policy_lag_mean",
+                                       "policy_lag_max",
+                                       "stats_version",
+                                       "stats_lag",
+                                       "loss_policy",
+                                       "loss_value",
+                                       "entropy",
+                                       "learning_rate",
+                                       "weights_version",
+                                       "dropped_gradients",
+                                       "runner_restarts"};
 
 const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
 
@@ -57,15 +71,15 @@ struct metrics_state {
 using metrics_actor = caf::stateful_actor<metrics_state>;
 
 double elapsed(const metrics_state& st) {
-  return st.c.wall_time_s
-         + std::chrono::duration<double>(clock_type::now() - st.started).count();
+  return st.c.wall_time_s +
+         std::chrono::duration<double>(clock_type::now() - st.started).count();
 }
 
 double mean_return(const metrics_state& st) {
   if (st.returns.empty())
     return NAN;
-  return std::accumulate(st.returns.begin(), st.returns.end(), 0.0)
-         / static_cast<double>(st.returns.size());
+  return std::accumulate(st.returns.begin(), st.returns.end(), 0.0) /
+         static_cast<double>(st.returns.size());
 }
 
 std::string num(double x) {
@@ -88,17 +102,28 @@ void write_row(metrics_state& st) {
   const double sps = dt > 0 ? static_cast<double>(st.row_steps) / dt : 0.0;
   double len_mean = NAN;
   if (!st.lengths.empty())
-    len_mean = std::accumulate(st.lengths.begin(), st.lengths.end(), 0.0)
-               / static_cast<double>(st.lengths.size());
+    len_mean = std::accumulate(st.lengths.begin(), st.lengths.end(), 0.0) /
+               static_cast<double>(st.lengths.size());
   const double lag_mean = st.lag_n ? st.lag_sum / static_cast<double>(st.lag_n) : 0.0;
-  std::vector<std::string> values = {
-    num(t), std::to_string(st.c.env_steps), std::to_string(st.c.updates),
-    std::to_string(st.c.episodes), num(mean_return(st)), num(st.return_last), num(len_mean),
-    num(sps), num(lag_mean), std::to_string(st.lag_max),
-    std::to_string(st.last.stats_version), std::to_string(st.last.stats_lag),
-    num(st.last.loss_policy), num(st.last.loss_value), num(st.last.entropy),
-    num(st.last.learning_rate), std::to_string(st.last.weights_version),
-    std::to_string(st.dropped), std::to_string(st.restarts)};
+  std::vector<std::string> values = {num(t),
+                                     std::to_string(st.c.env_steps),
+                                     std::to_string(st.c.updates),
+                                     std::to_string(st.c.episodes),
+                                     num(mean_return(st)),
+                                     num(st.return_last),
+                                     num(len_mean),
+                                     num(sps),
+                                     num(lag_mean),
+                                     std::to_string(st.lag_max),
+                                     std::to_string(st.last.stats_version),
+                                     std::to_string(st.last.stats_lag),
+                                     num(st.last.loss_policy),
+                                     num(st.last.loss_value),
+                                     num(st.last.entropy),
+                                     num(st.last.learning_rate),
+                                     std::to_string(st.last.weights_version),
+                                     std::to_string(st.dropped),
+                                     std::to_string(st.restarts)};
   if (st.csv) {
     std::string line;
     for (size_t i = 0; i < values.size(); ++i)
@@ -115,11 +140,12 @@ void write_row(metrics_state& st) {
     std::fflush(st.jsonl);
   }
   if (!st.opts.quiet && !st.opts.progress_line)
-    std::printf("steps %llu  updates %llu  return_mean_100 %s  sps %.0f  policy_lag %.2f  "
-                "stats_lag %llu  elapsed %.1fs\n",
-                static_cast<unsigned long long>(st.c.env_steps),
-                static_cast<unsigned long long>(st.c.updates), num(mean_return(st)).c_str(),
-                sps, lag_mean, static_cast<unsigned long long>(st.last.stats_lag), t);
+    std::printf(
+      "steps %llu  updates %llu  return_mean_100 %s  sps %.0f  policy_lag %.2f  "
+      "stats_lag %llu  elapsed %.1fs\n",
+      static_cast<unsigned long long>(st.c.env_steps),
+      static_cast<unsigned long long>(st.c.updates), num(mean_return(st)).c_str(), sps,
+      lag_mean, static_cast<unsigned long long>(st.last.stats_lag), t);
   std::fflush(stdout);
   st.last_row_updates = st.c.updates;
   st.row_time = t;
@@ -136,15 +162,17 @@ void progress(metrics_state& st) {
   st.last_progress = now;
   const double t = elapsed(st);
   const double sps = t > 0 ? static_cast<double>(st.c.env_steps) / t : 0;
-  const double remaining = sps > 0 && st.opts.total_env_steps > st.c.env_steps
-                             ? static_cast<double>(st.opts.total_env_steps - st.c.env_steps) / sps
-                             : 0.0;
-  std::printf("\r\033[Ksteps %llu/%llu  %.0f steps/s  return_mean_100 %s  policy_lag %llu  "
-              "stats_lag %llu  elapsed %.0fs  remaining %.0fs",
-              static_cast<unsigned long long>(st.c.env_steps),
-              static_cast<unsigned long long>(st.opts.total_env_steps), sps,
-              num(mean_return(st)).c_str(), static_cast<unsigned long long>(st.last.policy_lag),
-              static_cast<unsigned long long>(st.last.stats_lag), t, remaining);
+  const double remaining =
+    sps > 0 && st.opts.total_env_steps > st.c.env_steps
+      ? static_cast<double>(st.opts.total_env_steps - st.c.env_steps) / sps
+      : 0.0;
+  std::printf(
+    "\r\033[Ksteps %llu/%llu  %.0f steps/s  return_mean_100 %s  policy_lag %llu  "
+    "stats_lag %llu  elapsed %.0fs  remaining %.0fs",
+    static_cast<unsigned long long>(st.c.env_steps),
+    static_cast<unsigned long long>(st.opts.total_env_steps), sps,
+    num(mean_return(st)).c_str(), static_cast<unsigned long long>(st.last.policy_lag),
+    static_cast<unsigned long long>(st.last.stats_lag), t, remaining);
   std::fflush(stdout);
 }
 
@@ -201,10 +229,11 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
         write_row(s);
       if (s.opts.progress_line && !s.opts.quiet)
         progress(s);
-      if (s.opts.checkpoint_every_updates > 0
-          && s.c.updates % s.opts.checkpoint_every_updates == 0)
+      if (s.opts.checkpoint_every_updates > 0 &&
+          s.c.updates % s.opts.checkpoint_every_updates == 0)
         self->send(s.coordinator, ckpt_atom::value, s.c.updates);
-      if (!s.done_sent && s.opts.total_env_steps > 0 && s.c.env_steps >= s.opts.total_env_steps) {
+      if (!s.done_sent && s.opts.total_env_steps > 0 &&
+          s.c.env_steps >= s.opts.total_env_steps) {
         s.done_sent = true;
         self->send(s.coordinator, done_atom::value);
       }

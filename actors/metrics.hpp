@@ -28,14 +28,14 @@ extern const size_t metrics_column_count;
 
 /// Settings of the metrics actor.
 struct metrics_options {
-  std::string csv_path;            ///< metrics.csv (appended to; header when new)
-  std::string jsonl_path;          ///< metrics.jsonl (appended to)
-  uint64_t log_every_updates = 10; ///< a row every this many updates
+  std::string csv_path;                  ///< metrics.csv (appended to; header when new)
+  std::string jsonl_path;                ///< metrics.jsonl (appended to)
+  uint64_t log_every_updates = 10;       ///< a row every this many updates
   uint64_t checkpoint_every_updates = 0; ///< ask for a checkpoint this often (0: never)
-  uint64_t total_env_steps = 0;    ///< budget, for the progress line and done_atom
-  bool progress_line = false;      ///< stdout is a terminal: rewrite one line
-  bool quiet = false;              ///< print nothing
-  metrics_counters start;          ///< counters to continue from (resume)
+  uint64_t total_env_steps = 0;          ///< budget, for the progress line and done_atom
+  bool progress_line = false;            ///< stdout is a terminal: rewrite one line
+  bool quiet = false;                    ///< print nothing
+  metrics_counters start;                ///< counters to continue from (resume)
 };
 
 /// Spawns the metrics actor; `coordinator` receives ckpt_atom and done_atom.

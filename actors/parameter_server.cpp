@@ -69,10 +69,11 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       auto& s = self->state;
       s.counters.received += 1;
       if (g.grad.size() != s.params.size())
-        return to_caf_error(make_error(errc::invalid_argument,
-                                       "parameter server: gradient from '{}' has {} numbers, "
-                                       "expected {}",
-                                       g.learner, g.grad.size(), s.params.size()));
+        return to_caf_error(
+          make_error(errc::invalid_argument,
+                     "parameter server: gradient from '{}' has {} numbers, "
+                     "expected {}",
+                     g.learner, g.grad.size(), s.params.size()));
       const uint64_t staleness =
         s.counters.version > g.base_version ? s.counters.version - g.base_version : 0;
       s.counters.max_staleness_seen = std::max(s.counters.max_staleness_seen, staleness);
@@ -99,8 +100,8 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       for (size_t i = 0; i < g.grad.size(); ++i)
         s.grad_sum[i] += w * g.grad[i];
       auto promise = self->make_response_promise<weights_reply>();
-      s.pending.push_back(pending_gradient{promise, std::max<uint64_t>(g.samples, 1),
-                                           g.learning_rate});
+      s.pending.push_back(
+        pending_gradient{promise, std::max<uint64_t>(g.samples, 1), g.learning_rate});
       if (s.pending.size() < s.opts.num_learners)
         return promise;
       double total = 0, lr = 0;
@@ -150,12 +151,13 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
     },
     [self](state_atom, parameter_server_state& in) -> caf::result<uint64_t> {
       auto& s = self->state;
-      if (in.params.size() != s.params.size() || in.adam_m.size() != s.params.size()
-          || in.adam_v.size() != s.params.size() || in.buffers.size() != s.buffers.size())
-        return to_caf_error(make_error(errc::invalid_argument,
-                                       "parameter server: restored state has {} parameters, "
-                                       "expected {}",
-                                       in.params.size(), s.params.size()));
+      if (in.params.size() != s.params.size() || in.adam_m.size() != s.params.size() ||
+          in.adam_v.size() != s.params.size() || in.buffers.size() != s.buffers.size())
+        return to_caf_error(
+          make_error(errc::invalid_argument,
+                     "parameter server: restored state has {} parameters, "
+                     "expected {}",
+                     in.params.size(), s.params.size()));
       s.params = std::move(in.params);
       s.buffers = std::move(in.buffers);
       s.adam->first_moment() = std::move(in.adam_m);

@@ -34,11 +34,11 @@ namespace troupe::actors {
 
 /// Settings of a parameter server.
 struct parameter_server_options {
-  bool sync = false;             ///< sync mode (else async)
-  uint64_t num_learners = 1;     ///< sync: gradients per step
-  uint64_t max_staleness = 4;    ///< async: drop gradients older than this many versions
-  double max_grad_norm = 0.5;    ///< clip of the (mean) gradient's global norm; <= 0: none
-  learners::adam_config adam;    ///< Adam settings (lr is taken from each gradient)
+  bool sync = false;          ///< sync mode (else async)
+  uint64_t num_learners = 1;  ///< sync: gradients per step
+  uint64_t max_staleness = 4; ///< async: drop gradients older than this many versions
+  double max_grad_norm = 0.5; ///< clip of the (mean) gradient's global norm; <= 0: none
+  learners::adam_config adam; ///< Adam settings (lr is taken from each gradient)
   std::function<void(const std::string&)> log; ///< drop log; default stderr
 };
 

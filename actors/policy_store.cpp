@@ -57,7 +57,8 @@ struct store_policy_state {
 } // namespace
 
 policy_fn make_store_policy(std::shared_ptr<policy_store> store, size_t steps_per_batch,
-                            uint64_t seed, bool deterministic, uint64_t fail_after_calls) {
+                            uint64_t seed, bool deterministic,
+                            uint64_t fail_after_calls) {
   auto st = std::make_shared<store_policy_state>();
   st->store = std::move(store);
   st->steps_per_batch = std::max<size_t>(steps_per_batch, 1);
@@ -90,8 +91,8 @@ policy_fn make_store_policy(std::shared_ptr<policy_store> store, size_t steps_pe
       if (st->deterministic)
         std::copy(st->out.mean.begin(), st->out.mean.begin() + num_envs * d, actions);
       else
-        learners::sample_gaussian(st->out.mean.data(), st->out.log_std.data(), num_envs, d,
-                                  st->gen, actions, nullptr);
+        learners::sample_gaussian(st->out.mean.data(), st->out.log_std.data(), num_envs,
+                                  d, st->gen, actions, nullptr);
     }
     return st->current->version;
   };

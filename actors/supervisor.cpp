@@ -37,11 +37,13 @@ caf::behavior supervisor(supervisor_actor* self, supervisor_options opts) {
     self->monitor(l);
   self->set_down_handler([self](caf::down_msg& down) {
     auto& s = self->state;
-    auto it = std::find_if(s.opts.learners.begin(), s.opts.learners.end(),
-                           [&](const caf::actor& l) { return l.address() == down.source; });
+    auto it =
+      std::find_if(s.opts.learners.begin(), s.opts.learners.end(),
+                   [&](const caf::actor& l) { return l.address() == down.source; });
     if (it == s.opts.learners.end())
       return;
-    if (down.reason && down.reason != caf::exit_reason::user_shutdown && s.failure.empty())
+    if (down.reason && down.reason != caf::exit_reason::user_shutdown &&
+        s.failure.empty())
       s.failure = self->system().render(down.reason);
     if (--s.alive == 0) {
       self->send(s.opts.owner, done_atom::value, s.stopping, s.failure);
@@ -54,7 +56,8 @@ caf::behavior supervisor(supervisor_actor* self, supervisor_options opts) {
     return {};
   }
   if (st.opts.stop_flag)
-    self->delayed_send(self, std::chrono::milliseconds(st.opts.poll_ms), poll_atom::value);
+    self->delayed_send(self, std::chrono::milliseconds(st.opts.poll_ms),
+                       poll_atom::value);
   return {
     [self](ckpt_atom, uint64_t updates) {
       self->send(self->state.opts.owner, ckpt_atom::value, updates);
@@ -66,7 +69,8 @@ caf::behavior supervisor(supervisor_actor* self, supervisor_options opts) {
       if (s.opts.stop_flag && s.opts.stop_flag->load() != 0)
         stop_run(self);
       if (!s.stopping)
-        self->delayed_send(self, std::chrono::milliseconds(s.opts.poll_ms), poll_atom::value);
+        self->delayed_send(self, std::chrono::milliseconds(s.opts.poll_ms),
+                           poll_atom::value);
     },
   };
 }

@@ -31,8 +31,9 @@ struct supervisor_options {
   std::vector<caf::actor> learners; ///< watched; each gets stop_atom on stop
   caf::actor server;                ///< drained (stop_atom) on stop
   caf::actor owner;                 ///< receives ckpt_atom and the final done_atom
-  std::shared_ptr<std::atomic<int>> stop_flag; ///< nonzero: stop (a signal number); may be null
-  uint32_t poll_ms = 50;            ///< how often the flag is looked at
+  std::shared_ptr<std::atomic<int>>
+    stop_flag;           ///< nonzero: stop (a signal number); may be null
+  uint32_t poll_ms = 50; ///< how often the flag is looked at
 };
 
 /// Spawns a supervisor.

@@ -20,12 +20,13 @@ int cmd_train(const args_t& args) {
     return fail(exit_bad_input, parsed.err().message);
   auto resume = parsed->get("resume");
   if (parsed->positional.size() > 1)
-    return fail(exit_bad_input, "train takes one CONFIG file, got "
-                                  + std::to_string(parsed->positional.size()));
+    return fail(exit_bad_input, "train takes one CONFIG file, got " +
+                                  std::to_string(parsed->positional.size()));
   if (parsed->positional.empty() && !resume)
-    return fail(exit_bad_input, "usage: troupe train CONFIG [--set section.key=value ...] "
-                                "[--resume RUN_DIR]\n"
-                                + describe_args(specs));
+    return fail(exit_bad_input,
+                "usage: troupe train CONFIG [--set section.key=value ...] "
+                "[--resume RUN_DIR]\n" +
+                  describe_args(specs));
   // A resumed run continues with its own resolved config (overrides still apply).
   std::string path = parsed->positional.empty() ? std::string{} : parsed->positional[0];
   if (resume) {
@@ -38,8 +39,9 @@ int cmd_train(const args_t& args) {
     return fail(exit_bad_input, cfg.err().message);
   auto out = run_training(*cfg, resume ? *resume : std::string{});
   if (!out) {
-    const bool bad = out.err().code == errc::not_found || out.err().code == errc::bad_config
-                     || out.err().code == errc::invalid_argument;
+    const bool bad = out.err().code == errc::not_found ||
+                     out.err().code == errc::bad_config ||
+                     out.err().code == errc::invalid_argument;
     return fail(bad ? exit_bad_input : exit_failure, out.err().message);
   }
   std::printf("run folder: %s\nenv_steps %llu  updates %llu  return_mean_100 %.2f%s\n",

@@ -39,7 +39,9 @@ namespace {
 
 std::atomic<int> stop_signal{0};
 
-extern "C" void on_stop_signal(int sig) { stop_signal.store(sig); }
+extern "C" void on_stop_signal(int sig) {
+  stop_signal.store(sig);
+}
 
 // -- the model and the cast ---------------------------------------------------
 
@@ -113,12 +115,14 @@ status write_text(const std::string& path, const std::string& text) {
   return {};
 }
 
-status write_checkpoint(caf::scoped_actor& self, const cast& c, const std::string& run_dir,
-                        uint64_t run_seed) {
-  auto counters = ask<actors::metrics_counters>(self, c.metrics, actors::state_atom::value);
+status write_checkpoint(caf::scoped_actor& self, const cast& c,
+                        const std::string& run_dir, uint64_t run_seed) {
+  auto counters =
+    ask<actors::metrics_counters>(self, c.metrics, actors::state_atom::value);
   if (!counters)
     return counters.err();
-  auto ps = ask<actors::parameter_server_state>(self, c.server, actors::state_atom::value);
+  auto ps =
+    ask<actors::parameter_server_state>(self, c.server, actors::state_atom::value);
   if (!ps)
     return ps.err();
   const fs::path final_dir =
@@ -137,8 +141,8 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c, const std::strin
   std::copy(ps->buffers.begin(), ps->buffers.end(), model.buffers());
   learners::stats_snapshot obs_stats;
   if (c.obs_norm) {
-    auto snap = ask<learners::stats_snapshot>(self, c.keeper, actors::snapshot_atom::value,
-                                              std::string{"obs"});
+    auto snap = ask<learners::stats_snapshot>(
+      self, c.keeper, actors::snapshot_atom::value, std::string{"obs"});
     if (snap)
       obs_stats = std::move(*snap);
     if (obs_stats.mean.size() != static_cast<size_t>(c.spec.obs_dim)) {
@@ -166,13 +170,15 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c, const std::strin
   if (!ps->buffers.empty())
     opt.tensors.push_back(learners::st_tensor::from_f32(
       "buffers", {static_cast<int64_t>(ps->buffers.size())}, ps->buffers.data()));
-  const int64_t ints[] = {static_cast<int64_t>(ps->version), ps->adam_steps,
+  const int64_t ints[] = {static_cast<int64_t>(ps->version),
+                          ps->adam_steps,
                           static_cast<int64_t>(ps->counters.received),
                           static_cast<int64_t>(ps->counters.applied),
                           static_cast<int64_t>(ps->counters.dropped),
                           static_cast<int64_t>(ps->counters.max_staleness_seen)};
   opt.tensors.push_back(learners::st_tensor::from_i64("counters", {6}, ints));
-  if (auto ok = learners::write_safetensors((tmp / "optimizer.safetensors").string(), opt);
+  if (auto ok =
+        learners::write_safetensors((tmp / "optimizer.safetensors").string(), opt);
       !ok)
     return ok;
   // The statistics keeper.
@@ -234,7 +240,9 @@ result<actors::parameter_server_state> read_optimizer(const std::string& path) {
   if (!file)
     return file.err();
   actors::parameter_server_state st;
-  auto get = [&](const char* name) -> const learners::st_tensor* { return file->find(name); };
+  auto get = [&](const char* name) -> const learners::st_tensor* {
+    return file->find(name);
+  };
   if (!get("params") || !get("adam_m") || !get("adam_v") || !get("counters"))
     return make_error(errc::bad_input, "{}: missing tensors", path);
   st.params = get("params")->to_f32();
@@ -301,13 +309,14 @@ std::string newest_checkpoint(const std::string& run_dir) {
   std::string best;
   for (auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
     const auto name = entry.path().filename().string();
-    if (!entry.is_directory() || name.empty()
-        || name.find_first_not_of("0123456789") != std::string::npos)
+    if (!entry.is_directory() || name.empty() ||
+        name.find_first_not_of("0123456789") != std::string::npos)
       continue;
     if (name > best)
       best = name;
   }
-  return best.empty() ? std::string{} : (fs::path(run_dir) / "checkpoints" / best).string();
+  return best.empty() ? std::string{}
+                      : (fs::path(run_dir) / "checkpoints" / best).string();
 }
 
 result<training_result> run_training(const config& cfg, const std::string& resume_dir) {
@@ -320,7 +329,8 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   const std::string algo_name = cfg.get_string("algo.name");
   const bool sync = cfg.get_string("algo.mode") == "sync";
   const uint64_t num_learners = static_cast<uint64_t>(cfg.get_int("algo.num_learners"));
-  const size_t runners_per_learner = static_cast<size_t>(cfg.get_int("algo.runners_per_learner"));
+  const size_t runners_per_learner =
+    static_cast<size_t>(cfg.get_int("algo.runners_per_learner"));
   const size_t num_envs = static_cast<size_t>(cfg.get_int("env.num_envs"));
   const size_t num_steps = static_cast<size_t>(cfg.get_int("algo.num_steps"));
   const uint64_t total = static_cast<uint64_t>(cfg.get_int("algo.total_env_steps"));
@@ -347,18 +357,19 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     keep_rows_up_to((fs::path(run_dir) / "metrics.csv").string(), start.updates, true);
     keep_rows_up_to((fs::path(run_dir) / "metrics.jsonl").string(), start.updates, false);
   } else {
-    run_dir = (fs::path(cfg.get_string("run.output_dir"))
-               / (cfg.get_string("run.name") + "-" + timestamp()))
+    run_dir = (fs::path(cfg.get_string("run.output_dir")) /
+               (cfg.get_string("run.name") + "-" + timestamp()))
                 .string();
     std::error_code ec;
     for (int k = 2; fs::exists(run_dir); ++k)
-      run_dir = (fs::path(cfg.get_string("run.output_dir"))
-                 / fmt::format("{}-{}-{}", cfg.get_string("run.name"), timestamp(), k))
+      run_dir = (fs::path(cfg.get_string("run.output_dir")) /
+                 fmt::format("{}-{}-{}", cfg.get_string("run.name"), timestamp(), k))
                   .string();
     fs::create_directories(fs::path(run_dir) / "checkpoints", ec);
     if (ec)
       return make_error(errc::io_error, "cannot create {}: {}", run_dir, ec.message());
-    if (auto ok = write_text((fs::path(run_dir) / "config.toml").string(), cfg.to_toml()); !ok)
+    if (auto ok = write_text((fs::path(run_dir) / "config.toml").string(), cfg.to_toml());
+        !ok)
       return ok.err();
   }
   const uint64_t resume_salt = start.updates * 0x9e3779b97f4a7c15ull;
@@ -374,8 +385,10 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   actors::stats_keeper_options keeper_opts;
   keeper_opts.mode = cfg.get_string("stats.mode");
   keeper_opts.momentum = cfg.get_float("stats.momentum");
-  keeper_opts.publish_every_merges = static_cast<uint64_t>(cfg.get_int("stats.publish_every_merges"));
-  keeper_opts.publish_interval_ms = static_cast<uint64_t>(cfg.get_int("stats.publish_interval_ms"));
+  keeper_opts.publish_every_merges =
+    static_cast<uint64_t>(cfg.get_int("stats.publish_every_merges"));
+  keeper_opts.publish_interval_ms =
+    static_cast<uint64_t>(cfg.get_int("stats.publish_interval_ms"));
   cast c;
   c.keeper = actors::spawn_stats_keeper(sys, keeper_opts);
   c.spec = *spec;
@@ -396,13 +409,15 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   c.server = actors::spawn_parameter_server(
     sys, ps_opts,
     std::vector<float>(initial.params(), initial.params() + initial.param_count()),
-    std::vector<float>(initial.buffers(), initial.buffers() + initial.buffer_count()), store);
+    std::vector<float>(initial.buffers(), initial.buffers() + initial.buffer_count()),
+    store);
 
   if (!checkpoint.empty()) {
     auto st = read_optimizer((fs::path(checkpoint) / "optimizer.safetensors").string());
     if (!st)
       return st.err();
-    auto restored = ask<uint64_t>(self, c.server, actors::state_atom::value, std::move(*st));
+    auto restored =
+      ask<uint64_t>(self, c.server, actors::state_atom::value, std::move(*st));
     if (!restored)
       return restored.err();
     auto loaded = ask<caf::ok_atom>(self, c.keeper, actors::load_atom::value,
@@ -479,19 +494,20 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     lo.keeper = c.keeper;
     lo.device = device->kind;
     for (auto& layer : bn_layers)
-      lo.batch_norm_views.push_back(
-        actors::subscribe_view(sys, c.keeper, layer.prefix, static_cast<size_t>(layer.width)));
+      lo.batch_norm_views.push_back(actors::subscribe_view(
+        sys, c.keeper, layer.prefix, static_cast<size_t>(layer.width)));
     // sync: every learner takes part in every step, so each has its own share.
     auto budget = sync ? std::make_shared<actors::step_budget>(
                            total / num_learners, start.env_steps / num_learners)
                        : shared_budget;
     auto keeper = c.keeper;
     const bool box = spec->action == learners::action_kind::box;
-    auto make_runner = [&sys, store, keeper, env_id, num_envs, env_threads, num_steps, seed,
-                        li, runners_per_learner, obs_norm, eps, clip, box, fail_after,
-                        resume_salt, obs_scale, obs_spread, obs_dim = spec->obs_dim](
-                         size_t index, uint64_t restarts, const std::string& name,
-                         caf::actor consumer) -> caf::actor {
+    auto make_runner = [&sys, store, keeper, env_id, num_envs, env_threads, num_steps,
+                        seed, li, runners_per_learner, obs_norm, eps, clip, box,
+                        fail_after, resume_salt, obs_scale, obs_spread,
+                        obs_dim = spec->obs_dim](size_t index, uint64_t restarts,
+                                                 const std::string& name,
+                                                 caf::actor consumer) -> caf::actor {
       auto env = envs::make_vector_env(env_id, num_envs, env_threads);
       std::shared_ptr<envs::vector_env> shared(std::move(*env));
       if (box)
@@ -514,9 +530,10 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     };
     std::shared_ptr<learners::stats_view> view;
     if (obs_norm)
-      view = actors::subscribe_view(sys, c.keeper, "obs", static_cast<size_t>(spec->obs_dim));
-    auto l = actors::spawn_learner(sys, lo, c.server, c.metrics, store, budget, make_runner,
-                                   view);
+      view =
+        actors::subscribe_view(sys, c.keeper, "obs", static_cast<size_t>(spec->obs_dim));
+    auto l = actors::spawn_learner(sys, lo, c.server, c.metrics, store, budget,
+                                   make_runner, view);
     learner_actors.push_back(l);
   }
 
@@ -541,7 +558,8 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     self->receive(
       [&](actors::ckpt_atom, uint64_t) {
         if (auto ok = write_checkpoint(self, c, run_dir, seed); !ok)
-          std::fprintf(stderr, "troupe: checkpoint failed: %s\n", ok.err().message.c_str());
+          std::fprintf(stderr, "troupe: checkpoint failed: %s\n",
+                       ok.err().message.c_str());
       },
       [&](actors::done_atom) {}, // the metrics actor: budget spent
       [&](actors::done_atom, bool interrupted, std::string& why) {
@@ -559,16 +577,18 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   training_result out;
   out.run_dir = run_dir;
   out.interrupted = stopping;
-  auto final_counters = ask<actors::metrics_counters>(self, c.metrics, actors::row_atom::value);
+  auto final_counters =
+    ask<actors::metrics_counters>(self, c.metrics, actors::row_atom::value);
   if (final_counters) {
     out.env_steps = final_counters->env_steps;
     out.updates = final_counters->updates;
     double sum = 0;
     for (double r : final_counters->recent_returns)
       sum += r;
-    out.return_mean_100 = final_counters->recent_returns.empty()
-                            ? NAN
-                            : sum / static_cast<double>(final_counters->recent_returns.size());
+    out.return_mean_100 =
+      final_counters->recent_returns.empty()
+        ? NAN
+        : sum / static_cast<double>(final_counters->recent_returns.size());
   }
   auto final_ckpt = write_checkpoint(self, c, run_dir, seed);
 #ifdef TROUPE_HAVE_PLOT

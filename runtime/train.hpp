@@ -23,7 +23,8 @@ struct training_result {
 /// Trains with `cfg`. With `resume_dir`, continues the run in that folder
 /// from its newest complete checkpoint; otherwise creates
 /// <run.output_dir>/<run.name>-<YYYYmmdd-HHMMSS>/.
-result<training_result> run_training(const config& cfg, const std::string& resume_dir = {});
+result<training_result> run_training(const config& cfg,
+                                     const std::string& resume_dir = {});
 
 /// The newest complete checkpoint folder of a run folder (empty when none).
 std::string newest_checkpoint(const std::string& run_dir);

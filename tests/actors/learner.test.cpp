@@ -30,7 +30,8 @@ TEST_CASE("GAE over an autoreset batch matches a per-environment float64 recursi
   const size_t steps = 37, envs = 5;
   const double gamma = 0.9 + 0.09 * unit(gen), lambda = 0.8 + 0.2 * unit(gen);
   std::vector<float> rewards(steps * envs), values((steps + 1) * envs);
-  std::vector<uint8_t> term(steps * envs, 0), trunc(steps * envs, 0), reset(steps * envs, 0);
+  std::vector<uint8_t> term(steps * envs, 0), trunc(steps * envs, 0),
+    reset(steps * envs, 0);
   for (auto& v : values)
     v = static_cast<float>(unit(gen) * 4 - 2);
   for (size_t e = 0; e < envs; ++e) {
@@ -51,8 +52,9 @@ TEST_CASE("GAE over an autoreset batch matches a per-environment float64 recursi
   }
   std::vector<float> adv(steps * envs), ret(steps * envs);
   std::vector<uint8_t> valid(steps * envs);
-  learners::compute_gae(steps, envs, rewards.data(), term.data(), trunc.data(), reset.data(),
-                        values.data(), gamma, lambda, adv.data(), ret.data(), valid.data());
+  learners::compute_gae(steps, envs, rewards.data(), term.data(), trunc.data(),
+                        reset.data(), values.data(), gamma, lambda, adv.data(),
+                        ret.data(), valid.data());
   // Reference: forward over each environment, every advantage as the explicit
   // discounted sum of TD errors up to its episode's end (or the batch's end).
   for (size_t e = 0; e < envs; ++e) {

@@ -38,8 +38,9 @@ template <class T, class... Ts>
 T ask(caf::scoped_actor& self, const caf::actor& dest, Ts&&... xs) {
   T out{};
   self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
-    .receive([&](T& x) { out = std::move(x); },
-             [&](caf::error& e) { FAIL("request failed: " << self->system().render(e)); });
+    .receive(
+      [&](T& x) { out = std::move(x); },
+      [&](caf::error& e) { FAIL("request failed: " << self->system().render(e)); });
   return out;
 }
 
@@ -53,8 +54,8 @@ std::vector<float> random_vector(std::mt19937_64& gen, size_t n, double scale) {
 
 // One Adam step from zero state in float64: m = (1-b1) g, v = (1-b2) g^2,
 // bias-corrected m_hat = g, v_hat = g^2.
-std::vector<double> adam_first_step(const std::vector<float>& p, const std::vector<double>& g,
-                                    double lr, double eps) {
+std::vector<double> adam_first_step(const std::vector<float>& p,
+                                    const std::vector<double>& g, double lr, double eps) {
   std::vector<double> out(p.size());
   for (size_t i = 0; i < p.size(); ++i)
     out[i] = p[i] - lr * g[i] / (std::sqrt(g[i] * g[i]) + eps);
@@ -89,7 +90,8 @@ TEST_CASE("sync mode waits for one gradient from every learner, then applies the
   }
   // Two of three learners: nothing is applied and nobody is answered yet.
   for (uint64_t k = 0; k + 1 < learners; ++k)
-    self->send(server, gradient_update{"l" + std::to_string(k), 0, samples[k], lr, grads[k], {}});
+    self->send(server,
+               gradient_update{"l" + std::to_string(k), 0, samples[k], lr, grads[k], {}});
   auto status = ask<parameter_server_status>(self, server, status_atom::value);
   CHECK(status.received == learners - 1);
   CHECK(status.version == 0);
@@ -142,8 +144,8 @@ TEST_CASE("async mode applies each gradient as it arrives and drops, counts and 
   const uint64_t sent = max_staleness + 4;
   std::vector<float> weights_at_limit;
   for (uint64_t k = 0; k < sent; ++k) {
-    auto w = ask<weights_reply>(self, server,
-                                gradient_update{"l", 0, 10, 1e-3, random_vector(gen, n, 0.1), {}});
+    auto w = ask<weights_reply>(
+      self, server, gradient_update{"l", 0, 10, 1e-3, random_vector(gen, n, 0.1), {}});
     const bool should_apply = k <= max_staleness;
     CHECK(w.applied == should_apply);
     CHECK(w.version == std::min<uint64_t>(k + 1, max_staleness + 1));
@@ -157,9 +159,9 @@ TEST_CASE("async mode applies each gradient as it arrives and drops, counts and 
   CHECK(status.applied == max_staleness + 1);
   CHECK(status.dropped == sent - (max_staleness + 1));
   // A gradient on the current version is applied again.
-  auto w = ask<weights_reply>(self, server,
-                              gradient_update{"l", status.version, 10, 1e-3,
-                                              random_vector(gen, n, 0.1), {}});
+  auto w = ask<weights_reply>(
+    self, server,
+    gradient_update{"l", status.version, 10, 1e-3, random_vector(gen, n, 0.1), {}});
   CHECK(w.applied);
   CHECK(w.version == status.version + 1);
   self->send_exit(server, caf::exit_reason::user_shutdown);
@@ -176,8 +178,10 @@ TEST_CASE("the parameter server's state round-trips through state_atom") {
   auto b = spawn_parameter_server(*fx.sys, opts, random_vector(gen, n, 1.0), {});
   caf::scoped_actor self{*fx.sys};
   for (int k = 0; k < 3; ++k)
-    ask<weights_reply>(self, a, gradient_update{"l", static_cast<uint64_t>(k), 1, 1e-2,
-                                                random_vector(gen, n, 0.1), {}});
+    ask<weights_reply>(
+      self, a,
+      gradient_update{
+        "l", static_cast<uint64_t>(k), 1, 1e-2, random_vector(gen, n, 0.1), {}});
   auto st = ask<parameter_server_state>(self, a, state_atom::value);
   CHECK(ask<uint64_t>(self, b, state_atom::value, st) == 3);
   // The same next gradient gives the same weights on both.
@@ -212,8 +216,8 @@ TEST_CASE("a stopping sync server answers a learner waiting for a step the other
   CHECK(w.version == 0);
   CHECK(w.params == params);
   // Later gradients are answered at once, unapplied.
-  auto later = ask<weights_reply>(self, server,
-                                  gradient_update{"b", 0, 5, 1e-3, random_vector(gen, n, 0.1), {}});
+  auto later = ask<weights_reply>(
+    self, server, gradient_update{"b", 0, 5, 1e-3, random_vector(gen, n, 0.1), {}});
   CHECK_FALSE(later.applied);
   CHECK(later.params == params);
   self->send_exit(server, caf::exit_reason::user_shutdown);

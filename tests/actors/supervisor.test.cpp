@@ -32,8 +32,8 @@ struct supervisor_fixture {
 // A stand-in learner (or server): on stop_atom, tells `observer` its name,
 // then ends normally (a learner) or stays (the server). On error_atom-like
 // string "fail", ends with an error.
-caf::behavior stand_in(caf::event_based_actor* self, std::string name, caf::actor observer,
-                       bool quits_on_stop) {
+caf::behavior stand_in(caf::event_based_actor* self, std::string name,
+                       caf::actor observer, bool quits_on_stop) {
   return {
     [=](stop_atom) {
       self->send(observer, name);

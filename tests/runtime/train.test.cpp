@@ -92,10 +92,17 @@ std::string config_path() {
 // patience and returns its pid once its first complete checkpoint exists
 // (polled; the child is not waited for a fixed time).
 pid_t start_until_first_checkpoint(const std::string& out, uint64_t seed) {
-  std::vector<std::string> argv_s = {
-    TROUPE_BINARY, "train", config_path(), "--set", fmt::format("run.output_dir=\"{}\"", out),
-    "--set", "run.checkpoint_every_updates=5", "--set", "algo.total_env_steps=50000000",
-    "--set", fmt::format("run.seed={}", seed)};
+  std::vector<std::string> argv_s = {TROUPE_BINARY,
+                                     "train",
+                                     config_path(),
+                                     "--set",
+                                     fmt::format("run.output_dir=\"{}\"", out),
+                                     "--set",
+                                     "run.checkpoint_every_updates=5",
+                                     "--set",
+                                     "algo.total_env_steps=50000000",
+                                     "--set",
+                                     fmt::format("run.seed={}", seed)};
   std::vector<char*> argv;
   for (auto& a : argv_s)
     argv.push_back(a.data());
@@ -141,10 +148,22 @@ TEST_CASE("training CartPole with PPO and a fixed seed lifts the 100-episode mea
   CHECK(read_file(run / "config.toml").find("id = \"CartPole-v1\"") != std::string::npos);
   auto rows = read_metrics(run);
   REQUIRE(rows.size() >= 2);
-  const char* first_columns[] = {
-    "wall_time_s", "env_steps", "updates", "episodes", "return_mean_100", "return_last",
-    "episode_length_mean", "sps", "policy_lag_mean", "policy_lag_max", "stats_version",
-    "stats_lag", "loss_policy", "loss_value", "entropy", "learning_rate"};
+  const char* first_columns[] = {"wall_time_s",
+                                 "env_steps",
+                                 "updates",
+                                 "episodes",
+                                 "return_mean_100",
+                                 "return_last",
+                                 "episode_length_mean",
+                                 "sps",
+                                 "policy_lag_mean",
+                                 "policy_lag_max",
+                                 "stats_version",
+                                 "stats_lag",
+                                 "loss_policy",
+                                 "loss_value",
+                                 "entropy",
+                                 "learning_rate"};
   auto header = split(lines_of(read_file(run / "metrics.csv"))[0], ',');
   for (size_t i = 0; i < std::size(first_columns); ++i)
     CHECK(header.at(i) == first_columns[i]);
@@ -161,7 +180,8 @@ TEST_CASE("training CartPole with PPO and a fixed seed lifts the 100-episode mea
   // Sync PPO with one learner acts with the newest weights.
   CHECK(std::stod(last.at("policy_lag_max")) == 0);
   // A checkpoint at the end, complete.
-  auto ckpt = run / "checkpoints" / fmt::format("{:010d}", std::stoull(last.at("updates")));
+  auto ckpt =
+    run / "checkpoints" / fmt::format("{:010d}", std::stoull(last.at("updates")));
   CHECK(fs::exists(ckpt / "policy.safetensors"));
   CHECK(fs::exists(ckpt / "optimizer.safetensors"));
   CHECK(fs::exists(ckpt / "stats.bin"));
@@ -208,7 +228,8 @@ TEST_CASE("a run killed with SIGKILL after its first checkpoint resumes at the "
   auto final_counters =
     read_counters(run / "checkpoints" / fmt::format("{:010d}", updates + 10));
   CHECK(std::stoull(final_counters.at("env_steps")) == steps + 10 * 512);
-  CHECK(std::stoull(final_counters.at("episodes")) >= std::stoull(counters.at("episodes")));
+  CHECK(std::stoull(final_counters.at("episodes")) >=
+        std::stoull(counters.at("episodes")));
 }
 
 TEST_CASE("an environment runner that throws is restarted and the run goes on") {
