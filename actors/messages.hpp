@@ -220,6 +220,7 @@ struct learner_report {
   uint64_t dropped = 0;       ///< gradients of this batch dropped as stale
   uint64_t runner_restarts = 0; ///< runner restarts so far (this learner)
   uint64_t non_finite = 0;    ///< non-finite values dropped so far (this learner's runners)
+  bool skipped = false;       ///< the batch was not learned (non-finite values)
 };
 
 template <class Inspector>
@@ -227,7 +228,7 @@ typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
   return f(caf::meta::type_name("learner_report"), x.learner, x.env_steps,
            x.episode_returns, x.episode_lengths, x.policy_lag, x.stats_version,
            x.stats_lag, x.weights_version, x.loss_policy, x.loss_value, x.entropy,
-           x.learning_rate, x.dropped, x.runner_restarts, x.non_finite);
+           x.learning_rate, x.dropped, x.runner_restarts, x.non_finite, x.skipped);
 }
 
 /// The metrics actor's counters: what a checkpoint keeps and a resume restores.
