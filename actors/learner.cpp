@@ -1,6 +1,7 @@
 #include "actors/learner.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <vector>
@@ -40,6 +41,7 @@ struct learner_work {
   envs::rng gen;
   uint64_t env_steps_learned = 0;
   uint64_t restarts = 0;
+  uint64_t non_finite = 0;
   // per-batch scratch
   learners::policy_output out;
   learners::head_cache<float> head;
@@ -113,6 +115,15 @@ void behavior_outputs(learner_work& w, const learners::actor_critic& model,
                                       w.head);
   }
   w.old_logp.assign(w.head.logp.begin(), w.head.logp.begin() + rows);
+}
+
+size_t count_non_finite(const trajectory_batch& b) {
+  size_t bad = 0;
+  for (float x : b.observations)
+    bad += !std::isfinite(x);
+  for (float x : b.rewards)
+    bad += !std::isfinite(x);
+  return bad;
 }
 
 struct step_totals {
@@ -330,6 +341,26 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       slot->outstanding = false;
       if (w.opts.pipelined)
         ask_batch(*slot);
+      if (const size_t bad = count_non_finite(b); bad > 0) {
+        // The runner kept this batch's moments from the keeper; the learner
+        // keeps it from the weights.
+        w.non_finite += bad;
+        log_line(w, fmt::format("learner '{}': {}: batch {} of '{}' has {} non-finite "
+                                "observation or reward value(s); skipped",
+                                w.opts.name, b.env_id, b.sequence, b.runner, bad));
+        learner_report skipped;
+        skipped.learner = w.opts.name;
+        skipped.env_steps = b.steps * b.num_envs;
+        skipped.weights_version = w.version;
+        skipped.runner_restarts = w.restarts;
+        skipped.non_finite = w.non_finite;
+        skipped.skipped = true;
+        self->send(w.metrics, std::move(skipped));
+        if (!w.opts.pipelined)
+          ask_batch(*slot);
+        running = outstanding();
+        return;
+      }
       auto behavior = w.store->at(b.policy_version);
       if (!behavior || w.opts.algo == algorithm::a3c)
         behavior =
@@ -362,6 +393,7 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       rep.dropped = totals.dropped;
       rep.weights_version = w.version;
       rep.runner_restarts = w.restarts;
+      rep.non_finite = w.non_finite;
       rep.episode_returns = std::move(b.episode_returns);
       rep.episode_lengths = std::move(b.episode_lengths);
       self->send(w.metrics, std::move(rep));

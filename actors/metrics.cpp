@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -29,7 +30,8 @@ const char* const metrics_columns[] = {"wall_time_s",
                                        "learning_rate",
                                        "weights_version",
                                        "dropped_gradients",
-                                       "runner_restarts"};
+                                       "runner_restarts",
+                                       "non_finite"};
 
 const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
 
@@ -56,6 +58,8 @@ struct metrics_state {
   learner_report last;
   uint64_t dropped = 0;
   uint64_t restarts = 0;
+  uint64_t non_finite = 0;
+  std::map<std::string, uint64_t> non_finite_by_learner;
   bool done_sent = false;
   uint64_t last_row_updates = UINT64_MAX;
   std::FILE* csv = nullptr;
@@ -123,7 +127,8 @@ void write_row(metrics_state& st) {
                                      num(st.last.learning_rate),
                                      std::to_string(st.last.weights_version),
                                      std::to_string(st.dropped),
-                                     std::to_string(st.restarts)};
+                                     std::to_string(st.restarts),
+                                     std::to_string(st.non_finite)};
   if (st.csv) {
     std::string line;
     for (size_t i = 0; i < values.size(); ++i)
@@ -208,6 +213,12 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
       auto& s = self->state;
       s.c.env_steps += r.env_steps;
       s.row_steps += r.env_steps;
+      s.non_finite_by_learner[r.learner] = r.non_finite;
+      s.non_finite = 0;
+      for (auto& kv : s.non_finite_by_learner)
+        s.non_finite += kv.second;
+      if (r.skipped)
+        return; // not learned: no update, no losses
       s.c.updates += 1;
       s.c.episodes += r.episode_returns.size();
       for (size_t i = 0; i < r.episode_returns.size(); ++i) {

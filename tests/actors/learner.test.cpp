@@ -1,12 +1,19 @@
-// The learner's batch preparation: GAE over time-major batches with
+// The learner: its batch preparation (GAE over time-major batches with
 // next-step autoreset, against a float64 reference written episode by
-// episode; and the action samplers' log-probabilities.
+// episode; the action samplers' log-probabilities), and the actor with a
+// scripted runner and a real parameter server.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include <caf/all.hpp>
+
+#include "actors/learner.hpp"
+#include "actors/messages.hpp"
+#include "actors/parameter_server.hpp"
+#include "actors/policy_store.hpp"
 #include "envs/rng.hpp"
 #include "learners/rollout.hpp"
 
@@ -124,4 +131,119 @@ TEST_CASE("Gaussian sampling reports the log-density of the drawn action") {
     }
     CHECK(logp == doctest::Approx(ref).epsilon(1e-4));
   }
+}
+
+// -- the learner actor --------------------------------------------------------
+
+namespace {
+
+// A stand-in runner: answers each collect request with the next of its
+// prepared batches, sent to the learner.
+caf::behavior
+scripted_runner(caf::event_based_actor* self, std::string name, caf::actor consumer,
+                std::shared_ptr<std::vector<actors::trajectory_batch>> batches) {
+  auto next = std::make_shared<size_t>(0);
+  return {
+    [=](actors::collect_atom, uint64_t n) -> uint64_t {
+      for (uint64_t k = 0; k < n && *next < batches->size(); ++k) {
+        auto b = (*batches)[(*next)++];
+        b.runner = name;
+        self->send(consumer, std::move(b));
+      }
+      return n;
+    },
+  };
+}
+
+actors::trajectory_batch random_batch(std::mt19937_64& gen, size_t steps, size_t envs) {
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  actors::trajectory_batch b;
+  b.env_id = "CartPole-v1";
+  b.num_envs = envs;
+  b.steps = steps;
+  b.obs_dim = 4;
+  b.action_dim = 1;
+  b.observations.resize((steps + 1) * envs * 4);
+  for (auto& x : b.observations)
+    x = normal(gen);
+  b.actions.resize(steps * envs);
+  for (auto& a : b.actions)
+    a = static_cast<float>(gen() % 2);
+  b.rewards.assign(steps * envs, 1.0f);
+  b.terminated.assign(steps * envs, 0);
+  b.truncated.assign(steps * envs, 0);
+  b.autoreset.assign(steps * envs, 0);
+  return b;
+}
+
+} // namespace
+
+TEST_CASE("a learner skips and counts a batch with a non-finite reward, which never "
+          "reaches the weights, and learns the next batch with one gradient per "
+          "minibatch") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  caf::actor_system_config cfg;
+  actors::register_messages(cfg);
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self{sys};
+
+  learners::model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 2;
+  spec.hidden = {8};
+  learners::actor_critic initial(spec, seed);
+  auto store = std::make_shared<actors::policy_store>(initial, 8);
+  actors::parameter_server_options ps_opts;
+  ps_opts.log = [](const std::string&) {};
+  auto server = actors::spawn_parameter_server(
+    sys, ps_opts,
+    std::vector<float>(initial.params(), initial.params() + initial.param_count()), {},
+    store);
+
+  const size_t steps = 6, envs = 3;
+  auto batches = std::make_shared<std::vector<actors::trajectory_batch>>();
+  batches->push_back(random_batch(gen, steps, envs));
+  (*batches)[0].rewards[gen() % (steps * envs)] = std::nanf("");
+  batches->push_back(random_batch(gen, steps, envs));
+
+  actors::learner_options lo;
+  lo.name = "L";
+  lo.spec = spec;
+  lo.update_epochs = 1;
+  lo.num_minibatches = 2;
+  lo.anneal_lr = false;
+  lo.steps_per_runner_batch = steps * envs;
+  lo.log = [](const std::string&) {};
+  auto budget = std::make_shared<actors::step_budget>(2 * steps * envs);
+  auto make_runner = [&sys, batches](size_t, uint64_t, const std::string& name,
+                                     caf::actor consumer) {
+    return sys.spawn(scripted_runner, name, consumer, batches);
+  };
+  auto learner = actors::spawn_learner(sys, lo, server, caf::actor_cast<caf::actor>(self),
+                                       store, budget, make_runner);
+  self->monitor(learner);
+  std::vector<actors::learner_report> reports;
+  while (reports.size() < 2)
+    self->receive([&](actors::learner_report& r) { reports.push_back(std::move(r)); });
+  CHECK(reports[0].skipped);
+  CHECK(reports[0].non_finite == 1);
+  CHECK(reports[0].weights_version == 0);
+  CHECK_FALSE(reports[1].skipped);
+  CHECK(reports[1].policy_lag == 0);
+  CHECK(reports[1].weights_version == 2);
+  CHECK(std::isfinite(reports[1].loss_value));
+  // The budget is spent: the learner ends by itself, normally.
+  self->receive([&](caf::down_msg& down) { CHECK(!down.reason); });
+  actors::parameter_server_status status;
+  self->request(server, caf::infinite, actors::status_atom::value)
+    .receive([&](actors::parameter_server_status& s) { status = s; },
+             [&](caf::error&) { FAIL("no status"); });
+  CHECK(status.version == 2);
+  CHECK(status.applied == 2);
+  for (size_t i = 0; i < initial.param_count(); ++i)
+    REQUIRE(std::isfinite(store->latest()->model.params()[i]));
+  self->send_exit(server, caf::exit_reason::user_shutdown);
 }
