@@ -1,5 +1,7 @@
 #include "actors/stats_streams.hpp"
 
+#include "learners/safetensors.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -7,7 +9,6 @@
 #include <fstream>
 #include <iterator>
 
-#include <unistd.h>
 
 namespace troupe::actors {
 
@@ -284,25 +285,7 @@ status stats_streams::save(const std::string& path) const {
   file.out += payload.out;
   file.put<uint64_t>(fnv1a64(payload.out));
 
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f)
-    return make_error(errc::io_error, "{}: cannot open for writing: {}", tmp,
-                      std::strerror(errno));
-  bool ok = std::fwrite(file.out.data(), 1, file.out.size(), f) == file.out.size();
-  ok = std::fflush(f) == 0 && ok;
-  ok = ::fsync(fileno(f)) == 0 && ok;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    return make_error(errc::io_error, "{}: write failed: {}", tmp, std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return make_error(errc::io_error, "{}: cannot rename into place: {}", path,
-                      std::strerror(errno));
-  }
-  return {};
+  return learners::write_file_atomically(path, file.out.data(), file.out.size());
 }
 
 status stats_streams::load(const std::string& path) {

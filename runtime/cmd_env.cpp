@@ -16,6 +16,7 @@
 #include "envs/registry.hpp"
 #include "runtime/args.hpp"
 #include "runtime/commands.hpp"
+#include "runtime/json.hpp"
 
 namespace troupe::runtime {
 
@@ -88,10 +89,7 @@ result<std::vector<float>> parse_action(const std::string& text, const envs::spa
 
 // "[x0, x1, ...]" with `digits` significant digits per number.
 std::string number_list(const std::vector<double>& xs, int digits) {
-  std::string out = "[";
-  for (size_t i = 0; i < xs.size(); ++i)
-    out += fmt::format("{}{:.{}g}", i == 0 ? "" : ", ", xs[i], digits);
-  return out + "]";
+  return json_number_list(xs, digits);
 }
 
 // For JSON: 17 digits, so that every double reads back exactly.

@@ -18,6 +18,7 @@
 #include "runtime/args.hpp"
 #include "runtime/commands.hpp"
 #include "runtime/csv.hpp"
+#include "runtime/json.hpp"
 
 namespace troupe::runtime {
 
@@ -52,13 +53,6 @@ void file_worker(caf::blocking_actor* self, std::shared_ptr<csv_reader> reader,
   self->request(keeper, caf::infinite, actors::sync_atom::value)
     .receive([](actors::sync_atom) {}, [](caf::error&) {});
   self->send(coordinator, done_atom::value, total);
-}
-
-std::string json_numbers(const std::vector<double>& xs) {
-  std::string out = "[";
-  for (size_t i = 0; i < xs.size(); ++i)
-    out += fmt::format("{}{:.17g}", i == 0 ? "" : ", ", xs[i]);
-  return out + "]";
 }
 
 } // namespace
@@ -160,7 +154,7 @@ int cmd_stats_compute(const args_t& args) {
   if (parsed->flag("json")) {
     std::printf("{\"count\": %llu, \"dim\": %zu, \"mean\": %s, \"var\": %s, \"version\": %llu}\n",
                 static_cast<unsigned long long>(snap.count), dim,
-                json_numbers(snap.mean).c_str(), json_numbers(snap.var).c_str(),
+                json_number_list(snap.mean).c_str(), json_number_list(snap.var).c_str(),
                 static_cast<unsigned long long>(snap.version));
     return 0;
   }

@@ -15,9 +15,11 @@
 #include "actors/stats_keeper.hpp"
 #include "actors/stats_streams.hpp"
 #include "kernels/moments.hpp"
+#include "tests/seed.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
+using troupe::test::fresh_seed;
 
 namespace {
 
@@ -99,10 +101,6 @@ kernels::moments reference(const std::vector<float>& x, size_t dim) {
     out.m2[j] = static_cast<double>(q);
   }
   return out;
-}
-
-uint64_t fresh_seed() {
-  return std::random_device{}();
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/moments.hpp"
+#include "tests/seed.hpp"
 
 using troupe::kernels::compute_moments;
 using troupe::kernels::merge;
@@ -58,14 +59,10 @@ void check_close(const moments& got, const moments& want, double rel) {
   }
 }
 
-uint64_t test_seed() {
-  return std::random_device{}();
-}
-
 } // namespace
 
 TEST_CASE("the moments of a batch equal the float64 two-pass reference") {
-  auto seed = test_seed();
+  auto seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   for (size_t dim : {1u, 3u, 17u, 64u}) {
@@ -81,7 +78,7 @@ TEST_CASE("the moments of a batch equal the float64 two-pass reference") {
 }
 
 TEST_CASE("merging random shards in any order and grouping equals the single-pass result") {
-  auto seed = test_seed();
+  auto seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   const size_t dim = 9, rows = 20000;
@@ -113,7 +110,7 @@ TEST_CASE("merging random shards in any order and grouping equals the single-pas
 }
 
 TEST_CASE("a large offset with a tiny spread keeps the variance to 1e-6 relative") {
-  auto seed = test_seed();
+  auto seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   const size_t dim = 4, rows = 100000;
@@ -136,7 +133,7 @@ TEST_CASE("a large offset with a tiny spread keeps the variance to 1e-6 relative
 }
 
 TEST_CASE("unequal shards with different means give the pooled variance, not the average") {
-  auto seed = test_seed();
+  auto seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   const size_t dim = 2;
@@ -158,7 +155,7 @@ TEST_CASE("unequal shards with different means give the pooled variance, not the
 }
 
 TEST_CASE("merging with empty moments leaves the other side unchanged") {
-  std::mt19937_64 rng(test_seed());
+  std::mt19937_64 rng(troupe::test::fresh_seed());
   auto x = random_rows(rng, 50, 3, 1.0, 1.0);
   auto m = compute_moments(x.data(), 50, 3);
   moments empty(3);
@@ -193,7 +190,7 @@ TEST_CASE("CUDA moments match the CPU twin") {
     MESSAGE("skipped: no CUDA device (or built without CUDA); CPU/CUDA parity not checked");
     return;
   }
-  std::mt19937_64 rng(test_seed());
+  std::mt19937_64 rng(troupe::test::fresh_seed());
   for (size_t dim : {1u, 5u, 33u, 64u, 300u}) {
     for (size_t rows : {1u, 100u, 4096u, 200000u}) {
       auto x = random_rows(rng, rows, dim, 100.0, 0.5);
