@@ -103,6 +103,8 @@ void add_env(std::vector<option_spec>& out) {
                           true, false));
   out.push_back(opt_float("env", "obs_scale_spread", 1.0, 1.0, 1e9,
                           "runner i scales observations by obs_scale * spread^i (1: all alike)"));
+  out.push_back(opt_float("env", "num_envs_spread", 1.0, 1.0, 1e3,
+                          "runner i steps round(num_envs * spread^i) environments (heterogeneous batch sizes; 1: all alike)"));
   out.push_back(opt_int("env", "fail_after_calls", 0, 0, int_max,
                         "testing: runner 0's policy throws on this call, once (0: never)"));
 }
