@@ -23,6 +23,7 @@ struct runner_slot {
   std::string name;
   uint64_t restarts = 0;
   bool outstanding = false; // a batch is being collected for us
+  size_t index = 0;
 };
 
 // Everything one learner reuses from batch to batch.
@@ -82,14 +83,27 @@ void take_weights(learner_work& w, const weights_reply& r) {
     std::copy(r.buffers.begin(), r.buffers.end(), w.current.buffers());
 }
 
+uint64_t runner_steps(const learner_options& o, size_t index) {
+  return index < o.runner_batch_steps.size() ? o.runner_batch_steps[index]
+                                             : o.steps_per_runner_batch;
+}
+
+// Environment steps of one batch from each runner.
+uint64_t round_steps(const learner_options& o) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < o.num_runners; ++i)
+    sum += runner_steps(o, i);
+  return sum;
+}
+
 double scheduled_lr(const learner_work& w) {
   if (!w.opts.anneal_lr || !w.budget || w.budget->total() == 0)
     return w.opts.learning_rate;
   double frac =
     static_cast<double>(w.budget->claimed()) / static_cast<double>(w.budget->total());
   // The batch being learned was claimed one batch per runner ago.
-  frac -= static_cast<double>(w.opts.steps_per_runner_batch * w.opts.num_runners) /
-          static_cast<double>(w.budget->total());
+  frac -=
+    static_cast<double>(round_steps(w.opts)) / static_cast<double>(w.budget->total());
   return w.opts.learning_rate * std::max(1.0 - std::max(frac, 0.0), 0.0);
 }
 
@@ -313,13 +327,14 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
              });
   std::vector<runner_slot> runners(w.opts.num_runners);
   auto ask_batch = [&](runner_slot& r) {
-    if (r.outstanding || !w.budget->claim(w.opts.steps_per_runner_batch))
+    if (r.outstanding || !w.budget->claim(runner_steps(w.opts, r.index)))
       return;
     r.outstanding = true;
     self->send(r.actor, collect_atom::value, uint64_t{1});
   };
   for (size_t i = 0; i < runners.size(); ++i) {
     runners[i].name = fmt::format("{}.runner{}", w.opts.name, i);
+    runners[i].index = i;
     runners[i].actor =
       w.make_runner(i, 0, runners[i].name, caf::actor_cast<caf::actor>(self));
     self->monitor(runners[i].actor);

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/all.hpp>
 
@@ -81,6 +82,8 @@ struct learner_options {
   bool anneal_lr = true;                 ///< linear annealing over the budget
   size_t num_runners = 1;                ///< runners it owns
   uint64_t steps_per_runner_batch = 512; ///< environment steps in one runner batch
+  /// Per runner (heterogeneous batch sizes); empty: steps_per_runner_batch each.
+  std::vector<uint64_t> runner_batch_steps;
   bool pipelined = false;           ///< ask for the next batch before learning this one
   uint64_t max_runner_restarts = 3; ///< per runner; then the learner fails
   uint64_t seed = 1;                ///< minibatch shuffling

@@ -456,7 +456,20 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   const double obs_spread = cfg.get_float("env.obs_scale_spread");
 
   // -- learners and their runners ---------------------------------------------
-  const uint64_t batch_steps = num_steps * num_envs;
+  // Runner slot i (over all learners) has num_envs * spread^i environments.
+  const double envs_spread = cfg.get_float("env.num_envs_spread");
+  auto envs_of_slot = [&](uint64_t slot) {
+    const double n = std::round(static_cast<double>(num_envs) *
+                                std::pow(envs_spread, static_cast<double>(slot)));
+    return static_cast<size_t>(std::max(1.0, n));
+  };
+  std::vector<uint64_t> learner_round_steps(num_learners, 0);
+  uint64_t all_round_steps = 0;
+  for (uint64_t li = 0; li < num_learners; ++li) {
+    for (size_t ri = 0; ri < runners_per_learner; ++ri)
+      learner_round_steps[li] += num_steps * envs_of_slot(li * runners_per_learner + ri);
+    all_round_steps += learner_round_steps[li];
+  }
   auto shared_budget = std::make_shared<actors::step_budget>(total, start.env_steps);
   const uint64_t fail_after = static_cast<uint64_t>(cfg.get_int("env.fail_after_calls"));
   const std::string env_id = (*env_spec)->id;
@@ -488,7 +501,10 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     lo.learning_rate = cfg.get_float("algo.learning_rate");
     lo.anneal_lr = cfg.get_bool("algo.anneal_lr");
     lo.num_runners = runners_per_learner;
-    lo.steps_per_runner_batch = batch_steps;
+    lo.steps_per_runner_batch = num_steps * num_envs;
+    for (size_t ri = 0; ri < runners_per_learner; ++ri)
+      lo.runner_batch_steps.push_back(num_steps *
+                                      envs_of_slot(li * runners_per_learner + ri));
     lo.pipelined = !sync;
     lo.seed = seed * 7919 + li + resume_salt;
     lo.keeper = c.keeper;
@@ -496,25 +512,32 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     for (auto& layer : bn_layers)
       lo.batch_norm_views.push_back(actors::subscribe_view(
         sys, c.keeper, layer.prefix, static_cast<size_t>(layer.width)));
-    // sync: every learner takes part in every step, so each has its own share.
+    // sync: every learner takes part in every step, so each gets the same
+    // number of batches (its share of the steps follows its batch sizes).
+    const double share =
+      static_cast<double>(learner_round_steps[li]) / static_cast<double>(all_round_steps);
+    const uint64_t rounds = (total + all_round_steps - 1) / all_round_steps;
     auto budget = sync ? std::make_shared<actors::step_budget>(
-                           total / num_learners, start.env_steps / num_learners)
+                           rounds * learner_round_steps[li],
+                           static_cast<uint64_t>(
+                             std::llround(share * static_cast<double>(start.env_steps))))
                        : shared_budget;
     auto keeper = c.keeper;
     const bool box = spec->action == learners::action_kind::box;
-    auto make_runner = [&sys, store, keeper, env_id, num_envs, env_threads, num_steps,
+    auto make_runner = [&sys, store, keeper, env_id, envs_of_slot, env_threads, num_steps,
                         seed, li, runners_per_learner, obs_norm, eps, clip, box,
                         fail_after, resume_salt, obs_scale, obs_spread,
                         obs_dim = spec->obs_dim](size_t index, uint64_t restarts,
                                                  const std::string& name,
                                                  caf::actor consumer) -> caf::actor {
+      const uint64_t slot = li * runners_per_learner + index;
+      const size_t num_envs = envs_of_slot(slot);
       auto env = envs::make_vector_env(env_id, num_envs, env_threads);
       std::shared_ptr<envs::vector_env> shared(std::move(*env));
       if (box)
         shared->set_clip_box_actions(true);
       actors::env_runner_options ro;
       ro.name = name;
-      const uint64_t slot = li * runners_per_learner + index;
       ro.seed = seed + slot * num_envs + restarts * 1000003ull + resume_salt;
       ro.steps_per_batch = num_steps;
       ro.obs_epsilon = eps;
