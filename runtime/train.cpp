@@ -452,6 +452,14 @@ result<training_result> run_training(const config& cfg, const std::string& resum
         return ok.err();
     }
   }
+  // The observation stream exists before any view subscribes to it (the
+  // runners declare it too, asynchronously; declaring again is a no-op).
+  if (obs_norm) {
+    auto ok = ask<uint64_t>(self, c.keeper, actors::declare_atom::value, std::string{"obs"},
+                            static_cast<uint64_t>(spec->obs_dim));
+    if (!ok)
+      return ok.err();
+  }
   const double obs_scale = cfg.get_float("env.obs_scale");
   const double obs_spread = cfg.get_float("env.obs_scale_spread");
 

@@ -280,3 +280,20 @@ TEST_CASE("SIGTERM stops a run cleanly with a final row and a final checkpoint")
   CHECK(read_counters(ckpt).at("env_steps") == rows.back().at("env_steps"));
   CHECK(std::stoull(rows.back().at("env_steps")) < 50000000);
 }
+
+TEST_CASE("with observation normalization every view subscribes to a declared stream "
+          "and the statistics advance") {
+  temp_folder dir("train-obsnorm");
+  auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                  "--set algo.total_env_steps=20480 "
+                                  "--set model.obs_norm=true",
+                                  config_path()),
+                      dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("cannot subscribe") == std::string::npos);
+  auto rows = read_metrics(only_run(dir.path / "out"));
+  REQUIRE(!rows.empty());
+  // One observation delta per runner batch: 20480 steps of 4 envs x 128 steps.
+  CHECK(std::stoull(rows.back().at("stats_version")) > 0);
+}
