@@ -1,4 +1,5 @@
 #include "actors/env_runner.hpp"
+#include "actors/log.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -57,13 +58,6 @@ struct runner_state {
 };
 
 using runner_actor = caf::stateful_actor<runner_state>;
-
-void log_line(runner_state& st, const std::string& line) {
-  if (st.opts.log)
-    st.opts.log(line);
-  else
-    std::fprintf(stderr, "%s\n", line.c_str());
-}
 
 // Writes the observations the policy sees: a copy, or normalized with the
 // snapshot's mean and variance.
@@ -165,11 +159,12 @@ result<trajectory_batch> collect(runner_state& st) {
   st.status.episodes += b.episode_returns.size();
   st.status.non_finite += non_finite;
   if (non_finite > 0) {
-    log_line(st, fmt::format("env runner '{}': {}: {} non-finite observation or reward "
-                             "value(s) in batch {} (first: environment {}, step {}); "
-                             "the batch's moments were not sent to the keeper",
-                             st.opts.name, b.env_id, non_finite, b.sequence, first_bad_env,
-                             first_bad_step));
+    write_log(st.opts.log,
+              fmt::format("env runner '{}': {}: {} non-finite observation or reward "
+                          "value(s) in batch {} (first: environment {}, step {}); "
+                          "the batch's moments were not sent to the keeper",
+                          st.opts.name, b.env_id, non_finite, b.sequence, first_bad_env,
+                          first_bad_step));
   } else if (st.keeper) {
     kernels::compute_moments_into(st.raw_observations.data(), steps * n, od,
                                   st.batch_moments);
@@ -202,10 +197,10 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
                 static_cast<uint64_t>(st.env->obs_dim()))
       .then([](uint64_t) {},
             [self](caf::error& e) {
-              log_line(self->state,
-                       fmt::format("env runner '{}': declaring stream '{}' failed: {}",
-                                   self->state.opts.name, self->state.opts.stats_stream,
-                                   error_message(self->system(), e)));
+              write_log(self->state.opts.log,
+                        fmt::format("env runner '{}': declaring stream '{}' failed: {}",
+                                    self->state.opts.name, self->state.opts.stats_stream,
+                                    error_message(self->system(), e)));
             });
   }
   return {

@@ -23,6 +23,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "envs/vector_env.hpp"
 #include "learners/stats_view.hpp"
@@ -47,7 +48,7 @@ struct env_runner_options {
   double obs_clip = 10.0;            ///< normalized values clipped to +-this; 0: no clip
   double obs_scale = 1.0;            ///< raw observations are multiplied by this first
                                      ///< (heterogeneous-worker experiments)
-  std::function<void(const std::string&)> log; ///< problem log; default stderr
+  log_sink log;                      ///< problem log; default stderr
 };
 
 /// Spawns an environment runner over `env` (reset with opts.seed at start).

@@ -1,4 +1,5 @@
 #include "actors/learner.hpp"
+#include "actors/log.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -66,13 +67,6 @@ bool load_weights(learner_work& w) {
     if (auto ok = w.backend->read_global_stats(w.bn_views); !ok)
       return false;
   return true;
-}
-
-void log_line(const learner_work& w, const std::string& line) {
-  if (w.opts.log)
-    w.opts.log(line);
-  else
-    std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 void take_weights(learner_work& w, const weights_reply& r) {
@@ -150,7 +144,7 @@ bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
                    double lr, const learners::loss_report& rep, step_totals& totals) {
   w.grad.resize(w.current.param_count());
   if (auto ok = w.backend->read_gradient(w.grad.data()); !ok) {
-    log_line(w, fmt::format("learner '{}': {}", w.opts.name, ok.err().message));
+    write_log(w.opts.log, fmt::format("learner '{}': {}", w.opts.name, ok.err().message));
     return false;
   }
   gradient_update g{w.opts.name, w.version, samples, lr, w.grad, {}};
@@ -180,8 +174,8 @@ bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
         take_weights(w, r);
       },
       [&](caf::error& e) {
-        log_line(w, fmt::format("learner '{}': parameter server: {}", w.opts.name,
-                                error_message(self->system(), e)));
+        write_log(w.opts.log, fmt::format("learner '{}': parameter server: {}",
+                                          w.opts.name, error_message(self->system(), e)));
         fine = false;
       });
   totals.policy += rep.policy_loss;
@@ -256,7 +250,8 @@ bool learn_ppo(caf::blocking_actor* self, learner_work& w, const trajectory_batc
         return false;
       auto rep = w.backend->ppo_gradient(batch, cfg);
       if (!rep) {
-        log_line(w, fmt::format("learner '{}': {}", w.opts.name, rep.err().message));
+        write_log(w.opts.log,
+                  fmt::format("learner '{}': {}", w.opts.name, rep.err().message));
         return false;
       }
       if (!push_gradient(self, w, mb, lr, *rep, totals))
@@ -293,7 +288,8 @@ bool learn_impala(caf::blocking_actor* self, learner_work& w, const trajectory_b
     return false;
   auto rep = w.backend->vtrace_gradient(batch, w.opts.vtrace);
   if (!rep) {
-    log_line(w, fmt::format("learner '{}': {}", w.opts.name, rep.err().message));
+    write_log(w.opts.log,
+              fmt::format("learner '{}': {}", w.opts.name, rep.err().message));
     return false;
   }
   return push_gradient(self, w, rows, lr, *rep, totals);
@@ -315,15 +311,16 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         learners::make_backend(w.opts.device, w.opts.spec, learners::adam_config{}, bo))
     w.backend = std::move(*made);
   else {
-    log_line(w, fmt::format("learner '{}': {}; computing on the CPU", w.opts.name,
-                            made.err().message));
+    write_log(w.opts.log, fmt::format("learner '{}': {}; computing on the CPU",
+                                      w.opts.name, made.err().message));
     w.backend = learners::make_cpu_backend(w.opts.spec, learners::adam_config{}, bo);
   }
   self->request(w.server, caf::infinite, weights_atom::value)
     .receive([&](weights_reply& r) { take_weights(w, r); },
              [&](caf::error& e) {
-               log_line(w, fmt::format("learner '{}': no weights: {}", w.opts.name,
-                                       error_message(self->system(), e)));
+               write_log(w.opts.log,
+                         fmt::format("learner '{}': no weights: {}", w.opts.name,
+                                     error_message(self->system(), e)));
              });
   std::vector<runner_slot> runners(w.opts.num_runners);
   auto ask_batch = [&](runner_slot& r) {
@@ -360,9 +357,10 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         // The runner kept this batch's moments from the keeper; the learner
         // keeps it from the weights.
         w.non_finite += bad;
-        log_line(w, fmt::format("learner '{}': {}: batch {} of '{}' has {} non-finite "
-                                "observation or reward value(s); skipped",
-                                w.opts.name, b.env_id, b.sequence, b.runner, bad));
+        write_log(w.opts.log,
+                  fmt::format("learner '{}': {}: batch {} of '{}' has {} non-finite "
+                              "observation or reward value(s); skipped",
+                              w.opts.name, b.env_id, b.sequence, b.runner, bad));
         learner_report skipped;
         skipped.learner = w.opts.name;
         skipped.env_steps = b.steps * b.num_envs;
@@ -424,19 +422,21 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         if (r.actor.address() != down.source)
           continue;
         if (r.restarts >= w.opts.max_runner_restarts) {
-          log_line(w, fmt::format(
-                        "learner '{}': runner {} failed ({}) after {} restarts; "
-                        "giving up",
-                        w.opts.name, i, self->system().render(down.reason), r.restarts));
+          write_log(w.opts.log,
+                    fmt::format("learner '{}': runner {} failed ({}) after {} restarts; "
+                                "giving up",
+                                w.opts.name, i, self->system().render(down.reason),
+                                r.restarts));
           failure = down.reason;
           running = false;
           return;
         }
         r.restarts += 1;
         w.restarts += 1;
-        log_line(w, fmt::format("learner '{}': runner {} failed ({}); restart {} of {}",
-                                w.opts.name, i, self->system().render(down.reason),
-                                r.restarts, w.opts.max_runner_restarts));
+        write_log(w.opts.log,
+                  fmt::format("learner '{}': runner {} failed ({}); restart {} of {}",
+                              w.opts.name, i, self->system().render(down.reason),
+                              r.restarts, w.opts.max_runner_restarts));
         r.actor = w.make_runner(i, r.restarts, r.name, caf::actor_cast<caf::actor>(self));
         self->monitor(r.actor);
         if (r.outstanding) {

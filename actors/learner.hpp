@@ -25,6 +25,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy_store.hpp"
 #include "learners/backend.hpp"
@@ -94,7 +95,7 @@ struct learner_options {
   /// them and sends each minibatch's layer moments to `keeper`.
   std::vector<std::shared_ptr<learners::stats_view>> batch_norm_views;
   caf::actor keeper;                           ///< receives batch-norm moment deltas
-  std::function<void(const std::string&)> log; ///< default stderr
+  log_sink log;                                ///< default stderr
 };
 
 /// Spawns a learner (detached: it blocks on the parameter server's answers).

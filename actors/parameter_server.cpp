@@ -1,4 +1,5 @@
 #include "actors/parameter_server.hpp"
+#include "actors/log.hpp"
 
 #include <cstdio>
 #include <vector>
@@ -31,13 +32,6 @@ struct server_state {
 };
 
 using server_actor = caf::stateful_actor<server_state>;
-
-void log_line(server_state& st, const std::string& line) {
-  if (st.opts.log)
-    st.opts.log(line);
-  else
-    std::fprintf(stderr, "%s\n", line.c_str());
-}
 
 weights_reply current(const server_state& st, bool applied) {
   return weights_reply{st.counters.version, applied, st.params, st.buffers};
@@ -85,10 +79,11 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
         if (staleness > s.opts.max_staleness) {
           s.counters.dropped += 1;
           if (s.logged_drops++ < 5)
-            log_line(s, fmt::format("parameter server: dropped a gradient from '{}' "
-                                    "computed on version {} (now {}, max_staleness {})",
-                                    g.learner, g.base_version, s.counters.version,
-                                    s.opts.max_staleness));
+            write_log(s.opts.log,
+                      fmt::format("parameter server: dropped a gradient from '{}' "
+                                  "computed on version {} (now {}, max_staleness {})",
+                                  g.learner, g.base_version, s.counters.version,
+                                  s.opts.max_staleness));
           return current(s, false);
         }
         apply(s, g.grad, g.learning_rate);

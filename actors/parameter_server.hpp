@@ -26,6 +26,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy_store.hpp"
 #include "learners/optimizer.hpp"
@@ -39,7 +40,7 @@ struct parameter_server_options {
   uint64_t max_staleness = 4; ///< async: drop gradients older than this many versions
   double max_grad_norm = 0.5; ///< clip of the (mean) gradient's global norm; <= 0: none
   learners::adam_config adam; ///< Adam settings (lr is taken from each gradient)
-  std::function<void(const std::string&)> log; ///< drop log; default stderr
+  log_sink log;               ///< drop log; default stderr
 };
 
 /// Spawns a parameter server starting from `params` and `buffers` (version

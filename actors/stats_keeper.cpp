@@ -1,4 +1,5 @@
 #include "actors/stats_keeper.hpp"
+#include "actors/log.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -59,13 +60,6 @@ struct keeper_state {
 
 using keeper_actor = caf::stateful_actor<keeper_state>;
 
-void log_line(keeper_state& st, const std::string& line) {
-  if (st.opts.log)
-    st.opts.log(line);
-  else
-    std::fprintf(stderr, "troupe stats_keeper: %s\n", line.c_str());
-}
-
 void publish(keeper_actor* self, const std::string& name) {
   auto& st = self->state;
   auto s = st.streams.find(name);
@@ -96,10 +90,12 @@ void on_rejected(keeper_actor* self, const moments_delta& d, const error& e) {
   auto worker = d.worker.empty() ? caf::to_string(self->current_sender()) : d.worker;
   auto seen = ++st.logged[{d.stream, worker}];
   if (seen <= st.opts.logged_rejections_per_worker || seen % 1000 == 0)
-    log_line(st, fmt::format("{} (rejection {} from this worker{})", e.message, seen,
-                             seen == st.opts.logged_rejections_per_worker
-                               ? "; further ones logged every 1000th"
-                               : ""));
+    write_log(st.opts.log,
+              fmt::format("troupe stats_keeper: {} (rejection {} from this worker{})",
+                          e.message, seen,
+                          seen == st.opts.logged_rejections_per_worker
+                            ? "; further ones logged every 1000th"
+                            : ""));
 }
 
 caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {

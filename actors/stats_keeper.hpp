@@ -22,6 +22,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "learners/stats_view.hpp"
 
@@ -54,7 +55,7 @@ struct stats_keeper_options {
   uint64_t publish_every_merges = 8;  ///< publish after this many merges...
   uint64_t publish_interval_ms = 10;  ///< ...or this long after an unpublished merge (0: never by time)
   size_t logged_rejections_per_worker = 10; ///< then only every 1000th is logged
-  std::function<void(const std::string&)> log; ///< rejection log; default stderr
+  log_sink log;                             ///< rejection log; default stderr
   std::shared_ptr<keeper_gate> gate;  ///< debug gate for pause_atom
 };
 
