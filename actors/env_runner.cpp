@@ -8,14 +8,14 @@
 
 #include <fmt/format.h>
 
-#include "envs/rng.hpp"
+#include "kernels/rng.hpp"
 #include "kernels/moments.hpp"
 #include "learners/model.hpp"
 
 namespace troupe::actors {
 
 policy_fn make_random_policy(const envs::space& action_space, uint64_t seed) {
-  auto gen = std::make_shared<envs::rng>(seed);
+  auto gen = std::make_shared<kernels::rng>(seed);
   return [space = action_space, gen](const float*, size_t num_envs, float* actions) {
     const size_t ad = space.size();
     for (size_t i = 0; i < num_envs; ++i) {

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "envs/rng.hpp"
+#include "kernels/rng.hpp"
 #include "learners/backend.hpp"
 #include "learners/mlp.hpp"
 #include "learners/optimizer.hpp"
@@ -40,7 +40,7 @@ struct learner_work {
   learners::actor_critic current; // the weights of the last reply
   uint64_t version = 0;
   std::vector<float> buffers;
-  envs::rng gen;
+  kernels::rng gen;
   uint64_t env_steps_learned = 0;
   uint64_t restarts = 0;
   uint64_t non_finite = 0;

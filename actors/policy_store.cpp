@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "envs/rng.hpp"
+#include "kernels/rng.hpp"
 #include "learners/rollout.hpp"
 
 namespace troupe::actors {
@@ -50,7 +50,7 @@ struct store_policy_state {
   uint64_t calls = 0;
   uint64_t fail_after = 0;
   bool deterministic = false;
-  envs::rng gen;
+  kernels::rng gen;
   learners::policy_output out;
 };
 

@@ -20,10 +20,13 @@
 #include <vector>
 
 #include "envs/env.hpp"
-#include "envs/rng.hpp"
+#include "kernels/rng.hpp"
 #include "envs/vector_env.hpp"
 
 namespace troupe::envs {
+
+/// The environments' generator (kernels/rng.hpp).
+using kernels::rng;
 
 /// What a model's step returns.
 struct model_step {

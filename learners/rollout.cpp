@@ -34,7 +34,7 @@ void compute_gae(size_t steps, size_t envs, const float* rewards,
   }
 }
 
-void sample_categorical(const float* logits, size_t rows, size_t n, envs::rng& gen,
+void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
                         float* actions, float* logp) {
   for (size_t r = 0; r < rows; ++r) {
     const float* l = logits + r * n;
@@ -57,7 +57,7 @@ void sample_categorical(const float* logits, size_t rows, size_t n, envs::rng& g
   }
 }
 
-double standard_normal(envs::rng& gen) {
+double standard_normal(kernels::rng& gen) {
   constexpr double two_pi = 6.283185307179586;
   double u1 = gen.unit();
   while (u1 <= 0)
@@ -67,7 +67,7 @@ double standard_normal(envs::rng& gen) {
 }
 
 void sample_gaussian(const float* mean, const float* log_std, size_t rows, size_t d,
-                     envs::rng& gen, float* actions, float* logp) {
+                     kernels::rng& gen, float* actions, float* logp) {
   constexpr double half_log_two_pi = 0.91893853320467274;
   for (size_t r = 0; r < rows; ++r) {
     double lp = 0;

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "envs/rng.hpp"
+#include "kernels/rng.hpp"
 #include "learners/model.hpp"
 
 namespace troupe::learners {
@@ -35,16 +35,16 @@ void compute_gae(size_t steps, size_t envs, const float* rewards,
 /// Draws one action per row from a categorical policy with `logits`
 /// [rows x n] into `actions` (as floats, the vector env's format) and writes
 /// the log-probability of each draw into `logp` (may be null).
-void sample_categorical(const float* logits, size_t rows, size_t n, envs::rng& gen,
+void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
                         float* actions, float* logp);
 
 /// Draws one action per row from N(mean, exp(log_std)^2) (mean [rows x d],
 /// log_std [d]) and writes the log-density of each draw into `logp` (may be
 /// null).
 void sample_gaussian(const float* mean, const float* log_std, size_t rows, size_t d,
-                     envs::rng& gen, float* actions, float* logp);
+                     kernels::rng& gen, float* actions, float* logp);
 
 /// A standard normal draw (Box-Muller on two uniforms of `gen`).
-double standard_normal(envs::rng& gen);
+double standard_normal(kernels::rng& gen);
 
 } // namespace troupe::learners

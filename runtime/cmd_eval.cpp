@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "envs/registry.hpp"
-#include "envs/rng.hpp"
+#include "kernels/rng.hpp"
 #include "learners/checkpoint.hpp"
 #include "runtime/args.hpp"
 #include "runtime/commands.hpp"
@@ -118,7 +118,7 @@ size_t argmax(const float* logits, size_t n) {
 }
 
 // A draw from softmax(logits), computed in float64.
-size_t sample_categorical(const float* logits, size_t n, envs::rng& gen) {
+size_t sample_categorical(const float* logits, size_t n, kernels::rng& gen) {
   double top = logits[argmax(logits, n)];
   double total = 0;
   for (size_t j = 0; j < n; ++j)
@@ -132,7 +132,7 @@ size_t sample_categorical(const float* logits, size_t n, envs::rng& gen) {
   return n - 1;
 }
 
-double standard_normal(envs::rng& gen) {
+double standard_normal(kernels::rng& gen) {
   // Box-Muller; 1 - unit() lies in (0, 1], so the logarithm is finite.
   double u1 = 1.0 - gen.unit();
   double u2 = gen.unit();
@@ -162,7 +162,7 @@ result<episode_stats> run_episodes(const learners::policy_checkpoint& policy,
   const auto& action_space = env.spec().action_space;
   const size_t head = static_cast<size_t>(spec.head_dim());
   // The sampling stream is apart from the environments' seeds.
-  envs::rng gen(options.seed ^ 0x5eed0fa11c7ull);
+  kernels::rng gen(options.seed ^ 0x5eed0fa11c7ull);
 
   std::vector<float> obs(env.spec().observation_space.size());
   std::vector<float> next_obs(obs.size());

@@ -1,4 +1,5 @@
-// The random number generator of the environments: xoshiro256++ seeded
+// The project's random number generator (environments, action sampling):
+// xoshiro256++ seeded
 // through splitmix64. Environment i of a run with seed s is seeded with s + i;
 // uniform draws are low + (high - low) * u with u = (next() >> 11) * 2^-53, the
 // same form as numpy's Generator.uniform (the streams themselves differ from
@@ -7,7 +8,7 @@
 
 #include <cstdint>
 
-namespace troupe::envs {
+namespace troupe::kernels {
 
 /// xoshiro256++ (Blackman and Vigna): 256 bits of state, period 2^256 - 1.
 class rng {
@@ -54,4 +55,4 @@ private:
   uint64_t s_[4];
 };
 
-} // namespace troupe::envs
+} // namespace troupe::kernels
