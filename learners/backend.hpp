@@ -101,6 +101,9 @@ status copy_global_stats(const model_layout& layout, const std::vector<stats_vie
 status validate_actions(const model_spec& spec, const int64_t* discrete_actions,
                         const float* box_actions, size_t rows);
 
+/// Checks a V-trace batch's shape (steps >= 1, envs >= 1) and its actions.
+status validate_vtrace_batch(const model_spec& spec, const vtrace_batch<float>& batch);
+
 /// A CPU backend for `spec` with Adam settings `adam`.
 std::unique_ptr<learner_backend> make_cpu_backend(const model_spec& spec,
                                                   const adam_config& adam,

@@ -211,13 +211,7 @@ public:
 
   result<loss_report> vtrace_gradient(const vtrace_batch<float>& batch,
                                       const vtrace_config& config) override {
-    if (batch.steps == 0 || batch.envs == 0)
-      return make_error(errc::invalid_argument,
-                        "a V-trace batch needs steps >= 1 and envs >= 1, got {} and {}",
-                        batch.steps, batch.envs);
-    if (auto ok = validate_actions(spec_, batch.discrete_actions, batch.box_actions,
-                                   batch.steps * batch.envs);
-        !ok)
+    if (auto ok = validate_vtrace_batch(spec_, batch); !ok)
       return ok.err();
     // The recursion runs along each trajectory, so the batch is not split.
     auto& s = shards_[0];
@@ -274,6 +268,15 @@ status validate_actions(const model_spec& spec, const int64_t* discrete_actions,
                         "action of row {} must be in [0, {}), got {}", r, spec.n,
                         discrete_actions[r]);
   return status::ok();
+}
+
+status validate_vtrace_batch(const model_spec& spec, const vtrace_batch<float>& batch) {
+  if (batch.steps == 0 || batch.envs == 0)
+    return make_error(errc::invalid_argument,
+                      "a V-trace batch needs steps >= 1 and envs >= 1, got {} and {}",
+                      batch.steps, batch.envs);
+  return validate_actions(spec, batch.discrete_actions, batch.box_actions,
+                          batch.steps * batch.envs);
 }
 
 status copy_global_stats(const model_layout& layout, const std::vector<stats_view*>& views,

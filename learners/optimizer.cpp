@@ -8,15 +8,20 @@ adam_optimizer::adam_optimizer(size_t n, adam_config config)
   : config_(config), m_(n, 0.0f), v_(n, 0.0f) {
 }
 
-void adam_optimizer::step(float* params, const float* grad, double lr) {
-  ++steps_;
+kernels::adam_hyper adam_hyper_for(const adam_config& config, double lr, int64_t step) {
   kernels::adam_hyper hyper;
   hyper.lr = lr;
-  hyper.beta1 = config_.beta1;
-  hyper.beta2 = config_.beta2;
-  hyper.eps = config_.eps;
-  hyper.step = steps_;
-  kernels::adam_step(params, grad, m_.data(), v_.data(), m_.size(), hyper);
+  hyper.beta1 = config.beta1;
+  hyper.beta2 = config.beta2;
+  hyper.eps = config.eps;
+  hyper.step = step;
+  return hyper;
+}
+
+void adam_optimizer::step(float* params, const float* grad, double lr) {
+  ++steps_;
+  kernels::adam_step(params, grad, m_.data(), v_.data(), m_.size(),
+                     adam_hyper_for(config_, lr, steps_));
 }
 
 double global_norm(const float* grad, size_t n) noexcept {

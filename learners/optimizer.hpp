@@ -19,6 +19,9 @@ struct adam_config {
   double eps = 1e-5;    ///< added after the square root
 };
 
+/// The Adam kernels' hyperparameters for step `step` (1-based) at rate `lr`.
+kernels::adam_hyper adam_hyper_for(const adam_config& config, double lr, int64_t step);
+
 /// Adam's state for one flat parameter vector.
 class adam_optimizer {
 public:

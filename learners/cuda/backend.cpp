@@ -211,13 +211,9 @@ public:
 
   result<loss_report> vtrace_gradient(const vtrace_batch<float>& batch,
                                       const vtrace_config& config) override {
-    if (batch.steps == 0 || batch.envs == 0)
-      return make_error(errc::invalid_argument,
-                        "a V-trace batch needs steps >= 1 and envs >= 1, got {} and {}",
-                        batch.steps, batch.envs);
+    TROUPE_TRY(validate_vtrace_batch(spec_, batch));
     const size_t n = batch.steps * batch.envs;
     const size_t rows = n + batch.envs;
-    TROUPE_TRY(validate_actions(spec_, batch.discrete_actions, batch.box_actions, n));
     const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
     const size_t head = static_cast<size_t>(spec_.head_dim());
     const bool box = spec_.action == action_kind::box;
@@ -318,12 +314,7 @@ public:
         TROUPE_TRY(ctx_->scale(grad_.data(), layout_.param_count, static_cast<float>(coef)));
     }
     ++steps_;
-    kernels::adam_hyper hyper;
-    hyper.lr = lr;
-    hyper.beta1 = adam_.beta1;
-    hyper.beta2 = adam_.beta2;
-    hyper.eps = adam_.eps;
-    hyper.step = steps_;
+    auto hyper = adam_hyper_for(adam_, lr, steps_);
     TROUPE_TRY(kernels::cuda_adam_step_async(params_.data(), grad_.data(), m_.data(), v_.data(),
                                              layout_.param_count, hyper, stream()));
     return *norm;
