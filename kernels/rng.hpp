@@ -6,6 +6,7 @@
 // Gymnasium's PCG64: only the distributions are reproduced).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 namespace troupe::kernels {
@@ -39,6 +40,25 @@ public:
     s_[2] ^= t;
     s_[3] = rotl(s_[3], 45);
     return result;
+  }
+
+  /// The four state words, in order; set_state of them continues the stream
+  /// from this point.
+  std::array<uint64_t, 4> state() const noexcept { return {s_[0], s_[1], s_[2], s_[3]}; }
+
+  /// Replaces the four state words. An all-zero state is refused (xoshiro
+  /// would return zeros forever): returns false and changes nothing.
+  [[nodiscard]] bool set_state(const std::array<uint64_t, 4>& words) noexcept {
+    if (!valid_state(words))
+      return false;
+    for (int k = 0; k < 4; ++k)
+      s_[k] = words[k];
+    return true;
+  }
+
+  /// Whether `words` is a usable state (not all zero).
+  static bool valid_state(const std::array<uint64_t, 4>& words) noexcept {
+    return (words[0] | words[1] | words[2] | words[3]) != 0;
   }
 
   /// A double uniform in [0, 1) with 53 random bits.
