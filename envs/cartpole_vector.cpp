@@ -81,7 +81,23 @@ public:
 
   int elapsed_steps(size_t i) const override { return elapsed_[i]; }
 
+  std::array<uint64_t, 4> rng_state(size_t i) const override { return rngs_[i].state(); }
+
 protected:
+  void restore_env(size_t i, const std::array<uint64_t, 4>& words, const double* state,
+                   int elapsed_steps) override {
+    TROUPE_CHECK(rngs_[i].set_state(words), "CartPole-v1: environment {}: all-zero generator",
+                 i);
+    cartpole m;
+    m.set_state(state);
+    x_[i] = m.x;
+    x_dot_[i] = m.x_dot;
+    theta_[i] = m.theta;
+    theta_dot_[i] = m.theta_dot;
+    elapsed_[i] = elapsed_steps;
+    m.observe(&observations_[i * 4]);
+  }
+
   void reset_range(size_t begin, size_t end, uint64_t seed) override {
     for (size_t i = begin; i < end; ++i) {
       rngs_[i].seed_with(seed + i);

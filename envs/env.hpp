@@ -7,6 +7,7 @@
 // where `truncated` means the time limit was reached (TimeLimit wrapper).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -79,6 +80,14 @@ public:
 
   /// Sets the time-limit counter, as if `steps` steps had been taken.
   virtual void set_elapsed_steps(int steps) noexcept = 0;
+
+  /// The four words of the environment's generator (kernels::rng::state):
+  /// restoring them continues the stream the next reset draws from.
+  virtual std::array<uint64_t, 4> rng_state() const noexcept = 0;
+
+  /// Replaces the generator's four words; fails, changing nothing, on the
+  /// all-zero state (which xoshiro256++ cannot leave).
+  virtual status set_rng_state(const std::array<uint64_t, 4>& words) = 0;
 
   /// Whether step() accepts finite Box actions outside the bounds and lets
   /// the environment clip them, as Gymnasium's Pendulum and

@@ -11,12 +11,23 @@
 //     void set_state(const double* in) noexcept;
 //   };
 //
+// A model whose step depends on more than its float64 state may add
+//
+//     void resume(int elapsed_steps) noexcept;       // after set_state
+//
+// which model_vector_env calls when it restores a saved state, telling the
+// model how many steps its episode has taken (MountainCarContinuous keeps
+// its state as float32 after the first step).
+//
 // The adapters add what every environment shares: action checks, the time
 // limit, seeding and autoreset. The model's member functions are inline, so
 // the batch loop of model_vector_env has no virtual call per environment.
 #pragma once
 
+#include <array>
 #include <cmath>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "envs/env.hpp"
@@ -33,6 +44,14 @@ struct model_step {
   double reward = 0;       ///< reward of the transition
   bool terminated = false; ///< the MDP reached a terminal state
 };
+
+/// Whether Model has `void resume(int elapsed_steps)`.
+template <class Model, class = void>
+struct has_resume : std::false_type {};
+
+template <class Model>
+struct has_resume<Model, std::void_t<decltype(std::declval<Model&>().resume(0))>>
+  : std::true_type {};
 
 /// The spec of a model, built once.
 template <class Model>
@@ -98,6 +117,17 @@ public:
   int elapsed_steps() const noexcept override { return elapsed_; }
   void set_elapsed_steps(int steps) noexcept override { elapsed_ = steps; }
 
+  std::array<uint64_t, 4> rng_state() const noexcept override { return rng_.state(); }
+
+  status set_rng_state(const std::array<uint64_t, 4>& words) override {
+    if (!rng_.set_state(words))
+      return make_error(errc::invalid_argument,
+                        "{}: generator state must not be all zero (xoshiro256++ cannot "
+                        "leave it), got 0, 0, 0, 0",
+                        spec().id);
+    return {};
+  }
+
 private:
   Model model_{};
   rng rng_;
@@ -124,7 +154,20 @@ public:
 
   int elapsed_steps(size_t i) const override { return elapsed_[i]; }
 
+  std::array<uint64_t, 4> rng_state(size_t i) const override { return rngs_[i].state(); }
+
 protected:
+  void restore_env(size_t i, const std::array<uint64_t, 4>& words, const double* state,
+                   int elapsed_steps) override {
+    TROUPE_CHECK(rngs_[i].set_state(words), "{}: environment {}: all-zero generator",
+                 spec().id, i);
+    models_[i].set_state(state);
+    if constexpr (has_resume<Model>::value)
+      models_[i].resume(elapsed_steps);
+    elapsed_[i] = elapsed_steps;
+    models_[i].observe(&observations_[i * obs_dim()]);
+  }
+
   void reset_range(size_t begin, size_t end, uint64_t seed) override {
     const size_t od = obs_dim();
     for (size_t i = begin; i < end; ++i) {

@@ -99,6 +99,10 @@ struct mountain_car_continuous {
     velocity = in[1];
     narrow = false;
   }
+
+  /// After set_state of a saved state: after the episode's first step the
+  /// state is float32, as step() leaves it.
+  void resume(int elapsed_steps) noexcept { narrow = elapsed_steps > 0; }
 };
 
 } // namespace troupe::envs

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -169,6 +171,136 @@ status vector_env::step(const float* actions) {
       jb.self->step_range(begin, end, jb.actions);
     },
     &j);
+  return {};
+}
+
+// -- state ----------------------------------------------------------------------
+
+namespace {
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) noexcept {
+  return a.size() == b.size()
+         && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+} // namespace
+
+bool same_state(const vector_env_state& a, const vector_env_state& b) noexcept {
+  return a.env_id == b.env_id && a.num_envs == b.num_envs && a.rng == b.rng
+         && same_bits(a.state, b.state) && a.elapsed_steps == b.elapsed_steps
+         && same_bits(a.rewards, b.rewards) && a.terminated == b.terminated
+         && a.truncated == b.truncated && a.autoreset == b.autoreset;
+}
+
+vector_env_state vector_env::save_state() const {
+  const size_t n = num_envs_, sd = spec_.state_dim();
+  vector_env_state s;
+  s.env_id = spec_.id;
+  s.num_envs = n;
+  s.rng.resize(n * 4);
+  s.state.resize(n * sd);
+  s.elapsed_steps.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto words = rng_state(i);
+    std::copy(words.begin(), words.end(), &s.rng[i * 4]);
+    auto values = state(i);
+    std::copy(values.begin(), values.end(), s.state.begin() + static_cast<ptrdiff_t>(i * sd));
+    s.elapsed_steps[i] = elapsed_steps(i);
+  }
+  s.rewards = rewards_;
+  s.terminated = terminated_;
+  s.truncated = truncated_;
+  s.autoreset = autoreset_;
+  return s;
+}
+
+status vector_env::check_state(const vector_env_state& s) const {
+  const auto& id = spec_.id;
+  const size_t n = num_envs_, sd = spec_.state_dim();
+  const int max_steps = spec_.max_episode_steps;
+  if (s.env_id != id)
+    return make_error(errc::invalid_argument,
+                      "{}: vector env state: env_id must be '{}', got '{}'", id, id,
+                      s.env_id);
+  if (s.num_envs != n)
+    return make_error(errc::dimension_mismatch,
+                      "{}: vector env state: num_envs must be {}, got {}", id, n,
+                      s.num_envs);
+  auto check_size = [&](const char* field, size_t got, size_t width) -> status {
+    if (got != n * width)
+      return make_error(errc::dimension_mismatch,
+                        "{}: vector env state: {} must hold {} values ({} environments x "
+                        "{}), got {}",
+                        id, field, n * width, n, width, got);
+    return {};
+  };
+  for (auto ok : {check_size("rng", s.rng.size(), 4),
+                  check_size("state", s.state.size(), sd),
+                  check_size("elapsed_steps", s.elapsed_steps.size(), 1),
+                  check_size("rewards", s.rewards.size(), 1),
+                  check_size("terminated", s.terminated.size(), 1),
+                  check_size("truncated", s.truncated.size(), 1),
+                  check_size("autoreset", s.autoreset.size(), 1)})
+    if (!ok)
+      return ok;
+  for (size_t i = 0; i < n; ++i) {
+    auto bad = [&](errc code, const std::string& what) {
+      return error{code, fmt::format("{}: vector env state: environment {}: {}", id, i,
+                                     what)};
+    };
+    const uint64_t* words = &s.rng[i * 4];
+    if ((words[0] | words[1] | words[2] | words[3]) == 0)
+      return bad(errc::invalid_argument,
+                 "rng must not be all zero (xoshiro256++ cannot leave it), got 0, 0, 0, 0");
+    for (size_t j = 0; j < sd; ++j)
+      if (!std::isfinite(s.state[i * sd + j]))
+        return bad(errc::non_finite, fmt::format("state[{}] ({}) must be finite, got {}", j,
+                                                 spec_.state_names[j], s.state[i * sd + j]));
+    const int elapsed = s.elapsed_steps[i];
+    if (elapsed < 0 || elapsed > max_steps)
+      return bad(errc::invalid_argument,
+                 fmt::format("elapsed_steps must be in [0, {}] (the time limit), got {}",
+                             max_steps, elapsed));
+    if (!std::isfinite(s.rewards[i]))
+      return bad(errc::non_finite, fmt::format("rewards must be finite, got {}", s.rewards[i]));
+    for (auto [field, flags] : {std::pair<const char*, const std::vector<uint8_t>*>{
+                                  "terminated", &s.terminated},
+                                {"truncated", &s.truncated},
+                                {"autoreset", &s.autoreset}})
+      if ((*flags)[i] > 1)
+        return bad(errc::invalid_argument,
+                   fmt::format("{} must be 0 or 1, got {}", field, (*flags)[i]));
+    // Each step sets truncated exactly when the counter reaches the limit.
+    if (s.truncated[i] != (elapsed >= max_steps ? 1 : 0))
+      return bad(errc::invalid_argument,
+                 fmt::format("truncated must be 1 exactly when elapsed_steps reaches the "
+                             "time limit {}, got truncated = {} with elapsed_steps = {}",
+                             max_steps, s.truncated[i], elapsed));
+    if (s.autoreset[i] && (s.terminated[i] || elapsed != 0 || s.rewards[i] != 0.0f))
+      return bad(errc::invalid_argument,
+                 fmt::format("autoreset = 1 requires terminated = 0, elapsed_steps = 0 and "
+                             "reward 0 (a reset step), got terminated = {}, elapsed_steps "
+                             "= {}, reward = {}",
+                             s.terminated[i], elapsed, s.rewards[i]));
+  }
+  return {};
+}
+
+status vector_env::restore_state(const vector_env_state& s) {
+  if (auto ok = check_state(s); !ok)
+    return ok;
+  const size_t n = num_envs_, sd = spec_.state_dim();
+  for (size_t i = 0; i < n; ++i) {
+    std::array<uint64_t, 4> words;
+    std::copy(&s.rng[i * 4], &s.rng[i * 4] + 4, words.begin());
+    restore_env(i, words, &s.state[i * sd], s.elapsed_steps[i]);
+  }
+  rewards_ = s.rewards;
+  terminated_ = s.terminated;
+  truncated_ = s.truncated;
+  autoreset_ = s.autoreset;
+  ready_ = true;
   return {};
 }
 

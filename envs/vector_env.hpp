@@ -15,11 +15,19 @@
 //
 // Seeding: reset(seed) seeds environment i with seed + i. Each environment
 // keeps its own generator, so results do not depend on the thread count.
+//
+// State: save_state() captures everything a later step depends on (each
+// environment's generator, float64 state, time-limit counter and the flags
+// of the last step, which decide whether the next step is an autoreset);
+// restore_state() of it, into this or a fresh vector env of the same id and
+// size (any thread count), continues bit for bit as if never stopped.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "envs/env.hpp"
@@ -27,6 +35,23 @@
 namespace troupe::envs {
 
 class worker_pool;
+
+/// Everything a vector env's future steps depend on, per environment, in
+/// structure-of-arrays form (environment i's values at i, or at i * width).
+struct vector_env_state {
+  std::string env_id;              ///< environment id, e.g. "CartPole-v1"
+  uint64_t num_envs = 0;           ///< N
+  std::vector<uint64_t> rng;       ///< [N x 4] generator words (never all zero)
+  std::vector<double> state;       ///< [N x state_dim] float64 internal state
+  std::vector<int32_t> elapsed_steps; ///< [N] time-limit counters, 0..max_episode_steps
+  std::vector<float> rewards;      ///< [N] rewards of the last step
+  std::vector<uint8_t> terminated; ///< [N] last step terminated (0/1)
+  std::vector<uint8_t> truncated;  ///< [N] last step truncated (0/1)
+  std::vector<uint8_t> autoreset;  ///< [N] last step was an autoreset (0/1)
+};
+
+/// Whether two states are equal in every field, floats compared bit for bit.
+bool same_state(const vector_env_state& a, const vector_env_state& b) noexcept;
 
 /// A batch of environments of one id.
 class vector_env {
@@ -87,6 +112,23 @@ public:
   /// Time-limit counter of environment i.
   virtual int elapsed_steps(size_t i) const = 0;
 
+  /// The four generator words of environment i (kernels::rng::state).
+  virtual std::array<uint64_t, 4> rng_state(size_t i) const = 0;
+
+  /// Everything the next steps depend on (see vector_env_state).
+  vector_env_state save_state() const;
+
+  /// Whether restore_state(s) would succeed: the id, the number of
+  /// environments, array sizes, finite values, flags 0/1 and consistent with
+  /// the counters, generators not all zero, counters within the time limit.
+  /// The message names the environment, the field, the rule and the value.
+  status check_state(const vector_env_state& s) const;
+
+  /// Checks `s` (check_state), then replaces every environment's state, the
+  /// last step's buffers and the observations with those of `s`. On failure
+  /// nothing changes.
+  status restore_state(const vector_env_state& s);
+
 protected:
   /// Resets environments [begin, end) from seed + index, writing their
   /// observations.
@@ -95,6 +137,12 @@ protected:
   /// Steps environments [begin, end) (autoreset included), writing every
   /// buffer for them.
   virtual void step_range(size_t begin, size_t end, const float* actions) = 0;
+
+  /// Sets environment i's generator words (not all zero), float64 state
+  /// (state_dim finite values) and time-limit counter, all validated by the
+  /// caller, and writes its observation row.
+  virtual void restore_env(size_t i, const std::array<uint64_t, 4>& rng,
+                           const double* state, int elapsed_steps) = 0;
 
   std::vector<float> observations_;
   std::vector<float> rewards_;
