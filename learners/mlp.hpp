@@ -24,7 +24,7 @@ template <class T>
 struct network_cache {
   const T* input = nullptr;          ///< [rows x in], not owned
   size_t rows = 0;                   ///< batch rows
-  std::vector<std::vector<T>> z;     ///< per hidden stage: Linear output
+  std::vector<std::vector<T>> z;     ///< per hidden stage with BN: Linear output
   std::vector<std::vector<T>> zhat;  ///< per hidden stage with BN: normalized z
   std::vector<std::vector<T>> h;     ///< per hidden stage: activation output
   std::vector<std::vector<T>> bn_mean;    ///< per BN stage: mean used

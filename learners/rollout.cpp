@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace troupe::learners {
 
@@ -34,18 +35,30 @@ void compute_gae(size_t steps, size_t envs, const float* rewards,
   }
 }
 
+void vtrace_inputs(size_t rows, const uint8_t* terminated, const uint8_t* autoreset,
+                   const float* behavior_logp, double gamma, float* discounts,
+                   float* masked_logp) {
+  for (size_t k = 0; k < rows; ++k) {
+    discounts[k] = terminated[k] || autoreset[k] ? 0.0f : static_cast<float>(gamma);
+    masked_logp[k] = autoreset[k] ? vtrace_reset_logprob : behavior_logp[k];
+  }
+}
+
 void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
                         float* actions, float* logp) {
+  std::vector<double> e(n); // each exp is computed once, for the sum and the draw
   for (size_t r = 0; r < rows; ++r) {
     const float* l = logits + r * n;
     const double top = *std::max_element(l, l + n);
     double total = 0;
-    for (size_t j = 0; j < n; ++j)
-      total += std::exp(l[j] - top);
+    for (size_t j = 0; j < n; ++j) {
+      e[j] = std::exp(l[j] - top);
+      total += e[j];
+    }
     double u = gen.unit() * total;
     size_t pick = n - 1;
     for (size_t j = 0; j < n; ++j) {
-      u -= std::exp(l[j] - top);
+      u -= e[j];
       if (u < 0) {
         pick = j;
         break;

@@ -32,6 +32,23 @@ void compute_gae(size_t steps, size_t envs, const float* rewards,
                  const uint8_t* autoreset, const float* values, double gamma,
                  double lambda, float* advantages, float* returns, uint8_t* valid);
 
+/// What a reset step's behavior log-probability becomes in vtrace_inputs:
+/// large enough that pi/mu underflows to 0 for any policy.
+inline constexpr float vtrace_reset_logprob = 100.0f;
+
+/// IMPALA's per-step inputs from `rows` steps of a batch with next-step
+/// autoreset (actors/messages.hpp, trajectory_batch):
+///   discounts_t = 0 where terminated_t or autoreset_t, else gamma: a
+///     truncated step is bootstrapped with V(x_{t+1}), the last observation
+///     of its episode, which next-step autoreset keeps;
+///   masked_logp_t = behavior_logp_t, except on a reset step (no transition:
+///     its action was ignored), where it is vtrace_reset_logprob, so that
+///     rho_t = c_t = 0: no policy gradient, a value target equal to the
+///     current value, and no trace through it.
+void vtrace_inputs(size_t rows, const uint8_t* terminated, const uint8_t* autoreset,
+                   const float* behavior_logp, double gamma, float* discounts,
+                   float* masked_logp);
+
 /// Draws one action per row from a categorical policy with `logits`
 /// [rows x n] into `actions` (as floats, the vector env's format) and writes
 /// the log-probability of each draw into `logp` (may be null).
