@@ -14,19 +14,28 @@
 
 namespace troupe::actors {
 
-policy_fn make_random_policy(const envs::space& action_space, uint64_t seed) {
-  auto gen = std::make_shared<kernels::rng>(seed);
-  return [space = action_space, gen](const float*, size_t num_envs, float* actions) {
+policy_fn make_random_policy(const envs::space& action_space) {
+  // The log-probability of every draw is the same: -log n, or -log of the box volume.
+  double lp = 0;
+  if (action_space.kind == envs::space_kind::discrete)
+    lp = -std::log(static_cast<double>(action_space.n));
+  else
+    for (size_t j = 0; j < action_space.size(); ++j)
+      lp -= std::log(static_cast<double>(action_space.high[j]) - action_space.low[j]);
+  return [space = action_space, lp](const float*, size_t num_envs, kernels::rng& gen,
+                                    float* actions, float* logp) {
     const size_t ad = space.size();
     for (size_t i = 0; i < num_envs; ++i) {
       if (space.kind == envs::space_kind::discrete) {
-        auto k = static_cast<int64_t>(gen->unit() * static_cast<double>(space.n));
+        auto k = static_cast<int64_t>(gen.unit() * static_cast<double>(space.n));
         actions[i] = static_cast<float>(std::min(k, space.n - 1));
       } else {
         for (size_t j = 0; j < ad; ++j)
           actions[i * ad + j] = std::min(
-            static_cast<float>(gen->uniform(space.low[j], space.high[j])), space.high[j]);
+            static_cast<float>(gen.uniform(space.low[j], space.high[j])), space.high[j]);
       }
+      if (logp)
+        logp[i] = static_cast<float>(lp);
     }
     return uint64_t{0};
   };
@@ -42,6 +51,7 @@ struct runner_state {
   env_runner_options opts;
   std::shared_ptr<envs::vector_env> env;
   policy_fn policy;
+  kernels::rng gen; // the policy's randomness
   caf::actor consumer;
   caf::actor keeper;
   std::shared_ptr<learners::stats_view> view;
@@ -90,6 +100,7 @@ result<trajectory_batch> collect(runner_state& st) {
   b.action_dim = ad;
   b.observations.resize((steps + 1) * n * od);
   b.actions.resize(steps * n * ad);
+  b.behavior_logp.resize(steps * n);
   b.rewards.resize(steps * n);
   b.terminated.resize(steps * n);
   b.truncated.resize(steps * n);
@@ -124,7 +135,8 @@ result<trajectory_batch> collect(runner_state& st) {
     float* seen = &b.observations[t * n * od];
     policy_view(raw, n, od, snap, st.opts, seen);
     float* actions = &b.actions[t * n * ad];
-    policy_version = std::min(policy_version, st.policy(seen, n, actions));
+    policy_version = std::min(
+      policy_version, st.policy(seen, n, st.gen, actions, &b.behavior_logp[t * n]));
     if (auto ok = env.step(actions); !ok)
       return ok.err();
     for (size_t i = 0; i < n; ++i) {
@@ -174,6 +186,36 @@ result<trajectory_batch> collect(runner_state& st) {
   return b;
 }
 
+// -- state --------------------------------------------------------------------
+
+env_runner_state take_state(const runner_state& st) {
+  env_runner_state out;
+  out.runner = st.opts.name;
+  out.env_id = st.env->spec().id;
+  out.env = st.env->save_state();
+  out.gen = st.gen.state();
+  out.episode_return = st.episode_return;
+  out.episode_length = st.episode_length;
+  out.status = st.status;
+  return out;
+}
+
+// Checks the whole state first, so that a failure leaves runner and env as
+// they were.
+status restore_state(runner_state& st, const env_runner_state& in) {
+  if (auto ok = check_runner_state(in, *st.env, st.opts.name); !ok)
+    return ok;
+  if (auto ok = st.env->restore_state(in.env); !ok)
+    return ok;
+  TROUPE_CHECK(st.gen.set_state(in.gen), "checked above");
+  st.episode_return = in.episode_return;
+  st.episode_length = in.episode_length;
+  st.status = in.status;
+  st.status.runner = st.opts.name;
+  st.status.env_id = st.env->spec().id;
+  return {};
+}
+
 caf::behavior env_runner(runner_actor* self, env_runner_options opts,
                          std::shared_ptr<envs::vector_env> env, policy_fn policy,
                          caf::actor consumer, caf::actor keeper,
@@ -182,6 +224,7 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
   st.opts = std::move(opts);
   st.env = std::move(env);
   st.policy = std::move(policy);
+  st.gen.seed_with(st.opts.seed ^ policy_salt);
   st.consumer = std::move(consumer);
   st.keeper = std::move(keeper);
   st.view = std::move(view);
@@ -189,7 +232,30 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
   st.status.env_id = st.env->spec().id;
   st.episode_return.assign(st.env->num_envs(), 0.0);
   st.episode_length.assign(st.env->num_envs(), 0);
-  st.env->reset(st.opts.seed);
+  // A throwing policy or environment ends the runner with an error that says
+  // what was thrown (its supervisor logs it and starts a replacement).
+  self->set_exception_handler([](caf::scheduled_actor* me, std::exception_ptr& thrown) {
+    auto* runner = static_cast<runner_actor*>(me);
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    return to_caf_error(make_error(errc::unavailable, "env runner '{}' threw: {}",
+                                   runner->state.opts.name, what));
+  });
+  if (st.opts.start_state) {
+    auto restored = restore_state(st, *st.opts.start_state);
+    st.opts.start_state.reset(); // not kept: it can be large
+    if (!restored) {
+      self->quit(to_caf_error(restored.err()));
+      return {};
+    }
+  } else {
+    st.env->reset(st.opts.seed);
+  }
   if (st.keeper) {
     // Declared before the first delta: messages between two actors keep their order.
     self
@@ -207,9 +273,8 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
     [self](collect_atom, uint64_t batches) -> caf::result<uint64_t> {
       auto& s = self->state;
       if (s.collecting)
-        return to_caf_error(make_error(errc::invalid_argument,
-                                       "env runner '{}' is already collecting",
-                                       s.opts.name));
+        return to_caf_error(make_error(
+          errc::invalid_argument, "env runner '{}' is already collecting", s.opts.name));
       if (batches == 0)
         return uint64_t{0};
       s.collecting = true;
@@ -231,8 +296,8 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
       }
       if (s.delta_ready) {
         auto& m = s.batch_moments;
-        self->send(s.keeper, moments_delta{s.opts.stats_stream, s.opts.name, m.count, m.mean,
-                                           m.m2});
+        self->send(s.keeper, moments_delta{s.opts.stats_stream, s.opts.name, m.count,
+                                           m.mean, m.m2});
         s.delta_ready = false;
       }
       self->send(s.consumer, std::move(*batch));
@@ -245,10 +310,43 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
       }
     },
     [self](status_atom) { return self->state.status; },
+    // Handlers run between batches: collect() makes a whole batch in one.
+    [self](state_atom) { return take_state(self->state); },
   };
 }
 
 } // namespace
+
+status check_runner_state(const env_runner_state& state, const envs::vector_env& env,
+                          const std::string& runner) {
+  const size_t n = env.num_envs();
+  auto fail = [&](const error& e) {
+    return error{e.code, fmt::format("env runner '{}': cannot start from the state of "
+                                     "runner '{}': {}",
+                                     runner, state.runner, e.message)};
+  };
+  if (state.env_id != env.spec().id)
+    return fail(make_error(errc::invalid_argument,
+                           "env_id must be '{}' (this runner's environment), got '{}'",
+                           env.spec().id, state.env_id));
+  if (auto ok = env.check_state(state.env); !ok)
+    return fail(ok.err());
+  if (!kernels::rng::valid_state(state.gen))
+    return fail(make_error(errc::invalid_argument,
+                           "gen (the policy's generator) must not be all zero, got 0, 0, "
+                           "0, 0"));
+  if (state.episode_return.size() != n || state.episode_length.size() != n)
+    return fail(make_error(errc::dimension_mismatch,
+                           "episode_return and episode_length must hold {} values (one "
+                           "per environment), got {} and {}",
+                           n, state.episode_return.size(), state.episode_length.size()));
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(state.episode_return[i]))
+      return fail(make_error(errc::non_finite,
+                             "environment {}: episode_return must be finite, got {}", i,
+                             state.episode_return[i]));
+  return {};
+}
 
 caf::actor spawn_env_runner(caf::actor_system& sys, env_runner_options opts,
                             std::shared_ptr<envs::vector_env> env, policy_fn policy,

@@ -14,11 +14,21 @@
 //   (collect_atom, uint64_t n) -> uint64_t   collect and send n batches, then
 //                                            reply with the number sent
 //   (status_atom)              -> env_runner_status
+//   (state_atom)               -> env_runner_state  taken between two batches
+//
+// State: a runner started with opts.start_state instead of reset(seed)
+// continues the runner the state was taken from, bit for bit, provided its
+// policy acts the same (make_random_policy; make_store_policy over the same
+// weights: the store policy takes its version at each batch's first step, and
+// a state is always taken at a batch boundary). A state that does not fit the
+// vector env (another id or size, invalid values) makes the runner quit with
+// an error naming it and the problem; the vector env is then left unchanged.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <caf/all.hpp>
@@ -26,22 +36,28 @@
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "envs/vector_env.hpp"
+#include "kernels/rng.hpp"
 #include "learners/stats_view.hpp"
 
 namespace troupe::actors {
 
 /// A policy: writes actions [num_envs x action_dim] for observations
-/// [num_envs x obs_dim] and returns the version of the policy it used.
-using policy_fn =
-  std::function<uint64_t(const float* observations, size_t num_envs, float* actions)>;
+/// [num_envs x obs_dim], drawing whatever randomness it needs from `gen` (the
+/// runner's generator, so that a runner's state holds every random stream it
+/// uses), writes the log-probability (log-density for Box actions, of the
+/// unclipped draw) of each action under the policy into `logp` [num_envs]
+/// when not null, and returns the version of the policy it used.
+using policy_fn = std::function<uint64_t(const float* observations, size_t num_envs,
+                                         kernels::rng& gen, float* actions, float* logp)>;
 
-/// A policy that draws uniformly random valid actions (version 0), seeded.
-policy_fn make_random_policy(const envs::space& action_space, uint64_t seed);
+/// A policy that draws uniformly random valid actions (version 0).
+policy_fn make_random_policy(const envs::space& action_space);
 
 /// Settings of an environment runner.
 struct env_runner_options {
   std::string name = "env_runner";   ///< named in batches, logs and deltas
-  uint64_t seed = 0;                 ///< environment i is seeded with seed + i
+  uint64_t seed = 0;                 ///< environment i is seeded with seed + i; the
+                                     ///< policy's generator with seed ^ policy_salt
   size_t steps_per_batch = 128;      ///< T
   std::string stats_stream = "obs";  ///< keeper stream of observation moments
   double obs_epsilon = 1e-8;         ///< added to the variance when normalizing
@@ -49,9 +65,22 @@ struct env_runner_options {
   double obs_scale = 1.0;            ///< raw observations are multiplied by this first
                                      ///< (heterogeneous-worker experiments)
   log_sink log;                      ///< problem log; default stderr
+  std::optional<env_runner_state> start_state; ///< start here instead of reset(seed)
+                                     ///< (seed is then unused)
 };
 
-/// Spawns an environment runner over `env` (reset with opts.seed at start).
+/// Mixed into a runner's seed to seed its policy's generator.
+inline constexpr uint64_t policy_salt = 0x5bd1e995ull;
+
+/// Whether `state` fits a runner over `env`: id, number of environments,
+/// sizes and values (envs::vector_env::restore_state's rules, plus the
+/// policy generator not all zero and finite episode returns). The message
+/// names `runner`, the field, the rule and the value.
+status check_runner_state(const env_runner_state& state, const envs::vector_env& env,
+                          const std::string& runner);
+
+/// Spawns an environment runner over `env` (reset with opts.seed at start, or
+/// restored from opts.start_state).
 /// `keeper` (may be invalid) receives observation moment deltas; `view` (may
 /// be null) normalizes observations. Batches go to `consumer`.
 caf::actor spawn_env_runner(caf::actor_system& sys, env_runner_options opts,

@@ -20,7 +20,7 @@ namespace troupe::actors {
 namespace {
 
 struct runner_slot {
-  caf::actor actor;
+  caf::actor actor; // invalid until the supervisor hands one over
   std::string name;
   uint64_t restarts = 0;
   bool outstanding = false; // a batch is being collected for us
@@ -29,12 +29,13 @@ struct runner_slot {
 
 // Everything one learner reuses from batch to batch.
 struct learner_work {
+  explicit learner_work(learners::actor_critic model) : current(std::move(model)) {}
+
   learner_options opts;
   caf::actor server;
   caf::actor metrics;
   std::shared_ptr<policy_store> store;
   std::shared_ptr<step_budget> budget;
-  runner_factory make_runner;
   std::shared_ptr<learners::stats_view> view;
   std::unique_ptr<learners::learner_backend> backend;
   learners::actor_critic current; // the weights of the last reply
@@ -43,6 +44,11 @@ struct learner_work {
   kernels::rng gen;
   uint64_t env_steps_learned = 0;
   uint64_t restarts = 0;
+  // The batch being learned: its environment steps go with its last gradient,
+  // so that the parameter server's counters match its weights.
+  uint64_t batch_env_steps = 0;
+  size_t pushes_left = 0;
+  bool drained = false; // the server stopped applying: the run is stopping
   uint64_t non_finite = 0;
   // per-batch scratch
   learners::policy_output out;
@@ -147,7 +153,9 @@ bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
     write_log(w.opts.log, fmt::format("learner '{}': {}", w.opts.name, ok.err().message));
     return false;
   }
-  gradient_update g{w.opts.name, w.version, samples, lr, w.grad, {}};
+  gradient_update g{w.opts.name, w.version, samples, lr, w.grad, {}, 0};
+  if (w.pushes_left > 0 && --w.pushes_left == 0)
+    g.batch_env_steps = w.batch_env_steps;
   if (w.current.buffer_count() > 0) {
     // Batch norm: the running statistics go with the gradient (global: as
     // read from the views; local: as this learner's batches moved them).
@@ -169,7 +177,9 @@ bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
   self->request(w.server, caf::infinite, std::move(g))
     .receive(
       [&](weights_reply& r) {
-        if (!r.applied)
+        if (r.draining)
+          w.drained = true;
+        else if (!r.applied)
           totals.dropped += 1;
         take_weights(w, r);
       },
@@ -206,6 +216,7 @@ bool learn_ppo(caf::blocking_actor* self, learner_work& w, const trajectory_batc
   const bool discrete = w.opts.spec.action == learners::action_kind::discrete;
   const size_t epochs = a3c ? 1 : w.opts.update_epochs;
   const size_t mbs = a3c ? 1 : std::min(w.opts.num_minibatches, w.index.size());
+  w.pushes_left = epochs * mbs;
   learners::ppo_config cfg = w.opts.ppo;
   if (a3c) {
     cfg.clip_value_loss = false;
@@ -265,27 +276,39 @@ bool learn_impala(caf::blocking_actor* self, learner_work& w, const trajectory_b
                   const learners::actor_critic& behavior, double lr,
                   step_totals& totals) {
   const size_t n = b.num_envs, rows = b.steps * n;
-  behavior_outputs(w, behavior, b);
-  w.discounts.resize(rows);
-  w.behavior_logp = w.old_logp;
-  for (size_t k = 0; k < rows; ++k) {
-    // A reset step is no transition and ends the trace like an episode's end;
-    // truncation is treated as termination here.
-    const bool end = b.terminated[k] || b.truncated[k] || b.autoreset[k];
-    w.discounts[k] = end ? 0.0f : static_cast<float>(w.opts.gamma);
+  const bool discrete = w.opts.spec.action == learners::action_kind::discrete;
+  const float* mu_logp = nullptr;
+  if (b.behavior_logp.size() == rows) {
+    // V-trace needs only mu's log-probabilities, and the runner recorded them
+    // when it acted: no forward pass of the behavior policy here.
+    mu_logp = b.behavior_logp.data();
+    if (discrete) {
+      w.actions_i64.resize(rows);
+      for (size_t k = 0; k < rows; ++k)
+        w.actions_i64[k] = static_cast<int64_t>(b.actions[k]);
+    }
+  } else {
+    // A batch without them (a runner that does not record them): recompute.
+    behavior_outputs(w, behavior, b);
+    mu_logp = w.old_logp.data();
   }
+  w.discounts.resize(rows);
+  w.behavior_logp.resize(rows);
+  learners::vtrace_inputs(rows, b.terminated.data(), b.autoreset.data(), mu_logp,
+                          w.opts.gamma, w.discounts.data(), w.behavior_logp.data());
+  mu_logp = w.behavior_logp.data();
   learners::vtrace_batch<float> batch;
   batch.steps = b.steps;
   batch.envs = n;
   batch.obs = b.observations.data();
-  const bool discrete = w.opts.spec.action == learners::action_kind::discrete;
   batch.discrete_actions = discrete ? w.actions_i64.data() : nullptr;
   batch.box_actions = discrete ? nullptr : b.actions.data();
-  batch.behavior_logprob = w.behavior_logp.data();
+  batch.behavior_logprob = mu_logp;
   batch.rewards = b.rewards.data();
   batch.discounts = w.discounts.data();
   if (!load_weights(w))
     return false;
+  w.pushes_left = 1;
   auto rep = w.backend->vtrace_gradient(batch, w.opts.vtrace);
   if (!rep) {
     write_log(w.opts.log,
@@ -297,12 +320,17 @@ bool learn_impala(caf::blocking_actor* self, learner_work& w, const trajectory_b
 
 void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor server,
                   caf::actor metrics, std::shared_ptr<policy_store> store,
-                  std::shared_ptr<step_budget> budget, runner_factory make_runner,
+                  std::shared_ptr<step_budget> budget,
                   std::shared_ptr<learners::stats_view> view) {
-  learner_work w{std::move(opts), std::move(server), std::move(metrics),
-                 store,           std::move(budget), std::move(make_runner),
-                 std::move(view), nullptr,           store->latest()->model};
-  w.gen.seed_with(w.opts.seed);
+  learner_work w(store->latest()->model);
+  w.opts = std::move(opts);
+  w.server = std::move(server);
+  w.metrics = std::move(metrics);
+  w.store = std::move(store);
+  w.budget = std::move(budget);
+  w.view = std::move(view);
+  if (!w.opts.start_gen || !w.gen.set_state(*w.opts.start_gen))
+    w.gen.seed_with(w.opts.seed);
   for (auto& v : w.opts.batch_norm_views)
     w.bn_views.push_back(v.get());
   learners::backend_options bo;
@@ -323,32 +351,36 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
                                      error_message(self->system(), e)));
              });
   std::vector<runner_slot> runners(w.opts.num_runners);
+  for (size_t i = 0; i < runners.size(); ++i) {
+    runners[i].name = fmt::format("{}.runner{}", w.opts.name, i);
+    runners[i].index = i;
+  }
   auto ask_batch = [&](runner_slot& r) {
-    if (r.outstanding || !w.budget->claim(runner_steps(w.opts, r.index)))
+    if (r.outstanding || !r.actor || !w.budget->claim(runner_steps(w.opts, r.index)))
       return;
     r.outstanding = true;
     self->send(r.actor, collect_atom::value, uint64_t{1});
   };
-  for (size_t i = 0; i < runners.size(); ++i) {
-    runners[i].name = fmt::format("{}.runner{}", w.opts.name, i);
-    runners[i].index = i;
-    runners[i].actor =
-      w.make_runner(i, 0, runners[i].name, caf::actor_cast<caf::actor>(self));
-    self->monitor(runners[i].actor);
-  }
-  for (auto& r : runners)
-    ask_batch(r);
   auto outstanding = [&] {
     return std::any_of(runners.begin(), runners.end(),
                        [](const runner_slot& r) { return r.outstanding; });
   };
-  bool running = outstanding();
+  // Runners arrive from the supervisor; learning starts once every slot has one.
+  size_t assigned = 0;
+  bool started = runners.empty();
+  bool running = !started;
   caf::error failure;
+  auto start = [&] {
+    started = true;
+    for (auto& r : runners)
+      ask_batch(r);
+    running = outstanding();
+  };
   self->receive_while([&] { return running; })(
     [&](trajectory_batch& b) {
       auto slot = std::find_if(runners.begin(), runners.end(),
                                [&](const runner_slot& r) { return r.name == b.runner; });
-      if (slot == runners.end())
+      if (slot == runners.end() || !slot->outstanding)
         return;
       slot->outstanding = false;
       if (w.opts.pipelined)
@@ -389,12 +421,19 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       }
       const double lr = scheduled_lr(w);
       step_totals totals;
+      w.batch_env_steps = b.steps * b.num_envs;
       bool ok = w.opts.algo == algorithm::impala
                   ? learn_impala(self, w, b, behavior->model, lr, totals)
                   : learn_ppo(self, w, b, behavior->model, lr, totals,
                               w.opts.algo == algorithm::a3c);
       if (!ok) {
         failure = caf::make_error(caf::sec::runtime_error, "learner failed");
+        running = false;
+        return;
+      }
+      if (w.drained) {
+        // Not learned (the server is draining): neither counted nor reported,
+        // so that the final row matches the final checkpoint.
         running = false;
         return;
       }
@@ -415,44 +454,34 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       running = outstanding();
     },
     [&](uint64_t) {}, // a runner's answer to collect_atom
-    [&](stop_atom) { running = false; },
-    [&](caf::down_msg& down) {
-      for (size_t i = 0; i < runners.size(); ++i) {
-        auto& r = runners[i];
-        if (r.actor.address() != down.source)
-          continue;
-        if (r.restarts >= w.opts.max_runner_restarts) {
-          write_log(w.opts.log,
-                    fmt::format("learner '{}': runner {} failed ({}) after {} restarts; "
-                                "giving up",
-                                w.opts.name, i, self->system().render(down.reason),
-                                r.restarts));
-          failure = down.reason;
-          running = false;
-          return;
-        }
+    [&](runner_atom, uint64_t index, caf::actor& runner) {
+      if (index >= runners.size())
+        return;
+      auto& r = runners[index];
+      if (r.actor) {
+        // A replacement: the lost batch's steps were claimed already, so it
+        // is asked for again without claiming.
         r.restarts += 1;
         w.restarts += 1;
-        write_log(w.opts.log,
-                  fmt::format("learner '{}': runner {} failed ({}); restart {} of {}",
-                              w.opts.name, i, self->system().render(down.reason),
-                              r.restarts, w.opts.max_runner_restarts));
-        r.actor = w.make_runner(i, r.restarts, r.name, caf::actor_cast<caf::actor>(self));
-        self->monitor(r.actor);
-        if (r.outstanding) {
-          // The lost batch's steps were claimed already: ask again without claiming.
+        r.actor = std::move(runner);
+        if (r.outstanding)
           self->send(r.actor, collect_atom::value, uint64_t{1});
-        }
+        return;
       }
+      r.actor = std::move(runner);
+      if (++assigned == runners.size() && !started)
+        start();
+    },
+    [&](stop_atom) { running = false; },
+    [&](state_atom) {
+      return learner_state{w.opts.name, w.gen.state()};
     },
     [&](caf::exit_msg& msg) {
       failure = msg.reason;
       running = false;
     });
-  for (auto& r : runners) {
-    self->demonitor(r.actor);
-    self->send_exit(r.actor, caf::exit_reason::user_shutdown);
-  }
+  if (w.opts.report_to)
+    self->send(w.opts.report_to, learner_state{w.opts.name, w.gen.state()});
   if (failure)
     self->fail_state(std::move(failure));
 }
@@ -461,11 +490,11 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
 
 caf::actor spawn_learner(caf::actor_system& sys, learner_options opts, caf::actor server,
                          caf::actor metrics, std::shared_ptr<policy_store> store,
-                         std::shared_ptr<step_budget> budget, runner_factory make_runner,
+                         std::shared_ptr<step_budget> budget,
                          std::shared_ptr<learners::stats_view> view) {
   return sys.spawn<caf::detached>(learner_loop, std::move(opts), std::move(server),
                                   std::move(metrics), std::move(store), std::move(budget),
-                                  std::move(make_runner), std::move(view));
+                                  std::move(view));
 }
 
 } // namespace troupe::actors

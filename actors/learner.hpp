@@ -1,9 +1,13 @@
-// The learner actor: asks its environment runners for trajectory batches,
+// The learner actor: asks its environment runners (handed over by the
+// supervisor, one (runner_atom, index, runner) per slot; a later one for the
+// same slot is a replacement of a failed runner) for trajectory batches,
 // turns each batch into gradients with the learners library (PPO, A3C or
 // IMPALA's V-trace), sends every gradient to the parameter server and waits
 // for the weights it answers with, and reports losses, returns and lags to
-// the metrics actor. It restarts a runner that fails (bounded, counted,
-// logged) and stops when the step budget is spent or on stop_atom.
+// the metrics actor. It starts once every slot has a runner and stops when
+// the step budget is spent or on stop_atom. The last gradient of each batch
+// carries the batch's environment steps, so that the parameter server counts
+// learned batches together with the weights they changed.
 //
 // Policy lag is the parameter server's version when the batch is learned
 // minus the version the batch was acted with; statistics lag is the latest
@@ -12,12 +16,15 @@
 // The learner is a blocking actor on its own thread (its gradient steps
 // wait for the parameter server's answers in order).
 //
-// Messages it handles: trajectory_batch (from its runners), stop_atom,
-// down_msg of its runners, exit_msg.
+// Messages it handles: trajectory_batch (from its runners),
+// (runner_atom, uint64_t index, caf::actor runner), stop_atom, exit_msg,
+// (state_atom) -> learner_state (between batches).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,11 +67,6 @@ private:
   std::atomic<uint64_t> claimed_;
 };
 
-/// Makes runner `index` of a learner (its `restarts`-th replacement when
-/// restarts > 0), called `name`, that sends batches to `consumer`.
-using runner_factory = std::function<caf::actor(
-  size_t index, uint64_t restarts, const std::string& name, caf::actor consumer)>;
-
 /// The algorithm a learner runs.
 enum class algorithm { ppo, impala, a3c };
 
@@ -81,13 +83,15 @@ struct learner_options {
   size_t num_minibatches = 4;            ///< ppo: minibatches per epoch
   double learning_rate = 2.5e-4;         ///< initial learning rate
   bool anneal_lr = true;                 ///< linear annealing over the budget
-  size_t num_runners = 1;                ///< runners it owns
+  size_t num_runners = 1;                ///< runners it is handed
   uint64_t steps_per_runner_batch = 512; ///< environment steps in one runner batch
   /// Per runner (heterogeneous batch sizes); empty: steps_per_runner_batch each.
   std::vector<uint64_t> runner_batch_steps;
   bool pipelined = false;           ///< ask for the next batch before learning this one
-  uint64_t max_runner_restarts = 3; ///< per runner; then the learner fails
   uint64_t seed = 1;                ///< minibatch shuffling
+  /// Resume: the shuffling generator's words to continue from (instead of seed).
+  std::optional<std::array<uint64_t, 4>> start_gen;
+  caf::actor report_to; ///< receives the learner's learner_state when it ends
   learners::device_kind device =
     learners::device_kind::cpu; ///< where gradients are computed
   /// Global batch norm: one view per batch-norm layer (batch_norm_layers()
@@ -102,7 +106,7 @@ struct learner_options {
 /// `view` (may be null) is its statistics view, read for the statistics lag.
 caf::actor spawn_learner(caf::actor_system& sys, learner_options opts, caf::actor server,
                          caf::actor metrics, std::shared_ptr<policy_store> store,
-                         std::shared_ptr<step_budget> budget, runner_factory make_runner,
+                         std::shared_ptr<step_budget> budget,
                          std::shared_ptr<learners::stats_view> view = nullptr);
 
 } // namespace troupe::actors

@@ -20,12 +20,17 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<learners::stats_snapshot>("stats_snapshot");
   cfg.add_message_type<trajectory_batch>("trajectory_batch");
   cfg.add_message_type<env_runner_status>("env_runner_status");
+  cfg.add_message_type<envs::vector_env_state>("vector_env_state");
+  cfg.add_message_type<env_runner_state>("env_runner_state");
   cfg.add_message_type<gradient_update>("gradient_update");
   cfg.add_message_type<weights_reply>("weights_reply");
   cfg.add_message_type<parameter_server_status>("parameter_server_status");
   cfg.add_message_type<parameter_server_state>("parameter_server_state");
   cfg.add_message_type<learner_report>("learner_report");
   cfg.add_message_type<metrics_counters>("metrics_counters");
+  cfg.add_message_type<supervisor_status>("supervisor_status");
+  cfg.add_message_type<learner_state>("learner_state");
+  cfg.add_message_type<cast_snapshot>("cast_snapshot");
   cfg.add_message_type<std::vector<double>>("std::vector<double>");
   cfg.add_error_category(error_category,
                          [](uint8_t code, caf::atom_value, const caf::message& ctx) {

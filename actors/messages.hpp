@@ -3,6 +3,7 @@
 // and one function that registers them all with an actor system config.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include <caf/all.hpp>
 
+#include "envs/vector_env.hpp"
 #include "kernels/error.hpp"
 #include "learners/stats_view.hpp"
 
@@ -95,6 +97,7 @@ struct trajectory_batch {
   uint64_t action_dim = 0;         ///< floats per action
   std::vector<float> observations; ///< [(T + 1) x N x obs_dim] as the policy saw them
   std::vector<float> actions;      ///< [T x N x action_dim]
+  std::vector<float> behavior_logp; ///< [T x N] log-probability of each chosen action
   std::vector<float> rewards;      ///< [T x N]
   std::vector<uint8_t> terminated; ///< [T x N]
   std::vector<uint8_t> truncated;  ///< [T x N]
@@ -110,8 +113,9 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, trajectory_batch& x) {
   return f(caf::meta::type_name("trajectory_batch"), x.runner, x.env_id, x.sequence,
            x.num_envs, x.steps, x.obs_dim, x.action_dim, x.observations, x.actions,
-           x.rewards, x.terminated, x.truncated, x.autoreset, x.episode_returns,
-           x.episode_lengths, x.policy_version, x.stats_version, x.normalized);
+           x.behavior_logp, x.rewards, x.terminated, x.truncated, x.autoreset,
+           x.episode_returns, x.episode_lengths, x.policy_version, x.stats_version,
+           x.normalized);
 }
 
 /// Counters of one environment runner.
@@ -131,6 +135,27 @@ typename Inspector::result_type inspect(Inspector& f, env_runner_status& x) {
            x.env_steps, x.episodes, x.non_finite, x.deltas_sent);
 }
 
+/// Everything an environment runner's future batches depend on, taken between
+/// two batches ((state_atom) -> env_runner_state): a runner started from it
+/// (env_runner_options::start_state) over a vector env of the same id and
+/// size continues exactly as the runner it was taken from.
+struct env_runner_state {
+  std::string runner;                    ///< name of the runner it was taken from
+  std::string env_id;                    ///< environment id, e.g. "CartPole-v1"
+  envs::vector_env_state env;            ///< every environment, generators included
+  std::array<uint64_t, 4> gen{};         ///< the policy generator's words (not all zero)
+  std::vector<double> episode_return;    ///< [N] return of each episode under way
+  std::vector<uint64_t> episode_length;  ///< [N] its length in steps
+  env_runner_status status;              ///< counters; status.batches is the next
+                                         ///< batch's sequence number
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, env_runner_state& x) {
+  return f(caf::meta::type_name("env_runner_state"), x.runner, x.env_id, x.env, x.gen,
+           x.episode_return, x.episode_length, x.status);
+}
+
 // -- training: parameter server, learner, metrics ----------------------------
 
 using gradient_atom = caf::atom_constant<caf::atom("gradient")>;
@@ -140,6 +165,8 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
 using row_atom = caf::atom_constant<caf::atom("row")>;
+using ready_atom = caf::atom_constant<caf::atom("ready")>;
+using runner_atom = caf::atom_constant<caf::atom("runner")>;
 
 /// One learner's gradient for the parameter server.
 struct gradient_update {
@@ -149,26 +176,28 @@ struct gradient_update {
   double learning_rate = 0;  ///< the learner's scheduled learning rate
   std::vector<float> grad;   ///< param_count numbers
   std::vector<float> buffers; ///< local batch norm: the learner's running stats (may be empty)
+  uint64_t batch_env_steps = 0; ///< on a batch's last gradient: the batch's env steps
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_update& x) {
   return f(caf::meta::type_name("gradient_update"), x.learner, x.base_version, x.samples,
-           x.learning_rate, x.grad, x.buffers);
+           x.learning_rate, x.grad, x.buffers, x.batch_env_steps);
 }
 
 /// The parameter server's weights at one version.
 struct weights_reply {
   uint64_t version = 0;       ///< optimizer steps applied
   bool applied = true;        ///< false when the gradient was dropped as stale
+  bool draining = false;      ///< the run is stopping: nothing is applied any more
   std::vector<float> params;  ///< flat parameters
   std::vector<float> buffers; ///< flat buffers (batch-norm running statistics)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, weights_reply& x) {
-  return f(caf::meta::type_name("weights_reply"), x.version, x.applied, x.params,
-           x.buffers);
+  return f(caf::meta::type_name("weights_reply"), x.version, x.applied, x.draining,
+           x.params, x.buffers);
 }
 
 /// Counters of the parameter server.
@@ -178,12 +207,14 @@ struct parameter_server_status {
   uint64_t applied = 0;  ///< gradients that went into a step
   uint64_t dropped = 0;  ///< gradients dropped as staler than max_staleness
   uint64_t max_staleness_seen = 0; ///< largest staleness of a received gradient
+  uint64_t batches = 0;   ///< batches whose last gradient was applied (or dropped)
+  uint64_t env_steps = 0; ///< their environment steps: the counters a checkpoint keeps
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, parameter_server_status& x) {
   return f(caf::meta::type_name("parameter_server_status"), x.version, x.received,
-           x.applied, x.dropped, x.max_staleness_seen);
+           x.applied, x.dropped, x.max_staleness_seen, x.batches, x.env_steps);
 }
 
 /// Everything the parameter server owns, for checkpoints.
@@ -247,6 +278,43 @@ typename Inspector::result_type inspect(Inspector& f, metrics_counters& x) {
            x.wall_time_s, x.recent_returns, x.recent_lengths);
 }
 
+/// A learner's random state: its minibatch-shuffling generator.
+struct learner_state {
+  std::string learner;           ///< learner name
+  std::array<uint64_t, 4> gen{}; ///< the generator's words
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, learner_state& x) {
+  return f(caf::meta::type_name("learner_state"), x.learner, x.gen);
+}
+
+/// The random states of a whole cast, for checkpoints: every runner's state
+/// (environments, generators, episodes under way) and every learner's.
+struct cast_snapshot {
+  std::vector<env_runner_state> runners; ///< one per live runner
+  std::vector<learner_state> learners;   ///< one per learner
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cast_snapshot& x) {
+  return f(caf::meta::type_name("cast_snapshot"), x.runners, x.learners);
+}
+
+/// The supervisor's counters.
+struct supervisor_status {
+  uint64_t runners = 0;          ///< runners alive
+  uint64_t runner_restarts = 0;  ///< runner restarts so far
+  uint64_t learners_alive = 0;   ///< learners not yet ended
+  bool stopping = false;         ///< a stop was requested or something failed
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, supervisor_status& x) {
+  return f(caf::meta::type_name("supervisor_status"), x.runners, x.runner_restarts,
+           x.learners_alive, x.stopping);
+}
+
 // -- errors ------------------------------------------------------------------
 
 /// CAF error category of troupe::errc values.
@@ -272,3 +340,13 @@ typename Inspector::result_type inspect(Inspector& f, stats_snapshot& x) {
 }
 
 } // namespace troupe::learners
+
+namespace troupe::envs {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, vector_env_state& x) {
+  return f(caf::meta::type_name("vector_env_state"), x.env_id, x.num_envs, x.rng, x.state,
+           x.elapsed_steps, x.rewards, x.terminated, x.truncated, x.autoreset);
+}
+
+} // namespace troupe::envs

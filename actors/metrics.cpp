@@ -54,6 +54,8 @@ struct metrics_state {
   uint64_t lag_n = 0;
   uint64_t row_steps = 0;
   double row_time = 0;
+  // (time, env steps) of recent rows, for the sps window
+  std::deque<std::pair<double, uint64_t>> rate_marks;
   // latest report
   learner_report last;
   uint64_t dropped = 0;
@@ -100,10 +102,25 @@ metrics_counters counters_now(const metrics_state& st) {
   return out;
 }
 
+// Rows can come a few milliseconds apart while several learners' reports
+// arrive in bursts, so sps is measured over at least sps_window_s: from the
+// newest earlier row that old, or from the oldest one kept.
+constexpr double sps_window_s = 0.5;
+
+double window_sps(metrics_state& st, double t) {
+  if (st.rate_marks.empty())
+    st.rate_marks.emplace_back(st.row_time, st.c.env_steps - st.row_steps);
+  while (st.rate_marks.size() > 1 && t - st.rate_marks[1].first >= sps_window_s)
+    st.rate_marks.pop_front();
+  const auto [t0, steps0] = st.rate_marks.front();
+  st.rate_marks.emplace_back(t, st.c.env_steps);
+  const double dt = t - t0;
+  return dt > 0 ? static_cast<double>(st.c.env_steps - steps0) / dt : 0.0;
+}
+
 void write_row(metrics_state& st) {
   const double t = elapsed(st);
-  const double dt = t - st.row_time;
-  const double sps = dt > 0 ? static_cast<double>(st.row_steps) / dt : 0.0;
+  const double sps = window_sps(st, t);
   double len_mean = NAN;
   if (!st.lengths.empty())
     len_mean = std::accumulate(st.lengths.begin(), st.lengths.end(), 0.0) /

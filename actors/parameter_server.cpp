@@ -14,6 +14,7 @@ struct pending_gradient {
   caf::typed_response_promise<weights_reply> promise;
   uint64_t samples = 0;
   double learning_rate = 0;
+  uint64_t batch_env_steps = 0;
 };
 
 struct server_state {
@@ -34,7 +35,16 @@ struct server_state {
 using server_actor = caf::stateful_actor<server_state>;
 
 weights_reply current(const server_state& st, bool applied) {
-  return weights_reply{st.counters.version, applied, st.params, st.buffers};
+  return weights_reply{st.counters.version, applied, st.draining, st.params, st.buffers};
+}
+
+// A batch is counted when its last gradient is applied or dropped (not while
+// draining): a checkpoint's counters then match its weights exactly.
+void count_batch(server_state& st, uint64_t batch_env_steps) {
+  if (batch_env_steps == 0)
+    return;
+  st.counters.batches += 1;
+  st.counters.env_steps += batch_env_steps;
 }
 
 // Clips and applies one gradient, bumps the version and publishes it.
@@ -84,10 +94,12 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
                                   "computed on version {} (now {}, max_staleness {})",
                                   g.learner, g.base_version, s.counters.version,
                                   s.opts.max_staleness));
+          count_batch(s, g.batch_env_steps);
           return current(s, false);
         }
         apply(s, g.grad, g.learning_rate);
         s.counters.applied += 1;
+        count_batch(s, g.batch_env_steps);
         return current(s, true);
       }
       // sync: accumulate the count-weighted sum until every learner is in.
@@ -95,8 +107,8 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       for (size_t i = 0; i < g.grad.size(); ++i)
         s.grad_sum[i] += w * g.grad[i];
       auto promise = self->make_response_promise<weights_reply>();
-      s.pending.push_back(
-        pending_gradient{promise, std::max<uint64_t>(g.samples, 1), g.learning_rate});
+      s.pending.push_back(pending_gradient{promise, std::max<uint64_t>(g.samples, 1),
+                                           g.learning_rate, g.batch_env_steps});
       if (s.pending.size() < s.opts.num_learners)
         return promise;
       double total = 0, lr = 0;
@@ -112,6 +124,8 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       }
       apply(s, s.step_grad, lr);
       s.counters.applied += s.pending.size();
+      for (auto& p : s.pending)
+        count_batch(s, p.batch_env_steps);
       auto reply = current(s, true);
       auto waiting = std::move(s.pending);
       s.pending.clear();
@@ -173,8 +187,11 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
 caf::actor spawn_parameter_server(caf::actor_system& sys, parameter_server_options opts,
                                   std::vector<float> params, std::vector<float> buffers,
                                   std::shared_ptr<policy_store> store) {
-  return sys.spawn(parameter_server, std::move(opts), std::move(params),
-                   std::move(buffers), std::move(store));
+  // Its own thread: every learner waits for its reply, so it must not queue
+  // behind the environment runners' batch collections on the scheduler's
+  // workers (a quarter of a millisecond each), nor wait for a sleeping worker.
+  return sys.spawn<caf::detached>(parameter_server, std::move(opts), std::move(params),
+                                  std::move(buffers), std::move(store));
 }
 
 } // namespace troupe::actors

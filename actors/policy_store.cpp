@@ -1,9 +1,11 @@
 #include "actors/policy_store.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "kernels/rng.hpp"
+#include "learners/mlp.hpp"
 #include "learners/rollout.hpp"
 
 namespace troupe::actors {
@@ -50,49 +52,80 @@ struct store_policy_state {
   uint64_t calls = 0;
   uint64_t fail_after = 0;
   bool deterministic = false;
-  kernels::rng gen;
   learners::policy_output out;
+  learners::network_cache<float> actor; // reused: acting allocates nothing per step
 };
+
+// The actor's outputs for `rows` observations: logits (discrete) or means
+// (box). Acting needs no value, so the critic is not evaluated.
+const float* actor_outputs(store_policy_state& st, const learners::actor_critic& model,
+                           const float* obs, size_t rows) {
+  if (model.spec().obs_norm) {
+    // The store's models take observations as the runner hands them over;
+    // evaluate() reports a model that wants to normalize them itself.
+    if (auto ok = model.evaluate(obs, rows, nullptr, st.out); !ok)
+      throw std::runtime_error(ok.err().message);
+    return model.spec().action == learners::action_kind::discrete ? st.out.logits.data()
+                                                                  : st.out.mean.data();
+  }
+  learners::network_forward(model.layout().actor, model.spec(), model.params(),
+                            model.buffers(), obs, rows, learners::forward_mode::eval,
+                            st.actor);
+  return st.actor.out.data();
+}
 
 } // namespace
 
 policy_fn make_store_policy(std::shared_ptr<policy_store> store, size_t steps_per_batch,
-                            uint64_t seed, bool deterministic,
+                            bool deterministic,
                             uint64_t fail_after_calls) {
   auto st = std::make_shared<store_policy_state>();
   st->store = std::move(store);
   st->steps_per_batch = std::max<size_t>(steps_per_batch, 1);
   st->fail_after = fail_after_calls;
   st->deterministic = deterministic;
-  st->gen.seed_with(seed);
-  return [st](const float* obs, size_t num_envs, float* actions) -> uint64_t {
+  return [st](const float* obs, size_t num_envs, kernels::rng& gen, float* actions,
+              float* logp) -> uint64_t {
     ++st->calls;
     if (st->fail_after != 0 && st->calls == st->fail_after)
       throw std::runtime_error("policy failure injected for a supervision test");
     if (!st->current || (st->calls - 1) % st->steps_per_batch == 0)
       st->current = st->store->latest();
     const auto& model = st->current->model;
-    if (auto ok = model.evaluate(obs, num_envs, nullptr, st->out); !ok)
-      throw std::runtime_error(ok.err().message);
+    const float* head = actor_outputs(*st, model, obs, num_envs);
     const auto& spec = model.spec();
     if (spec.action == learners::action_kind::discrete) {
       const size_t n = static_cast<size_t>(spec.n);
       if (st->deterministic) {
         for (size_t r = 0; r < num_envs; ++r) {
-          const float* l = &st->out.logits[r * n];
-          actions[r] = static_cast<float>(std::max_element(l, l + n) - l);
+          const float* l = &head[r * n];
+          const size_t pick = static_cast<size_t>(std::max_element(l, l + n) - l);
+          actions[r] = static_cast<float>(pick);
+          if (logp) {
+            double total = 0;
+            for (size_t j = 0; j < n; ++j)
+              total += std::exp(static_cast<double>(l[j]) - l[pick]);
+            logp[r] = static_cast<float>(-std::log(total));
+          }
         }
       } else {
-        learners::sample_categorical(st->out.logits.data(), num_envs, n, st->gen, actions,
-                                     nullptr);
+        learners::sample_categorical(head, num_envs, n, gen, actions, logp);
       }
     } else {
       const size_t d = static_cast<size_t>(spec.act_dim);
-      if (st->deterministic)
-        std::copy(st->out.mean.begin(), st->out.mean.begin() + num_envs * d, actions);
-      else
-        learners::sample_gaussian(st->out.mean.data(), st->out.log_std.data(), num_envs,
-                                  d, st->gen, actions, nullptr);
+      const float* log_std = model.params() + model.layout().log_std;
+      if (st->deterministic) {
+        std::copy(head, head + num_envs * d, actions);
+        if (logp) {
+          constexpr double half_log_two_pi = 0.91893853320467274;
+          double lp = 0;
+          for (size_t j = 0; j < d; ++j)
+            lp -= log_std[j] + half_log_two_pi;
+          std::fill(logp, logp + num_envs, static_cast<float>(lp));
+        }
+      } else {
+        learners::sample_gaussian(head, log_std, num_envs, d, gen, actions, logp);
+      }
     }
     return st->current->version;
   };

@@ -2,7 +2,8 @@
 // environment runners of this process, and the sampling policy that acts
 // with them. Keeping the last few versions lets a learner recompute the
 // behavior policy's log-probabilities and values of a batch made with a
-// stale version (PPO's old_logprob, IMPALA's mu).
+// stale version (PPO's old_logprob; IMPALA's mu only for a batch without
+// the log-probabilities the runner records when acting).
 #pragma once
 
 #include <cstdint>
@@ -47,12 +48,13 @@ private:
 
 /// A policy for an environment runner: takes the newest version from `store`
 /// at the first step of every batch of `steps_per_batch` steps (so each batch
-/// is acted with one version) and samples actions from it with a generator
-/// seeded by `seed`; `deterministic` takes the mode instead. A policy whose
+/// is acted with one version) and samples actions from it with the runner's
+/// generator; `deterministic` takes the mode instead (its log-probability
+/// is the mode's). A policy whose
 /// `fail_after_calls` is nonzero throws on that call (for the supervision
 /// tests).
 policy_fn make_store_policy(std::shared_ptr<policy_store> store, size_t steps_per_batch,
-                            uint64_t seed, bool deterministic = false,
+                            bool deterministic = false,
                             uint64_t fail_after_calls = 0);
 
 } // namespace troupe::actors

@@ -3,82 +3,344 @@
 #include <algorithm>
 #include <chrono>
 
+#include <fmt/format.h>
+
 namespace troupe::actors {
 
 namespace {
 
-using poll_atom = caf::atom_constant<caf::atom("poll")>;
+struct runner_entry {
+  caf::actor actor;
+  size_t learner = 0;
+  size_t index = 0;
+  uint64_t restarts = 0; // incarnations after the first (fresh seeds for each)
+  uint64_t failures = 0; // its own failures, bounded by max_runner_restarts
+  std::string name;
+};
 
-struct supervisor_state {
+struct learner_entry {
+  caf::actor actor;
+  std::string name;
+  bool alive = true;
+  uint64_t restarts = 0;
+};
+
+// What the supervisor holds while the run goes on.
+struct cast_state {
   supervisor_options opts;
+  caf::actor keeper, server, metrics;
+  std::vector<learner_entry> learners;
+  std::vector<runner_entry> runners;
+  std::vector<learner_state> learner_states; // the last each learner sent (when it ended)
+  uint64_t restarts = 0;
   size_t alive = 0;
   bool stopping = false;
   std::string failure;
 };
 
-using supervisor_actor = caf::stateful_actor<supervisor_state>;
-
-void stop_run(supervisor_actor* self) {
-  auto& st = self->state;
-  if (st.stopping)
-    return;
-  st.stopping = true;
-  for (auto& l : st.opts.learners)
-    self->send(l, stop_atom::value);
-  if (st.opts.server)
-    self->send(st.opts.server, stop_atom::value);
+// Waits for the answer to a request; the error's text, or empty.
+template <class Answer, class... Ts>
+std::string ask(caf::blocking_actor* self, const caf::actor& dest, Ts&&... xs) {
+  std::string problem;
+  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
+    .receive([](Answer&) {},
+             [&](caf::error& e) { problem = error_message(self->system(), e); });
+  return problem;
 }
 
-caf::behavior supervisor(supervisor_actor* self, supervisor_options opts) {
-  auto& st = self->state;
-  st.opts = std::move(opts);
-  st.alive = st.opts.learners.size();
-  for (auto& l : st.opts.learners)
-    self->monitor(l);
-  self->set_down_handler([self](caf::down_msg& down) {
-    auto& s = self->state;
-    auto it =
-      std::find_if(s.opts.learners.begin(), s.opts.learners.end(),
-                   [&](const caf::actor& l) { return l.address() == down.source; });
-    if (it == s.opts.learners.end())
-      return;
-    if (down.reason && down.reason != caf::exit_reason::user_shutdown &&
-        s.failure.empty())
-      s.failure = self->system().render(down.reason);
-    if (--s.alive == 0) {
-      self->send(s.opts.owner, done_atom::value, s.stopping, s.failure);
-      self->quit();
-    }
-  });
-  if (st.alive == 0) {
-    self->send(st.opts.owner, done_atom::value, false, std::string{});
-    self->quit();
-    return {};
+void stop_run(caf::blocking_actor* self, cast_state& cs) {
+  if (cs.stopping)
+    return;
+  cs.stopping = true;
+  for (auto& l : cs.learners)
+    if (l.alive)
+      self->send(l.actor, stop_atom::value);
+  if (cs.server)
+    self->send(cs.server, stop_atom::value);
+}
+
+// The first failure is the one reported; later ones are consequences.
+void fail_run(caf::blocking_actor* self, cast_state& cs, std::string why) {
+  write_log(cs.opts.log, fmt::format("supervisor: {}; stopping the run", why));
+  if (cs.failure.empty())
+    cs.failure = std::move(why);
+  stop_run(self, cs);
+}
+
+caf::actor spawn_runner(caf::blocking_actor* self, cast_state& cs, runner_entry& r) {
+  runner_request req;
+  req.learner = r.learner;
+  req.index = r.index;
+  req.restarts = r.restarts;
+  req.name = r.name;
+  req.consumer = cs.learners[r.learner].actor;
+  req.keeper = cs.keeper;
+  r.actor = cs.opts.cast.make_runner(req);
+  self->monitor(r.actor);
+  self->send(cs.learners[r.learner].actor, runner_atom::value,
+             static_cast<uint64_t>(r.index), r.actor);
+  return r.actor;
+}
+
+// Spawns learner `li` (again, after a failure: it continues its generator
+// from its last state and takes the server's current weights).
+void spawn_learner_at(caf::blocking_actor* self, cast_state& cs, size_t li) {
+  auto& sys = self->system();
+  auto& plan = cs.opts.cast;
+  auto& lp = plan.learners[li];
+  auto& l = cs.learners[li];
+  auto lo = lp.options;
+  lo.keeper = cs.keeper;
+  lo.report_to = caf::actor_cast<caf::actor>(self);
+  if (l.restarts > 0 && !cs.learner_states[li].learner.empty())
+    lo.start_gen = cs.learner_states[li].gen;
+  lo.batch_norm_views.clear();
+  for (auto& [stream, width] : plan.batch_norm_streams)
+    lo.batch_norm_views.push_back(subscribe_view(sys, cs.keeper, stream, width));
+  std::shared_ptr<learners::stats_view> view;
+  if (!plan.obs_stream.empty())
+    view = subscribe_view(sys, cs.keeper, plan.obs_stream, plan.obs_dim);
+  l.actor = spawn_learner(sys, lo, cs.server, cs.metrics, plan.store, lp.budget, view);
+  l.alive = true;
+  self->monitor(l.actor);
+}
+
+// Spawns the cast in dependency order; the problem that stopped it, or empty.
+std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
+  auto& sys = self->system();
+  auto& plan = cs.opts.cast;
+  cs.keeper = spawn_stats_keeper(sys, plan.keeper);
+  self->monitor(cs.keeper);
+  if (!plan.keeper_state.empty())
+    if (auto why =
+          ask<caf::ok_atom>(self, cs.keeper, load_atom::value, plan.keeper_state);
+        !why.empty())
+      return why;
+  for (auto& decl : plan.streams)
+    if (auto why = ask<uint64_t>(self, cs.keeper, declare_atom::value, decl);
+        !why.empty())
+      return why;
+  cs.server =
+    spawn_parameter_server(sys, plan.server, plan.params, plan.buffers, plan.store);
+  self->monitor(cs.server);
+  if (plan.server_state)
+    if (auto why = ask<uint64_t>(self, cs.server, state_atom::value, *plan.server_state);
+        !why.empty())
+      return why;
+  cs.metrics = spawn_metrics(sys, plan.metrics, caf::actor_cast<caf::actor>(self));
+  self->monitor(cs.metrics);
+  for (size_t li = 0; li < plan.learners.size(); ++li) {
+    learner_entry l;
+    l.name = plan.learners[li].options.name;
+    cs.learners.push_back(std::move(l));
+    cs.learner_states.emplace_back();
+    spawn_learner_at(self, cs, li);
   }
-  if (st.opts.stop_flag)
-    self->delayed_send(self, std::chrono::milliseconds(st.opts.poll_ms),
-                       poll_atom::value);
-  return {
-    [self](ckpt_atom, uint64_t updates) {
-      self->send(self->state.opts.owner, ckpt_atom::value, updates);
-    },
-    [](done_atom) {},
-    [self](stop_atom) { stop_run(self); },
-    [self](poll_atom) {
-      auto& s = self->state;
-      if (s.opts.stop_flag && s.opts.stop_flag->load() != 0)
-        stop_run(self);
-      if (!s.stopping)
-        self->delayed_send(self, std::chrono::milliseconds(s.opts.poll_ms),
-                           poll_atom::value);
-    },
+  cs.alive = cs.learners.size();
+  for (size_t li = 0; li < plan.learners.size(); ++li)
+    for (size_t ri = 0; ri < plan.learners[li].options.num_runners; ++ri) {
+      runner_entry r;
+      r.learner = li;
+      r.index = ri;
+      r.name = fmt::format("{}.runner{}", cs.learners[li].name, ri);
+      cs.runners.push_back(std::move(r));
+    }
+  for (auto& r : cs.runners)
+    spawn_runner(self, cs, r);
+  return {};
+}
+
+void on_down(caf::blocking_actor* self, cast_state& cs, const caf::down_msg& down) {
+  auto& sys = self->system();
+  const bool failed = down.reason && down.reason != caf::exit_reason::user_shutdown;
+  for (auto& r : cs.runners) {
+    if (r.actor.address() != down.source)
+      continue;
+    r.actor = nullptr;
+    if (!failed || cs.stopping || !cs.learners[r.learner].alive)
+      return;
+    const auto why = error_message(sys, down.reason);
+    if (r.failures >= cs.opts.cast.max_runner_restarts) {
+      fail_run(self, cs,
+               fmt::format("runner '{}' failed ({}) after {} restarts", r.name, why,
+                           r.failures));
+      return;
+    }
+    r.failures += 1;
+    r.restarts += 1;
+    cs.restarts += 1;
+    write_log(cs.opts.log,
+              fmt::format("supervisor: runner '{}' failed ({}); restart {} of {}", r.name,
+                          why, r.failures, cs.opts.cast.max_runner_restarts));
+    spawn_runner(self, cs, r);
+    return;
+  }
+  for (auto& l : cs.learners) {
+    if (l.actor.address() != down.source)
+      continue;
+    l.alive = false;
+    --cs.alive;
+    if (!failed || cs.stopping)
+      return;
+    const auto why = error_message(sys, down.reason);
+    if (l.restarts >= cs.opts.cast.max_learner_restarts) {
+      fail_run(self, cs,
+               fmt::format("learner '{}' failed: {} (after {} restarts)", l.name, why,
+                           l.restarts));
+      return;
+    }
+    // A new learner from the server's current weights, and new runners for
+    // it (fresh seeds): the batches the failed one had asked for are lost.
+    l.restarts += 1;
+    write_log(cs.opts.log,
+              fmt::format("supervisor: learner '{}' failed ({}); restart {} of {}",
+                          l.name, why, l.restarts, cs.opts.cast.max_learner_restarts));
+    const size_t li = static_cast<size_t>(&l - cs.learners.data());
+    spawn_learner_at(self, cs, li);
+    ++cs.alive;
+    for (auto& r : cs.runners) {
+      if (r.learner != li)
+        continue;
+      if (r.actor) {
+        self->demonitor(r.actor);
+        self->send_exit(r.actor, caf::exit_reason::user_shutdown);
+      }
+      r.restarts += 1;
+      spawn_runner(self, cs, r);
+    }
+    return;
+  }
+  const char* role = down.source == cs.keeper.address()    ? "statistics keeper"
+                     : down.source == cs.server.address()  ? "parameter server"
+                     : down.source == cs.metrics.address() ? "metrics actor"
+                                                           : nullptr;
+  if (!role)
+    return;
+  if (down.source == cs.keeper.address())
+    cs.keeper = nullptr;
+  else if (down.source == cs.server.address())
+    cs.server = nullptr;
+  else
+    cs.metrics = nullptr;
+  fail_run(
+    self, cs,
+    fmt::format("the {} ended: {}", role,
+                down.reason ? error_message(sys, down.reason) : "no reason given"));
+}
+
+// How long a snapshot waits for one actor's state. A learner answers after
+// its current batch; in sync mode that batch may wait for another learner
+// whose runner failed and needs this supervisor to restart it, so the wait
+// is bounded: past it the actor's state is left out of this checkpoint (the
+// runner then starts fresh on resume; the learner's last state is kept).
+constexpr auto snapshot_wait = std::chrono::seconds(30);
+
+// The random states of the cast: live runners and learners are asked (each
+// answers between two batches); an ended learner's last state is used.
+cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs) {
+  cast_snapshot out;
+  auto skipped = [&](const std::string& who, const caf::error& e) {
+    write_log(cs.opts.log,
+              fmt::format("supervisor: no state from {} for this checkpoint: {}", who,
+                          error_message(self->system(), e)));
   };
+  for (auto& r : cs.runners) {
+    if (!r.actor)
+      continue;
+    self->request(r.actor, snapshot_wait, state_atom::value)
+      .receive([&](env_runner_state& st) { out.runners.push_back(std::move(st)); },
+               [&](caf::error& e) {
+                 if (e != caf::sec::request_receiver_down)
+                   skipped("runner '" + r.name + "'", e);
+               }); // a runner that failed meanwhile: its replacement starts fresh
+  }
+  for (size_t i = 0; i < cs.learners.size(); ++i) {
+    auto& l = cs.learners[i];
+    if (l.alive)
+      self->request(l.actor, snapshot_wait, state_atom::value)
+        .receive([&](learner_state& st) { cs.learner_states[i] = std::move(st); },
+                 [&](caf::error& e) {
+                   if (e != caf::sec::request_receiver_down)
+                     skipped("learner '" + l.name + "'", e);
+                 });
+    if (!cs.learner_states[i].learner.empty())
+      out.learners.push_back(cs.learner_states[i]);
+  }
+  return out;
+}
+
+void supervisor_loop(caf::blocking_actor* self, supervisor_options opts) {
+  cast_state cs;
+  cs.opts = std::move(opts);
+  auto owner = cs.opts.owner;
+  if (auto why = start_cast(self, cs); !why.empty()) {
+    write_log(cs.opts.log, fmt::format("supervisor: the run could not start: {}", why));
+    for (auto& r : cs.runners)
+      if (r.actor)
+        self->send_exit(r.actor, caf::exit_reason::user_shutdown);
+    for (auto& a : {cs.keeper, cs.server, cs.metrics})
+      if (a)
+        self->send_exit(a, caf::exit_reason::user_shutdown);
+    self->send(owner, done_atom::value, false, why);
+    return;
+  }
+  self->send(owner, ready_atom::value, cs.keeper, cs.server, cs.metrics);
+  const auto poll = std::chrono::milliseconds(cs.opts.poll_ms);
+  auto check_flag = [&] {
+    if (cs.opts.stop_flag && cs.opts.stop_flag->load() != 0)
+      stop_run(self, cs);
+  };
+  bool running = cs.alive > 0;
+  self->receive_while([&] { return running; })(
+    [&](ckpt_atom, uint64_t updates) {
+      if (!cs.stopping)
+        self->send(owner, ckpt_atom::value, updates);
+      check_flag();
+    },
+    [&](done_atom) { check_flag(); }, [&](stop_atom) { stop_run(self, cs); },
+    [&](learner_state& st) {
+      for (size_t i = 0; i < cs.learners.size(); ++i)
+        if (cs.learners[i].name == st.learner)
+          cs.learner_states[i] = std::move(st);
+    },
+    [&](state_atom) { return take_snapshot(self, cs); },
+    [&](status_atom) {
+      supervisor_status st;
+      st.runners = static_cast<uint64_t>(
+        std::count_if(cs.runners.begin(), cs.runners.end(),
+                      [](const runner_entry& r) { return r.actor; }));
+      st.runner_restarts = cs.restarts;
+      st.learners_alive = cs.alive;
+      st.stopping = cs.stopping;
+      return st;
+    },
+    [&](caf::down_msg& down) {
+      on_down(self, cs, down);
+      running = cs.alive > 0;
+      check_flag();
+    },
+    [&](caf::exit_msg& msg) {
+      fail_run(self, cs,
+               "the supervisor was told to exit: " +
+                 error_message(self->system(), msg.reason));
+    },
+    caf::after(poll) >> check_flag);
+  // Every learner has ended: the owner gets the cast's last random states for
+  // its final checkpoint, and the runners go; the keeper, the server and the
+  // metrics actor stay for that checkpoint.
+  self->send(owner, take_snapshot(self, cs));
+  for (auto& r : cs.runners)
+    if (r.actor) {
+      self->demonitor(r.actor);
+      self->send_exit(r.actor, caf::exit_reason::user_shutdown);
+    }
+  self->send(owner, done_atom::value, cs.stopping && cs.failure.empty(), cs.failure);
 }
 
 } // namespace
 
 caf::actor spawn_supervisor(caf::actor_system& sys, supervisor_options opts) {
-  return sys.spawn(supervisor, std::move(opts));
+  return sys.spawn<caf::detached>(supervisor_loop, std::move(opts));
 }
 
 } // namespace troupe::actors

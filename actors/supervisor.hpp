@@ -1,42 +1,115 @@
-// The supervisor actor: watches the learners of a run (each of which
-// restarts its own failed environment runners), stops the run on request
-// (SIGINT/SIGTERM, through a flag it polls) or when every learner is done,
-// and tells its owner what to do: write a checkpoint (forwarded from the
-// metrics actor), and finish.
+// The supervisor actor: spawns the cast of a training run from its plan (the
+// statistics keeper, the parameter server, the metrics actor, the learners and
+// their environment runners), monitors every one of them, restarts a failed
+// environment runner (bounded per runner, counted, logged), stops the run on
+// request (SIGINT/SIGTERM through a flag it polls, or stop_atom), and tells
+// its owner what to do.
+//
+// Start-up, in order: the keeper (its state loaded when resuming, every
+// stream declared before anything acts), the parameter server (its state
+// restored when resuming), the metrics actor (which reports to the
+// supervisor), each learner with its statistics views, then each learner's
+// runners, handed to their learner with (runner_atom, index, runner).
+//
+// Failure policy: a runner is restarted up to max_runner_restarts times
+// (the replacement gets the same name and the next `restarts` number, so the
+// factory can give it fresh seeds); one more failure ends the run. A learner
+// is restarted up to max_learner_restarts times: the new one takes the
+// server's current weights and continues the failed one's generator, and its
+// runners are replaced (next `restarts` number) so that they feed it; the
+// batches the failed learner had asked for are lost. The keeper, the server
+// or the metrics actor that fails ends the run: the others are stopped, and
+// the owner is told which actor failed and why, so that it can write a final
+// checkpoint from what is left.
 //
 // Messages it handles:
 //   (ckpt_atom, uint64_t updates)  from the metrics actor: forwarded to the owner
-//   (done_atom)                    from the metrics actor: budget spent (no action;
-//                                  the learners end by themselves)
-//   (stop_atom)                    stop the run: learners stop after their batch,
-//                                  the parameter server drains
-//   down_msg of a learner
-// It sends to the owner: (ckpt_atom, uint64_t updates) and, once every
-// learner has ended, (done_atom, bool interrupted, std::string failure).
+//   (done_atom)                    from the metrics actor: budget spent (the
+//                                  learners end by themselves)
+//   (stop_atom)                    stop the run: learners stop after their
+//                                  batch, the parameter server drains
+//   (status_atom) -> supervisor_status
+//   (state_atom)  -> cast_snapshot   every runner's and learner's random state,
+//                                    for a checkpoint (each answers between batches)
+//   learner_state                    a learner's last state, sent as it ends
+//   down messages of the cast
+// It sends to the owner: once started, (ready_atom, keeper, server, metrics);
+// (ckpt_atom, uint64_t updates); and at the end, once every learner has ended,
+// the final cast_snapshot, then (done_atom, bool interrupted, std::string
+// failure); when start-up fails, only the done_atom.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <caf/all.hpp>
 
+#include "actors/learner.hpp"
+#include "actors/log.hpp"
 #include "actors/messages.hpp"
+#include "actors/metrics.hpp"
+#include "actors/parameter_server.hpp"
+#include "actors/policy_store.hpp"
+#include "actors/stats_keeper.hpp"
 
 namespace troupe::actors {
 
+/// What the supervisor asks of a runner factory.
+struct runner_request {
+  size_t learner = 0;    ///< index of the learner it feeds
+  size_t index = 0;      ///< index of the runner within its learner
+  uint64_t restarts = 0; ///< 0 for the first, k for the k-th replacement
+  std::string name;      ///< "<learner name>.runner<index>"
+  caf::actor consumer;   ///< its learner
+  caf::actor keeper;     ///< the statistics keeper
+};
+
+/// Spawns one environment runner.
+using runner_factory = std::function<caf::actor(const runner_request&)>;
+
+/// One learner of the cast.
+struct learner_plan {
+  learner_options options;             ///< its settings (views and keeper are filled in)
+  std::shared_ptr<step_budget> budget; ///< the steps it may collect
+};
+
+/// Everything the supervisor spawns.
+struct cast_plan {
+  stats_keeper_options keeper;         ///< the statistics keeper
+  std::string keeper_state;            ///< loaded first when not empty (resume)
+  std::vector<stream_decl> streams;    ///< declared before anything acts
+  parameter_server_options server;     ///< the parameter server
+  std::vector<float> params;           ///< its initial weights
+  std::vector<float> buffers;          ///< its initial buffers
+  std::shared_ptr<policy_store> store; ///< where it publishes versions
+  std::optional<parameter_server_state> server_state; ///< restored when set (resume)
+  metrics_options metrics;                            ///< the metrics actor
+  std::vector<learner_plan> learners;                 ///< the learners
+  std::string obs_stream; ///< each learner's statistics view (lag); empty: none
+  size_t obs_dim = 0;     ///< its dimension
+  /// Global batch norm: (stream, width) of each layer; every learner gets a view of each.
+  std::vector<std::pair<std::string, size_t>> batch_norm_streams;
+  runner_factory make_runner; ///< spawns runners (learner_options::num_runners each)
+  uint64_t max_runner_restarts = 3;  ///< per runner; one more failure ends the run
+  uint64_t max_learner_restarts = 2; ///< per learner; one more failure ends the run
+};
+
 /// Settings of a supervisor.
 struct supervisor_options {
-  std::vector<caf::actor> learners; ///< watched; each gets stop_atom on stop
-  caf::actor server;                ///< drained (stop_atom) on stop
-  caf::actor owner;                 ///< receives ckpt_atom and the final done_atom
+  cast_plan cast;   ///< what to spawn
+  caf::actor owner; ///< receives ready_atom, ckpt_atom and the final done_atom
   std::shared_ptr<std::atomic<int>>
     stop_flag;           ///< nonzero: stop (a signal number); may be null
   uint32_t poll_ms = 50; ///< how often the flag is looked at
+  log_sink log;          ///< restarts and failures; default stderr
 };
 
-/// Spawns a supervisor.
+/// Spawns a supervisor (detached: start-up waits for the keeper's and the
+/// server's answers in order).
 caf::actor spawn_supervisor(caf::actor_system& sys, supervisor_options opts);
 
 } // namespace troupe::actors

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
@@ -13,6 +15,7 @@
 
 #include "actors/env_runner.hpp"
 #include "actors/messages.hpp"
+#include "actors/policy_store.hpp"
 #include "actors/stats_keeper.hpp"
 #include "envs/registry.hpp"
 #include "kernels/moments.hpp"
@@ -72,11 +75,12 @@ T ask(caf::scoped_actor& self, const caf::actor& dest, Ts&&... xs) {
 }
 
 // A policy that counts its calls as its version and draws random actions.
-policy_fn versioned_random_policy(const envs::space& space, uint64_t seed) {
-  auto inner = make_random_policy(space, seed);
+policy_fn versioned_random_policy(const envs::space& space) {
+  auto inner = make_random_policy(space);
   auto calls = std::make_shared<uint64_t>(100);
-  return [inner, calls](const float* obs, size_t n, float* actions) {
-    inner(obs, n, actions);
+  return [inner, calls](const float* obs, size_t n, kernels::rng& gen, float* actions,
+                        float* logp) {
+    inner(obs, n, gen, actions, logp);
     return (*calls)++;
   };
 }
@@ -160,7 +164,7 @@ TEST_CASE("the env runner streams fixed-length batches that replay in scalar env
     opts.steps_per_batch = steps;
     opts.log = fx.logger();
     auto runner = spawn_env_runner(*fx.sys, opts, vec,
-                                   versioned_random_policy(vec->spec().action_space, seed),
+                                   versioned_random_policy(vec->spec().action_space),
                                    caf::actor_cast<caf::actor>(self));
     auto batches = collect(self, runner, 3);
     REQUIRE(batches.size() == 3);
@@ -227,7 +231,7 @@ TEST_CASE("the env runner normalizes with the view's snapshot and sends raw mome
   opts.obs_clip = 5.0;
   opts.log = fx.logger();
   auto runner =
-    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space, seed),
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space),
                      caf::actor_cast<caf::actor>(self), keeper, view);
   auto batches = collect(self, runner, 2);
 
@@ -296,8 +300,13 @@ public:
 
   std::vector<double> state(size_t) const override { return {0.0, 0.0}; }
   int elapsed_steps(size_t i) const override { return steps_[i]; }
+  std::array<uint64_t, 4> rng_state(size_t) const override { return {1, 2, 3, 4}; }
 
 protected:
+  void restore_env(size_t i, const std::array<uint64_t, 4>&, const double*,
+                   int elapsed) override {
+    steps_[i] = elapsed;
+  }
   void reset_range(size_t begin, size_t end, uint64_t) override {
     for (size_t i = begin; i < end; ++i) {
       observations_[2 * i] = -0.5f;
@@ -331,7 +340,7 @@ TEST_CASE("a non-finite observation is counted, logged with the env id and kept 
   opts.steps_per_batch = 2;
   opts.log = fx.logger();
   auto runner =
-    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space, 1),
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space),
                      caf::actor_cast<caf::actor>(self), keeper);
   // Batch 0 sees steps 0-1 (clean); batch 1 sees step 3's NaN as its second
   // observation; batch 2 is clean again.
@@ -358,9 +367,20 @@ TEST_CASE("a random policy draws only actions inside the action space") {
   for (auto& id : envs::registered_ids()) {
     CAPTURE(id);
     const auto& space = envs::find_spec(id).value()->action_space;
-    auto policy = make_random_policy(space, seed);
+    auto policy = make_random_policy(space);
+    kernels::rng gen(seed);
     std::vector<float> actions(1000 * space.size());
-    CHECK(policy(nullptr, 1000, actions.data()) == 0);
+    std::vector<float> logp(1000);
+    CHECK(policy(nullptr, 1000, gen, actions.data(), logp.data()) == 0);
+    // Uniform: every draw has log-probability -log n, or -log of the box's volume.
+    double expected = 0;
+    if (space.kind == envs::space_kind::discrete)
+      expected = -std::log(static_cast<double>(space.n));
+    else
+      for (size_t j = 0; j < space.size(); ++j)
+        expected -= std::log(static_cast<double>(space.high[j]) - space.low[j]);
+    for (float lp : logp)
+      CHECK(lp == doctest::Approx(expected).epsilon(1e-6));
     if (space.kind == envs::space_kind::discrete) {
       std::vector<int> seen(static_cast<size_t>(space.n), 0);
       for (size_t i = 0; i < 1000; ++i) {
@@ -380,5 +400,289 @@ TEST_CASE("a random policy draws only actions inside the action space") {
       CHECK(lo < space.low[0] + 0.05f * width); // the whole range is drawn
       CHECK(hi > space.high[0] - 0.05f * width);
     }
+  }
+}
+
+TEST_CASE("a store policy records the log-probability of each action under the acting weights") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  for (std::string id : {"CartPole-v1", "Pendulum-v1"}) {
+    CAPTURE(id);
+    uint64_t seed = fresh_seed();
+    CAPTURE(seed);
+    const size_t n = 7, steps = 9;
+    std::shared_ptr<envs::vector_env> vec = envs::make_vector_env(id, n).value();
+    vec->set_clip_box_actions(true);
+    const auto& es = vec->spec();
+    learners::model_spec spec;
+    spec.obs_dim = static_cast<int64_t>(vec->obs_dim());
+    if (es.action_space.kind == envs::space_kind::discrete) {
+      spec.action = learners::action_kind::discrete;
+      spec.n = es.action_space.n;
+    } else {
+      spec.action = learners::action_kind::box;
+      spec.act_dim = static_cast<int64_t>(vec->action_dim());
+    }
+    spec.hidden = {16};
+    learners::actor_critic model(spec, seed);
+    auto store = std::make_shared<policy_store>(model, 4);
+    env_runner_options opts;
+    opts.seed = seed;
+    opts.steps_per_batch = steps;
+    auto runner = spawn_env_runner(*fx.sys, opts, vec, make_store_policy(store, steps),
+                                   caf::actor_cast<caf::actor>(self));
+    auto batches = collect(self, runner, 2);
+    REQUIRE(batches.size() == 2);
+    for (auto& b : batches) {
+      REQUIRE(b.behavior_logp.size() == steps * n);
+      const size_t rows = steps * n;
+      learners::policy_output out;
+      REQUIRE(model.evaluate(b.observations.data(), rows, nullptr, out).ok());
+      for (size_t r = 0; r < rows; ++r) {
+        CAPTURE(r);
+        double expected = 0;
+        if (spec.action == learners::action_kind::discrete) {
+          const float* l = &out.logits[r * static_cast<size_t>(spec.n)];
+          double top = l[0], total = 0;
+          for (int64_t j = 1; j < spec.n; ++j)
+            top = std::max<double>(top, l[j]);
+          for (int64_t j = 0; j < spec.n; ++j)
+            total += std::exp(static_cast<double>(l[j]) - top);
+          expected = l[static_cast<size_t>(b.actions[r])] - top - std::log(total);
+        } else {
+          for (int64_t j = 0; j < spec.act_dim; ++j) {
+            const double mean = out.mean[r * static_cast<size_t>(spec.act_dim) + j];
+            const double log_std = out.log_std[static_cast<size_t>(j)];
+            const double z =
+              (b.actions[r * static_cast<size_t>(spec.act_dim) + j] - mean) /
+              std::exp(log_std);
+            expected += -0.5 * z * z - log_std - 0.91893853320467274;
+          }
+        }
+        CHECK(b.behavior_logp[r] == doctest::Approx(expected).epsilon(1e-4));
+      }
+    }
+    self->send_exit(runner, caf::exit_reason::user_shutdown);
+  }
+}
+
+// -- runner state ---------------------------------------------------------------
+
+namespace {
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size()
+         && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// Every field of two batches but the runner's name, floats bit for bit.
+void check_same_batch(const trajectory_batch& a, const trajectory_batch& b) {
+  CHECK(a.env_id == b.env_id);
+  CHECK(a.sequence == b.sequence);
+  CHECK(a.num_envs == b.num_envs);
+  CHECK(a.steps == b.steps);
+  CHECK(a.obs_dim == b.obs_dim);
+  CHECK(a.action_dim == b.action_dim);
+  CHECK(same_bits(a.observations, b.observations));
+  CHECK(same_bits(a.actions, b.actions));
+  CHECK(same_bits(a.behavior_logp, b.behavior_logp));
+  CHECK(same_bits(a.rewards, b.rewards));
+  CHECK(a.terminated == b.terminated);
+  CHECK(a.truncated == b.truncated);
+  CHECK(a.autoreset == b.autoreset);
+  CHECK(same_bits(a.episode_returns, b.episode_returns));
+  CHECK(a.episode_lengths == b.episode_lengths);
+  CHECK(a.policy_version == b.policy_version);
+  CHECK(a.stats_version == b.stats_version);
+  CHECK(a.normalized == b.normalized);
+}
+
+// A store policy over fixed weights of a small model for `vec`'s spaces.
+policy_fn fixed_store_policy(const envs::vector_env& vec, size_t steps, uint64_t seed) {
+  const auto& es = vec.spec();
+  learners::model_spec spec;
+  spec.obs_dim = static_cast<int64_t>(vec.obs_dim());
+  if (es.action_space.kind == envs::space_kind::discrete) {
+    spec.action = learners::action_kind::discrete;
+    spec.n = es.action_space.n;
+  } else {
+    spec.action = learners::action_kind::box;
+    spec.act_dim = static_cast<int64_t>(vec.action_dim());
+  }
+  spec.hidden = {16};
+  learners::actor_critic model(spec, seed);
+  return make_store_policy(std::make_shared<policy_store>(model, 2), steps);
+}
+
+struct runner_pair_case {
+  std::string id;
+  bool store_policy;
+};
+
+} // namespace
+
+TEST_CASE("a runner started from another runner's state continues its batches exactly") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  std::vector<runner_pair_case> cases;
+  for (auto& id : envs::registered_ids())
+    cases.push_back({id, false});
+  cases.push_back({"CartPole-v1", true});
+  cases.push_back({"Pendulum-v1", true});
+  for (auto& c : cases) {
+    const uint64_t seed = fresh_seed();
+    CAPTURE(c.id);
+    CAPTURE(c.store_policy);
+    CAPTURE(seed);
+    const size_t n = 5;
+    // The state is taken before the time limit and episodes end (and the
+    // environments reset from their restored generators) after it.
+    const int limit = envs::find_spec(c.id).value()->max_episode_steps;
+    const size_t steps = static_cast<size_t>(limit / 3 + 1);
+    auto make_policy = [&](const envs::vector_env& v) {
+      return c.store_policy ? fixed_store_policy(v, steps, seed)
+                            : make_random_policy(v.spec().action_space);
+    };
+    std::shared_ptr<envs::vector_env> vec_a = envs::make_vector_env(c.id, n).value();
+    vec_a->set_clip_box_actions(true);
+    env_runner_options opts_a;
+    opts_a.name = "runner-a";
+    opts_a.seed = seed;
+    opts_a.steps_per_batch = steps;
+    auto a = spawn_env_runner(*fx.sys, opts_a, vec_a, make_policy(*vec_a),
+                              caf::actor_cast<caf::actor>(self));
+    auto first = collect(self, a, 2);
+    auto state = ask<env_runner_state>(self, a, state_atom::value);
+    auto rest = collect(self, a, 2);
+    auto status_a = ask<env_runner_status>(self, a, status_atom::value);
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+
+    CHECK(state.runner == "runner-a");
+    CHECK(state.env_id == c.id);
+    CHECK(state.status.batches == 2);
+    CHECK(state.status.env_steps == 2 * steps * n);
+    CHECK(state.episode_return.size() == n);
+    CHECK(state.env.num_envs == n);
+    CHECK(state.gen != kernels::rng(seed ^ policy_salt).state()); // the policy drew
+    // The state crosses processes unchanged (CAF's binary serialization).
+    {
+      std::vector<char> buf;
+      caf::binary_serializer sink{*fx.sys, buf};
+      REQUIRE_FALSE(sink(state));
+      env_runner_state copy;
+      caf::binary_deserializer source{*fx.sys, buf};
+      REQUIRE_FALSE(source(copy));
+      CHECK(copy.runner == state.runner);
+      CHECK(envs::same_state(copy.env, state.env));
+      CHECK(copy.gen == state.gen);
+      CHECK(same_bits(copy.episode_return, state.episode_return));
+      CHECK(copy.episode_length == state.episode_length);
+      CHECK(copy.status.batches == state.status.batches);
+      CHECK(copy.status.episodes == state.status.episodes);
+    }
+
+    // B: a fresh vector env, another seed, started from A's state.
+    std::shared_ptr<envs::vector_env> vec_b = envs::make_vector_env(c.id, n).value();
+    vec_b->set_clip_box_actions(true);
+    env_runner_options opts_b;
+    opts_b.name = "runner-b";
+    opts_b.seed = seed + 1000;
+    opts_b.steps_per_batch = steps;
+    opts_b.start_state = state;
+    auto b = spawn_env_runner(*fx.sys, opts_b, vec_b, make_policy(*vec_b),
+                              caf::actor_cast<caf::actor>(self));
+    auto continued = collect(self, b, 2);
+    auto status_b = ask<env_runner_status>(self, b, status_atom::value);
+    self->send_exit(b, caf::exit_reason::user_shutdown);
+
+    REQUIRE(rest.size() == 2);
+    REQUIRE(continued.size() == 2);
+    size_t episodes = 0, resets = 0;
+    for (size_t k = 0; k < 2; ++k) {
+      CAPTURE(k);
+      CHECK(continued[k].runner == "runner-b");
+      CHECK(rest[k].sequence == 2 + k);
+      check_same_batch(rest[k], continued[k]);
+      episodes += rest[k].episode_returns.size();
+      for (auto r : rest[k].autoreset)
+        resets += r;
+    }
+    CHECK(episodes >= n);
+    CHECK(resets >= n);
+    CHECK(status_b.runner == "runner-b");
+    CHECK(status_b.batches == status_a.batches);
+    CHECK(status_b.env_steps == status_a.env_steps);
+    CHECK(status_b.episodes == status_a.episodes);
+    CHECK(status_b.non_finite == status_a.non_finite);
+    CHECK(status_b.deltas_sent == status_a.deltas_sent);
+  }
+}
+
+TEST_CASE("a runner given a state that does not fit quits with a message naming it") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  // A state from a runner over 4 CartPole environments.
+  std::shared_ptr<envs::vector_env> source = envs::make_vector_env("CartPole-v1", 4).value();
+  env_runner_options opts;
+  opts.name = "runner-src";
+  opts.seed = seed;
+  opts.steps_per_batch = 16;
+  auto src = spawn_env_runner(*fx.sys, opts, source,
+                              make_random_policy(source->spec().action_space),
+                              caf::actor_cast<caf::actor>(self));
+  collect(self, src, 1);
+  auto good = ask<env_runner_state>(self, src, state_atom::value);
+  self->send_exit(src, caf::exit_reason::user_shutdown);
+
+  struct bad_case {
+    std::string what, env_id;
+    size_t num_envs;
+    std::function<void(env_runner_state&)> spoil;
+    std::vector<std::string> words;
+  };
+  std::vector<bad_case> cases = {
+    {"another env id", "Acrobot-v1", 4, [](auto&) {}, {"env_id", "CartPole-v1", "Acrobot-v1"}},
+    {"another size", "CartPole-v1", 5, [](auto&) {}, {"num_envs", "5", "4"}},
+    {"zero policy generator", "CartPole-v1", 4, [](auto& s) { s.gen = {0, 0, 0, 0}; },
+     {"gen", "all zero"}},
+    {"NaN episode return", "CartPole-v1", 4,
+     [](auto& s) { s.episode_return[2] = NAN; }, {"environment 2", "episode_return", "nan"}},
+    {"short episode lengths", "CartPole-v1", 4, [](auto& s) { s.episode_length.pop_back(); },
+     {"episode_length", "3"}},
+    {"zero environment generator", "CartPole-v1", 4,
+     [](auto& s) { std::fill(&s.env.rng[4], &s.env.rng[8], 0); },
+     {"environment 1", "rng", "all zero"}},
+    {"counter past the time limit", "CartPole-v1", 4,
+     [](auto& s) { s.env.elapsed_steps[3] = 501; }, {"environment 3", "elapsed_steps", "501"}},
+  };
+  for (auto& c : cases) {
+    CAPTURE(c.what);
+    auto bad = good;
+    c.spoil(bad);
+    std::shared_ptr<envs::vector_env> vec = envs::make_vector_env(c.env_id, c.num_envs).value();
+    vec->reset(seed + 7);
+    const auto before = vec->save_state();
+    env_runner_options o;
+    o.name = "runner-bad";
+    o.steps_per_batch = 16;
+    o.start_state = bad;
+    auto runner = spawn_env_runner(*fx.sys, o, vec,
+                                   make_random_policy(vec->spec().action_space),
+                                   caf::actor_cast<caf::actor>(self));
+    self->monitor(runner);
+    std::string message;
+    self->receive([&](caf::down_msg& down) {
+      CHECK(down.source == runner.address());
+      message = error_message(*fx.sys, down.reason);
+    });
+    CAPTURE(message);
+    CHECK(message.find("runner-bad") != std::string::npos);
+    CHECK(message.find("runner-src") != std::string::npos);
+    for (auto& w : c.words)
+      CHECK(message.find(w) != std::string::npos);
+    CHECK(envs::same_state(vec->save_state(), before)); // nothing half restored
   }
 }

@@ -218,13 +218,12 @@ TEST_CASE("a learner skips and counts a batch with a non-finite reward, which ne
   lo.steps_per_runner_batch = steps * envs;
   lo.log = [](const std::string&) {};
   auto budget = std::make_shared<actors::step_budget>(2 * steps * envs);
-  auto make_runner = [&sys, batches](size_t, uint64_t, const std::string& name,
-                                     caf::actor consumer) {
-    return sys.spawn(scripted_runner, name, consumer, batches);
-  };
   auto learner = actors::spawn_learner(sys, lo, server, caf::actor_cast<caf::actor>(self),
-                                       store, budget, make_runner);
+                                       store, budget);
   self->monitor(learner);
+  // The supervisor's part: hand the learner its runner.
+  auto runner = sys.spawn(scripted_runner, std::string{"L.runner0"}, learner, batches);
+  self->send(learner, actors::runner_atom::value, uint64_t{0}, runner);
   std::vector<actors::learner_report> reports;
   while (reports.size() < 2)
     self->receive([&](actors::learner_report& r) { reports.push_back(std::move(r)); });
@@ -243,7 +242,11 @@ TEST_CASE("a learner skips and counts a batch with a non-finite reward, which ne
              [&](caf::error&) { FAIL("no status"); });
   CHECK(status.version == 2);
   CHECK(status.applied == 2);
+  // The learned batch is counted with its last gradient; the skipped one is not.
+  CHECK(status.batches == 1);
+  CHECK(status.env_steps == steps * envs);
   for (size_t i = 0; i < initial.param_count(); ++i)
     REQUIRE(std::isfinite(store->latest()->model.params()[i]));
   self->send_exit(server, caf::exit_reason::user_shutdown);
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
 }

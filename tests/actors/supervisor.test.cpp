@@ -1,18 +1,25 @@
-// The supervisor actor: stops every learner and drains the parameter server
-// when its stop flag is raised, reports to its owner once every learner has
-// ended (with the failure of one that failed), and forwards checkpoint
-// requests. The learners here are stand-ins that tell the test what they got.
+// The supervisor actor with a real cast: it spawns the keeper, the parameter
+// server, the metrics actor, the learners and their CartPole runners from a
+// plan; restarts failed runners (bounded, counted, logged); ends the run when
+// a learner or the server fails; stops on the flag. The runners' policies
+// throw on purpose where a test needs a failure.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <atomic>
-#include <memory>
 #include <set>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <caf/all.hpp>
 
+#include "actors/env_runner.hpp"
 #include "actors/messages.hpp"
 #include "actors/supervisor.hpp"
+#include "envs/registry.hpp"
+#include "tests/temp_folder.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -22,96 +29,405 @@ namespace {
 struct supervisor_fixture {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
+  std::mutex mtx;
+  std::vector<std::string> log;
+  std::vector<runner_request> requests; // every runner the factory made
+  test::temp_folder dir{"supervisor"};
+
   supervisor_fixture() {
     register_messages(cfg);
     cfg.set("scheduler.max-threads", 2);
     sys = std::make_unique<caf::actor_system>(cfg);
   }
+
+  log_sink sink() {
+    return [this](const std::string& line) {
+      std::lock_guard<std::mutex> g(mtx);
+      log.push_back(line);
+    };
+  }
+
+  bool logged(const std::string& part) {
+    std::lock_guard<std::mutex> g(mtx);
+    for (auto& line : log)
+      if (line.find(part) != std::string::npos)
+        return true;
+    return false;
+  }
+
+  // A CartPole cast: `learners` PPO learners with `runners` runners of 4
+  // environments x 8 steps each, sharing a budget of `batches` batches.
+  // `fails(request)` gives the policy call on which that runner throws (0: never).
+  cast_plan plan(uint64_t seed, size_t learners, size_t runners, uint64_t batches,
+                 std::function<uint64_t(const runner_request&)> fails) {
+    const size_t envs = 4, steps = 8;
+    learners::model_spec spec;
+    spec.obs_dim = 4;
+    spec.n = 2;
+    spec.hidden = {8};
+    learners::actor_critic initial(spec, seed);
+    cast_plan p;
+    p.keeper.log = sink();
+    p.server.log = sink();
+    p.params.assign(initial.params(), initial.params() + initial.param_count());
+    p.store = std::make_shared<policy_store>(initial, 16);
+    p.metrics.csv_path = (dir.path / "metrics.csv").string();
+    p.metrics.jsonl_path = (dir.path / "metrics.jsonl").string();
+    p.metrics.quiet = true;
+    p.metrics.total_env_steps = batches * envs * steps;
+    p.streams.push_back(stream_decl{"obs", 4, "cumulative", 0.99});
+    p.obs_stream = "obs";
+    p.obs_dim = 4;
+    auto budget = std::make_shared<step_budget>(batches * envs * steps);
+    for (size_t li = 0; li < learners; ++li) {
+      learner_plan lp;
+      lp.options.name = "learner" + std::to_string(li);
+      lp.options.spec = spec;
+      lp.options.update_epochs = 1;
+      lp.options.num_minibatches = 2;
+      lp.options.num_runners = runners;
+      lp.options.steps_per_runner_batch = envs * steps;
+      lp.options.pipelined = true;
+      lp.options.seed = seed + li;
+      lp.options.log = sink();
+      lp.budget = budget;
+      p.learners.push_back(std::move(lp));
+    }
+    p.make_runner = [this, seed, store = p.store, fails](const runner_request& req) {
+      {
+        std::lock_guard<std::mutex> g(mtx);
+        requests.push_back(req);
+      }
+      std::shared_ptr<envs::vector_env> env =
+        envs::make_vector_env("CartPole-v1", envs).value();
+      env_runner_options ro;
+      ro.name = req.name;
+      ro.seed = seed + 1000 * req.learner + 100 * req.index + 10 * req.restarts;
+      ro.steps_per_batch = steps;
+      ro.log = sink();
+      return spawn_env_runner(*sys, ro, env,
+                              make_store_policy(store, steps, false, fails(req)),
+                              req.consumer, req.keeper);
+    };
+    return p;
+  }
 };
 
-// A stand-in learner (or server): on stop_atom, tells `observer` its name,
-// then ends normally (a learner) or stays (the server). On error_atom-like
-// string "fail", ends with an error.
-caf::behavior stand_in(caf::event_based_actor* self, std::string name,
-                       caf::actor observer, bool quits_on_stop) {
-  return {
-    [=](stop_atom) {
-      self->send(observer, name);
-      if (quits_on_stop)
-        self->quit();
-    },
-    [=](const std::string& order) {
-      if (order == "fail")
-        self->quit(caf::make_error(caf::sec::runtime_error, "injected"));
-      else
-        self->quit();
-    },
-  };
+struct run_end {
+  bool interrupted = true;
+  std::string failure = "unset";
+  std::vector<uint64_t> checkpoints;
+};
+
+// Waits for ready (the cast's handles), then for done; counts checkpoint requests.
+run_end await_run(caf::scoped_actor& self, caf::actor& keeper, caf::actor& server,
+                  caf::actor& metrics, std::function<void()> on_ready = {}) {
+  run_end end;
+  bool done = false;
+  while (!done)
+    self->receive(
+      [&](ready_atom, caf::actor& k, caf::actor& s, caf::actor& m) {
+        keeper = k;
+        server = s;
+        metrics = m;
+        if (on_ready)
+          on_ready();
+      },
+      [&](ckpt_atom, uint64_t updates) { end.checkpoints.push_back(updates); },
+      [&](done_atom, bool interrupted, std::string& why) {
+        done = true;
+        end.interrupted = interrupted;
+        end.failure = why;
+      });
+  return end;
+}
+
+template <class T, class... Ts>
+T ask(caf::scoped_actor& self, const caf::actor& dest, Ts&&... xs) {
+  T out{};
+  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
+    .receive(
+      [&](T& x) { out = std::move(x); },
+      [&](caf::error& e) { FAIL("request failed: " << self->system().render(e)); });
+  return out;
+}
+
+void shut_down(caf::scoped_actor& self, std::initializer_list<caf::actor> actors) {
+  for (auto& a : actors)
+    if (a)
+      self->send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 } // namespace
 
-TEST_CASE("raising the stop flag stops every learner and drains the server, then the "
-          "owner hears that the run was interrupted") {
+TEST_CASE("the supervisor spawns the cast from its plan, and the run learns exactly its "
+          "budget, counted by the server and the keeper") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
   supervisor_fixture fx;
   caf::scoped_actor self{*fx.sys};
-  auto observer = caf::actor_cast<caf::actor>(self);
-  auto a = fx.sys->spawn(stand_in, std::string{"a"}, observer, true);
-  auto b = fx.sys->spawn(stand_in, std::string{"b"}, observer, true);
-  auto server = fx.sys->spawn(stand_in, std::string{"server"}, observer, false);
-  auto flag = std::make_shared<std::atomic<int>>(0);
+  const uint64_t batches = 12;
   supervisor_options opts;
-  opts.learners = {a, b};
-  opts.server = server;
-  opts.owner = observer;
-  opts.stop_flag = flag;
-  opts.poll_ms = 1;
+  opts.cast = fx.plan(seed, 2, 2, batches, [](const runner_request&) { return 0; });
+  opts.cast.metrics.checkpoint_every_updates = 4;
+  opts.owner = caf::actor_cast<caf::actor>(self);
+  opts.log = fx.sink();
   auto sup = spawn_supervisor(*fx.sys, opts);
-  flag->store(15);
-  std::multiset<std::string> stopped;
-  bool done = false, interrupted = false;
-  std::string failure = "unset";
-  while (!done) {
-    self->receive([&](const std::string& who) { stopped.insert(who); },
-                  [&](done_atom, bool was_interrupted, const std::string& why) {
-                    done = true;
-                    interrupted = was_interrupted;
-                    failure = why;
-                  });
+  caf::actor keeper, server, metrics;
+  auto end = await_run(self, keeper, server, metrics);
+  CHECK_FALSE(end.interrupted);
+  CHECK(end.failure.empty());
+  REQUIRE(server);
+  REQUIRE(keeper);
+  CHECK_FALSE(end.checkpoints.empty());
+  {
+    std::lock_guard<std::mutex> g(fx.mtx);
+    REQUIRE(fx.requests.size() == 4); // two learners x two runners, none restarted
+    for (auto& r : fx.requests) {
+      CHECK(r.restarts == 0);
+      CHECK(r.name ==
+            "learner" + std::to_string(r.learner) + ".runner" + std::to_string(r.index));
+    }
   }
-  // The server's notice may come after the owner's; wait for it.
-  while (stopped.count("server") == 0)
-    self->receive([&](const std::string& who) { stopped.insert(who); });
-  CHECK(stopped.count("a") == 1);
-  CHECK(stopped.count("b") == 1);
-  CHECK(interrupted);
-  CHECK(failure.empty());
-  self->send_exit(server, caf::exit_reason::user_shutdown);
+  auto ps = ask<parameter_server_status>(self, server, status_atom::value);
+  CHECK(ps.batches == batches);
+  CHECK(ps.env_steps == batches * 4 * 8);
+  CHECK(ps.applied + ps.dropped == batches * 2); // two minibatches per batch
+  // Every step that was learned had its observation moments merged, and no more.
+  auto obs = ask<stream_status>(self, keeper, status_atom::value, std::string{"obs"});
+  CHECK(obs.count == ps.env_steps);
+  auto row = ask<metrics_counters>(self, metrics, row_atom::value);
+  CHECK(row.env_steps == ps.env_steps);
+  CHECK(row.updates == batches);
+  shut_down(self, {keeper, server, metrics});
 }
 
-TEST_CASE("the owner hears of a learner that failed once every learner has ended, and "
-          "checkpoint requests are forwarded") {
+TEST_CASE("a runner that throws is restarted with the next restart number, counted and "
+          "logged, and the run still learns its whole budget") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
   supervisor_fixture fx;
   caf::scoped_actor self{*fx.sys};
-  auto observer = caf::actor_cast<caf::actor>(self);
-  auto a = fx.sys->spawn(stand_in, std::string{"a"}, observer, true);
-  auto b = fx.sys->spawn(stand_in, std::string{"b"}, observer, true);
+  const uint64_t batches = 10;
   supervisor_options opts;
-  opts.learners = {a, b};
-  opts.owner = observer;
-  auto sup = spawn_supervisor(*fx.sys, opts);
-  self->send(sup, ckpt_atom::value, uint64_t{40});
-  uint64_t forwarded = 0;
-  self->receive([&](ckpt_atom, uint64_t updates) { forwarded = updates; });
-  CHECK(forwarded == 40);
-  self->send(a, std::string{"fail"});
-  self->send(b, std::string{"finish"});
-  bool interrupted = true;
-  std::string failure;
-  self->receive([&](done_atom, bool was_interrupted, const std::string& why) {
-    interrupted = was_interrupted;
-    failure = why;
+  // learner0.runner1 throws on its 11th policy call (inside its second batch).
+  opts.cast = fx.plan(seed, 1, 2, batches, [](const runner_request& r) {
+    return r.index == 1 && r.restarts == 0 ? uint64_t{11} : uint64_t{0};
   });
-  CHECK_FALSE(interrupted);
-  CHECK(failure.find("injected") != std::string::npos);
+  opts.owner = caf::actor_cast<caf::actor>(self);
+  opts.log = fx.sink();
+  auto sup = spawn_supervisor(*fx.sys, opts);
+  caf::actor keeper, server, metrics;
+  auto end = await_run(self, keeper, server, metrics);
+  CHECK(end.failure.empty());
+  CHECK_FALSE(end.interrupted);
+  CHECK(fx.logged("runner 'learner0.runner1' failed"));
+  CHECK(fx.logged("restart 1 of 3"));
+  {
+    std::lock_guard<std::mutex> g(fx.mtx);
+    REQUIRE(fx.requests.size() == 3);
+    CHECK(fx.requests[2].name == "learner0.runner1");
+    CHECK(fx.requests[2].restarts == 1);
+  }
+  // The lost batch was collected again by the replacement: the budget is whole.
+  auto ps = ask<parameter_server_status>(self, server, status_atom::value);
+  CHECK(ps.env_steps == batches * 4 * 8);
+  auto row = ask<metrics_counters>(self, metrics, row_atom::value);
+  CHECK(row.env_steps == batches * 4 * 8);
+  shut_down(self, {keeper, server, metrics});
+}
+
+TEST_CASE("a runner that keeps failing past max_runner_restarts ends the run with a "
+          "failure naming it") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  supervisor_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  supervisor_options opts;
+  opts.cast = fx.plan(seed, 1, 2, 1000, [](const runner_request& r) {
+    return r.index == 0 ? uint64_t{3} : uint64_t{0};
+  });
+  opts.cast.max_runner_restarts = 2;
+  opts.owner = caf::actor_cast<caf::actor>(self);
+  opts.log = fx.sink();
+  auto sup = spawn_supervisor(*fx.sys, opts);
+  caf::actor keeper, server, metrics;
+  auto end = await_run(self, keeper, server, metrics);
+  CHECK_FALSE(end.interrupted);
+  CHECK(end.failure.find("runner 'learner0.runner0'") != std::string::npos);
+  CHECK(end.failure.find("after 2 restarts") != std::string::npos);
+  CHECK(fx.logged("restart 2 of 2"));
+  shut_down(self, {keeper, server, metrics});
+}
+
+TEST_CASE("a learner that fails is restarted with new runners that feed it, and the run "
+          "goes on to its budget") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  supervisor_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t batches = 40;
+  supervisor_options opts;
+  opts.cast = fx.plan(seed, 2, 1, batches, [](const runner_request&) { return 0; });
+  opts.owner = caf::actor_cast<caf::actor>(self);
+  opts.log = fx.sink();
+  auto sup = spawn_supervisor(*fx.sys, opts);
+  caf::actor keeper, server, metrics, first_learner1;
+  auto end = await_run(self, keeper, server, metrics, [&] {
+    {
+      std::lock_guard<std::mutex> g(fx.mtx);
+      for (auto& r : fx.requests)
+        if (r.learner == 1)
+          first_learner1 = r.consumer;
+    }
+    REQUIRE(first_learner1);
+    self->send_exit(first_learner1, caf::make_error(caf::sec::runtime_error, "injected"));
+  });
+  CHECK(end.failure.empty());
+  CHECK_FALSE(end.interrupted);
+  CHECK(fx.logged("learner 'learner1' failed"));
+  CHECK(fx.logged("restart 1 of 2"));
+  {
+    std::lock_guard<std::mutex> g(fx.mtx);
+    REQUIRE(fx.requests.size() == 3);
+    const auto& again = fx.requests[2];
+    CHECK(again.name == "learner1.runner0");
+    CHECK(again.restarts == 1);
+    CHECK(again.consumer != first_learner1); // it feeds the new learner
+  }
+  // The batch the failed learner had asked for is lost; the rest is learned.
+  auto ps = ask<parameter_server_status>(self, server, status_atom::value);
+  CHECK(ps.env_steps <= batches * 4 * 8);
+  CHECK(ps.env_steps + 2 * 4 * 8 >= batches * 4 * 8);
+  shut_down(self, {keeper, server, metrics});
+}
+
+TEST_CASE("a learner that fails past max_learner_restarts ends the run, and the owner "
+          "hears its name and reason") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  supervisor_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  supervisor_options opts;
+  opts.cast = fx.plan(seed, 2, 1, 1000000, [](const runner_request&) { return 0; });
+  opts.cast.max_learner_restarts = 0;
+  opts.owner = caf::actor_cast<caf::actor>(self);
+  opts.log = fx.sink();
+  auto sup = spawn_supervisor(*fx.sys, opts);
+  caf::actor keeper, server, metrics;
+  auto end = await_run(self, keeper, server, metrics, [&] {
+    caf::actor learner1;
+    {
+      std::lock_guard<std::mutex> g(fx.mtx);
+      for (auto& r : fx.requests)
+        if (r.learner == 1)
+          learner1 = r.consumer;
+    }
+    REQUIRE(learner1);
+    self->send_exit(learner1, caf::make_error(caf::sec::runtime_error, "injected"));
+  });
+  CHECK_FALSE(end.interrupted);
+  CHECK(end.failure.find("learner 'learner1' failed") != std::string::npos);
+  CHECK(fx.logged("learner 'learner1' failed"));
+  shut_down(self, {keeper, server, metrics});
+}
+
+TEST_CASE("raising the stop flag stops every learner and drains the server, then the "
+          "owner hears that the run was interrupted") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  supervisor_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  auto flag = std::make_shared<std::atomic<int>>(0);
+  supervisor_options opts;
+  opts.cast = fx.plan(seed, 2, 1, 1000000, [](const runner_request&) { return 0; });
+  opts.owner = caf::actor_cast<caf::actor>(self);
+  opts.stop_flag = flag;
+  opts.poll_ms = 1;
+  opts.log = fx.sink();
+  auto sup = spawn_supervisor(*fx.sys, opts);
+  caf::actor keeper, server, metrics;
+  auto end = await_run(self, keeper, server, metrics, [&] { flag->store(15); });
+  CHECK(end.interrupted);
+  CHECK(end.failure.empty());
+  // Far from the budget: the learners stopped on request.
+  auto ps = ask<parameter_server_status>(self, server, status_atom::value);
+  CHECK(ps.env_steps < 1000000 * 4 * 8);
+  shut_down(self, {keeper, server, metrics});
+}
+
+TEST_CASE(
+  "a resume state that does not load stops the start-up, and the owner hears why") {
+  supervisor_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  supervisor_options opts;
+  opts.cast = fx.plan(1, 1, 1, 10, [](const runner_request&) { return 0; });
+  opts.cast.keeper_state = fx.dir.write("stats.bin", "not a statistics file");
+  opts.owner = caf::actor_cast<caf::actor>(self);
+  opts.log = fx.sink();
+  auto sup = spawn_supervisor(*fx.sys, opts);
+  bool ready = false;
+  std::string failure;
+  self->receive([&](ready_atom, caf::actor&, caf::actor&, caf::actor&) { ready = true; },
+                [&](done_atom, bool, std::string& why) { failure = why; });
+  CHECK_FALSE(ready);
+  CHECK(failure.find("stats.bin") != std::string::npos);
+  CHECK(fx.requests.empty()); // nothing acted
+}
+
+TEST_CASE("the supervisor answers every runner's and learner's random state, and sends "
+          "the last ones to its owner before done") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  supervisor_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  supervisor_options opts;
+  opts.cast = fx.plan(seed, 2, 2, 1000000, [](const runner_request&) { return 0; });
+  // Learner 1 continues a generator given as words.
+  const std::array<uint64_t, 4> words = {seed | 1, seed >> 7, ~seed, 12345};
+  opts.cast.learners[1].options.start_gen = words;
+  opts.cast.learners[1].budget = std::make_shared<step_budget>(0); // ends at once
+  opts.owner = caf::actor_cast<caf::actor>(self);
+  opts.log = fx.sink();
+  auto sup = spawn_supervisor(*fx.sys, opts);
+  caf::actor keeper, server, metrics;
+  cast_snapshot during, last;
+  bool got_last = false;
+  bool done = false;
+  while (!done)
+    self->receive(
+      [&](ready_atom, caf::actor& k, caf::actor& s, caf::actor& m) {
+        keeper = k;
+        server = s;
+        metrics = m;
+        during = ask<cast_snapshot>(self, sup, state_atom::value);
+        self->send(sup, stop_atom::value);
+      },
+      [&](ckpt_atom, uint64_t) {},
+      [&](cast_snapshot& snap) {
+        got_last = true;
+        last = std::move(snap);
+      },
+      [&](done_atom, bool, std::string&) { done = true; });
+  REQUIRE(during.runners.size() == 4);
+  std::set<std::string> names;
+  for (auto& r : during.runners) {
+    names.insert(r.runner);
+    CHECK(r.env_id == "CartPole-v1");
+    CHECK(r.env.num_envs == 4);
+    CHECK(r.episode_return.size() == 4);
+  }
+  CHECK(names == std::set<std::string>{"learner0.runner0", "learner0.runner1",
+                                       "learner1.runner0", "learner1.runner1"});
+  // Learner 1 may have ended before the question: then its last state is
+  // answered only once it has arrived.
+  REQUIRE(!during.learners.empty());
+  CHECK(during.learners[0].learner == "learner0");
+  REQUIRE(got_last);
+  CHECK(last.runners.size() == 4);
+  REQUIRE(last.learners.size() == 2);
+  for (auto& l : last.learners)
+    if (l.learner == "learner1")
+      CHECK(l.gen == words); // no batch learned: the generator is where it started
+  shut_down(self, {keeper, server, metrics});
 }

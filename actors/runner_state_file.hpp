@@ -1,0 +1,37 @@
+// A checkpoint's environment-runner states in one safetensors file
+// (docs/checkpoints.md, "Runner states"): for runner k of the list, tensors
+// "runner.<k>.<field>" and metadata "runner.<k>.name|env_id|num_envs", plus
+// "format" = runner_states_format and "version". Written with the atomic
+// write (a crash leaves the old file or the whole new one); read strictly.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "kernels/error.hpp"
+
+namespace troupe::actors {
+
+/// The "format" metadata value of a runner-state file.
+inline constexpr const char* runner_states_format = "troupe.runner_states";
+
+/// The format version this troupe writes and reads.
+inline constexpr int runner_states_version = 1;
+
+/// Writes `states` (in order; names need not be unique) to `path` with
+/// learners::write_file_atomically. Fails, writing nothing, when a state's
+/// arrays do not match its number of environments, naming the runner and the
+/// field.
+status save_runner_states(const std::string& path,
+                          const std::vector<env_runner_state>& states);
+
+/// Reads the states written by save_runner_states. Checks the format name and
+/// version, every tensor's presence, dtype and shape (against the runner's
+/// number of environments and its environment's state size), that no tensor
+/// is unknown, flags 0/1 and counters >= 0; the message names the file, the
+/// runner, the tensor and the problem. Values are checked again when a state
+/// is restored (vector_env::check_state, check_runner_state).
+result<std::vector<env_runner_state>> load_runner_states(const std::string& path);
+
+} // namespace troupe::actors
