@@ -1,10 +1,13 @@
 // `troupe bench learner [--json]`: samples per second of one PPO training
 // step (forward, hand-written backward, global-norm clipping and Adam) for
 // hidden [64,64] and [256,256], batch 512 and 4096, on the CPU and, when
-// present, the GPU. The floor beside it is the rate of Eigen's GEMM on the
-// same machine, so the table says what fraction of the GEMM work rate the
-// whole step reaches. benchmarks/torch_mlp.py times the same step in
-// PyTorch.
+// present, the GPU; the same for one V-trace step at IMPALA's batch shapes
+// (T x N = 32 x 32 and 16 x 64, [64,64]); and the acting rate of the store
+// policy that environment runners use (actor forward and categorical
+// sampling) on 32 and 256 observations per call. The floor beside it is the
+// rate of Eigen's GEMM on the same machine, so the table says what fraction
+// of the GEMM work rate the whole step reaches. benchmarks/torch_mlp.py
+// times the PPO step in PyTorch.
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -14,7 +17,9 @@
 
 #include <fmt/format.h>
 
+#include "actors/policy_store.hpp"
 #include "kernels/cuda_context.hpp"
+#include "kernels/rng.hpp"
 #include "learners/backend.hpp"
 #include "learners/mlp.hpp"
 #include "runtime/args.hpp"
@@ -35,7 +40,16 @@ struct bench_case {
   size_t batch;
 };
 
+/// What a row times.
+enum class bench_kind { ppo, vtrace, act };
+
+const char* to_string(bench_kind k) {
+  return k == bench_kind::ppo ? "ppo" : k == bench_kind::vtrace ? "vtrace" : "act";
+}
+
 struct bench_row {
+  bench_kind kind = bench_kind::ppo;
+  size_t steps = 0; ///< vtrace: T (batch = T x N)
   std::string device;
   std::vector<int64_t> hidden;
   size_t batch = 0;
@@ -59,6 +73,71 @@ double step_flops(const std::vector<int64_t>& hidden, size_t batch) {
     }
   }
   return total;
+}
+
+// Multiply-add FLOPs of a forward pass of both networks over `rows` rows.
+double forward_flops(const std::vector<int64_t>& hidden, size_t rows) {
+  double total = 0;
+  for (int64_t out_width : {bench_actions, int64_t{1}}) {
+    int64_t in = bench_obs_dim;
+    std::vector<int64_t> widths = hidden;
+    widths.push_back(out_width);
+    for (int64_t w : widths) {
+      total += 2.0 * static_cast<double>(rows) * static_cast<double>(in * w);
+      in = w;
+    }
+  }
+  return total;
+}
+
+// A backend for the CartPole-shaped model with `hidden`, loaded with seed 1's weights.
+result<std::unique_ptr<learners::learner_backend>>
+bench_backend(learners::device_kind device, const std::vector<int64_t>& hidden) {
+  learners::model_spec spec;
+  spec.obs_dim = bench_obs_dim;
+  spec.n = bench_actions;
+  spec.hidden = hidden;
+  learners::actor_critic model(spec, 1);
+  auto backend = learners::make_backend(device, spec, learners::adam_config{});
+  if (!backend)
+    return backend.err();
+  if (auto st = (*backend)->load(model.params(), model.buffers()); !st)
+    return st.err();
+  return backend;
+}
+
+// Steps taken and seconds spent by one timed training step, repeated.
+struct timing {
+  size_t steps = 0;
+  double seconds = 0;
+};
+
+// Runs `step` 3 times untimed, then at least 5 times and `min_seconds`. A
+// step copies its loss report back, so a GPU is synchronized each time.
+template <class Step>
+result<timing> time_steps(Step&& step, double min_seconds) {
+  for (int i = 0; i < 3; ++i)
+    if (auto st = step(); !st)
+      return st.err();
+  timing t;
+  auto start = clock_type::now();
+  do {
+    if (auto st = step(); !st)
+      return st.err();
+    ++t.steps;
+    t.seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+  } while (t.seconds < min_seconds || t.steps < 5);
+  return t;
+}
+
+// One optimizer step after a gradient: the part every training row shares.
+status apply(learners::learner_backend& b, const result<learners::loss_report>& report,
+             double lr) {
+  if (!report)
+    return report.err();
+  if (auto norm = b.apply_gradient(lr, 0.5); !norm)
+    return norm.err();
+  return status::ok();
 }
 
 struct synthetic_batch {
@@ -86,55 +165,114 @@ struct synthetic_batch {
   }
 
   learners::ppo_batch<float> view() const {
-    return {actions.size(), obs.data(), actions.data(), nullptr, old_logp.data(),
-            adv.data(), ret.data(), old_v.data()};
+    return {actions.size(),  obs.data(), actions.data(), nullptr,
+            old_logp.data(), adv.data(), ret.data(),     old_v.data()};
   }
 };
 
 result<bench_row> time_case(learners::device_kind device, const bench_case& c,
                             double min_seconds) {
-  learners::model_spec spec;
-  spec.obs_dim = bench_obs_dim;
-  spec.n = bench_actions;
-  spec.hidden = c.hidden;
-  learners::actor_critic model(spec, 1);
-  auto backend = learners::make_backend(device, spec, learners::adam_config{});
+  auto backend = bench_backend(device, c.hidden);
   if (!backend)
     return backend.err();
   auto& b = **backend;
-  if (auto st = b.load(model.params(), model.buffers()); !st)
-    return st.err();
   synthetic_batch data(c.batch);
   auto batch = data.view();
   learners::ppo_config config;
-  auto step = [&]() -> status {
-    auto report = b.ppo_gradient(batch, config);
-    if (!report)
-      return report.err();
-    auto norm = b.apply_gradient(2.5e-4, 0.5);
-    if (!norm)
-      return norm.err();
-    return status::ok();
-  };
-  for (int i = 0; i < 3; ++i)
-    if (auto st = step(); !st)
-      return st.err();
-  // The loss report is copied back every step, so the GPU is synchronized.
-  size_t steps = 0;
-  auto start = clock_type::now();
-  double elapsed = 0;
-  do {
-    if (auto st = step(); !st)
-      return st.err();
-    ++steps;
-    elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
-  } while (elapsed < min_seconds || steps < 5);
+  auto timed = time_steps([&] { return apply(b, b.ppo_gradient(batch, config), 2.5e-4); },
+                          min_seconds);
+  if (!timed)
+    return timed.err();
+  const size_t steps = timed->steps;
+  const double elapsed = timed->seconds;
   bench_row row;
   row.device = learners::to_string(device);
   row.hidden = c.hidden;
   row.batch = c.batch;
   row.samples_per_s = static_cast<double>(steps * c.batch) / elapsed;
-  row.gflop_per_s = step_flops(c.hidden, c.batch) * static_cast<double>(steps) / elapsed / 1e9;
+  row.gflop_per_s =
+    step_flops(c.hidden, c.batch) * static_cast<double>(steps) / elapsed / 1e9;
+  return row;
+}
+
+// One V-trace step (forward of T x N + N rows, backward of T x N, clip, Adam)
+// on a synthetic batch; samples are the T x N transitions.
+result<bench_row> time_vtrace(learners::device_kind device, std::vector<int64_t> hidden,
+                              size_t steps, size_t envs, double min_seconds) {
+  auto backend = bench_backend(device, hidden);
+  if (!backend)
+    return backend.err();
+  auto& b = **backend;
+  const size_t rows = steps * envs;
+  synthetic_batch data(rows + envs); // observations of T x N + N rows
+  std::vector<float> discounts(rows, 0.99f), rewards(rows, 1.0f);
+  learners::vtrace_batch<float> batch;
+  batch.steps = steps;
+  batch.envs = envs;
+  batch.obs = data.obs.data();
+  batch.discrete_actions = data.actions.data();
+  batch.behavior_logprob = data.old_logp.data();
+  batch.rewards = rewards.data();
+  batch.discounts = discounts.data();
+  auto timed = time_steps(
+    [&] { return apply(b, b.vtrace_gradient(batch, learners::vtrace_config{}), 2e-3); },
+    min_seconds);
+  if (!timed)
+    return timed.err();
+  const size_t done = timed->steps;
+  const double elapsed = timed->seconds;
+  bench_row row;
+  row.kind = bench_kind::vtrace;
+  row.steps = steps;
+  row.device = learners::to_string(device);
+  row.hidden = hidden;
+  row.batch = rows;
+  row.samples_per_s = static_cast<double>(done * rows) / elapsed;
+  // The T x N rows go forward and backward, the N bootstrap rows forward only.
+  const double flops = step_flops(hidden, rows) + forward_flops(hidden, envs);
+  row.gflop_per_s = flops * static_cast<double>(done) / elapsed / 1e9;
+  return row;
+}
+
+// The environment runners' policy: the store policy's actor forward and
+// categorical sampling on `rows` observations per call.
+bench_row time_acting(std::vector<int64_t> hidden, size_t rows, double min_seconds) {
+  learners::model_spec spec;
+  spec.obs_dim = bench_obs_dim;
+  spec.n = bench_actions;
+  spec.hidden = hidden;
+  learners::actor_critic model(spec, 1);
+  auto store = std::make_shared<actors::policy_store>(model, 1);
+  auto policy = actors::make_store_policy(store, size_t{1} << 30);
+  synthetic_batch data(rows);
+  std::vector<float> actions(rows), logp(rows);
+  kernels::rng gen(7);
+  for (int i = 0; i < 10; ++i)
+    policy(data.obs.data(), rows, gen, actions.data(), logp.data());
+  size_t calls = 0;
+  auto start = clock_type::now();
+  double elapsed = 0;
+  do {
+    for (int i = 0; i < 100; ++i, ++calls)
+      policy(data.obs.data(), rows, gen, actions.data(), logp.data());
+    elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
+  } while (elapsed < min_seconds);
+  bench_row row;
+  row.kind = bench_kind::act;
+  row.device = "cpu";
+  row.hidden = hidden;
+  row.batch = rows;
+  row.samples_per_s = static_cast<double>(calls * rows) / elapsed;
+  // The actor network only: its layers, then the head.
+  double flops = 0;
+  int64_t in = bench_obs_dim;
+  std::vector<int64_t> widths = hidden;
+  widths.push_back(bench_actions);
+  for (int64_t w : widths) {
+    flops += 2.0 * static_cast<double>(rows) * static_cast<double>(in * w);
+    in = w;
+  }
+  row.gflop_per_s = flops * static_cast<double>(calls) / elapsed / 1e9;
   return row;
 }
 
@@ -146,11 +284,12 @@ result<double> cublas_gflops(size_t rows, size_t k, size_t n, double min_seconds
     return ctx.err();
   auto& c = **ctx;
   kernels::device_array<float> x, w, z;
-  for (auto [array, count] : {std::pair{&x, rows * k}, std::pair{&w, n * k},
-                               std::pair{&z, rows * n}}) {
+  for (auto [array, count] :
+       {std::pair{&x, rows * k}, std::pair{&w, n * k}, std::pair{&z, rows * n}}) {
     if (auto st = array->reserve(count); !st)
       return st.err();
-    if (auto st = kernels::cuda_zero(array->data(), count * sizeof(float), c.stream()); !st)
+    if (auto st = kernels::cuda_zero(array->data(), count * sizeof(float), c.stream());
+        !st)
       return st.err();
   }
   size_t reps = 0;
@@ -164,16 +303,17 @@ result<double> cublas_gflops(size_t rows, size_t k, size_t n, double min_seconds
       return st.err();
     elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
   } while (elapsed < min_seconds);
-  return 2.0 * static_cast<double>(rows * k * n) * static_cast<double>(reps) / elapsed / 1e9;
+  return 2.0 * static_cast<double>(rows * k * n) * static_cast<double>(reps) / elapsed /
+         1e9;
 }
 
 } // namespace
 
 int bench_learner(const args_t& args) {
   std::vector<arg_spec> specs{
-      {"json", false, false, "print one JSON array instead of a table"},
-      {"device", true, false, "cpu, cuda or all (default: all present)"},
-      {"seconds", true, false, "minimum seconds per case (default 1)"}};
+    {"json", false, false, "print one JSON array instead of a table"},
+    {"device", true, false, "cpu, cuda or all (default: all present)"},
+    {"seconds", true, false, "minimum seconds per case (default 1)"}};
   auto parsed = parse_args("bench learner", args, specs);
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
@@ -182,9 +322,9 @@ int bench_learner(const args_t& args) {
     return fail(exit_bad_input, seconds.err().message);
   std::string which = parsed->get("device").value_or("all");
   if (which != "cpu" && which != "cuda" && which != "all")
-    return fail(exit_bad_input,
-                fmt::format("bench learner: --device must be cpu, cuda or all, got '{}'",
-                            which));
+    return fail(
+      exit_bad_input,
+      fmt::format("bench learner: --device must be cpu, cuda or all, got '{}'", which));
   std::vector<learners::device_kind> devices;
   if (which != "cuda")
     devices.push_back(learners::device_kind::cpu);
@@ -201,8 +341,8 @@ int bench_learner(const args_t& args) {
                  choice->reason);
   }
 
-  std::vector<bench_case> cases{{{64, 64}, 512}, {{64, 64}, 4096},
-                                {{256, 256}, 512}, {{256, 256}, 4096}};
+  std::vector<bench_case> cases{
+    {{64, 64}, 512}, {{64, 64}, 4096}, {{256, 256}, 512}, {{256, 256}, 4096}};
   std::vector<bench_row> rows;
   for (auto device : devices) {
     auto device_cases = cases;
@@ -216,23 +356,36 @@ int bench_learner(const args_t& args) {
         const size_t h = static_cast<size_t>(c.hidden.back());
         auto floor = cublas_gflops(c.batch, h, h, 0.3);
         if (!floor)
-          return fail(exit_failure, fmt::format("bench learner: {}", floor.err().message));
+          return fail(exit_failure,
+                      fmt::format("bench learner: {}", floor.err().message));
         row->floor_gflop_per_s = *floor;
       }
       rows.push_back(*row);
     }
+    for (auto [steps, envs] : {std::pair<size_t, size_t>{32, 32}, {16, 64}}) {
+      auto row = time_vtrace(device, {64, 64}, steps, envs, *seconds);
+      if (!row)
+        return fail(exit_failure, fmt::format("bench learner: {}", row.err().message));
+      rows.push_back(*row);
+    }
   }
+  if (which != "cuda")
+    for (size_t n : {size_t{32}, size_t{256}})
+      rows.push_back(time_acting({64, 64}, n, *seconds));
   if (json) {
     fmt::print("[");
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
-      fmt::print("{}{{\"device\": \"{}\", \"hidden\": [{}], \"batch\": {}, "
-                 "\"samples_per_s\": {:.1f}, \"gemm_gflop_per_s\": {:.2f}{}}}",
-                 i ? ", " : "", r.device, fmt::join(r.hidden, ", "), r.batch,
-                 r.samples_per_s, r.gflop_per_s,
+      fmt::print("{}{{\"kind\": \"{}\", \"device\": \"{}\", \"hidden\": [{}], "
+                 "\"batch\": {}, "
+                 "\"samples_per_s\": {:.1f}, \"gemm_gflop_per_s\": {:.2f}{}{}}}",
+                 i ? ", " : "", to_string(r.kind), r.device, fmt::join(r.hidden, ", "),
+                 r.batch, r.samples_per_s, r.gflop_per_s,
                  r.floor_gflop_per_s > 0
-                     ? fmt::format(", \"floor_gflop_per_s\": {:.2f}", r.floor_gflop_per_s)
-                     : std::string{});
+                   ? fmt::format(", \"floor_gflop_per_s\": {:.2f}", r.floor_gflop_per_s)
+                   : std::string{},
+                 r.kind == bench_kind::vtrace ? fmt::format(", \"steps\": {}", r.steps)
+                                              : std::string{});
     }
     fmt::print("]\n");
     return 0;
@@ -240,9 +393,27 @@ int bench_learner(const args_t& args) {
   fmt::print("PPO step (forward, backward, clip, Adam), obs 4, 2 actions, tanh\n");
   fmt::print("{:<7} {:<11} {:>7} {:>16} {:>12}\n", "device", "hidden", "batch",
              "samples/s", "GEMM GFLOP/s");
+  bench_kind shown = bench_kind::ppo;
   for (const auto& r : rows) {
+    if (r.kind != shown) {
+      shown = r.kind;
+      if (r.kind == bench_kind::vtrace)
+        fmt::print("V-trace step (T x N transitions + N bootstrap rows forward)\n");
+      else
+        fmt::print("acting: store policy (actor forward, categorical sampling), "
+                   "rows per call as batch; ns per row = 1e9 / rows per s\n");
+    }
+    if (r.kind == bench_kind::act) {
+      fmt::print("{:<7} {:<11} {:>7} {:>16.0f} {:>12.2f}  ({:.0f} ns per row)\n",
+                 r.device, fmt::format("[{}]", fmt::join(r.hidden, ",")), r.batch,
+                 r.samples_per_s, r.gflop_per_s, 1e9 / r.samples_per_s);
+      continue;
+    }
+    const std::string batch = r.kind == bench_kind::vtrace
+                                ? fmt::format("{}x{}", r.steps, r.batch / r.steps)
+                                : std::to_string(r.batch);
     fmt::print("{:<7} {:<11} {:>7} {:>16.0f} {:>12.2f}", r.device,
-               fmt::format("[{}]", fmt::join(r.hidden, ",")), r.batch, r.samples_per_s,
+               fmt::format("[{}]", fmt::join(r.hidden, ",")), batch, r.samples_per_s,
                r.gflop_per_s);
     if (r.floor_gflop_per_s > 0)
       fmt::print("  ({:.0f}% of cuBLAS SGEMM at this shape, {:.0f} GFLOP/s)",

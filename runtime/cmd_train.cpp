@@ -39,8 +39,12 @@ int cmd_train(const args_t& args) {
     return fail(exit_bad_input, cfg.err().message);
   auto out = run_training(*cfg, resume ? *resume : std::string{});
   if (!out) {
+    // A config or a run folder that cannot be used (no run there, a damaged
+    // or mismatched checkpoint) is bad input; a failure while training is not.
     const bool bad = out.err().code == errc::not_found ||
                      out.err().code == errc::bad_config ||
+                     out.err().code == errc::bad_input ||
+                     out.err().code == errc::corrupt_file ||
                      out.err().code == errc::invalid_argument;
     return fail(bad ? exit_bad_input : exit_failure, out.err().message);
   }

@@ -85,6 +85,12 @@ void add_run(std::vector<option_spec>& out) {
                         "a metrics row (and a log line when stdout is not a terminal) every this many updates"));
   out.push_back(opt_int("run", "checkpoint_every_updates", 100, 0, int_max,
                         "a checkpoint every this many updates (0: only at the end)"));
+  out.push_back(opt_int("run", "keep_checkpoints", 5, 0, int_max,
+                        "newest checkpoints kept in the run folder (0: all)"));
+  out.push_back(opt_int("run", "max_runner_restarts", 3, 0, 1000,
+                        "restarts of one failed environment runner before the run ends"));
+  out.push_back(opt_int("run", "max_learner_restarts", 2, 0, 1000,
+                        "restarts of one failed learner before the run ends"));
   out.push_back(opt_int("run", "threads", 2, 1, 256,
                         "scheduler threads of the actor system"));
 }

@@ -1,5 +1,7 @@
 #include "runtime/train.hpp"
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -8,6 +10,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <unistd.h>
 
@@ -20,7 +24,9 @@
 #include "actors/metrics.hpp"
 #include "actors/parameter_server.hpp"
 #include "actors/policy_store.hpp"
+#include "actors/runner_state_file.hpp"
 #include "actors/stats_keeper.hpp"
+#include "actors/stats_streams.hpp"
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
 #include "learners/backend.hpp"
@@ -88,7 +94,7 @@ std::string timestamp() {
 // -- checkpoints --------------------------------------------------------------
 
 struct cast {
-  caf::actor keeper, server, metrics;
+  caf::actor keeper, server, metrics, supervisor;
   learners::model_spec spec;
   std::string env_id, algo;
   bool obs_norm = false;
@@ -115,8 +121,11 @@ status write_text(const std::string& path, const std::string& text) {
   return {};
 }
 
+// `last` (may be null): the cast's final random states; otherwise the
+// supervisor is asked for them.
 status write_checkpoint(caf::scoped_actor& self, const cast& c,
-                        const std::string& run_dir, uint64_t run_seed) {
+                        const std::string& run_dir, uint64_t run_seed,
+                        const actors::cast_snapshot* last = nullptr) {
   auto counters =
     ask<actors::metrics_counters>(self, c.metrics, actors::state_atom::value);
   if (!counters)
@@ -125,6 +134,10 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c,
     ask<actors::parameter_server_state>(self, c.server, actors::state_atom::value);
   if (!ps)
     return ps.err();
+  // The server counts learned batches together with the weights they changed;
+  // the metrics actor's counters run a little ahead or behind in async runs.
+  counters->env_steps = ps->counters.env_steps;
+  counters->updates = ps->counters.batches;
   const fs::path final_dir =
     fs::path(run_dir) / "checkpoints" / fmt::format("{:010d}", counters->updates);
   const fs::path tmp = final_dir.string() + ".tmp";
@@ -175,8 +188,10 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c,
                           static_cast<int64_t>(ps->counters.received),
                           static_cast<int64_t>(ps->counters.applied),
                           static_cast<int64_t>(ps->counters.dropped),
-                          static_cast<int64_t>(ps->counters.max_staleness_seen)};
-  opt.tensors.push_back(learners::st_tensor::from_i64("counters", {6}, ints));
+                          static_cast<int64_t>(ps->counters.max_staleness_seen),
+                          static_cast<int64_t>(ps->counters.batches),
+                          static_cast<int64_t>(ps->counters.env_steps)};
+  opt.tensors.push_back(learners::st_tensor::from_i64("counters", {8}, ints));
   if (auto ok =
         learners::write_safetensors((tmp / "optimizer.safetensors").string(), opt);
       !ok)
@@ -186,7 +201,21 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c,
                                  (tmp / "stats.bin").string());
   if (!saved)
     return saved.err();
-  // Counters and the seeds every random stream is derived from.
+  // Every runner's state (environments, generators, episodes under way).
+  actors::cast_snapshot snap;
+  if (last) {
+    snap = *last;
+  } else if (auto asked = ask<actors::cast_snapshot>(self, c.supervisor,
+                                                     actors::state_atom::value)) {
+    snap = std::move(*asked);
+  } else {
+    return asked.err();
+  }
+  if (auto ok =
+        actors::save_runner_states((tmp / "runners.safetensors").string(), snap.runners);
+      !ok)
+    return ok;
+  // Counters, the run seed and the learners' generators.
   std::ostringstream text;
   text << "env_steps " << counters->env_steps << "\nupdates " << counters->updates
        << "\nepisodes " << counters->episodes << "\nwall_time_s "
@@ -198,6 +227,9 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c,
   for (auto l : counters->recent_lengths)
     text << ' ' << l;
   text << '\n';
+  for (auto& l : snap.learners)
+    text << "learner_gen " << l.learner << ' ' << l.gen[0] << ' ' << l.gen[1] << ' '
+         << l.gen[2] << ' ' << l.gen[3] << '\n';
   if (auto ok = write_text((tmp / "counters.txt").string(), text.str()); !ok)
     return ok;
   fs::remove_all(final_dir, ec);
@@ -207,17 +239,32 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c,
   return {};
 }
 
-result<actors::metrics_counters> read_counters(const std::string& path) {
+// What counters.txt holds.
+struct saved_counters {
+  actors::metrics_counters counters;
+  std::map<std::string, std::array<uint64_t, 4>> learner_gens; ///< by learner name
+};
+
+result<saved_counters> read_counters(const std::string& path) {
   std::ifstream f(path);
   if (!f)
     return make_error(errc::io_error, "cannot read {}", path);
-  actors::metrics_counters c;
+  saved_counters out;
+  auto& c = out.counters;
   std::string line;
-  while (std::getline(f, line)) {
+  for (size_t number = 1; std::getline(f, line); ++number) {
     std::istringstream in(line);
     std::string key;
     in >> key;
-    if (key == "env_steps")
+    if (key == "learner_gen") {
+      std::string name;
+      std::array<uint64_t, 4> words{};
+      if (!(in >> name >> words[0] >> words[1] >> words[2] >> words[3]))
+        return make_error(errc::bad_input,
+                          "{}:{}: learner_gen takes a name and four integers", path,
+                          number);
+      out.learner_gens[name] = words;
+    } else if (key == "env_steps")
       in >> c.env_steps;
     else if (key == "updates")
       in >> c.updates;
@@ -232,7 +279,7 @@ result<actors::metrics_counters> read_counters(const std::string& path) {
       for (uint64_t x; in >> x;)
         c.recent_lengths.push_back(x);
   }
-  return c;
+  return out;
 }
 
 result<actors::parameter_server_state> read_optimizer(const std::string& path) {
@@ -251,8 +298,8 @@ result<actors::parameter_server_state> read_optimizer(const std::string& path) {
   if (get("buffers"))
     st.buffers = get("buffers")->to_f32();
   auto ints = get("counters")->to_i64();
-  if (ints.size() != 6)
-    return make_error(errc::bad_input, "{}: counters has {} values, expected 6", path,
+  if (ints.size() != 6 && ints.size() != 8)
+    return make_error(errc::bad_input, "{}: counters has {} values, expected 8", path,
                       ints.size());
   st.version = static_cast<uint64_t>(ints[0]);
   st.adam_steps = ints[1];
@@ -260,6 +307,10 @@ result<actors::parameter_server_state> read_optimizer(const std::string& path) {
   st.counters.applied = static_cast<uint64_t>(ints[3]);
   st.counters.dropped = static_cast<uint64_t>(ints[4]);
   st.counters.max_staleness_seen = static_cast<uint64_t>(ints[5]);
+  if (ints.size() == 8) {
+    st.counters.batches = static_cast<uint64_t>(ints[6]);
+    st.counters.env_steps = static_cast<uint64_t>(ints[7]);
+  }
   st.counters.version = st.version;
   return st;
 }
@@ -299,24 +350,38 @@ void keep_rows_up_to(const std::string& path, uint64_t updates, bool csv) {
     fs::remove(path, ec); // no header survived: the metrics actor writes a new one
     return;
   }
-  (void)write_text(path, kept);
+  (void)learners::write_file_atomically(path, kept.data(), kept.size());
+}
+
+// The numbered checkpoint folders of a run, oldest first.
+std::vector<fs::path> checkpoint_folders(const std::string& run_dir) {
+  std::error_code ec;
+  std::vector<fs::path> out;
+  for (auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+    const auto name = entry.path().filename().string();
+    if (entry.is_directory() && !name.empty() &&
+        name.find_first_not_of("0123456789") == std::string::npos)
+      out.push_back(entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Removes all but the `keep` newest checkpoints (keep 0: none removed).
+void prune_checkpoints(const std::string& run_dir, size_t keep) {
+  auto all = checkpoint_folders(run_dir);
+  if (keep == 0 || all.size() <= keep)
+    return;
+  std::error_code ec;
+  for (size_t i = 0; i + keep < all.size(); ++i)
+    fs::remove_all(all[i], ec);
 }
 
 } // namespace
 
 std::string newest_checkpoint(const std::string& run_dir) {
-  std::error_code ec;
-  std::string best;
-  for (auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
-    const auto name = entry.path().filename().string();
-    if (!entry.is_directory() || name.empty() ||
-        name.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    if (name > best)
-      best = name;
-  }
-  return best.empty() ? std::string{}
-                      : (fs::path(run_dir) / "checkpoints" / best).string();
+  auto all = checkpoint_folders(run_dir);
+  return all.empty() ? std::string{} : all.back().string();
 }
 
 result<training_result> run_training(const config& cfg, const std::string& resume_dir) {
@@ -345,15 +410,67 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   std::string run_dir = resume_dir;
   actors::metrics_counters start;
   std::string checkpoint;
+  std::map<std::string, std::array<uint64_t, 4>> learner_gens;
+  auto saved_runners =
+    std::make_shared<std::map<std::string, actors::env_runner_state>>();
+  std::optional<actors::parameter_server_state> resumed_server;
   if (!resume_dir.empty()) {
     checkpoint = newest_checkpoint(resume_dir);
-    if (checkpoint.empty())
-      return make_error(errc::not_found, "{}: no complete checkpoint to resume from",
-                        resume_dir);
-    auto c = read_counters((fs::path(checkpoint) / "counters.txt").string());
-    if (!c)
-      return c.err();
-    start = std::move(*c);
+    if (checkpoint.empty()) {
+      // Killed before its first checkpoint was complete: nothing was saved,
+      // so the run starts over in its own folder.
+      std::fprintf(stderr,
+                   "troupe: %s has no complete checkpoint; starting the run over\n",
+                   resume_dir.c_str());
+      std::error_code ec;
+      fs::create_directories(fs::path(run_dir) / "checkpoints", ec);
+    } else {
+      // Everything is read and checked before anything in the folder changes.
+      auto load = [&]() -> status {
+        auto c = read_counters((fs::path(checkpoint) / "counters.txt").string());
+        if (!c)
+          return c.err();
+        start = std::move(c->counters);
+        learner_gens = std::move(c->learner_gens);
+        // Checkpoints written before runner states were saved have no file.
+        const auto runners_file = fs::path(checkpoint) / "runners.safetensors";
+        if (fs::exists(runners_file)) {
+          auto states = actors::load_runner_states(runners_file.string());
+          if (!states)
+            return states.err();
+          for (auto& st : *states)
+            saved_runners->emplace(st.runner, std::move(st));
+        }
+        const auto opt_file = (fs::path(checkpoint) / "optimizer.safetensors").string();
+        auto server = read_optimizer(opt_file);
+        if (!server)
+          return server.err();
+        learners::actor_critic shape(*spec, 0);
+        if (server->params.size() != shape.param_count() ||
+            server->buffers.size() != shape.buffer_count())
+          return make_error(errc::invalid_argument,
+                            "{}: {} parameters and {} buffers, but the config's model "
+                            "({}) has {} and {}",
+                            opt_file, server->params.size(), server->buffers.size(),
+                            cfg.get_string("env.id"), shape.param_count(),
+                            shape.buffer_count());
+        resumed_server = std::move(*server);
+        actors::stats_streams stats;
+        if (auto ok = stats.load((fs::path(checkpoint) / "stats.bin").string()); !ok)
+          return ok.err();
+        return {};
+      };
+      if (auto ok = load(); !ok) {
+        // A damaged newest checkpoint: the one before it may be whole.
+        const auto code = ok.err().code;
+        auto all = checkpoint_folders(run_dir);
+        if (all.size() < 2 || code == errc::invalid_argument)
+          return ok.err();
+        return make_error(ok.err().code,
+                          "{} (to resume from the checkpoint before it, {}, remove {})",
+                          ok.err().message, all[all.size() - 2].string(), checkpoint);
+      }
+    }
     keep_rows_up_to((fs::path(run_dir) / "metrics.csv").string(), start.updates, true);
     keep_rows_up_to((fs::path(run_dir) / "metrics.jsonl").string(), start.updates, false);
   } else {
@@ -368,7 +485,9 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     fs::create_directories(fs::path(run_dir) / "checkpoints", ec);
     if (ec)
       return make_error(errc::io_error, "cannot create {}: {}", run_dir, ec.message());
-    if (auto ok = write_text((fs::path(run_dir) / "config.toml").string(), cfg.to_toml());
+    const std::string text = cfg.to_toml();
+    if (auto ok = learners::write_file_atomically(
+          (fs::path(run_dir) / "config.toml").string(), text.data(), text.size());
         !ok)
       return ok.err();
   }
@@ -382,83 +501,70 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   caf::actor_system sys(sys_cfg);
   caf::scoped_actor self(sys);
 
-  actors::stats_keeper_options keeper_opts;
-  keeper_opts.mode = cfg.get_string("stats.mode");
-  keeper_opts.momentum = cfg.get_float("stats.momentum");
-  keeper_opts.publish_every_merges =
+  // -- the cast, as a plan for the supervisor ---------------------------------
+  actors::cast_plan plan;
+  plan.keeper.mode = cfg.get_string("stats.mode");
+  plan.keeper.momentum = cfg.get_float("stats.momentum");
+  plan.keeper.publish_every_merges =
     static_cast<uint64_t>(cfg.get_int("stats.publish_every_merges"));
-  keeper_opts.publish_interval_ms =
+  plan.keeper.publish_interval_ms =
     static_cast<uint64_t>(cfg.get_int("stats.publish_interval_ms"));
   cast c;
-  c.keeper = actors::spawn_stats_keeper(sys, keeper_opts);
   c.spec = *spec;
   c.env_id = (*env_spec)->id;
   c.algo = algo_name;
   c.obs_norm = obs_norm;
 
   learners::actor_critic initial(*spec, seed);
-  auto store = std::make_shared<actors::policy_store>(
+  plan.store = std::make_shared<actors::policy_store>(
     initial, static_cast<size_t>(cfg.get_int("algo.max_staleness")) + 64);
-  actors::parameter_server_options ps_opts;
-  ps_opts.sync = sync;
-  ps_opts.num_learners = num_learners;
-  ps_opts.max_staleness = static_cast<uint64_t>(cfg.get_int("algo.max_staleness"));
-  ps_opts.max_grad_norm = cfg.get_float("algo.max_grad_norm");
-  ps_opts.adam.lr = cfg.get_float("algo.learning_rate");
-  ps_opts.adam.eps = cfg.get_float("algo.adam_eps");
-  c.server = actors::spawn_parameter_server(
-    sys, ps_opts,
-    std::vector<float>(initial.params(), initial.params() + initial.param_count()),
-    std::vector<float>(initial.buffers(), initial.buffers() + initial.buffer_count()),
-    store);
-
+  plan.server.sync = sync;
+  plan.server.num_learners = num_learners;
+  plan.server.max_staleness = static_cast<uint64_t>(cfg.get_int("algo.max_staleness"));
+  plan.server.max_grad_norm = cfg.get_float("algo.max_grad_norm");
+  plan.server.adam.lr = cfg.get_float("algo.learning_rate");
+  plan.server.adam.eps = cfg.get_float("algo.adam_eps");
+  plan.params.assign(initial.params(), initial.params() + initial.param_count());
+  plan.buffers.assign(initial.buffers(), initial.buffers() + initial.buffer_count());
   if (!checkpoint.empty()) {
-    auto st = read_optimizer((fs::path(checkpoint) / "optimizer.safetensors").string());
-    if (!st)
-      return st.err();
-    auto restored =
-      ask<uint64_t>(self, c.server, actors::state_atom::value, std::move(*st));
-    if (!restored)
-      return restored.err();
-    auto loaded = ask<caf::ok_atom>(self, c.keeper, actors::load_atom::value,
-                                    (fs::path(checkpoint) / "stats.bin").string());
-    if (!loaded)
-      return loaded.err();
+    plan.server_state = std::move(resumed_server);
+    plan.keeper_state = (fs::path(checkpoint) / "stats.bin").string();
   }
 
-  actors::metrics_options m_opts;
-  m_opts.csv_path = (fs::path(run_dir) / "metrics.csv").string();
-  m_opts.jsonl_path = (fs::path(run_dir) / "metrics.jsonl").string();
-  m_opts.log_every_updates = static_cast<uint64_t>(cfg.get_int("run.log_every_updates"));
-  m_opts.checkpoint_every_updates =
+  plan.max_runner_restarts =
+    static_cast<uint64_t>(cfg.get_int("run.max_runner_restarts"));
+  plan.max_learner_restarts =
+    static_cast<uint64_t>(cfg.get_int("run.max_learner_restarts"));
+  plan.metrics.csv_path = (fs::path(run_dir) / "metrics.csv").string();
+  plan.metrics.jsonl_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  plan.metrics.log_every_updates =
+    static_cast<uint64_t>(cfg.get_int("run.log_every_updates"));
+  plan.metrics.checkpoint_every_updates =
     static_cast<uint64_t>(cfg.get_int("run.checkpoint_every_updates"));
-  m_opts.total_env_steps = total;
-  m_opts.progress_line = isatty(STDOUT_FILENO) != 0;
-  m_opts.start = start;
-  c.metrics = actors::spawn_metrics(sys, m_opts, caf::actor_cast<caf::actor>(self));
+  plan.metrics.total_env_steps = total;
+  plan.metrics.progress_line = isatty(STDOUT_FILENO) != 0;
+  plan.metrics.start = start;
 
   // Global batch norm: one keeper stream per layer, named by its prefix,
   // cumulative or ema (PyTorch's momentum m is the keeper's 1 - m). Ema with
   // a delta per minibatch moves too fast to learn with (docs/experiments.md).
-  std::vector<learners::batch_norm_slot> bn_layers;
   if (spec->batch_norm == learners::batch_norm_mode::global) {
-    bn_layers = initial.batch_norm_layers();
-    for (auto& layer : bn_layers) {
-      actors::stream_decl decl{layer.prefix, static_cast<uint64_t>(layer.width),
-                               cfg.get_string("model.batch_norm_stats"),
-                               1.0 - spec->batch_norm_momentum};
-      auto ok = ask<uint64_t>(self, c.keeper, actors::declare_atom::value, decl);
-      if (!ok)
-        return ok.err();
+    for (auto& layer : initial.batch_norm_layers()) {
+      plan.streams.push_back(actors::stream_decl{
+        layer.prefix, static_cast<uint64_t>(layer.width),
+        cfg.get_string("model.batch_norm_stats"), 1.0 - spec->batch_norm_momentum});
+      plan.batch_norm_streams.emplace_back(layer.prefix,
+                                           static_cast<size_t>(layer.width));
     }
   }
   // The observation stream exists before any view subscribes to it (the
-  // runners declare it too, asynchronously; declaring again is a no-op).
+  // runners declare it too; declaring again is a no-op).
   if (obs_norm) {
-    auto ok = ask<uint64_t>(self, c.keeper, actors::declare_atom::value, std::string{"obs"},
-                            static_cast<uint64_t>(spec->obs_dim));
-    if (!ok)
-      return ok.err();
+    plan.streams.push_back(actors::stream_decl{"obs",
+                                               static_cast<uint64_t>(spec->obs_dim),
+                                               plan.keeper.mode, plan.keeper.momentum});
+    plan.obs_stream = "obs";
+    plan.obs_dim = static_cast<size_t>(spec->obs_dim);
   }
   const double obs_scale = cfg.get_float("env.obs_scale");
   const double obs_spread = cfg.get_float("env.obs_scale_spread");
@@ -466,7 +572,7 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   // -- learners and their runners ---------------------------------------------
   // Runner slot i (over all learners) has num_envs * spread^i environments.
   const double envs_spread = cfg.get_float("env.num_envs_spread");
-  auto envs_of_slot = [&](uint64_t slot) {
+  auto envs_of_slot = [num_envs, envs_spread](uint64_t slot) {
     const double n = std::round(static_cast<double>(num_envs) *
                                 std::pow(envs_spread, static_cast<double>(slot)));
     return static_cast<size_t>(std::max(1.0, n));
@@ -479,14 +585,9 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     all_round_steps += learner_round_steps[li];
   }
   auto shared_budget = std::make_shared<actors::step_budget>(total, start.env_steps);
-  const uint64_t fail_after = static_cast<uint64_t>(cfg.get_int("env.fail_after_calls"));
-  const std::string env_id = (*env_spec)->id;
-  const size_t env_threads = static_cast<size_t>(cfg.get_int("env.threads"));
-  const double eps = cfg.get_float("stats.epsilon");
-  const double clip = cfg.get_float("model.obs_norm_clip");
-  std::vector<caf::actor> learner_actors;
   for (uint64_t li = 0; li < num_learners; ++li) {
-    actors::learner_options lo;
+    actors::learner_plan lp;
+    auto& lo = lp.options;
     lo.name = fmt::format("learner{}", li);
     lo.algo = algo_name == "impala" ? actors::algorithm::impala
               : algo_name == "a3c"  ? actors::algorithm::a3c
@@ -515,95 +616,135 @@ result<training_result> run_training(const config& cfg, const std::string& resum
                                       envs_of_slot(li * runners_per_learner + ri));
     lo.pipelined = !sync;
     lo.seed = seed * 7919 + li + resume_salt;
-    lo.keeper = c.keeper;
+    if (auto g = learner_gens.find(lo.name); g != learner_gens.end())
+      lo.start_gen = g->second;
     lo.device = device->kind;
-    for (auto& layer : bn_layers)
-      lo.batch_norm_views.push_back(actors::subscribe_view(
-        sys, c.keeper, layer.prefix, static_cast<size_t>(layer.width)));
     // sync: every learner takes part in every step, so each gets the same
     // number of batches (its share of the steps follows its batch sizes).
     const double share =
       static_cast<double>(learner_round_steps[li]) / static_cast<double>(all_round_steps);
     const uint64_t rounds = (total + all_round_steps - 1) / all_round_steps;
-    auto budget = sync ? std::make_shared<actors::step_budget>(
-                           rounds * learner_round_steps[li],
-                           static_cast<uint64_t>(
-                             std::llround(share * static_cast<double>(start.env_steps))))
-                       : shared_budget;
-    auto keeper = c.keeper;
-    const bool box = spec->action == learners::action_kind::box;
-    auto make_runner = [&sys, store, keeper, env_id, envs_of_slot, env_threads, num_steps,
-                        seed, li, runners_per_learner, obs_norm, eps, clip, box,
-                        fail_after, resume_salt, obs_scale, obs_spread,
-                        obs_dim = spec->obs_dim](size_t index, uint64_t restarts,
-                                                 const std::string& name,
-                                                 caf::actor consumer) -> caf::actor {
-      const uint64_t slot = li * runners_per_learner + index;
-      const size_t num_envs = envs_of_slot(slot);
-      auto env = envs::make_vector_env(env_id, num_envs, env_threads);
-      std::shared_ptr<envs::vector_env> shared(std::move(*env));
-      if (box)
-        shared->set_clip_box_actions(true);
-      actors::env_runner_options ro;
-      ro.name = name;
-      ro.seed = seed + slot * num_envs + restarts * 1000003ull + resume_salt;
-      ro.steps_per_batch = num_steps;
-      ro.obs_epsilon = eps;
-      ro.obs_clip = clip;
-      ro.obs_scale = obs_scale * std::pow(obs_spread, static_cast<double>(slot));
-      std::shared_ptr<learners::stats_view> view;
-      if (obs_norm)
-        view = actors::subscribe_view(sys, keeper, "obs", static_cast<size_t>(obs_dim));
-      const bool inject = fail_after > 0 && slot == 0 && restarts == 0;
-      auto policy = actors::make_store_policy(store, num_steps, ro.seed ^ 0x5bd1e995ull,
-                                              false, inject ? fail_after : 0);
-      return actors::spawn_env_runner(sys, ro, shared, policy, consumer, keeper, view);
-    };
+    lp.budget = sync ? std::make_shared<actors::step_budget>(
+                         rounds * learner_round_steps[li],
+                         static_cast<uint64_t>(
+                           std::llround(share * static_cast<double>(start.env_steps))))
+                     : shared_budget;
+    plan.learners.push_back(std::move(lp));
+  }
+  const uint64_t fail_after = static_cast<uint64_t>(cfg.get_int("env.fail_after_calls"));
+  const std::string env_id = (*env_spec)->id;
+  const size_t env_threads = static_cast<size_t>(cfg.get_int("env.threads"));
+  const double eps = cfg.get_float("stats.epsilon");
+  const double clip = cfg.get_float("model.obs_norm_clip");
+  const bool box = spec->action == learners::action_kind::box;
+  plan.make_runner = [&sys, store = plan.store, env_id, envs_of_slot, env_threads,
+                      num_steps, seed, runners_per_learner, obs_norm, eps, clip, box,
+                      fail_after, resume_salt, obs_scale, obs_spread, saved_runners,
+                      obs_dim = spec->obs_dim](const actors::runner_request& req) {
+    const uint64_t slot = req.learner * runners_per_learner + req.index;
+    const size_t n = envs_of_slot(slot);
+    auto env = envs::make_vector_env(env_id, n, env_threads);
+    std::shared_ptr<envs::vector_env> shared(std::move(*env));
+    if (box)
+      shared->set_clip_box_actions(true);
+    actors::env_runner_options ro;
+    ro.name = req.name;
+    ro.seed = seed + slot * n + req.restarts * 1000003ull + resume_salt;
+    ro.steps_per_batch = num_steps;
+    ro.obs_epsilon = eps;
+    ro.obs_clip = clip;
+    ro.obs_scale = obs_scale * std::pow(obs_spread, static_cast<double>(slot));
+    // Resume: a runner's first incarnation continues its saved state when it
+    // fits (the same env id and number of environments).
+    if (auto saved = saved_runners->find(req.name);
+        req.restarts == 0 && saved != saved_runners->end()) {
+      if (auto fits = actors::check_runner_state(saved->second, *shared, req.name); fits)
+        ro.start_state = saved->second;
+      else
+        std::fprintf(stderr, "troupe: not continuing the saved runner state: %s\n",
+                     fits.err().message.c_str());
+    }
     std::shared_ptr<learners::stats_view> view;
     if (obs_norm)
-      view =
-        actors::subscribe_view(sys, c.keeper, "obs", static_cast<size_t>(spec->obs_dim));
-    auto l = actors::spawn_learner(sys, lo, c.server, c.metrics, store, budget,
-                                   make_runner, view);
-    learner_actors.push_back(l);
-  }
-
-  std::printf("troupe: run folder %s; learners on %s (%s)\n", run_dir.c_str(),
-              learners::to_string(device->kind), device->reason.c_str());
-  std::fflush(stdout);
+      view = actors::subscribe_view(sys, req.keeper, "obs", static_cast<size_t>(obs_dim));
+    const bool inject = fail_after > 0 && slot == 0 && req.restarts == 0;
+    auto policy =
+      actors::make_store_policy(store, num_steps, false, inject ? fail_after : 0);
+    return actors::spawn_env_runner(sys, ro, shared, policy, req.consumer, req.keeper,
+                                    view);
+  };
 
   // -- supervising the run ----------------------------------------------------
   stop_signal.store(0);
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
   actors::supervisor_options sup_opts;
-  sup_opts.learners = learner_actors;
-  sup_opts.server = c.server;
+  sup_opts.cast = std::move(plan);
   sup_opts.owner = caf::actor_cast<caf::actor>(self);
   // The signal handler writes the static flag; the supervisor polls it.
   sup_opts.stop_flag = std::shared_ptr<std::atomic<int>>(&stop_signal, [](auto*) {});
-  auto supervisor = actors::spawn_supervisor(sys, sup_opts);
-  bool finished = false, stopping = false;
+  auto supervisor = actors::spawn_supervisor(sys, std::move(sup_opts));
+  self->monitor(supervisor);
+  bool finished = false, stopping = false, ready = false;
   std::string failure;
+  std::optional<actors::cast_snapshot> last_snapshot;
+  const size_t keep_checkpoints =
+    static_cast<size_t>(cfg.get_int("run.keep_checkpoints"));
+  auto checkpoint_now = [&] {
+    auto ok =
+      write_checkpoint(self, c, run_dir, seed, last_snapshot ? &*last_snapshot : nullptr);
+    if (ok)
+      prune_checkpoints(run_dir, keep_checkpoints);
+    return ok;
+  };
   while (!finished) {
     self->receive(
+      [&](actors::ready_atom, caf::actor& keeper, caf::actor& server,
+          caf::actor& metrics) {
+        c.keeper = keeper;
+        c.server = server;
+        c.metrics = metrics;
+        c.supervisor = supervisor;
+        ready = true;
+        std::printf("troupe: run folder %s; learners on %s (%s)\n", run_dir.c_str(),
+                    learners::to_string(device->kind), device->reason.c_str());
+        std::fflush(stdout);
+        // A first checkpoint at once, so that a run killed at any moment resumes.
+        if (checkpoint.empty())
+          if (auto ok = checkpoint_now(); !ok)
+            std::fprintf(stderr, "troupe: checkpoint failed: %s\n",
+                         ok.err().message.c_str());
+      },
       [&](actors::ckpt_atom, uint64_t) {
-        if (auto ok = write_checkpoint(self, c, run_dir, seed); !ok)
+        if (auto ok = checkpoint_now(); !ok)
           std::fprintf(stderr, "troupe: checkpoint failed: %s\n",
                        ok.err().message.c_str());
       },
-      [&](actors::done_atom) {}, // the metrics actor: budget spent
+      [&](actors::cast_snapshot& snap) { last_snapshot = std::move(snap); },
       [&](actors::done_atom, bool interrupted, std::string& why) {
         finished = true;
         stopping = interrupted;
         failure = why;
+      },
+      [&](caf::down_msg& down) {
+        if (down.source != supervisor.address() || finished)
+          return;
+        finished = true;
+        failure = "the supervisor ended: " + actors::error_message(sys, down.reason);
       });
+  }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  if (!ready) {
+    // Nothing started (a resume whose statistics file does not load, ...).
+    return make_error(errc::unavailable, "the run could not start: {}", failure);
   }
   if (stopping)
     std::fprintf(stderr, "\ntroupe: stopped (signal %d); writing the final checkpoint\n",
                  stop_signal.load());
-  std::signal(SIGINT, old_int);
-  std::signal(SIGTERM, old_term);
+  else if (!failure.empty())
+    std::fprintf(stderr, "troupe: %s; writing a final checkpoint from what is left\n",
+                 failure.c_str());
 
   training_result out;
   out.run_dir = run_dir;
@@ -621,7 +762,10 @@ result<training_result> run_training(const config& cfg, const std::string& resum
         ? NAN
         : sum / static_cast<double>(final_counters->recent_returns.size());
   }
-  auto final_ckpt = write_checkpoint(self, c, run_dir, seed);
+  auto final_ckpt = checkpoint_now();
+  if (!final_ckpt)
+    std::fprintf(stderr, "troupe: final checkpoint failed: %s\n",
+                 final_ckpt.err().message.c_str());
 #ifdef TROUPE_HAVE_PLOT
   if (auto ok = write_curve_svg(run_dir, (fs::path(run_dir) / "curve.svg").string()); !ok)
     std::fprintf(stderr, "troupe: curve.svg: %s\n", ok.err().message.c_str());
@@ -629,10 +773,10 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   self->send_exit(c.metrics, caf::exit_reason::user_shutdown);
   self->send_exit(c.server, caf::exit_reason::user_shutdown);
   self->send_exit(c.keeper, caf::exit_reason::user_shutdown);
+  if (!failure.empty())
+    return make_error(errc::unavailable, "the run failed: {}", failure);
   if (!final_ckpt)
     return final_ckpt.err();
-  if (!failure.empty())
-    return make_error(errc::unavailable, "a learner failed: {}", failure);
   return out;
 }
 

@@ -18,8 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
+#include "learners/safetensors.hpp"
 #include "tests/cli_support.hpp"
 
 extern char** environ;
@@ -241,7 +244,7 @@ TEST_CASE("an environment runner that throws is restarted and the run goes on") 
                       dir);
   INFO(r.err);
   REQUIRE(r.status == 0);
-  CHECK(r.err.find("runner 0 failed") != std::string::npos);
+  CHECK(r.err.find("runner 'learner0.runner0' failed") != std::string::npos);
   CHECK(r.err.find("restart 1 of 3") != std::string::npos);
   auto rows = read_metrics(only_run(dir.path / "out"));
   REQUIRE(!rows.empty());
@@ -296,4 +299,146 @@ TEST_CASE("with observation normalization every view subscribes to a declared st
   REQUIRE(!rows.empty());
   // One observation delta per runner batch: 20480 steps of 4 envs x 128 steps.
   CHECK(std::stoull(rows.back().at("stats_version")) > 0);
+}
+
+TEST_CASE("a run folder killed before its first complete checkpoint starts over on "
+          "--resume, and only the newest keep_checkpoints checkpoints are kept") {
+  temp_folder dir("train-startover");
+  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                      "--set algo.total_env_steps=10240 "
+                                      "--set run.checkpoint_every_updates=3 "
+                                      "--set run.keep_checkpoints=2 "
+                                      "--set run.log_every_updates=1",
+                                      config_path()),
+                          dir);
+  INFO(first.err);
+  REQUIRE(first.status == 0);
+  auto run = only_run(dir.path / "out");
+  std::vector<std::string> kept;
+  for (auto& e : fs::directory_iterator(run / "checkpoints"))
+    kept.push_back(e.path().filename().string());
+  std::sort(kept.begin(), kept.end());
+  REQUIRE(kept.size() == 2);
+  CHECK(kept.back() == fmt::format("{:010d}", 20)); // the final one: 10240 / 512
+  // As if killed early: no complete checkpoint, one being written, a torn row.
+  fs::remove_all(run / "checkpoints");
+  fs::create_directories(run / "checkpoints" / "0000000001.tmp");
+  {
+    std::ofstream csv(run / "metrics.csv", std::ios::app);
+    csv << "0.5,51";
+  }
+  auto again = run_troupe(
+    fmt::format("train --resume '{}' --set algo.total_env_steps=5120", run.string()),
+    dir);
+  INFO(again.err);
+  REQUIRE(again.status == 0);
+  CHECK(again.err.find("no complete checkpoint; starting the run over") !=
+        std::string::npos);
+  auto rows = read_metrics(run);
+  REQUIRE(!rows.empty());
+  // Only the new run's rows: they start again from the first update.
+  CHECK(std::stoull(rows.front().at("updates")) <= 10);
+  CHECK(std::stoull(rows.back().at("env_steps")) == 5120);
+  for (size_t i = 1; i < rows.size(); ++i)
+    CHECK(std::stoull(rows[i].at("updates")) > std::stoull(rows[i - 1].at("updates")));
+  CHECK(fs::exists(run / "checkpoints" / fmt::format("{:010d}", 10) / "counters.txt"));
+}
+
+TEST_CASE("a finished run extended with --resume learns exactly what one uninterrupted "
+          "run learns (sync PPO, one learner: runner and learner states are restored)") {
+  temp_folder dir("train-exact");
+  const uint64_t seed = fresh_seed() % 100000;
+  CAPTURE(seed);
+  // A constant learning rate: annealing follows the budget, which the resume extends.
+  const std::string common = fmt::format(
+    "--set run.seed={} --set algo.anneal_lr=false --set run.checkpoint_every_updates=0 "
+    "--set run.log_every_updates=1",
+    seed);
+  auto whole = run_troupe(fmt::format("train '{}' --set run.output_dir='\"whole\"' "
+                                      "--set algo.total_env_steps=10240 {}",
+                                      config_path(), common),
+                          dir);
+  INFO(whole.err);
+  REQUIRE(whole.status == 0);
+  auto half = run_troupe(fmt::format("train '{}' --set run.output_dir='\"parts\"' "
+                                     "--set algo.total_env_steps=5120 {}",
+                                     config_path(), common),
+                         dir);
+  INFO(half.err);
+  REQUIRE(half.status == 0);
+  auto parts = only_run(dir.path / "parts");
+  auto rest = run_troupe(
+    fmt::format("train --resume '{}' --set algo.total_env_steps=10240", parts.string()),
+    dir);
+  INFO(rest.err);
+  REQUIRE(rest.status == 0);
+  const auto final_ckpt = fmt::format("{:010d}", 20);
+  auto a = troupe::learners::read_safetensors(
+    (only_run(dir.path / "whole") / "checkpoints" / final_ckpt / "optimizer.safetensors")
+      .string());
+  auto b = troupe::learners::read_safetensors(
+    (parts / "checkpoints" / final_ckpt / "optimizer.safetensors").string());
+  REQUIRE(a);
+  REQUIRE(b);
+  for (const char* name : {"params", "adam_m", "adam_v"}) {
+    CAPTURE(name);
+    REQUIRE(a->find(name));
+    REQUIRE(b->find(name));
+    auto x = a->find(name)->to_f32();
+    auto y = b->find(name)->to_f32();
+    REQUIRE(x.size() == y.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      differ += x[i] != y[i];
+    CHECK(differ == 0);
+  }
+  // The same episodes ended: episodes under way went on across the resume.
+  auto rows_whole = read_metrics(only_run(dir.path / "whole"));
+  auto rows_parts = read_metrics(parts);
+  CHECK(rows_parts.back().at("episodes") == rows_whole.back().at("episodes"));
+  CHECK(rows_parts.back().at("return_mean_100") ==
+        rows_whole.back().at("return_mean_100"));
+}
+
+TEST_CASE(
+  "a damaged or mismatched checkpoint stops --resume with exit status 2 naming the "
+  "file, and leaves the run folder as it was") {
+  temp_folder dir("train-damaged");
+  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                      "--set algo.total_env_steps=5120",
+                                      config_path()),
+                          dir);
+  INFO(first.err);
+  REQUIRE(first.status == 0);
+  auto run = only_run(dir.path / "out");
+  const auto ckpt = run / "checkpoints" / fmt::format("{:010d}", 10);
+  REQUIRE(fs::exists(ckpt / "runners.safetensors"));
+  const std::string metrics_before = read_file(run / "metrics.csv");
+  // Another model than the checkpoint's.
+  auto other = run_troupe(fmt::format("train --resume '{}' --set model.hidden=[32] "
+                                      "--set algo.total_env_steps=10240",
+                                      run.string()),
+                          dir);
+  CHECK(other.status == 2);
+  CHECK(other.err.find("optimizer.safetensors") != std::string::npos);
+  CHECK(other.err.find("parameters") != std::string::npos);
+  // Damaged files, one at a time.
+  for (const char* name : {"runners.safetensors", "stats.bin", "optimizer.safetensors"}) {
+    CAPTURE(name);
+    const std::string saved = read_file(ckpt / name);
+    {
+      std::ofstream cut(ckpt / name, std::ios::binary | std::ios::trunc);
+      cut << saved.substr(0, saved.size() / 3);
+    }
+    auto r = run_troupe(
+      fmt::format("train --resume '{}' --set algo.total_env_steps=10240", run.string()),
+      dir);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(name) != std::string::npos);
+    // The checkpoint before it (the first, written at start-up) is named.
+    CHECK(r.err.find("to resume from the checkpoint before it") != std::string::npos);
+    std::ofstream(ckpt / name, std::ios::binary | std::ios::trunc) << saved;
+  }
+  CHECK(read_file(run / "metrics.csv") == metrics_before);
+  CHECK(!fs::exists(run / "checkpoints" / fmt::format("{:010d}", 20)));
 }
