@@ -283,11 +283,32 @@ status actor_critic::read_global_stats(const std::vector<stats_view*>& views) {
 
 // -- evaluation --------------------------------------------------------------
 
+struct evaluate_scratch::arrays {
+  std::vector<float> normalized;
+  network_cache<float> actor;
+  network_cache<float> critic;
+};
+
+evaluate_scratch::evaluate_scratch() = default;
+evaluate_scratch::~evaluate_scratch() = default;
+evaluate_scratch::evaluate_scratch(const evaluate_scratch&) {}
+evaluate_scratch& evaluate_scratch::operator=(const evaluate_scratch&) {
+  return *this;
+}
+evaluate_scratch::evaluate_scratch(evaluate_scratch&&) noexcept = default;
+evaluate_scratch& evaluate_scratch::operator=(evaluate_scratch&&) noexcept = default;
+
+evaluate_scratch::arrays& evaluate_scratch::get() {
+  if (!arrays_)
+    arrays_ = std::make_unique<arrays>();
+  return *arrays_;
+}
+
 status actor_critic::evaluate(const float* obs, size_t rows,
                               const stats_snapshot* obs_stats,
                               policy_output& out) const {
   const size_t dim = static_cast<size_t>(spec_.obs_dim);
-  std::vector<float> normalized;
+  auto& scratch = out.scratch.get();
   const float* input = obs;
   if (spec_.obs_norm) {
     if (!obs_stats)
@@ -299,30 +320,29 @@ status actor_critic::evaluate(const float* obs, size_t rows,
                         "observation statistics must have dimension {}, got mean {} and "
                         "var {}",
                         dim, obs_stats->mean.size(), obs_stats->var.size());
-    normalized.resize(rows * dim);
+    scratch.normalized.resize(rows * dim);
     normalize_observations(obs, rows, dim, obs_stats->mean.data(),
                            obs_stats->var.data(), spec_.obs_norm_eps,
-                           spec_.obs_norm_clip, normalized.data());
-    input = normalized.data();
+                           spec_.obs_norm_clip, scratch.normalized.data());
+    input = scratch.normalized.data();
   }
-  network_cache<float> actor_cache;
-  network_cache<float> critic_cache;
   network_forward(layout_.actor, spec_, params_.data(), buffers_.data(), input, rows,
-                  forward_mode::eval, actor_cache);
+                  forward_mode::eval, scratch.actor);
   network_forward(layout_.critic, spec_, params_.data(), buffers_.data(), input, rows,
-                  forward_mode::eval, critic_cache);
+                  forward_mode::eval, scratch.critic);
   out.rows = rows;
-  out.logits.clear();
-  out.mean.clear();
-  out.log_std.clear();
+  // Swapped, not moved: the caches keep the previous call's arrays to grow into.
   if (spec_.action == action_kind::discrete) {
-    out.logits = std::move(actor_cache.out);
+    out.logits.swap(scratch.actor.out);
+    out.mean.clear();
+    out.log_std.clear();
   } else {
-    out.mean = std::move(actor_cache.out);
+    out.logits.clear();
+    out.mean.swap(scratch.actor.out);
     out.log_std.assign(params_.begin() + layout_.log_std,
                        params_.begin() + layout_.log_std + spec_.act_dim);
   }
-  out.value = std::move(critic_cache.out);
+  out.value.swap(scratch.critic.out);
   return status::ok();
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,27 @@ model_layout make_layout(const model_spec& spec);
 
 // -- evaluation output -------------------------------------------------------
 
+/// The arrays actor_critic::evaluate() works in, kept from call to call so
+/// that a caller evaluating batches of the same size allocates nothing after
+/// the first (fresh arrays of a few hundred kilobytes come from mmap and cost
+/// a page fault per 4 KiB at every call). A copy starts empty.
+class evaluate_scratch {
+public:
+  struct arrays;
+  evaluate_scratch();
+  ~evaluate_scratch();
+  evaluate_scratch(const evaluate_scratch&);
+  evaluate_scratch& operator=(const evaluate_scratch&);
+  evaluate_scratch(evaluate_scratch&&) noexcept;
+  evaluate_scratch& operator=(evaluate_scratch&&) noexcept;
+
+  /// The arrays, created on first use.
+  arrays& get();
+
+private:
+  std::unique_ptr<arrays> arrays_;
+};
+
 /// Deterministic outputs of the policy for a batch of observations.
 struct policy_output {
   size_t rows = 0;              ///< number of observations
@@ -166,6 +188,7 @@ struct policy_output {
   std::vector<float> mean;      ///< box: [rows x act_dim]
   std::vector<float> log_std;   ///< box: [act_dim] (state-independent)
   std::vector<float> value;     ///< [rows]
+  evaluate_scratch scratch;     ///< reused by the next evaluate() into this output
 };
 
 // -- the model ---------------------------------------------------------------

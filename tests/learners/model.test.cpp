@@ -238,6 +238,50 @@ TEST_CASE("evaluation matches a float64 reference for every activation and batch
       }
 }
 
+TEST_CASE("one output reused across batches of changing size and across policies gives "
+          "each call's float64 reference") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  auto discrete = discrete_spec({16, 8}, batch_norm_mode::none);
+  auto box = discrete;
+  box.action = action_kind::box;
+  box.act_dim = 2;
+  actor_critic a(discrete, rng()), b(box, rng());
+  randomize(a, rng);
+  randomize(b, rng);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  policy_output out; // reused by every call below
+  for (size_t rows : {300u, 5u, 1u, 600u, 300u})
+    for (const actor_critic* m : {&a, &b}) {
+      CAPTURE(rows);
+      const bool is_box = m == &b;
+      CAPTURE(is_box);
+      std::vector<float> obs(rows * static_cast<size_t>(m->spec().obs_dim));
+      for (auto& v : obs)
+        v = normal(rng);
+      REQUIRE(m->evaluate(obs.data(), rows, nullptr, out));
+      std::vector<double> x(obs.begin(), obs.end());
+      auto head = reference_sequential(*m, is_box ? "actor_mean" : "actor", x, rows);
+      auto value = reference_sequential(*m, "critic", x, rows);
+      const auto& got_head = is_box ? out.mean : out.logits;
+      CHECK(out.rows == rows);
+      REQUIRE(got_head.size() == head.size());
+      REQUIRE(out.value.size() == rows);
+      CHECK((is_box ? out.logits.empty() : out.mean.empty() && out.log_std.empty()));
+      for (size_t i = 0; i < head.size(); ++i)
+        CHECK(rel_err(got_head[i], head[i]) < 1e-4);
+      for (size_t i = 0; i < rows; ++i)
+        CHECK(rel_err(out.value[i], value[i]) < 1e-4);
+    }
+  // A copy of a used output is independent of it and evaluates like a fresh one.
+  policy_output copy = out;
+  std::vector<float> obs(3 * static_cast<size_t>(discrete.obs_dim), 0.25f);
+  REQUIRE(a.evaluate(obs.data(), 3, nullptr, copy));
+  REQUIRE(copy.logits.size() == 3 * static_cast<size_t>(discrete.n));
+  CHECK(out.rows == 300);
+}
+
 TEST_CASE("evaluation normalizes and clips observations with the given statistics") {
   auto seed = fresh_seed();
   CAPTURE(seed);
