@@ -121,11 +121,12 @@ status write_text(const std::string& path, const std::string& text) {
   return {};
 }
 
-// `last` (may be null): the cast's final random states; otherwise the
-// supervisor is asked for them.
+// Writes checkpoints/<updates>/ through <updates>.tmp, renamed when complete;
+// on any failure the .tmp folder is removed, so nothing half written stays.
+// `snap`: the cast's random states (runners, learners) to save with it.
 status write_checkpoint(caf::scoped_actor& self, const cast& c,
                         const std::string& run_dir, uint64_t run_seed,
-                        const actors::cast_snapshot* last = nullptr) {
+                        const actors::cast_snapshot& snap) {
   auto counters =
     ask<actors::metrics_counters>(self, c.metrics, actors::state_atom::value);
   if (!counters)
@@ -146,6 +147,15 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c,
   fs::create_directories(tmp, ec);
   if (ec)
     return make_error(errc::io_error, "cannot create {}: {}", tmp.string(), ec.message());
+  struct remove_unless_renamed {
+    const fs::path& dir;
+    bool renamed = false;
+    ~remove_unless_renamed() {
+      std::error_code ignored;
+      if (!renamed)
+        fs::remove_all(dir, ignored);
+    }
+  } tmp_guard{tmp};
   // The policy, with the normalizer's statistics when observations are normalized.
   learners::model_spec ckpt_spec = c.spec;
   ckpt_spec.obs_norm = c.obs_norm;
@@ -202,15 +212,6 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c,
   if (!saved)
     return saved.err();
   // Every runner's state (environments, generators, episodes under way).
-  actors::cast_snapshot snap;
-  if (last) {
-    snap = *last;
-  } else if (auto asked = ask<actors::cast_snapshot>(self, c.supervisor,
-                                                     actors::state_atom::value)) {
-    snap = std::move(*asked);
-  } else {
-    return asked.err();
-  }
   if (auto ok =
         actors::save_runner_states((tmp / "runners.safetensors").string(), snap.runners);
       !ok)
@@ -236,6 +237,7 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c,
   fs::rename(tmp, final_dir, ec);
   if (ec)
     return make_error(errc::io_error, "cannot rename {}: {}", tmp.string(), ec.message());
+  tmp_guard.renamed = true;
   return {};
 }
 
@@ -690,12 +692,29 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   std::optional<actors::cast_snapshot> last_snapshot;
   const size_t keep_checkpoints =
     static_cast<size_t>(cfg.get_int("run.keep_checkpoints"));
-  auto checkpoint_now = [&] {
-    auto ok =
-      write_checkpoint(self, c, run_dir, seed, last_snapshot ? &*last_snapshot : nullptr);
+  auto checkpoint_with = [&](const actors::cast_snapshot& snap) {
+    auto ok = write_checkpoint(self, c, run_dir, seed, snap);
     if (ok)
       prune_checkpoints(run_dir, keep_checkpoints);
     return ok;
+  };
+  // A checkpoint while training goes on: the supervisor collects the cast's
+  // random states. It ends right after sending its final snapshot (already in
+  // our mailbox then), so a checkpoint due at that moment finds it gone and is
+  // left to the final checkpoint, which is written from that snapshot.
+  auto periodic_checkpoint = [&] {
+    std::optional<actors::cast_snapshot> snap;
+    self->request(supervisor, caf::infinite, actors::state_atom::value)
+      .receive([&](actors::cast_snapshot& s) { snap = std::move(s); },
+               [&](caf::error& e) {
+                 if (e != caf::sec::request_receiver_down)
+                   std::fprintf(stderr, "troupe: checkpoint failed: %s\n",
+                                actors::error_message(sys, e).c_str());
+               });
+    if (!snap)
+      return;
+    if (auto ok = checkpoint_with(*snap); !ok)
+      std::fprintf(stderr, "troupe: checkpoint failed: %s\n", ok.err().message.c_str());
   };
   while (!finished) {
     self->receive(
@@ -711,15 +730,9 @@ result<training_result> run_training(const config& cfg, const std::string& resum
         std::fflush(stdout);
         // A first checkpoint at once, so that a run killed at any moment resumes.
         if (checkpoint.empty())
-          if (auto ok = checkpoint_now(); !ok)
-            std::fprintf(stderr, "troupe: checkpoint failed: %s\n",
-                         ok.err().message.c_str());
+          periodic_checkpoint();
       },
-      [&](actors::ckpt_atom, uint64_t) {
-        if (auto ok = checkpoint_now(); !ok)
-          std::fprintf(stderr, "troupe: checkpoint failed: %s\n",
-                       ok.err().message.c_str());
-      },
+      [&](actors::ckpt_atom, uint64_t) { periodic_checkpoint(); },
       [&](actors::cast_snapshot& snap) { last_snapshot = std::move(snap); },
       [&](actors::done_atom, bool interrupted, std::string& why) {
         finished = true;
@@ -762,7 +775,21 @@ result<training_result> run_training(const config& cfg, const std::string& resum
         ? NAN
         : sum / static_cast<double>(final_counters->recent_returns.size());
   }
-  auto final_ckpt = checkpoint_now();
+  if (!last_snapshot) {
+    // The supervisor ended without its final snapshot: ask once more, else
+    // save none (a resumed run then starts its runners and learners fresh).
+    if (auto asked =
+          ask<actors::cast_snapshot>(self, supervisor, actors::state_atom::value)) {
+      last_snapshot = std::move(*asked);
+    } else {
+      std::fprintf(stderr,
+                   "troupe: the final checkpoint holds no runner or learner states "
+                   "(%s); a resumed run starts them fresh\n",
+                   asked.err().message.c_str());
+      last_snapshot.emplace();
+    }
+  }
+  auto final_ckpt = checkpoint_with(*last_snapshot);
   if (!final_ckpt)
     std::fprintf(stderr, "troupe: final checkpoint failed: %s\n",
                  final_ckpt.err().message.c_str());

@@ -301,6 +301,35 @@ TEST_CASE("with observation normalization every view subscribes to a declared st
   CHECK(std::stoull(rows.back().at("stats_version")) > 0);
 }
 
+TEST_CASE("a checkpoint due as the run ends fails nothing and leaves no partial folder "
+          "(checkpoint every update)") {
+  // The last periodic checkpoint is asked for as the supervisor ends; it used
+  // to fail asking the ended supervisor for the runners' states and leave its
+  // .tmp folder behind (every run of this config did).
+  temp_folder dir("train-ckpt-every-update");
+  auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                  "--set algo.total_env_steps=10240 "
+                                  "--set run.checkpoint_every_updates=1 "
+                                  "--set run.keep_checkpoints=2",
+                                  config_path()),
+                      dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("checkpoint failed") == std::string::npos);
+  CHECK(r.err.find("no runner or learner states") == std::string::npos);
+  auto run = only_run(dir.path / "out");
+  std::vector<std::string> entries;
+  for (auto& e : fs::directory_iterator(run / "checkpoints"))
+    entries.push_back(e.path().filename().string());
+  std::sort(entries.begin(), entries.end());
+  REQUIRE(entries.size() == 2);
+  // Checkpoints due after the supervisor ended are left to the final one.
+  CHECK(entries.front() < entries.back());
+  CHECK(entries.back() == fmt::format("{:010d}", 20)); // 10240 / 512
+  // The final checkpoint carries every runner's state.
+  CHECK(fs::file_size(run / "checkpoints" / entries.back() / "runners.safetensors") > 1000);
+}
+
 TEST_CASE("a run folder killed before its first complete checkpoint starts over on "
           "--resume, and only the newest keep_checkpoints checkpoints are kept") {
   temp_folder dir("train-startover");
