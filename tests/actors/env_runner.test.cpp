@@ -19,6 +19,7 @@
 #include "actors/stats_keeper.hpp"
 #include "envs/registry.hpp"
 #include "kernels/moments.hpp"
+#include "tests/actors/ask.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -65,14 +66,7 @@ std::vector<trajectory_batch> collect(caf::scoped_actor& self, const caf::actor&
   return out;
 }
 
-template <class T, class... Ts>
-T ask(caf::scoped_actor& self, const caf::actor& dest, Ts&&... xs) {
-  T out{};
-  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
-    .receive([&](T& x) { out = std::move(x); },
-             [&](caf::error& e) { FAIL("request failed: " << self->system().render(e)); });
-  return out;
-}
+using test::ask;
 
 // A policy that counts its calls as its version and draws random actions.
 policy_fn versioned_random_policy(const envs::space& space) {

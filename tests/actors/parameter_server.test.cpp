@@ -13,6 +13,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/parameter_server.hpp"
+#include "tests/actors/ask.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -34,15 +35,7 @@ struct server_fixture {
   }
 };
 
-template <class T, class... Ts>
-T ask(caf::scoped_actor& self, const caf::actor& dest, Ts&&... xs) {
-  T out{};
-  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
-    .receive(
-      [&](T& x) { out = std::move(x); },
-      [&](caf::error& e) { FAIL("request failed: " << self->system().render(e)); });
-  return out;
-}
+using test::ask;
 
 std::vector<float> random_vector(std::mt19937_64& gen, size_t n, double scale) {
   std::normal_distribution<double> normal(0.0, scale);

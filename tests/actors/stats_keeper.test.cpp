@@ -16,6 +16,7 @@
 #include "actors/stats_streams.hpp"
 #include "kernels/moments.hpp"
 #include "tests/seed.hpp"
+#include "tests/actors/ask.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -47,16 +48,7 @@ struct keeper_fixture {
   }
 };
 
-template <class T, class... Ts>
-T ask(caf::scoped_actor& self, const caf::actor& dest, Ts&&... xs) {
-  T out{};
-  bool ok = false;
-  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
-    .receive([&](T& x) { out = std::move(x); ok = true; },
-             [&](caf::error& e) { FAIL("request failed: " << self->system().render(e)); });
-  REQUIRE(ok);
-  return out;
-}
+using test::ask;
 
 caf::error ask_error(caf::scoped_actor& self, const caf::actor& dest,
                      caf::message msg) {

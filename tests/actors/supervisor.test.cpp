@@ -20,6 +20,7 @@
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
 #include "tests/temp_folder.hpp"
+#include "tests/actors/ask.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -142,15 +143,7 @@ run_end await_run(caf::scoped_actor& self, caf::actor& keeper, caf::actor& serve
   return end;
 }
 
-template <class T, class... Ts>
-T ask(caf::scoped_actor& self, const caf::actor& dest, Ts&&... xs) {
-  T out{};
-  self->request(dest, caf::infinite, std::forward<Ts>(xs)...)
-    .receive(
-      [&](T& x) { out = std::move(x); },
-      [&](caf::error& e) { FAIL("request failed: " << self->system().render(e)); });
-  return out;
-}
+using test::ask;
 
 void shut_down(caf::scoped_actor& self, std::initializer_list<caf::actor> actors) {
   for (auto& a : actors)
