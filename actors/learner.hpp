@@ -24,9 +24,8 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <optional>
-#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
