@@ -113,7 +113,7 @@ void behavior_outputs(learner_work& w, const learners::actor_critic& model,
                       const trajectory_batch& b) {
   const size_t rows = b.steps * b.num_envs, all = rows + b.num_envs;
   auto ok = model.evaluate(b.observations.data(), all, nullptr, w.out);
-  TROUPE_CHECK(ok.ok(), "evaluate failed: {}", ok ? "" : ok.err().message);
+  TROUPE_CHECK(ok.ok(), "evaluate failed: {}", ok.ok() ? "" : ok.err().message);
   w.values.assign(w.out.value.begin(), w.out.value.begin() + all);
   const auto& spec = model.spec();
   if (spec.action == learners::action_kind::discrete) {

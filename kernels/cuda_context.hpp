@@ -108,14 +108,14 @@ status cuda_zero(void* dst, size_t bytes, void* stream) noexcept;
 template <class T>
 status device_array<T>::reserve(size_t count) {
   if (count <= size_)
-    return status::ok();
+    return ok_status();
   release();
   auto p = cuda_allocate(count * sizeof(T));
   if (!p)
     return p.err();
   data_ = static_cast<T*>(*p);
   size_ = count;
-  return status::ok();
+  return ok_status();
 }
 
 template <class T>

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -56,7 +57,9 @@ public:
   result(error err) : storage_(std::in_place_index<1>, std::move(err)) {}
 
   explicit operator bool() const noexcept { return storage_.index() == 0; }
-  bool has_value() const noexcept { return storage_.index() == 0; }
+  /// True when this holds a value (the query; there is no factory of that name).
+  [[nodiscard]] bool ok() const noexcept { return storage_.index() == 0; }
+  [[nodiscard]] bool has_value() const noexcept { return storage_.index() == 0; }
 
   T& value() & { return std::get<0>(storage_); }
   const T& value() const& { return std::get<0>(storage_); }
@@ -72,18 +75,26 @@ private:
   std::variant<T, error> storage_;
 };
 
-/// Success or an error, for operations without a value.
+/// Success or an error, for operations without a value. A default-constructed
+/// status is a success; `ok_status()` says so where a name reads better. The
+/// query is the member `ok()`; the factory is a free function on purpose, so
+/// that `s.ok()` can only ever ask `s` (a static factory of the same name made
+/// `TROUPE_CHECK(s.ok(), ...)` build a fresh success and never fire).
 class [[nodiscard]] status {
 public:
   status() = default;
   status(error err) : err_(std::move(err)) {}
-  static status ok() { return {}; }
   explicit operator bool() const noexcept { return err_.code == errc::none; }
+  /// True when the operation succeeded.
+  [[nodiscard]] bool ok() const noexcept { return err_.code == errc::none; }
   const error& err() const { return err_; }
 
 private:
   error err_;
 };
+
+/// A successful status.
+[[nodiscard]] inline status ok_status() noexcept { return status{}; }
 
 namespace detail {
 [[noreturn]] void check_failed(const char* cond, const char* file, int line,
@@ -93,9 +104,13 @@ namespace detail {
 } // namespace troupe
 
 /// Aborts with the condition, file:line and a formatted message when an
-/// internal invariant does not hold. Never use it for user input.
+/// internal invariant does not hold. Never use it for user input. The
+/// condition must be a `bool` expression: a status or result is checked with
+/// its `ok()`, so a check can never test a temporary made on the spot.
 #define TROUPE_CHECK(cond, ...)                                                \
   do {                                                                         \
+    static_assert(std::is_same_v<decltype(cond), bool>,                        \
+                  "TROUPE_CHECK takes a bool expression");                    \
     if (!(cond))                                                               \
       ::troupe::detail::check_failed(#cond, __FILE__, __LINE__,               \
                                      ::fmt::format(__VA_ARGS__));              \

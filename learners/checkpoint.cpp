@@ -277,7 +277,7 @@ status check_obs_stats(const stats_snapshot* stats, size_t dim) {
                         "observation var[{}] must be finite and >= 0, got {}", i,
                         stats->var[i]);
   }
-  return status::ok();
+  return ok_status();
 }
 
 } // namespace

@@ -120,13 +120,13 @@ public:
   status load(const float* params, const float* buffers) override {
     std::copy(params, params + params_.size(), params_.begin());
     std::copy(buffers, buffers + buffers_.size(), buffers_.begin());
-    return status::ok();
+    return ok_status();
   }
 
   status store(float* params, float* buffers) override {
     std::copy(params_.begin(), params_.end(), params);
     std::copy(buffers_.begin(), buffers_.end(), buffers);
-    return status::ok();
+    return ok_status();
   }
 
   status read_global_stats(const std::vector<stats_view*>& views) override {
@@ -224,7 +224,7 @@ public:
 
   status read_gradient(float* grad) override {
     std::copy(grad_.begin(), grad_.end(), grad);
-    return status::ok();
+    return ok_status();
   }
 
   result<double> apply_gradient(double lr, double max_grad_norm) override {
@@ -258,7 +258,7 @@ status validate_actions(const model_spec& spec, const int64_t* discrete_actions,
   if (spec.action == action_kind::box) {
     if (!box_actions && rows > 0)
       return make_error(errc::invalid_argument, "a box policy's batch needs box actions");
-    return status::ok();
+    return ok_status();
   }
   if (!discrete_actions && rows > 0)
     return make_error(errc::invalid_argument, "a discrete policy's batch needs action indices");
@@ -267,7 +267,7 @@ status validate_actions(const model_spec& spec, const int64_t* discrete_actions,
       return make_error(errc::invalid_argument,
                         "action of row {} must be in [0, {}), got {}", r, spec.n,
                         discrete_actions[r]);
-  return status::ok();
+  return ok_status();
 }
 
 status validate_vtrace_batch(const model_spec& spec, const vtrace_batch<float>& batch) {
@@ -303,7 +303,7 @@ status copy_global_stats(const model_layout& layout, const std::vector<stats_vie
       buffers[bn.running_var + j] = static_cast<float>(snap.var[j]);
     }
   }
-  return status::ok();
+  return ok_status();
 }
 
 const char* to_string(device_kind kind) noexcept {

@@ -96,7 +96,7 @@ status model_spec::validate() const {
     return make_error(errc::invalid_argument,
                       "batch_norm = \"{}\" needs at least one hidden layer",
                       to_string(batch_norm));
-  return status::ok();
+  return ok_status();
 }
 
 // -- layout ------------------------------------------------------------------
@@ -234,7 +234,7 @@ void init_network(const network_layout& net, double output_gain, float* params,
 actor_critic::actor_critic(const model_spec& spec, uint64_t seed)
   : spec_(spec), layout_(make_layout(spec)) {
   auto valid = spec.validate();
-  TROUPE_CHECK(valid, "actor_critic needs a valid spec: {}", valid.err().message);
+  TROUPE_CHECK(valid.ok(), "actor_critic needs a valid spec: {}", valid.err().message);
   params_.assign(layout_.param_count, 0.0f);
   buffers_.assign(layout_.buffer_count, 0.0f);
   std::mt19937_64 rng(seed);
@@ -343,7 +343,7 @@ status actor_critic::evaluate(const float* obs, size_t rows,
                        params_.begin() + layout_.log_std + spec_.act_dim);
   }
   out.value.swap(scratch.critic.out);
-  return status::ok();
+  return ok_status();
 }
 
 } // namespace troupe::learners

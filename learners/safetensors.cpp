@@ -810,7 +810,7 @@ status write_all(int fd, const std::byte* data, size_t size, const std::string& 
       return make_error(errc::io_error, "{}: write failed: {}", path, std::strerror(errno));
     done += static_cast<size_t>(n);
   }
-  return status::ok();
+  return ok_status();
 }
 
 std::string parent_folder(const std::string& path) {
@@ -853,7 +853,7 @@ status write_file_atomically(const std::string& path, const void* data, size_t s
     ::fsync(dir);
     ::close(dir);
   }
-  return status::ok();
+  return ok_status();
 }
 
 } // namespace troupe::learners

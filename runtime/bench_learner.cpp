@@ -137,7 +137,7 @@ status apply(learners::learner_backend& b, const result<learners::loss_report>& 
     return report.err();
   if (auto norm = b.apply_gradient(lr, 0.5); !norm)
     return norm.err();
-  return status::ok();
+  return ok_status();
 }
 
 struct synthetic_batch {

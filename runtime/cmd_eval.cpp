@@ -98,7 +98,7 @@ status check_match(const learners::model_spec& spec, const envs::env_spec& env,
                   : act.kind == envs::space_kind::box
                       && static_cast<int64_t>(act.size()) == spec.act_dim;
   if (obs_ok && act_ok)
-    return status::ok();
+    return ok_status();
   return make_error(errc::dimension_mismatch,
                     "{} does not fit {}: the policy has {}; the environment has "
                     "observation space {} and action space {}",

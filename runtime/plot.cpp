@@ -158,7 +158,7 @@ status read_metrics(const fs::path& path, run_curve& run) {
       series[c]->push_back(v);
     }
   }
-  return status::ok();
+  return ok_status();
 }
 
 // -- drawing -------------------------------------------------------------------
@@ -462,7 +462,7 @@ status write_file_atomically(const std::string& path, const std::string& text) {
     return make_error(errc::io_error, "{}: cannot rename {} over it: {}", path, tmp,
                       std::strerror(why));
   }
-  return status::ok();
+  return ok_status();
 }
 
 } // namespace

@@ -40,7 +40,7 @@ using cuda_detail::launch_status;
 status cuda_bias_activation_async(float* d_z, const float* d_bias, size_t rows, size_t cols,
                                   activation_op act, float* d_out, void* stream) noexcept {
   if (rows * cols == 0)
-    return status::ok();
+    return ok_status();
   bias_activation_kernel<<<grid_for(rows * cols), block_threads, 0,
                            static_cast<cudaStream_t>(stream)>>>(d_z, d_bias, rows, cols, act,
                                                                 d_out);
@@ -50,7 +50,7 @@ status cuda_bias_activation_async(float* d_z, const float* d_bias, size_t rows, 
 status cuda_activation_backward_async(const float* d_h, float* d_grad, size_t count,
                                       activation_op act, void* stream) noexcept {
   if (count == 0 || act == activation_op::identity)
-    return status::ok();
+    return ok_status();
   activation_backward_kernel<<<grid_for(count), block_threads, 0,
                                static_cast<cudaStream_t>(stream)>>>(d_h, d_grad, count, act);
   return launch_status("activation_backward");

@@ -26,7 +26,7 @@ __global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g,
 status cuda_adam_step_async(float* d_param, const float* d_grad, float* d_m, float* d_v,
                             size_t n, const adam_hyper& hyper, void* stream) noexcept {
   if (n == 0)
-    return status::ok();
+    return ok_status();
   adam_kernel<<<cuda_detail::grid_for(n), cuda_detail::block_threads, 0,
                 static_cast<cudaStream_t>(stream)>>>(d_param, d_grad, d_m, d_v, n,
                                                      make_adam_constants(hyper));

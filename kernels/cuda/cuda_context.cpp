@@ -11,14 +11,14 @@ namespace {
 
 status cuda_status(cudaError_t code, const char* what) {
   if (code == cudaSuccess)
-    return status::ok();
+    return ok_status();
   return make_error(errc::device_error, "{}: {} ({})", what, cudaGetErrorString(code),
                     static_cast<int>(code));
 }
 
 status cublas_status(cublasStatus_t code, const char* what) {
   if (code == CUBLAS_STATUS_SUCCESS)
-    return status::ok();
+    return ok_status();
   return make_error(errc::device_error, "{}: cuBLAS status {}", what, static_cast<int>(code));
 }
 
@@ -44,7 +44,7 @@ struct cuda_context::impl {
 
   status ensure_ones(size_t count) {
     if (count <= ones_count)
-      return status::ok();
+      return ok_status();
     cudaFree(ones);
     ones = nullptr;
     ones_count = 0;
@@ -57,7 +57,7 @@ struct cuda_context::impl {
         !st)
       return st;
     ones_count = count;
-    return status::ok();
+    return ok_status();
   }
 };
 

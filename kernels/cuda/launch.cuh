@@ -23,7 +23,7 @@ inline status launch_status(const char* kernel) {
   if (auto code = cudaGetLastError(); code != cudaSuccess)
     return make_error(errc::device_error, "{}: {} ({})", kernel, cudaGetErrorString(code),
                       static_cast<int>(code));
-  return status::ok();
+  return ok_status();
 }
 
 } // namespace troupe::kernels::cuda_detail

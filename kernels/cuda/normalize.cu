@@ -96,7 +96,7 @@ status cuda_normalize_clip_async(const float* x, const float* mean, const float*
                                  size_t rows, size_t cols, float clip, float* out,
                                  void* stream) noexcept {
   if (rows * cols == 0)
-    return status::ok();
+    return ok_status();
   normalize_clip_kernel<<<grid_for(rows * cols), block_threads, 0, as_stream(stream)>>>(
       x, mean, inv_std, rows, cols, clip, out);
   return launch_status("normalize_clip");
@@ -107,7 +107,7 @@ status cuda_batch_norm_forward_async(const float* z, const float* mean, const fl
                                      size_t cols, float* zhat, float* y,
                                      void* stream) noexcept {
   if (rows * cols == 0)
-    return status::ok();
+    return ok_status();
   batch_norm_forward_kernel<<<grid_for(rows * cols), block_threads, 0, as_stream(stream)>>>(
       z, mean, inv_std, gamma, beta, rows, cols, zhat, y);
   return launch_status("batch_norm_forward");
@@ -119,7 +119,7 @@ status cuda_batch_norm_backward_async(const float* dy, const float* zhat, const 
                                       bool batch_statistics, float* dz,
                                       void* stream) noexcept {
   if (rows * cols == 0)
-    return status::ok();
+    return ok_status();
   batch_norm_backward_kernel<<<grid_for(rows * cols), block_threads, 0, as_stream(stream)>>>(
       dy, zhat, gamma, inv_std, sum_dy, sum_dy_zhat, rows, cols, batch_statistics, dz);
   return launch_status("batch_norm_backward");
@@ -128,7 +128,7 @@ status cuda_batch_norm_backward_async(const float* dy, const float* zhat, const 
 status cuda_inverse_std_async(const float* var, size_t cols, double eps, float* inv_std,
                               void* stream) noexcept {
   if (cols == 0)
-    return status::ok();
+    return ok_status();
   inverse_std_kernel<<<grid_for(cols), block_threads, 0, as_stream(stream)>>>(var, cols, eps,
                                                                               inv_std);
   return launch_status("inverse_std");
@@ -138,7 +138,7 @@ status cuda_running_stats_update_async(const double* moments, size_t cols, doubl
                                        float* running_mean, float* running_var,
                                        void* stream) noexcept {
   if (cols == 0)
-    return status::ok();
+    return ok_status();
   running_stats_update_kernel<<<grid_for(cols), block_threads, 0, as_stream(stream)>>>(
       moments, cols, momentum, running_mean, running_var);
   return launch_status("running_stats_update");
@@ -147,7 +147,7 @@ status cuda_running_stats_update_async(const double* moments, size_t cols, doubl
 status cuda_multiply_async(const float* a, const float* b, size_t count, float* out,
                            void* stream) noexcept {
   if (count == 0)
-    return status::ok();
+    return ok_status();
   multiply_kernel<<<grid_for(count), block_threads, 0, as_stream(stream)>>>(a, b, count, out);
   return launch_status("multiply");
 }
@@ -156,7 +156,7 @@ status cuda_moments_to_stats_async(const double* moments, size_t cols, double ep
                                    float* mean, float* var, float* inv_std,
                                    void* stream) noexcept {
   if (cols == 0)
-    return status::ok();
+    return ok_status();
   moments_to_stats_kernel<<<grid_for(cols), block_threads, 0, as_stream(stream)>>>(
       moments, cols, eps, mean, var, inv_std);
   return launch_status("moments_to_stats");

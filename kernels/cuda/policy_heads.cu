@@ -131,7 +131,7 @@ status cuda_categorical_forward_async(const float* logits, const int64_t* action
                                       size_t rows, size_t n, float* log_softmax,
                                       float* logp, float* entropy, void* stream) noexcept {
   if (rows == 0)
-    return status::ok();
+    return ok_status();
   categorical_forward_kernel<<<grid_for(rows), block_threads, 0, as_stream(stream)>>>(
       logits, actions, rows, n, log_softmax, logp, entropy);
   return launch_status("categorical_forward");
@@ -142,7 +142,7 @@ status cuda_categorical_backward_async(const float* log_softmax, const float* en
                                        const float* d_entropy, size_t rows, size_t n,
                                        float* d_logits, void* stream) noexcept {
   if (rows == 0)
-    return status::ok();
+    return ok_status();
   categorical_backward_kernel<<<grid_for(rows), block_threads, 0, as_stream(stream)>>>(
       log_softmax, entropy, actions, d_logp, d_entropy, rows, n, d_logits);
   return launch_status("categorical_backward");
@@ -152,7 +152,7 @@ status cuda_gaussian_forward_async(const float* mean, const float* log_std,
                                    const float* actions, size_t rows, size_t d, float* z,
                                    float* logp, float* entropy, void* stream) noexcept {
   if (rows == 0)
-    return status::ok();
+    return ok_status();
   gaussian_forward_kernel<<<grid_for(rows), block_threads, 0, as_stream(stream)>>>(
       mean, log_std, actions, rows, d, z, logp, entropy);
   return launch_status("gaussian_forward");
@@ -163,7 +163,7 @@ status cuda_gaussian_backward_async(const float* z, const float* log_std,
                                     size_t rows, size_t d, float* d_mean,
                                     float* d_log_std_rows, void* stream) noexcept {
   if (rows == 0)
-    return status::ok();
+    return ok_status();
   gaussian_backward_kernel<<<grid_for(rows), block_threads, 0, as_stream(stream)>>>(
       z, log_std, d_logp, d_entropy, rows, d, d_mean, d_log_std_rows);
   return launch_status("gaussian_backward");
@@ -175,7 +175,7 @@ status cuda_ppo_terms_async(const float* logp, const float* entropy, const float
                             const ppo_term_constants& c, float* d_logp, float* d_entropy,
                             float* d_value, float* terms, void* stream) noexcept {
   if (rows == 0)
-    return status::ok();
+    return ok_status();
   ppo_terms_kernel<<<grid_for(rows), block_threads, 0, as_stream(stream)>>>(
       logp, entropy, value, old_logp, advantages, returns, old_values, rows, c, d_logp,
       d_entropy, d_value, terms);

@@ -428,7 +428,7 @@ private:
         ctx_->gemm_dzt_x(d_output, last, rows, out_in, out_w, grad_.data() + out.weight));
     TROUPE_TRY(ctx_->column_sums(d_output, rows, out_w, grad_.data() + out.bias));
     if (stages == 0)
-      return status::ok();
+      return ok_status();
     size_t widest = 1;
     for (auto w : spec_.hidden)
       widest = std::max(widest, static_cast<size_t>(w));
@@ -471,7 +471,7 @@ private:
           std::swap(d_a_, d_b_);
       }
     }
-    return status::ok();
+    return ok_status();
   }
 
   model_spec spec_;
