@@ -142,7 +142,7 @@ size_t count_non_finite(const trajectory_batch& b) {
 
 struct step_totals {
   double policy = 0, value = 0, entropy = 0;
-  uint64_t steps = 0, dropped = 0;
+  uint64_t steps = 0, dropped = 0, rejected = 0;
 };
 
 // Sends the backend's gradient to the server and takes the weights it answers.
@@ -179,6 +179,8 @@ bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
       [&](weights_reply& r) {
         if (r.draining)
           w.drained = true;
+        else if (r.rejected)
+          totals.rejected += 1;
         else if (!r.applied)
           totals.dropped += 1;
         take_weights(w, r);
@@ -443,6 +445,7 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       rep.entropy = totals.entropy / steps;
       rep.learning_rate = lr;
       rep.dropped = totals.dropped;
+      rep.rejected = totals.rejected;
       rep.weights_version = w.version;
       rep.runner_restarts = w.restarts;
       rep.non_finite = w.non_finite;

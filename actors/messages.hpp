@@ -190,6 +190,7 @@ struct weights_reply {
   uint64_t version = 0;       ///< optimizer steps applied
   bool applied = true;        ///< false when the gradient was dropped as stale
   bool draining = false;      ///< the run is stopping: nothing is applied any more
+  bool rejected = false;      ///< the gradient held a non-finite number: not applied
   std::vector<float> params;  ///< flat parameters
   std::vector<float> buffers; ///< flat buffers (batch-norm running statistics)
 };
@@ -197,7 +198,7 @@ struct weights_reply {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, weights_reply& x) {
   return f(caf::meta::type_name("weights_reply"), x.version, x.applied, x.draining,
-           x.params, x.buffers);
+           x.rejected, x.params, x.buffers);
 }
 
 /// Counters of the parameter server.
@@ -209,12 +210,15 @@ struct parameter_server_status {
   uint64_t max_staleness_seen = 0; ///< largest staleness of a received gradient
   uint64_t batches = 0;   ///< batches whose last gradient was applied (or dropped)
   uint64_t env_steps = 0; ///< their environment steps: the counters a checkpoint keeps
+  uint64_t rejected = 0;  ///< gradients rejected for a non-finite number (never applied)
+  std::map<std::string, uint64_t> rejected_by_learner; ///< the same, by learner name
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, parameter_server_status& x) {
   return f(caf::meta::type_name("parameter_server_status"), x.version, x.received,
-           x.applied, x.dropped, x.max_staleness_seen, x.batches, x.env_steps);
+           x.applied, x.dropped, x.max_staleness_seen, x.batches, x.env_steps, x.rejected,
+           x.rejected_by_learner);
 }
 
 /// Everything the parameter server owns, for checkpoints.
@@ -249,6 +253,7 @@ struct learner_report {
   double entropy = 0;         ///< mean over the batch's gradient steps
   double learning_rate = 0;   ///< learning rate of the batch
   uint64_t dropped = 0;       ///< gradients of this batch dropped as stale
+  uint64_t rejected = 0;      ///< gradients of this batch rejected as non-finite
   uint64_t runner_restarts = 0; ///< runner restarts so far (this learner)
   uint64_t non_finite = 0;    ///< non-finite values dropped so far (this learner's runners)
   bool skipped = false;       ///< the batch was not learned (non-finite values)
@@ -259,7 +264,8 @@ typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
   return f(caf::meta::type_name("learner_report"), x.learner, x.env_steps,
            x.episode_returns, x.episode_lengths, x.policy_lag, x.stats_version,
            x.stats_lag, x.weights_version, x.loss_policy, x.loss_value, x.entropy,
-           x.learning_rate, x.dropped, x.runner_restarts, x.non_finite, x.skipped);
+           x.learning_rate, x.dropped, x.rejected, x.runner_restarts, x.non_finite,
+           x.skipped);
 }
 
 /// The metrics actor's counters: what a checkpoint keeps and a resume restores.

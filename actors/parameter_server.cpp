@@ -1,7 +1,10 @@
 #include "actors/parameter_server.hpp"
 #include "actors/log.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -10,11 +13,15 @@ namespace troupe::actors {
 
 namespace {
 
+// sync mode: one learner's gradient waiting for the step to complete.
 struct pending_gradient {
+  std::string learner;
   caf::typed_response_promise<weights_reply> promise;
   uint64_t samples = 0;
   double learning_rate = 0;
   uint64_t batch_env_steps = 0;
+  std::vector<float> grad;
+  std::vector<float> buffers;
 };
 
 struct server_state {
@@ -24,18 +31,19 @@ struct server_state {
   std::vector<float> buffers;
   std::unique_ptr<learners::adam_optimizer> adam;
   parameter_server_status counters;
-  // sync mode: the gradients of the step being gathered
-  std::vector<double> grad_sum;
+  // sync mode: the step being gathered, at most one gradient per learner name
   std::vector<pending_gradient> pending;
   std::vector<float> step_grad;
   uint64_t logged_drops = 0;
+  uint64_t logged_rejects = 0;
   bool draining = false; // stopping: answer at once, apply nothing
 };
 
 using server_actor = caf::stateful_actor<server_state>;
 
 weights_reply current(const server_state& st, bool applied) {
-  return weights_reply{st.counters.version, applied, st.draining, st.params, st.buffers};
+  return weights_reply{st.counters.version, applied,   st.draining, false,
+                       st.params,           st.buffers};
 }
 
 // A batch is counted when its last gradient is applied or dropped (not while
@@ -58,6 +66,23 @@ void apply(server_state& st, std::vector<float>& grad, double lr) {
                       st.buffers.empty() ? nullptr : st.buffers.data());
 }
 
+// Batch-norm running statistics sent with a gradient that is applied.
+void install_buffers(server_state& st, const std::vector<float>& buffers) {
+  if (!buffers.empty() && buffers.size() == st.buffers.size())
+    st.buffers = buffers;
+}
+
+// Where a gradient (or its buffers) holds a NaN or an infinity, in words; empty if none.
+std::string first_non_finite(const gradient_update& g) {
+  for (size_t i = 0; i < g.grad.size(); ++i)
+    if (!std::isfinite(g.grad[i]))
+      return fmt::format("gradient[{}] is {}", i, g.grad[i]);
+  for (size_t i = 0; i < g.buffers.size(); ++i)
+    if (!std::isfinite(g.buffers[i]))
+      return fmt::format("batch-norm buffer[{}] is {}", i, g.buffers[i]);
+  return {};
+}
+
 caf::behavior parameter_server(server_actor* self, parameter_server_options opts,
                                std::vector<float> params, std::vector<float> buffers,
                                std::shared_ptr<policy_store> store) {
@@ -67,7 +92,6 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
   st.buffers = std::move(buffers);
   st.store = std::move(store);
   st.adam = std::make_unique<learners::adam_optimizer>(st.params.size(), st.opts.adam);
-  st.grad_sum.assign(st.params.size(), 0.0);
   return {
     [self](gradient_update& g) -> caf::result<weights_reply> {
       auto& s = self->state;
@@ -83,10 +107,26 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       s.counters.max_staleness_seen = std::max(s.counters.max_staleness_seen, staleness);
       if (s.draining)
         return current(s, false);
-      if (!g.buffers.empty() && g.buffers.size() == s.buffers.size())
-        s.buffers = g.buffers;
+      // A NaN or infinity would pass the clipping test (a NaN norm compares
+      // false) and poison Adam's moments for good: rejected, never applied.
+      if (const auto bad = first_non_finite(g); !bad.empty()) {
+        s.counters.rejected += 1;
+        s.counters.rejected_by_learner[g.learner] += 1;
+        if (s.logged_rejects++ < 5)
+          write_log(
+            s.opts.log,
+            fmt::format("parameter server: rejected a gradient from '{}' "
+                        "computed on version {}: {} (rejected from it so far: {})",
+                        g.learner, g.base_version, bad,
+                        s.counters.rejected_by_learner[g.learner]));
+        count_batch(s, g.batch_env_steps);
+        auto reply = current(s, false);
+        reply.rejected = true;
+        return reply;
+      }
       if (!s.opts.sync) {
         if (staleness > s.opts.max_staleness) {
+          // Dropped whole: its batch-norm buffers are as stale as its gradient.
           s.counters.dropped += 1;
           if (s.logged_drops++ < 5)
             write_log(s.opts.log,
@@ -97,40 +137,63 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
           count_batch(s, g.batch_env_steps);
           return current(s, false);
         }
+        install_buffers(s, g.buffers);
         apply(s, g.grad, g.learning_rate);
         s.counters.applied += 1;
         count_batch(s, g.batch_env_steps);
         return current(s, true);
       }
-      // sync: accumulate the count-weighted sum until every learner is in.
-      const double w = static_cast<double>(std::max<uint64_t>(g.samples, 1));
-      for (size_t i = 0; i < g.grad.size(); ++i)
-        s.grad_sum[i] += w * g.grad[i];
+      // sync: one gradient per learner. A second one under a name already
+      // waiting comes from that learner's replacement (a learner waits for
+      // the answer before it sends again, and a dead learner's gradient was
+      // queued before the supervisor saw it die): the orphan is answered,
+      // unapplied, and the replacement's takes its place.
       auto promise = self->make_response_promise<weights_reply>();
-      s.pending.push_back(pending_gradient{promise, std::max<uint64_t>(g.samples, 1),
-                                           g.learning_rate, g.batch_env_steps});
+      pending_gradient p{
+        g.learner,           promise,           std::max<uint64_t>(g.samples, 1),
+        g.learning_rate,     g.batch_env_steps, std::move(g.grad),
+        std::move(g.buffers)};
+      auto same =
+        std::find_if(s.pending.begin(), s.pending.end(),
+                     [&](const pending_gradient& q) { return q.learner == p.learner; });
+      if (same != s.pending.end()) {
+        write_log(s.opts.log,
+                  fmt::format("parameter server: a new gradient from '{}' replaces the "
+                              "one it sent before (from an earlier incarnation)",
+                              p.learner));
+        same->promise.deliver(current(s, false));
+        *same = std::move(p);
+      } else {
+        s.pending.push_back(std::move(p));
+      }
       if (s.pending.size() < s.opts.num_learners)
         return promise;
+      // Every learner is in: the count-weighted mean, in double.
       double total = 0, lr = 0;
-      for (auto& p : s.pending) {
-        total += static_cast<double>(p.samples);
-        lr += p.learning_rate;
+      for (auto& q : s.pending) {
+        total += static_cast<double>(q.samples);
+        lr += q.learning_rate;
       }
       lr /= static_cast<double>(s.pending.size());
-      s.step_grad.resize(s.grad_sum.size());
-      for (size_t i = 0; i < s.grad_sum.size(); ++i) {
-        s.step_grad[i] = static_cast<float>(s.grad_sum[i] / total);
-        s.grad_sum[i] = 0;
+      std::vector<double> sum(s.params.size(), 0.0);
+      for (auto& q : s.pending) {
+        const double w = static_cast<double>(q.samples);
+        for (size_t i = 0; i < sum.size(); ++i)
+          sum[i] += w * q.grad[i];
       }
+      s.step_grad.resize(sum.size());
+      for (size_t i = 0; i < sum.size(); ++i)
+        s.step_grad[i] = static_cast<float>(sum[i] / total);
+      install_buffers(s, s.pending.back().buffers); // the last to arrive, as before
       apply(s, s.step_grad, lr);
       s.counters.applied += s.pending.size();
-      for (auto& p : s.pending)
-        count_batch(s, p.batch_env_steps);
+      for (auto& q : s.pending)
+        count_batch(s, q.batch_env_steps);
       auto reply = current(s, true);
       auto waiting = std::move(s.pending);
       s.pending.clear();
-      for (auto& p : waiting)
-        p.promise.deliver(reply);
+      for (auto& q : waiting)
+        q.promise.deliver(reply);
       return promise;
     },
     [self](weights_atom) { return current(self->state, true); },
@@ -143,7 +206,6 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       for (auto& p : s.pending)
         p.promise.deliver(reply);
       s.pending.clear();
-      std::fill(s.grad_sum.begin(), s.grad_sum.end(), 0.0);
     },
     [self](status_atom) { return self->state.counters; },
     [self](state_atom) {

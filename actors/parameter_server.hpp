@@ -1,11 +1,16 @@
 // The parameter server actor: owns the weights, Adam's state and a version.
 //
 // async mode: applies each gradient as it arrives; a gradient computed on
-// weights more than max_staleness versions old is dropped and counted (the
-// reply then carries the current weights with applied = false).
-// sync mode: waits for one gradient from each of the N learners, applies
-// their count-weighted mean (weights = samples) once, and answers every
-// learner with the new version.
+// weights more than max_staleness versions old is dropped whole, batch-norm
+// buffers included, and counted (the reply then carries the current weights
+// with applied = false).
+// sync mode: waits for one gradient from each of the N learners (by name: a
+// second gradient under a waiting name is a restarted learner's, and replaces
+// its predecessor's orphan), applies their count-weighted mean (weights =
+// samples) once, and answers every learner with the new version.
+// Both modes reject a gradient holding a NaN or an infinity (in the gradient
+// or its buffers) before it reaches Adam: counted per learner in the status,
+// logged with the learner's name, answered with rejected = true.
 // Every new version is also published to a policy store, when one is given,
 // so that environment runners act with it.
 //

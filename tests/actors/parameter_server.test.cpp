@@ -3,6 +3,7 @@
 // and drops those staler than max_staleness.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -213,5 +214,163 @@ TEST_CASE("a stopping sync server answers a learner waiting for a step the other
     self, server, gradient_update{"b", 0, 5, 1e-3, random_vector(gen, n, 0.1), {}});
   CHECK_FALSE(later.applied);
   CHECK(later.params == params);
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+// The next weights_reply in `self`'s mailbox, waited for at most 10 s.
+weights_reply next_reply(caf::scoped_actor& self, const char* expected) {
+  weights_reply out;
+  bool got = false;
+  self->receive(
+    [&](weights_reply& r) {
+      out = std::move(r);
+      got = true;
+    },
+    caf::after(std::chrono::seconds(10)) >> [&] {});
+  if (!got)
+    FAIL("no weights_reply within 10 s: expected " << expected);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a gradient holding a NaN or an infinity is rejected, counted for its learner "
+          "and logged with its name, and never reaches Adam") {
+  server_fixture fx;
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 23;
+  parameter_server_options opts;
+  opts.max_staleness = 100;
+  auto log = std::make_shared<std::vector<std::string>>();
+  opts.log = [log](const std::string& line) { log->push_back(line); };
+  const auto params = random_vector(gen, n, 1.0);
+  auto server = spawn_parameter_server(*fx.sys, opts, params, {});
+  auto twin = spawn_parameter_server(*fx.sys, opts, params, {}); // never sees a bad one
+  caf::scoped_actor self{*fx.sys};
+  // One good step first, so that Adam's moments are not zero.
+  const auto g0 = random_vector(gen, n, 0.1);
+  ask<weights_reply>(self, server, gradient_update{"good", 0, 8, 1e-2, g0, {}});
+  ask<weights_reply>(self, twin, gradient_update{"good", 0, 8, 1e-2, g0, {}});
+  const auto before = ask<parameter_server_state>(self, server, state_atom::value);
+  std::uniform_int_distribution<size_t> where(0, n - 1);
+  const float bad_values[] = {NAN, INFINITY, -INFINITY};
+  for (float bad : bad_values) {
+    CAPTURE(bad);
+    auto g = random_vector(gen, n, 0.1);
+    g[where(gen)] = bad;
+    auto w = ask<weights_reply>(self, server, gradient_update{"sick", 1, 8, 1e-2, g, {}});
+    CHECK(w.rejected);
+    CHECK_FALSE(w.applied);
+    CHECK(w.version == 1);
+    auto after = ask<parameter_server_state>(self, server, state_atom::value);
+    CHECK(after.version == before.version);
+    CHECK(after.adam_steps == before.adam_steps);
+    CHECK(after.params == before.params);
+    CHECK(after.adam_m == before.adam_m);
+    CHECK(after.adam_v == before.adam_v);
+  }
+  auto status = ask<parameter_server_status>(self, server, status_atom::value);
+  CHECK(status.rejected == 3);
+  CHECK(status.rejected_by_learner["sick"] == 3);
+  CHECK(status.rejected_by_learner.count("good") == 0);
+  CHECK(status.applied == 1);
+  REQUIRE(!log->empty());
+  CHECK(log->front().find("'sick'") != std::string::npos);
+  // The next good gradient gives exactly what the twin that never saw one gives.
+  const auto g1 = random_vector(gen, n, 0.1);
+  auto a = ask<weights_reply>(self, server, gradient_update{"good", 1, 8, 1e-2, g1, {}});
+  auto b = ask<weights_reply>(self, twin, gradient_update{"good", 1, 8, 1e-2, g1, {}});
+  CHECK(a.applied);
+  CHECK(a.version == 2);
+  CHECK(a.params == b.params);
+  for (float x : a.params)
+    CHECK(std::isfinite(x));
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  self->send_exit(twin, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a sync step waits for one gradient from each learner: a restarted learner's "
+          "orphaned gradient and its replacement's do not complete it") {
+  server_fixture fx;
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 17;
+  parameter_server_options opts;
+  opts.sync = true;
+  opts.num_learners = 2;
+  opts.max_grad_norm = 0;
+  opts.adam.eps = 1e-5;
+  opts.log = [](const std::string&) {};
+  const double lr = 1e-3;
+  const auto params = random_vector(gen, n, 1.0);
+  auto server = spawn_parameter_server(*fx.sys, opts, params, {});
+  caf::scoped_actor self{*fx.sys};
+  const auto orphan_grad = random_vector(gen, n, 0.1);
+  const auto a_grad = random_vector(gen, n, 0.1);
+  const auto b_grad = random_vector(gen, n, 0.1);
+  {
+    // learner "a" sends and dies before the step completes.
+    caf::scoped_actor dying{*fx.sys};
+    dying->send(server, gradient_update{"a", 0, 10, lr, orphan_grad, {}});
+  }
+  // Its replacement, also "a", sends its own.
+  self->send(server, gradient_update{"a", 0, 30, lr, a_grad, {}});
+  auto status = ask<parameter_server_status>(self, server, status_atom::value);
+  CHECK(status.received == 2);
+  CHECK(status.version == 0);
+  CHECK(status.applied == 0);
+  // "b" completes the step: the mean of the replacement's and b's, not the orphan's.
+  caf::scoped_actor b{*fx.sys};
+  b->send(server, gradient_update{"b", 0, 50, lr, b_grad, {}});
+  auto wa = next_reply(self, "the step's weights for the replacement of 'a'");
+  auto wb = next_reply(b, "the step's weights for 'b'");
+  std::vector<double> mean(n);
+  for (size_t i = 0; i < n; ++i)
+    mean[i] = (30.0 * a_grad[i] + 50.0 * b_grad[i]) / 80.0;
+  auto expected = adam_first_step(params, mean, lr, opts.adam.eps);
+  for (auto* w : {&wa, &wb}) {
+    CHECK(w->applied);
+    CHECK(w->version == 1);
+    REQUIRE(w->params.size() == n);
+    for (size_t i = 0; i < n; ++i)
+      CHECK(w->params[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+  }
+  status = ask<parameter_server_status>(self, server, status_atom::value);
+  CHECK(status.version == 1);
+  CHECK(status.applied == 2);
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a stale gradient that is dropped leaves the batch-norm buffers as they were") {
+  server_fixture fx;
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 9, nb = 6;
+  parameter_server_options opts;
+  opts.max_staleness = 0;
+  opts.log = [](const std::string&) {};
+  auto server =
+    spawn_parameter_server(*fx.sys, opts, random_vector(gen, n, 1.0), random_vector(gen, nb, 1.0));
+  caf::scoped_actor self{*fx.sys};
+  const auto fresh_buffers = random_vector(gen, nb, 1.0);
+  auto w = ask<weights_reply>(
+    self, server, gradient_update{"l", 0, 4, 1e-3, random_vector(gen, n, 0.1), fresh_buffers});
+  REQUIRE(w.applied);
+  CHECK(w.buffers == fresh_buffers);
+  // Computed on version 0, now 1: staler than max_staleness 0.
+  const auto stale_buffers = random_vector(gen, nb, 1.0);
+  auto d = ask<weights_reply>(
+    self, server, gradient_update{"l", 0, 4, 1e-3, random_vector(gen, n, 0.1), stale_buffers});
+  CHECK_FALSE(d.applied);
+  CHECK(d.buffers == fresh_buffers);
+  auto st = ask<parameter_server_state>(self, server, state_atom::value);
+  CHECK(st.buffers == fresh_buffers);
+  CHECK(ask<parameter_server_status>(self, server, status_atom::value).dropped == 1);
   self->send_exit(server, caf::exit_reason::user_shutdown);
 }
