@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <numeric>
@@ -31,7 +33,8 @@ const char* const metrics_columns[] = {"wall_time_s",
                                        "weights_version",
                                        "dropped_gradients",
                                        "runner_restarts",
-                                       "non_finite"};
+                                       "non_finite",
+                                       "gradients_rejected"};
 
 const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
 
@@ -61,11 +64,13 @@ struct metrics_state {
   uint64_t dropped = 0;
   uint64_t restarts = 0;
   uint64_t non_finite = 0;
+  uint64_t rejected = 0;
   std::map<std::string, uint64_t> non_finite_by_learner;
   bool done_sent = false;
   uint64_t last_row_updates = UINT64_MAX;
   std::FILE* csv = nullptr;
   std::FILE* jsonl = nullptr;
+  std::string write_error; // the first failed open or write; the run is stopped then
   ~metrics_state() {
     if (csv)
       std::fclose(csv);
@@ -118,6 +123,29 @@ double window_sps(metrics_state& st, double t) {
   return dt > 0 ? static_cast<double>(st.c.env_steps - steps0) / dt : 0.0;
 }
 
+// Records the first failed open or write (path and the system's reason), says
+// it on stderr and asks the coordinator to stop the run: a run whose metrics
+// cannot be written stops rather than train on silently.
+void write_failed(metrics_state& st, const std::string& what) {
+  if (!st.write_error.empty())
+    return;
+  st.write_error = what;
+  std::fprintf(stderr, "troupe: metrics: %s; stopping the run\n", what.c_str());
+  if (st.csv)
+    std::fclose(st.csv);
+  if (st.jsonl)
+    std::fclose(st.jsonl);
+  st.csv = st.jsonl = nullptr;
+  if (st.coordinator)
+    caf::anon_send(st.coordinator, stop_atom::value);
+}
+
+// Appends `line` and a newline to `f` and flushes; false (errno set) on failure.
+bool append_line(std::FILE* f, const std::string& line) {
+  errno = 0;
+  return std::fprintf(f, "%s\n", line.c_str()) >= 0 && std::fflush(f) == 0;
+}
+
 void write_row(metrics_state& st) {
   const double t = elapsed(st);
   const double sps = window_sps(st, t);
@@ -145,21 +173,24 @@ void write_row(metrics_state& st) {
                                      std::to_string(st.last.weights_version),
                                      std::to_string(st.dropped),
                                      std::to_string(st.restarts),
-                                     std::to_string(st.non_finite)};
+                                     std::to_string(st.non_finite),
+                                     std::to_string(st.rejected)};
   if (st.csv) {
     std::string line;
     for (size_t i = 0; i < values.size(); ++i)
       line += (i ? "," : "") + values[i];
-    std::fprintf(st.csv, "%s\n", line.c_str());
-    std::fflush(st.csv);
+    if (!append_line(st.csv, line))
+      write_failed(
+        st, fmt::format("cannot write {}: {}", st.opts.csv_path, std::strerror(errno)));
   }
   if (st.jsonl) {
     std::string line = "{";
     for (size_t i = 0; i < values.size(); ++i)
       line += fmt::format("{}\"{}\": {}", i ? ", " : "", metrics_columns[i],
                           values[i] == "nan" ? "null" : values[i]);
-    std::fprintf(st.jsonl, "%s}\n", line.c_str());
-    std::fflush(st.jsonl);
+    if (!append_line(st.jsonl, line + "}"))
+      write_failed(
+        st, fmt::format("cannot write {}: {}", st.opts.jsonl_path, std::strerror(errno)));
   }
   if (!st.opts.quiet && !st.opts.progress_line)
     std::printf(
@@ -216,15 +247,24 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
     if (probe)
       std::fclose(probe);
     st.csv = std::fopen(st.opts.csv_path.c_str(), "a");
-    if (st.csv && fresh) {
+    if (!st.csv) {
+      write_failed(st, fmt::format("cannot open {} for appending: {}", st.opts.csv_path,
+                                   std::strerror(errno)));
+    } else if (fresh) {
+      std::string header;
       for (size_t i = 0; i < metrics_column_count; ++i)
-        std::fprintf(st.csv, "%s%s", i ? "," : "", metrics_columns[i]);
-      std::fprintf(st.csv, "\n");
-      std::fflush(st.csv);
+        header += fmt::format("{}{}", i ? "," : "", metrics_columns[i]);
+      if (!append_line(st.csv, header))
+        write_failed(
+          st, fmt::format("cannot write {}: {}", st.opts.csv_path, std::strerror(errno)));
     }
   }
-  if (!st.opts.jsonl_path.empty())
+  if (!st.opts.jsonl_path.empty() && st.write_error.empty()) {
     st.jsonl = std::fopen(st.opts.jsonl_path.c_str(), "a");
+    if (!st.jsonl)
+      write_failed(st, fmt::format("cannot open {} for appending: {}", st.opts.jsonl_path,
+                                   std::strerror(errno)));
+  }
   return {
     [self](learner_report& r) {
       auto& s = self->state;
@@ -251,6 +291,7 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
       s.lag_max = std::max(s.lag_max, r.policy_lag);
       s.lag_n += 1;
       s.dropped += r.dropped;
+      s.rejected += r.rejected;
       s.restarts = std::max(s.restarts, r.runner_restarts);
       s.last = std::move(r);
       if (s.c.updates % s.opts.log_every_updates == 0)
@@ -276,6 +317,7 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
       return counters_now(s);
     },
     [self](state_atom) { return counters_now(self->state); },
+    [self](status_atom) { return self->state.write_error; },
   };
 }
 

@@ -8,7 +8,12 @@
 //   learner_report           -> (none)
 //   (row_atom)               -> metrics_counters   writes a row now (the final one)
 //   (state_atom)             -> metrics_counters   for checkpoints
-// It sends to the coordinator: (ckpt_atom, uint64_t updates), (done_atom).
+//   (status_atom)            -> std::string        the first failed open or write of
+//                               metrics.csv or metrics.jsonl (path and the system's
+//                               reason); empty when none. On such a failure it also
+//                               sends (stop_atom) to the coordinator: the run stops.
+// It sends to the coordinator: (ckpt_atom, uint64_t updates), (done_atom),
+// (stop_atom).
 #pragma once
 
 #include <cstdint>

@@ -1,13 +1,19 @@
 #include "learners/checkpoint.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <optional>
 #include <set>
 #include <type_traits>
 #include <utility>
 
+#include <boost/crc.hpp>
 #include <fmt/format.h>
 
 namespace troupe::learners {
@@ -439,6 +445,162 @@ result<policy_checkpoint> load_checkpoint(const std::string& path) {
   if (!file)
     return file.err();
   return checkpoint_from_file(*file, path);
+}
+
+// -- checkpoint folders of a run -------------------------------------------
+
+namespace {
+
+namespace fs = std::filesystem;
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+// Compares two digit strings as numbers of any width.
+bool numerically_before(const std::string& a, const std::string& b) {
+  auto strip = [](const std::string& s) {
+    auto first = s.find_first_not_of('0');
+    return first == std::string::npos ? std::string{} : s.substr(first);
+  };
+  auto x = strip(a), y = strip(b);
+  return x.size() != y.size() ? x.size() < y.size() : x < y;
+}
+
+struct file_sum {
+  uint64_t size = 0;
+  uint32_t crc = 0;
+};
+
+// Size and CRC-32 of a file; errors name it with the system's reason.
+result<file_sum> sum_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return make_error(errc::corrupt_file, "{}: cannot open: {}", path,
+                      std::strerror(errno));
+  boost::crc_32_type crc;
+  file_sum out;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    const auto got = static_cast<size_t>(in.gcount());
+    crc.process_bytes(buf, got);
+    out.size += got;
+  }
+  if (in.bad())
+    return make_error(errc::io_error, "{}: read failed: {}", path, std::strerror(errno));
+  out.crc = crc.checksum();
+  return out;
+}
+
+} // namespace
+
+std::vector<std::string> checkpoint_folders(const std::string& run_dir) {
+  std::vector<std::pair<std::string, std::string>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(fs::path(run_dir) / "checkpoints", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    auto name = it->path().filename().string();
+    std::error_code dir_ec;
+    if (all_digits(name) && it->is_directory(dir_ec))
+      found.emplace_back(name, it->path().string());
+  }
+  std::sort(found.begin(), found.end(),
+            [](auto& a, auto& b) { return numerically_before(a.first, b.first); });
+  std::vector<std::string> out;
+  for (auto& f : found)
+    out.push_back(f.second);
+  return out;
+}
+
+status write_checkpoint_manifest(const std::string& folder,
+                                 const std::vector<std::string>& files) {
+  std::string text = "# troupe checkpoint manifest: file, size in bytes, CRC-32\n";
+  for (auto& name : files) {
+    auto sum = sum_file((fs::path(folder) / name).string());
+    if (!sum)
+      return sum.err();
+    text += fmt::format("{} {} {:08x}\n", name, sum->size, sum->crc);
+  }
+  return write_file_atomically((fs::path(folder) / checkpoint_manifest_name).string(),
+                               text.data(), text.size());
+}
+
+status verify_checkpoint_manifest(const std::string& folder) {
+  const auto manifest = (fs::path(folder) / checkpoint_manifest_name).string();
+  std::error_code ec;
+  if (!fs::exists(manifest, ec))
+    return ok_status();
+  std::ifstream in(manifest);
+  if (!in)
+    return make_error(errc::corrupt_file, "{}: cannot open: {}", manifest,
+                      std::strerror(errno));
+  std::string line;
+  size_t listed = 0;
+  for (size_t number = 1; std::getline(in, line); ++number) {
+    if (line.empty() || line[0] == '#')
+      continue;
+    std::istringstream fields(line);
+    std::string name, crc_text;
+    uint64_t size = 0;
+    if (!(fields >> name >> size >> crc_text) || crc_text.size() != 8 ||
+        crc_text.find_first_not_of("0123456789abcdef") != std::string::npos ||
+        name.find('/') != std::string::npos)
+      return make_error(errc::corrupt_file,
+                        "{}:{}: expected \"FILE SIZE CRC32\" (8 hex digits), got \"{}\"",
+                        manifest, number, line);
+    const auto path = (fs::path(folder) / name).string();
+    if (!fs::exists(path, ec))
+      return make_error(errc::corrupt_file, "{}: missing (listed in {})", path, manifest);
+    auto sum = sum_file(path);
+    if (!sum)
+      return sum.err();
+    if (sum->size != size)
+      return make_error(errc::corrupt_file,
+                        "{}: {} bytes, but {} lists {} (cut short or "
+                        "overwritten)",
+                        path, sum->size, manifest, size);
+    const auto crc = static_cast<uint32_t>(std::strtoul(crc_text.c_str(), nullptr, 16));
+    if (sum->crc != crc)
+      return make_error(errc::corrupt_file,
+                        "{}: CRC-32 {:08x}, but {} lists {:08x} (the contents changed "
+                        "after it was written)",
+                        path, sum->crc, manifest, crc);
+    ++listed;
+  }
+  if (listed == 0)
+    return make_error(errc::corrupt_file, "{}: lists no file", manifest);
+  return ok_status();
+}
+
+result<std::string>
+newest_good_checkpoint(const std::string& run_dir,
+                       const std::function<status(const std::string&)>& check,
+                       const std::function<void(const std::string&)>& report) {
+  auto all = checkpoint_folders(run_dir);
+  if (all.empty())
+    return make_error(errc::not_found, "{}: no complete checkpoint (no {}/<NNNNNNNNNN>/)",
+                      run_dir, (fs::path(run_dir) / "checkpoints").string());
+  std::vector<std::string> rejected;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    auto ok = verify_checkpoint_manifest(*it);
+    if (ok && check)
+      ok = check(*it);
+    if (ok)
+      return *it;
+    rejected.push_back(ok.err().message);
+    if (report)
+      report(std::next(it) != all.rend()
+               ? fmt::format("{}: not usable: {}; falling back to {}", *it,
+                             ok.err().message, *std::next(it))
+               : fmt::format("{}: not usable: {}", *it, ok.err().message));
+  }
+  std::string list;
+  for (auto& r : rejected)
+    list += "\n  " + r;
+  return make_error(errc::corrupt_file, "{}: none of its {} checkpoint(s) is usable:{}",
+                    run_dir, all.size(), list);
 }
 
 } // namespace troupe::learners

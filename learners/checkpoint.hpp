@@ -18,8 +18,10 @@
 // Other metadata keys are kept and ignored.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kernels/error.hpp"
 #include "learners/model.hpp"
@@ -70,5 +72,39 @@ status save_checkpoint(const std::string& path, const actor_critic& model,
 
 /// Reads and checks the checkpoint at `path`.
 result<policy_checkpoint> load_checkpoint(const std::string& path);
+
+// -- checkpoint folders of a run -------------------------------------------
+// A run folder keeps its checkpoints in checkpoints/<NNNNNNNNNN>/ (the update
+// count, zero-padded), each written as <NNNNNNNNNN>.tmp/ and renamed when
+// complete; manifest.txt, written last, lists every other file of the folder
+// with its size and CRC-32, so that a file cut short, missing or with a bit
+// flipped is found before it is used.
+
+/// File name of a checkpoint folder's manifest.
+inline constexpr const char* checkpoint_manifest_name = "manifest.txt";
+
+/// The complete checkpoint folders of `run_dir` (checkpoints/<digits>/), oldest
+/// first by update count; "*.tmp" folders (being written) are not listed.
+std::vector<std::string> checkpoint_folders(const std::string& run_dir);
+
+/// Writes `folder`/manifest.txt listing `files` (names inside `folder`) with
+/// their sizes and CRC-32s; errors name the file and the system's reason.
+status write_checkpoint_manifest(const std::string& folder,
+                                 const std::vector<std::string>& files);
+
+/// Checks `folder` against its manifest: every listed file present, of its
+/// size and checksum; the error names the file and what is wrong. A folder
+/// without a manifest (written before manifests existed) passes.
+status verify_checkpoint_manifest(const std::string& folder);
+
+/// The newest checkpoint folder of `run_dir` that `check` accepts, walking back
+/// from the newest: each rejected one is told to `report` (its message names
+/// the file and why) before the one before it is tried. not_found when there
+/// is none at all; corrupt_file when every one was rejected (the message then
+/// lists them). `check` may be empty (manifest only).
+result<std::string>
+newest_good_checkpoint(const std::string& run_dir,
+                       const std::function<status(const std::string&)>& check,
+                       const std::function<void(const std::string&)>& report);
 
 } // namespace troupe::learners

@@ -28,36 +28,23 @@ constexpr const char* policy_file_name = "policy.safetensors";
 
 // -- finding the policy file ---------------------------------------------------
 
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(),
-                                   [](unsigned char c) { return std::isdigit(c) != 0; });
-}
 
-// The newest complete checkpoint of a run folder: the checkpoint folder with
-// the largest update count (digits only; "*.tmp" folders are being written)
-// that holds a policy file.
+// The newest checkpoint of a run folder whose policy file reads back whole
+// (the lookup `troupe train --resume` uses; a damaged one is reported and
+// the one before it taken).
 result<std::string> newest_checkpoint(const fs::path& run_dir) {
-  const fs::path folder = run_dir / "checkpoints";
-  std::vector<std::pair<std::string, fs::path>> found;
-  std::error_code ec;
-  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-    auto name = it->path().filename().string();
-    if (all_digits(name) && fs::is_regular_file(it->path() / policy_file_name, ec))
-      found.emplace_back(name, it->path() / policy_file_name);
-  }
-  if (found.empty())
-    return make_error(errc::not_found, "{}: no complete checkpoint (no {}/<NNNNNNNNNN>/{})",
-                      run_dir.string(), folder.string(), policy_file_name);
-  // Compare as numbers of any width: a longer digit string is larger.
-  auto newest = std::max_element(found.begin(), found.end(), [](auto& a, auto& b) {
-    auto strip = [](const std::string& s) {
-      auto first = s.find_first_not_of('0');
-      return first == std::string::npos ? std::string{} : s.substr(first);
-    };
-    auto x = strip(a.first), y = strip(b.first);
-    return x.size() != y.size() ? x.size() < y.size() : x < y;
-  });
-  return newest->second.string();
+  auto found = learners::newest_good_checkpoint(
+    run_dir.string(),
+    [](const std::string& folder) -> status {
+      auto policy = learners::load_checkpoint((fs::path(folder) / policy_file_name).string());
+      if (!policy)
+        return policy.err();
+      return ok_status();
+    },
+    [](const std::string& why) { std::fprintf(stderr, "troupe: %s\n", why.c_str()); });
+  if (!found)
+    return found.err();
+  return (fs::path(*found) / policy_file_name).string();
 }
 
 // CHECKPOINT as a policy file, a checkpoint folder or a run folder.

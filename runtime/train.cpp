@@ -113,12 +113,7 @@ result<T> ask(caf::scoped_actor& self, const caf::actor& dest, Ts&&... xs) {
 }
 
 status write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f)
-    return make_error(errc::io_error, "cannot write {}", path);
-  return {};
+  return learners::write_file_atomically(path, text.data(), text.size());
 }
 
 // Writes checkpoints/<updates>/ through <updates>.tmp, renamed when complete;
@@ -233,10 +228,17 @@ status write_checkpoint(caf::scoped_actor& self, const cast& c,
          << l.gen[2] << ' ' << l.gen[3] << '\n';
   if (auto ok = write_text((tmp / "counters.txt").string(), text.str()); !ok)
     return ok;
+  // Last, the manifest: what a resume checks before it trusts the folder.
+  if (auto ok = learners::write_checkpoint_manifest(
+        tmp.string(), {"policy.safetensors", "optimizer.safetensors", "stats.bin",
+                       "runners.safetensors", "counters.txt"});
+      !ok)
+    return ok;
   fs::remove_all(final_dir, ec);
   fs::rename(tmp, final_dir, ec);
   if (ec)
-    return make_error(errc::io_error, "cannot rename {}: {}", tmp.string(), ec.message());
+    return make_error(errc::io_error, "cannot rename {} to {}: {}", tmp.string(),
+                      final_dir.string(), ec.message());
   tmp_guard.renamed = true;
   return {};
 }
@@ -355,23 +357,9 @@ void keep_rows_up_to(const std::string& path, uint64_t updates, bool csv) {
   (void)learners::write_file_atomically(path, kept.data(), kept.size());
 }
 
-// The numbered checkpoint folders of a run, oldest first.
-std::vector<fs::path> checkpoint_folders(const std::string& run_dir) {
-  std::error_code ec;
-  std::vector<fs::path> out;
-  for (auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
-    const auto name = entry.path().filename().string();
-    if (entry.is_directory() && !name.empty() &&
-        name.find_first_not_of("0123456789") == std::string::npos)
-      out.push_back(entry.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // Removes all but the `keep` newest checkpoints (keep 0: none removed).
 void prune_checkpoints(const std::string& run_dir, size_t keep) {
-  auto all = checkpoint_folders(run_dir);
+  auto all = learners::checkpoint_folders(run_dir);
   if (keep == 0 || all.size() <= keep)
     return;
   std::error_code ec;
@@ -380,11 +368,6 @@ void prune_checkpoints(const std::string& run_dir, size_t keep) {
 }
 
 } // namespace
-
-std::string newest_checkpoint(const std::string& run_dir) {
-  auto all = checkpoint_folders(run_dir);
-  return all.empty() ? std::string{} : all.back().string();
-}
 
 result<training_result> run_training(const config& cfg, const std::string& resume_dir) {
   auto env_spec = envs::find_spec(cfg.get_string("env.id"));
@@ -417,8 +400,45 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     std::make_shared<std::map<std::string, actors::env_runner_state>>();
   std::optional<actors::parameter_server_state> resumed_server;
   if (!resume_dir.empty()) {
-    checkpoint = newest_checkpoint(resume_dir);
-    if (checkpoint.empty()) {
+    // Everything is read and checked before anything in the folder changes.
+    // A checkpoint that does not read back whole (a file cut short, missing
+    // or changed since it was written) is reported, and the one before it is
+    // tried.
+    auto load = [&](const std::string& folder) -> status {
+      start = {};
+      learner_gens.clear();
+      saved_runners->clear();
+      resumed_server.reset();
+      auto c = read_counters((fs::path(folder) / "counters.txt").string());
+      if (!c)
+        return c.err();
+      start = std::move(c->counters);
+      learner_gens = std::move(c->learner_gens);
+      // Checkpoints written before runner states were saved have no file.
+      const auto runners_file = fs::path(folder) / "runners.safetensors";
+      if (fs::exists(runners_file)) {
+        auto states = actors::load_runner_states(runners_file.string());
+        if (!states)
+          return states.err();
+        for (auto& st : *states)
+          saved_runners->emplace(st.runner, std::move(st));
+      }
+      auto server = read_optimizer((fs::path(folder) / "optimizer.safetensors").string());
+      if (!server)
+        return server.err();
+      resumed_server = std::move(*server);
+      actors::stats_streams stats;
+      if (auto ok = stats.load((fs::path(folder) / "stats.bin").string()); !ok)
+        return ok.err();
+      return {};
+    };
+    auto found = learners::newest_good_checkpoint(
+      resume_dir, load, [](const std::string& why) {
+        std::fprintf(stderr, "troupe: %s\n", why.c_str());
+      });
+    if (!found && found.err().code != errc::not_found)
+      return make_error(found.err().code, "cannot resume: {}", found.err().message);
+    if (!found) {
       // Killed before its first checkpoint was complete: nothing was saved,
       // so the run starts over in its own folder.
       std::fprintf(stderr,
@@ -426,52 +446,24 @@ result<training_result> run_training(const config& cfg, const std::string& resum
                    resume_dir.c_str());
       std::error_code ec;
       fs::create_directories(fs::path(run_dir) / "checkpoints", ec);
+      if (ec)
+        return make_error(errc::io_error, "cannot create {}: {}",
+                          (fs::path(run_dir) / "checkpoints").string(), ec.message());
     } else {
-      // Everything is read and checked before anything in the folder changes.
-      auto load = [&]() -> status {
-        auto c = read_counters((fs::path(checkpoint) / "counters.txt").string());
-        if (!c)
-          return c.err();
-        start = std::move(c->counters);
-        learner_gens = std::move(c->learner_gens);
-        // Checkpoints written before runner states were saved have no file.
-        const auto runners_file = fs::path(checkpoint) / "runners.safetensors";
-        if (fs::exists(runners_file)) {
-          auto states = actors::load_runner_states(runners_file.string());
-          if (!states)
-            return states.err();
-          for (auto& st : *states)
-            saved_runners->emplace(st.runner, std::move(st));
-        }
-        const auto opt_file = (fs::path(checkpoint) / "optimizer.safetensors").string();
-        auto server = read_optimizer(opt_file);
-        if (!server)
-          return server.err();
-        learners::actor_critic shape(*spec, 0);
-        if (server->params.size() != shape.param_count() ||
-            server->buffers.size() != shape.buffer_count())
-          return make_error(errc::invalid_argument,
-                            "{}: {} parameters and {} buffers, but the config's model "
-                            "({}) has {} and {}",
-                            opt_file, server->params.size(), server->buffers.size(),
-                            cfg.get_string("env.id"), shape.param_count(),
-                            shape.buffer_count());
-        resumed_server = std::move(*server);
-        actors::stats_streams stats;
-        if (auto ok = stats.load((fs::path(checkpoint) / "stats.bin").string()); !ok)
-          return ok.err();
-        return {};
-      };
-      if (auto ok = load(); !ok) {
-        // A damaged newest checkpoint: the one before it may be whole.
-        const auto code = ok.err().code;
-        auto all = checkpoint_folders(run_dir);
-        if (all.size() < 2 || code == errc::invalid_argument)
-          return ok.err();
-        return make_error(ok.err().code,
-                          "{} (to resume from the checkpoint before it, {}, remove {})",
-                          ok.err().message, all[all.size() - 2].string(), checkpoint);
-      }
+      checkpoint = *found;
+      // A whole checkpoint of another model than the config's: no older one
+      // fits better, so this stops the resume.
+      const auto opt_file = (fs::path(checkpoint) / "optimizer.safetensors").string();
+      learners::actor_critic shape(*spec, 0);
+      if (resumed_server->params.size() != shape.param_count() ||
+          resumed_server->buffers.size() != shape.buffer_count())
+        return make_error(errc::invalid_argument,
+                          "{}: {} parameters and {} buffers, but the config's model "
+                          "({}) has {} and {}",
+                          opt_file, resumed_server->params.size(),
+                          resumed_server->buffers.size(), cfg.get_string("env.id"),
+                          shape.param_count(), shape.buffer_count());
+      std::fprintf(stderr, "troupe: resuming from %s\n", checkpoint.c_str());
     }
     keep_rows_up_to((fs::path(run_dir) / "metrics.csv").string(), start.updates, true);
     keep_rows_up_to((fs::path(run_dir) / "metrics.jsonl").string(), start.updates, false);
@@ -689,6 +681,7 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   self->monitor(supervisor);
   bool finished = false, stopping = false, ready = false;
   std::string failure;
+  std::string write_failure; // a checkpoint or metrics file that could not be written
   std::optional<actors::cast_snapshot> last_snapshot;
   const size_t keep_checkpoints =
     static_cast<size_t>(cfg.get_int("run.keep_checkpoints"));
@@ -713,8 +706,13 @@ result<training_result> run_training(const config& cfg, const std::string& resum
                });
     if (!snap)
       return;
-    if (auto ok = checkpoint_with(*snap); !ok)
-      std::fprintf(stderr, "troupe: checkpoint failed: %s\n", ok.err().message.c_str());
+    if (auto ok = checkpoint_with(*snap); !ok && write_failure.empty()) {
+      // A run that cannot save its progress stops rather than train on
+      // unsaved: the previous checkpoint stays as it was.
+      write_failure = "checkpoint failed: " + ok.err().message;
+      std::fprintf(stderr, "troupe: %s; stopping the run\n", write_failure.c_str());
+      self->send(supervisor, actors::stop_atom::value);
+    }
   };
   while (!finished) {
     self->receive(
@@ -752,7 +750,15 @@ result<training_result> run_training(const config& cfg, const std::string& resum
     // Nothing started (a resume whose statistics file does not load, ...).
     return make_error(errc::unavailable, "the run could not start: {}", failure);
   }
-  if (stopping)
+  // The metrics actor stops the run itself when it cannot write its files.
+  if (write_failure.empty())
+    if (auto why = ask<std::string>(self, c.metrics, actors::status_atom::value);
+        why && !why->empty())
+      write_failure = *why;
+  if (!write_failure.empty())
+    std::fprintf(stderr, "troupe: stopped: %s; writing the final checkpoint\n",
+                 write_failure.c_str());
+  else if (stopping)
     std::fprintf(stderr, "\ntroupe: stopped (signal %d); writing the final checkpoint\n",
                  stop_signal.load());
   else if (!failure.empty())
@@ -802,6 +808,8 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   self->send_exit(c.keeper, caf::exit_reason::user_shutdown);
   if (!failure.empty())
     return make_error(errc::unavailable, "the run failed: {}", failure);
+  if (!write_failure.empty())
+    return make_error(errc::io_error, "the run stopped: {}", write_failure);
   if (!final_ckpt)
     return final_ckpt.err();
   return out;

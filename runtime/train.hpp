@@ -26,7 +26,4 @@ struct training_result {
 result<training_result> run_training(const config& cfg,
                                      const std::string& resume_dir = {});
 
-/// The newest complete checkpoint folder of a run folder (empty when none).
-std::string newest_checkpoint(const std::string& run_dir);
-
 } // namespace troupe::runtime

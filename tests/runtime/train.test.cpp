@@ -8,11 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -117,7 +120,13 @@ pid_t start_until_first_checkpoint(const std::string& out, uint64_t seed) {
   REQUIRE(posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ) == 0);
   posix_spawn_file_actions_destroy(&actions);
   bool found = false, exited = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (!found && !exited) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      FAIL("no complete checkpoint under " << out << " within 120 s");
+    }
     int st = 0;
     exited = waitpid(pid, &st, WNOHANG) == pid;
     std::error_code ec;
@@ -429,9 +438,28 @@ TEST_CASE("a finished run extended with --resume learns exactly what one uninter
         rows_whole.back().at("return_mean_100"));
 }
 
-TEST_CASE(
-  "a damaged or mismatched checkpoint stops --resume with exit status 2 naming the "
-  "file, and leaves the run folder as it was") {
+namespace {
+
+// The names of a run's checkpoint folders (complete or not), in order.
+std::vector<std::string> checkpoint_names(const fs::path& run) {
+  std::vector<std::string> out;
+  for (auto& e : fs::directory_iterator(run / "checkpoints"))
+    out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A copy of the run folder `run` as `copy` (each damage tried on its own copy).
+fs::path copy_run(const fs::path& run, const fs::path& copy) {
+  fs::remove_all(copy);
+  fs::copy(run, copy, fs::copy_options::recursive);
+  return copy;
+}
+
+} // namespace
+
+TEST_CASE("a damaged newest checkpoint is named with what is wrong and --resume falls "
+          "back to the one before it, and a mismatched model stops it with exit status 2") {
   temp_folder dir("train-damaged");
   auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
                                       "--set algo.total_env_steps=5120",
@@ -440,10 +468,13 @@ TEST_CASE(
   INFO(first.err);
   REQUIRE(first.status == 0);
   auto run = only_run(dir.path / "out");
-  const auto ckpt = run / "checkpoints" / fmt::format("{:010d}", 10);
-  REQUIRE(fs::exists(ckpt / "runners.safetensors"));
-  const std::string metrics_before = read_file(run / "metrics.csv");
-  // Another model than the checkpoint's.
+  const auto names = checkpoint_names(run);
+  REQUIRE(names.size() >= 2);
+  const auto newest = names.back(), older = names[names.size() - 2];
+  REQUIRE(newest == fmt::format("{:010d}", 10));
+  REQUIRE(fs::exists(run / "checkpoints" / older / "manifest.txt"));
+  const uint64_t older_updates = std::stoull(older);
+  // Another model than the checkpoint's: no older checkpoint fits better.
   auto other = run_troupe(fmt::format("train --resume '{}' --set model.hidden=[32] "
                                       "--set algo.total_env_steps=10240",
                                       run.string()),
@@ -451,23 +482,317 @@ TEST_CASE(
   CHECK(other.status == 2);
   CHECK(other.err.find("optimizer.safetensors") != std::string::npos);
   CHECK(other.err.find("parameters") != std::string::npos);
-  // Damaged files, one at a time.
-  for (const char* name : {"runners.safetensors", "stats.bin", "optimizer.safetensors"}) {
-    CAPTURE(name);
-    const std::string saved = read_file(ckpt / name);
-    {
-      std::ofstream cut(ckpt / name, std::ios::binary | std::ios::trunc);
-      cut << saved.substr(0, saved.size() / 3);
+  std::mt19937_64 gen(fresh_seed());
+  struct damage {
+    const char* file;
+    const char* how;
+    const char* said; // what the message says is wrong
+  };
+  const damage damages[] = {{"optimizer.safetensors", "flip", "CRC-32"},
+                            {"policy.safetensors", "flip", "CRC-32"},
+                            {"runners.safetensors", "cut", "bytes, but"},
+                            {"stats.bin", "missing", "missing"},
+                            {"counters.txt", "flip", "CRC-32"}};
+  for (const auto& d : damages) {
+    CAPTURE(d.file);
+    CAPTURE(d.how);
+    auto copy = copy_run(run, dir.path / "copy");
+    const auto target = copy / "checkpoints" / newest / d.file;
+    const std::string saved = read_file(target);
+    REQUIRE(saved.size() > 16);
+    if (std::string(d.how) == "missing") {
+      fs::remove(target);
+    } else {
+      std::string bytes = saved;
+      if (std::string(d.how) == "flip") {
+        std::uniform_int_distribution<size_t> at(0, bytes.size() - 1);
+        std::uniform_int_distribution<int> bit(0, 7);
+        bytes[at(gen)] ^= static_cast<char>(1 << bit(gen));
+      } else {
+        bytes.resize(bytes.size() / 3);
+      }
+      std::ofstream(target, std::ios::binary | std::ios::trunc) << bytes;
     }
+    // Two more batches from the older checkpoint.
+    auto r = run_troupe(fmt::format("train --resume '{}' --set algo.total_env_steps={}",
+                                    copy.string(), (older_updates + 2) * 512),
+                        dir);
+    INFO(r.err);
+    CHECK(r.status == 0);
+    CHECK(r.err.find(d.file) != std::string::npos);
+    CHECK(r.err.find(d.said) != std::string::npos);
+    CHECK(r.err.find("falling back to " + (copy / "checkpoints" / older).string()) !=
+          std::string::npos);
+    auto counters =
+      read_counters(copy / "checkpoints" / fmt::format("{:010d}", older_updates + 2));
+    CHECK(std::stoull(counters.at("updates")) == older_updates + 2);
+    CHECK(std::stoull(counters.at("env_steps")) == (older_updates + 2) * 512);
+  }
+}
+
+TEST_CASE("--resume with no checkpoint left whole stops with exit status 2 naming each "
+          "bad file, and leaves the run folder as it was") {
+  temp_folder dir("train-all-damaged");
+  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                      "--set algo.total_env_steps=5120",
+                                      config_path()),
+                          dir);
+  INFO(first.err);
+  REQUIRE(first.status == 0);
+  auto run = only_run(dir.path / "out");
+  const auto names = checkpoint_names(run);
+  REQUIRE(names.size() >= 2);
+  const auto newest = run / "checkpoints" / names.back();
+  {
+    const std::string saved = read_file(newest / "optimizer.safetensors");
+    std::ofstream(newest / "optimizer.safetensors", std::ios::binary | std::ios::trunc)
+      << saved.substr(0, saved.size() / 2);
+  }
+  // Every older one has lost its statistics file.
+  for (size_t i = 0; i + 1 < names.size(); ++i)
+    fs::remove(run / "checkpoints" / names[i] / "stats.bin");
+  const auto older = run / "checkpoints" / names.front();
+  const std::string metrics_before = read_file(run / "metrics.csv");
+  auto r = run_troupe(
+    fmt::format("train --resume '{}' --set algo.total_env_steps=10240", run.string()), dir);
+  CHECK(r.status == 2);
+  CHECK(r.err.find((newest / "optimizer.safetensors").string()) != std::string::npos);
+  CHECK(r.err.find((older / "stats.bin").string() + ": missing") != std::string::npos);
+  CHECK(r.err.find(fmt::format("none of its {} checkpoint(s) is usable", names.size())) !=
+        std::string::npos);
+  CHECK(read_file(run / "metrics.csv") == metrics_before);
+  CHECK(!fs::exists(run / "checkpoints" / fmt::format("{:010d}", 20)));
+}
+
+namespace {
+
+// Every file of a checkpoint folder, name -> contents.
+std::map<std::string, std::string> folder_contents(const fs::path& folder) {
+  std::map<std::string, std::string> out;
+  for (auto& e : fs::directory_iterator(folder))
+    out[e.path().filename().string()] = read_file(e.path());
+  return out;
+}
+
+// A finished run of ten batches (checkpoints 0 and 10) in `dir`/out.
+fs::path finished_run(const temp_folder& dir) {
+  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                      "--set algo.total_env_steps=5120",
+                                      config_path()),
+                          dir);
+  INFO(first.err);
+  REQUIRE(first.status == 0);
+  return only_run(dir.path / "out");
+}
+
+// The largest file of a checkpoint folder, in bytes.
+uint64_t largest_file(const fs::path& folder) {
+  uint64_t out = 0;
+  for (auto& e : fs::directory_iterator(folder))
+    out = std::max<uint64_t>(out, fs::file_size(e.path()));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a disk that fills while a checkpoint is written stops the run with the path "
+          "and the system's reason, and leaves the previous checkpoint whole") {
+  temp_folder dir("train-disk-full");
+  auto run = finished_run(dir);
+  const auto ckpt = run / "checkpoints" / fmt::format("{:010d}", 10);
+  const auto before = folder_contents(ckpt);
+  const auto names_before = checkpoint_names(run);
+  // RLIMIT_FSIZE (ulimit -f, 512-byte blocks in sh) below the checkpoint's
+  // largest file: its write fails with EFBIG ("File too large"), as on a full
+  // disk; SIGXFSZ is ignored so that the write returns the error.
+  const uint64_t blocks = largest_file(ckpt) / 512 / 2;
+  REQUIRE(blocks > 0);
+  REQUIRE(fs::file_size(run / "metrics.csv") < blocks * 512);
+  auto r = troupe::test::run_command(
+    fmt::format("trap '' XFSZ; ulimit -f {}; exec '{}' train --resume '{}' --set "
+                "algo.total_env_steps=10240 --set run.checkpoint_every_updates=2",
+                blocks, TROUPE_BINARY, run.string()),
+    dir);
+  INFO(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("checkpoint failed") != std::string::npos);
+  CHECK(r.err.find(std::strerror(EFBIG)) != std::string::npos);
+  // It stops at the first failed checkpoint instead of training on unsaved.
+  CHECK(r.err.find("stopping the run") != std::string::npos);
+  CHECK(r.err.find("the run stopped: checkpoint failed") != std::string::npos);
+  CHECK(r.err.find((run / "checkpoints").string()) != std::string::npos);
+  CHECK(folder_contents(ckpt) == before);
+  // Nothing half written: no .tmp folder, no new checkpoint.
+  CHECK(checkpoint_names(run) == names_before);
+}
+
+TEST_CASE("a metrics file that cannot be opened or written stops the run with the path "
+          "and the system's reason") {
+  temp_folder dir("train-metrics-unwritable");
+  auto run = finished_run(dir);
+  SUBCASE("metrics.csv is a folder") {
+    fs::remove(run / "metrics.csv");
+    fs::create_directories(run / "metrics.csv" / "in-the-way");
     auto r = run_troupe(
       fmt::format("train --resume '{}' --set algo.total_env_steps=10240", run.string()),
       dir);
-    CHECK(r.status == 2);
-    CHECK(r.err.find(name) != std::string::npos);
-    // The checkpoint before it (the first, written at start-up) is named.
-    CHECK(r.err.find("to resume from the checkpoint before it") != std::string::npos);
-    std::ofstream(ckpt / name, std::ios::binary | std::ios::trunc) << saved;
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find((run / "metrics.csv").string() + " for appending: " +
+                     std::strerror(EISDIR)) != std::string::npos);
+    CHECK(r.err.find("stopping the run") != std::string::npos);
   }
-  CHECK(read_file(run / "metrics.csv") == metrics_before);
-  CHECK(!fs::exists(run / "checkpoints" / fmt::format("{:010d}", 20)));
+  SUBCASE("the disk fills while a row is written") {
+    // metrics.csv padded with copies of its last row to just under the limit
+    // (rows up to the checkpoint are kept on resume); checkpoint files fit.
+    const uint64_t blocks = largest_file(run / "checkpoints" / fmt::format("{:010d}", 10)) / 512 + 4;
+    auto lines = lines_of(read_file(run / "metrics.csv"));
+    REQUIRE(lines.size() >= 2);
+    std::string text;
+    for (auto& l : lines)
+      text += l + "\n";
+    while (text.size() + lines.back().size() + 1 < blocks * 512 - 50)
+      text += lines.back() + "\n";
+    std::ofstream(run / "metrics.csv", std::ios::binary | std::ios::trunc) << text;
+    auto r = troupe::test::run_command(
+      fmt::format("trap '' XFSZ; ulimit -f {}; exec '{}' train --resume '{}' --set "
+                  "algo.total_env_steps=10240 --set run.log_every_updates=1",
+                  blocks, TROUPE_BINARY, run.string()),
+      dir);
+    INFO(r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("cannot write " + (run / "metrics.csv").string() + ": " +
+                     std::strerror(EFBIG)) != std::string::npos);
+    CHECK(r.err.find("stopping the run") != std::string::npos);
+  }
+}
+
+TEST_CASE("an output folder that cannot be created stops train with the path and the "
+          "system's reason") {
+  temp_folder dir("train-unwritable-output");
+  dir.write("a-file", "not a folder");
+  auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"a-file/out\"' "
+                                  "--set algo.total_env_steps=1024",
+                                  config_path()),
+                      dir);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("a-file/out") != std::string::npos);
+  CHECK(r.err.find(std::strerror(ENOTDIR)) != std::string::npos);
+}
+
+namespace {
+
+// Starts `troupe ARGS` with stdout to /dev/null and stderr to `err_path`.
+pid_t spawn_troupe(std::vector<std::string> args, const fs::path& err_path) {
+  args.insert(args.begin(), TROUPE_BINARY);
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+// The newest checkpoint folder with a manifest (complete), empty if none.
+fs::path newest_complete(const fs::path& run) {
+  fs::path out;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(run / "checkpoints", ec)) {
+    auto name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") == std::string::npos &&
+        fs::exists(e.path() / "manifest.txt") &&
+        (out.empty() || name > out.filename().string()))
+      out = e.path();
+  }
+  return out;
+}
+
+struct progress {
+  uint64_t env_steps = 0, updates = 0, episodes = 0, version = 0;
+};
+
+progress progress_of(const fs::path& ckpt) {
+  auto c = read_counters(ckpt);
+  progress p;
+  p.env_steps = std::stoull(c.at("env_steps"));
+  p.updates = std::stoull(c.at("updates"));
+  p.episodes = std::stoull(c.at("episodes"));
+  auto opt = troupe::learners::read_safetensors((ckpt / "optimizer.safetensors").string());
+  REQUIRE(opt);
+  auto* counters = opt->find("counters");
+  REQUIRE(counters);
+  p.version = static_cast<uint64_t>(counters->to_i64().at(0));
+  return p;
+}
+
+} // namespace
+
+TEST_CASE("runs killed with SIGKILL at random moments each resume from the newest "
+          "complete checkpoint, with counters that never go backwards") {
+  temp_folder dir("train-kill-loop");
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const auto out = (dir.path / "out").string();
+  // Run 1: a fresh run, killed once its first checkpoint is complete.
+  const pid_t first = start_until_first_checkpoint(out, seed % 1000);
+  std::uniform_int_distribution<int> delay_ms(0, 1500);
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(gen))); // the fault's moment
+  kill(first, SIGKILL);
+  waitpid(first, nullptr, 0);
+  const auto run = only_run(out);
+  progress before = progress_of(newest_complete(run));
+  const int kills = 3;
+  for (int k = 0; k < kills; ++k) {
+    CAPTURE(k);
+    const auto newest = newest_complete(run);
+    REQUIRE(!newest.empty());
+    const auto err = dir.path / fmt::format("stderr-{}.txt", k);
+    const pid_t pid =
+      spawn_troupe({"train", "--resume", run.string(), "--set", "algo.total_env_steps=50000000",
+                    "--set", "run.checkpoint_every_updates=3"},
+                   err);
+    // Killed at a random moment once it has chosen its checkpoint.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    bool resumed = false;
+    while (!resumed && std::chrono::steady_clock::now() < deadline &&
+           waitpid(pid, nullptr, WNOHANG) == 0) {
+      resumed = read_file(err).find("resuming from") != std::string::npos;
+      if (!resumed)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20)); // polling interval
+    }
+    if (resumed)
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(gen)));
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    const auto text = read_file(err);
+    INFO(text);
+    REQUIRE_MESSAGE(resumed, "no 'resuming from' line within 120 s");
+    CHECK(text.find("resuming from " + newest.string()) != std::string::npos);
+    const progress now = progress_of(newest_complete(run));
+    CHECK(now.env_steps >= before.env_steps);
+    CHECK(now.updates >= before.updates);
+    CHECK(now.episodes >= before.episodes);
+    CHECK(now.version >= before.version);
+    before = now;
+  }
+  // A last resume runs to its end from where the kills left it.
+  auto r = run_troupe(fmt::format("train --resume '{}' --set algo.total_env_steps={}",
+                                  run.string(), before.env_steps + 4 * 512),
+                      dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const progress last = progress_of(newest_complete(run));
+  CHECK(last.updates == before.updates + 4);
+  CHECK(last.env_steps == before.env_steps + 4 * 512);
+  CHECK(last.version >= before.version);
+  CHECK(last.episodes >= before.episodes);
 }
