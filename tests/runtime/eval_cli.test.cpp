@@ -305,6 +305,10 @@ TEST_CASE("a run folder evaluates its newest complete checkpoint and a checkpoin
   REQUIRE_MESSAGE(newest.status == 0, newest.err);
   check_matches(newest.out, lean);
   CHECK(newest.out.find("0000000020") != std::string::npos);
+  // The folder without a policy file is reported, and the one before it taken
+  // (the lookup troupe train --resume uses).
+  CHECK(newest.err.find("0000000040: not usable") != std::string::npos);
+  CHECK(newest.err.find("falling back to") != std::string::npos);
 
   auto left = play("CartPole-v1", seed, 5, [](auto&) { return std::vector<float>{0.0f}; });
   auto older = run_troupe(fmt::format("eval run/checkpoints/0000000010 --episodes 5 "
