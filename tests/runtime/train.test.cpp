@@ -527,6 +527,8 @@ TEST_CASE("a damaged newest checkpoint is named with what is wrong and --resume 
       read_counters(copy / "checkpoints" / fmt::format("{:010d}", older_updates + 2));
     CHECK(std::stoull(counters.at("updates")) == older_updates + 2);
     CHECK(std::stoull(counters.at("env_steps")) == (older_updates + 2) * 512);
+    // No learner produced a non-finite gradient.
+    CHECK(read_metrics(copy).back().at("gradients_rejected") == "0");
   }
 }
 
@@ -664,6 +666,8 @@ TEST_CASE("a metrics file that cannot be opened or written stops the run with th
     CHECK(r.err.find("cannot write " + (run / "metrics.csv").string() + ": " +
                      std::strerror(EFBIG)) != std::string::npos);
     CHECK(r.err.find("stopping the run") != std::string::npos);
+    // Its progress is saved: the final checkpoint (its files fit) is past 10.
+    CHECK(checkpoint_names(run).back() > fmt::format("{:010d}", 10));
   }
 }
 
