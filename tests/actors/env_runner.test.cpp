@@ -217,7 +217,7 @@ TEST_CASE("the env runner normalizes with the view's snapshot and sends raw mome
                               std::uniform_real_distribution<double>(-0.01, 0.01)(gen)};
   std::vector<double> var = {std::uniform_real_distribution<double>(0.01, 0.1)(gen),
                              std::uniform_real_distribution<double>(1e-5, 1e-4)(gen)};
-  view->publish(7, 1000, mean.data(), var.data(), od);
+  REQUIRE(view->publish(7, 1000, mean.data(), var.data(), od).ok());
   env_runner_options opts;
   opts.name = "runner-n";
   opts.seed = seed;

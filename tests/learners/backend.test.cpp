@@ -357,7 +357,7 @@ TEST_CASE("a backend in global batch norm mode normalizes with the statistics it
       mean[j] = u(rng);
       var[j] = 0.5 + std::abs(u(rng));
     }
-    owned.back()->publish(3, 1000, mean.data(), var.data(), layer.width);
+    REQUIRE(owned.back()->publish(3, 1000, mean.data(), var.data(), layer.width).ok());
     views.push_back(owned.back().get());
   }
   REQUIRE(backend->read_global_stats(views));
