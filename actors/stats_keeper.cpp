@@ -204,9 +204,14 @@ caf::behavior view_feeder(caf::stateful_actor<feeder_state>* self, caf::actor ke
   self->monitor(keeper);
   self->set_down_handler([self](caf::down_msg&) { self->quit(); });
   auto deliver = [self](const learners::stats_snapshot& s) {
-    if (auto v = self->state.view.lock())
-      v->publish(s);
-    else
+    if (auto v = self->state.view.lock()) {
+      if (auto published = v->publish(s); !published.ok()) {
+        // The view was made for another dimension than the stream has: a
+        // wiring bug; the view keeps its last good snapshot.
+        std::fprintf(stderr, "troupe stats view: %s\n", published.err().message.c_str());
+        self->quit(caf::sec::invalid_argument);
+      }
+    } else
       self->quit();
   };
   self->request(keeper, caf::infinite, subscribe_atom::value, stream)

@@ -1,12 +1,15 @@
 #include "learners/stats_view.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace troupe::learners {
 
-stats_view::stats_view(size_t dim, std::string stream) : dim_(dim) {
-  for (auto& b : buffers_) {
-    b.stream = stream;
+stats_view::stats_view(size_t dim, std::string stream)
+  : dim_(dim), stream_(std::move(stream)) {
+  for (auto& slot : buffers_) {
+    auto& b = slot.snapshot;
+    b.stream = stream_;
     b.mean.assign(dim, 0.0);
     b.var.assign(dim, 1.0);
   }
@@ -17,14 +20,21 @@ void stats_view::swap_in(uint64_t version, Fill&& fill) {
   std::lock_guard<std::mutex> guard(writer_mutex_);
   if (version < published_version_.load(std::memory_order_relaxed))
     return;
-  fill(buffers_[back_]);
+  fill(buffers_[back_].snapshot);
   auto prev = middle_.exchange(static_cast<uint8_t>(back_ | fresh_bit),
                                std::memory_order_acq_rel);
   back_ = prev & index_mask;
   published_version_.store(version, std::memory_order_release);
 }
 
-void stats_view::publish(const stats_snapshot& snapshot) {
+status stats_view::publish(const stats_snapshot& snapshot) {
+  if (snapshot.mean.size() != dim_ || snapshot.var.size() != dim_)
+    return make_error(
+      errc::dimension_mismatch,
+      "stats view '{}': a snapshot of stream '{}' (version {}) has {} means "
+      "and {} variances, the view's dimension is {}",
+      stream_, snapshot.stream, snapshot.version, snapshot.mean.size(),
+      snapshot.var.size(), dim_);
   swap_in(snapshot.version, [&](stats_snapshot& b) {
     b.stream = snapshot.stream;
     b.version = snapshot.version;
@@ -32,16 +42,24 @@ void stats_view::publish(const stats_snapshot& snapshot) {
     b.mean.assign(snapshot.mean.begin(), snapshot.mean.end());
     b.var.assign(snapshot.var.begin(), snapshot.var.end());
   });
+  return ok_status();
 }
 
-void stats_view::publish(uint64_t version, uint64_t count, const double* mean,
-                         const double* var, size_t dim) {
+status stats_view::publish(uint64_t version, uint64_t count, const double* mean,
+                           const double* var, size_t dim) {
+  if (dim != dim_)
+    return make_error(
+      errc::dimension_mismatch,
+      "stats view '{}': a snapshot (version {}) of dimension {} published "
+      "to a view of dimension {}",
+      stream_, version, dim, dim_);
   swap_in(version, [&](stats_snapshot& b) {
     b.version = version;
     b.count = count;
     b.mean.assign(mean, mean + dim);
     b.var.assign(var, var + dim);
   });
+  return ok_status();
 }
 
 } // namespace troupe::learners

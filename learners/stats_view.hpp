@@ -5,12 +5,20 @@
 // statistics keeper's snapshots) fills a back buffer and swaps it with the
 // middle one in one atomic exchange; the reader swaps the middle buffer with
 // its front buffer, also in one atomic exchange, only when a newer snapshot is
-// there. Both sides are wait-free: no lock, no retry loop, no message. A
-// stalled keeper makes the statistics older, never the reader slower.
+// there.
+//
+// The reader is wait-free: read() is one relaxed load and, when something new
+// was published, one atomic exchange; it takes no lock, never retries and
+// sends no message, so a stalled keeper makes the statistics older, never the
+// reader slower. The writer is not wait-free: publish() takes a mutex (writers
+// are serialized among themselves by it; the reader never touches it) and
+// copies the snapshot, allocating until the buffers have grown.
+//
+// The reader's own field and the writer's fields sit on separate cache lines,
+// so a publication does not evict the line every read() loads.
 //
 // One reader thread at a time: give every reader (learner, env runner) its
-// own view. Writers are serialized among themselves by a mutex the reader
-// never touches.
+// own view.
 #pragma once
 
 #include <array>
@@ -19,6 +27,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "kernels/error.hpp"
 
 namespace troupe::learners {
 
@@ -48,17 +58,20 @@ public:
       auto prev = middle_.exchange(front_, std::memory_order_acq_rel);
       front_ = prev & index_mask;
     }
-    return buffers_[front_];
+    return buffers_[front_].snapshot;
   }
 
-  /// Publishes a snapshot (copied into the back buffer; no allocation once
-  /// the buffers have grown to the dimension). Snapshots older than the
-  /// latest published version are ignored.
-  void publish(const stats_snapshot& snapshot);
+  /// Publishes a snapshot (copied into the back buffer under the writer
+  /// mutex; no allocation once the buffers have grown to the dimension).
+  /// Snapshots older than the latest published version are ignored; a
+  /// snapshot whose mean or variance does not have the view's dimension is
+  /// refused with errc::dimension_mismatch and nothing is published.
+  status publish(const stats_snapshot& snapshot);
 
-  /// Publishes from raw parts, for publishers that do not hold a snapshot.
-  void publish(uint64_t version, uint64_t count, const double* mean,
-               const double* var, size_t dim);
+  /// Publishes from raw parts, for publishers that do not hold a snapshot;
+  /// `dim` must equal the view's dimension.
+  status publish(uint64_t version, uint64_t count, const double* mean, const double* var,
+                 size_t dim);
 
   /// Dimension given at construction.
   size_t dim() const noexcept { return dim_; }
@@ -77,11 +90,27 @@ private:
   template <class Fill>
   void swap_in(uint64_t version, Fill&& fill);
 
+  // 64 bytes: the cache line of the x86-64 and ARM cores we run on. (GCC
+  // warns that std::hardware_destructive_interference_size may differ between
+  // compiler flags, which makes it an ABI hazard in a header.)
+  static constexpr size_t cache_line = 64;
+
+  // One buffer per cache-line-aligned slot, so that the writer filling the
+  // back buffer's scalars does not evict the front buffer the reader reads.
+  struct alignas(cache_line) slot {
+    stats_snapshot snapshot;
+  };
+
   size_t dim_;
-  std::array<stats_snapshot, 3> buffers_;
-  alignas(64) std::atomic<uint8_t> middle_{1};
-  alignas(64) uint8_t front_ = 0; // reader only
-  uint8_t back_ = 2;              // writers only, under writer_mutex_
+  std::string stream_; // name given at construction, for messages
+  std::array<slot, 3> buffers_;
+  // Shared by both sides: the one field they exchange through.
+  alignas(cache_line) std::atomic<uint8_t> middle_{1};
+  // Reader only.
+  alignas(cache_line) uint8_t front_ = 0;
+  // Writers only, under writer_mutex_; on a line of their own, away from the
+  // reader's front_ that every read() loads.
+  alignas(cache_line) uint8_t back_ = 2;
   std::mutex writer_mutex_;
   std::atomic<uint64_t> published_version_{0};
 };

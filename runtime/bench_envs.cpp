@@ -2,7 +2,8 @@
 // second for every registered environment, through the single-environment
 // interface and vectorized (1, 16, 256, 4096 environments) on one thread and
 // on all cores. Actions come from a pre-drawn pool of random valid actions,
-// so the figures measure the environments, not a policy.
+// so the figures measure the environments, not a policy. Every step's status
+// is checked: a failed step fails the benchmark instead of being counted.
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -31,19 +32,25 @@ struct bench_row {
   double steps_per_s;
 };
 
-// Runs `step(k)` in growing rounds until `seconds` have passed; returns
-// calls per second.
+// Runs `step(k)` (returning a status) in growing rounds until `seconds` have
+// passed; returns calls per second, or the first failed call's error with
+// its call number.
 template <class Step>
-double calls_per_second(double seconds, Step&& step) {
+result<double> calls_per_second(double seconds, Step&& step) {
+  auto failed = [](size_t k, const status& st) {
+    return make_error(st.err().code, "step call {} failed: {}", k, st.err().message);
+  };
   for (size_t k = 0; k < 64; ++k) // warm-up
-    step(k);
+    if (auto st = step(k); !st.ok())
+      return failed(k, st);
   size_t calls = 0;
   size_t round = 64;
   auto start = clock_type::now();
   double elapsed = 0;
   while (elapsed < seconds) {
     for (size_t k = 0; k < round; ++k)
-      step(calls + k);
+      if (auto st = step(calls + k); !st.ok())
+        return failed(64 + calls + k, st);
     calls += round;
     round *= 2;
     elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
@@ -98,12 +105,18 @@ int bench_envs(const args_t& args) {
       auto pool = envs::random_actions(as, 1024, gen);
       std::vector<float> obs(e->spec().observation_space.size());
       e->reset(1, obs.data());
-      double rate = calls_per_second(*seconds, [&](size_t k) {
+      auto rate = calls_per_second(*seconds, [&](size_t k) -> status {
         auto r = e->step(pool.data() + (k % 1024) * as.size(), obs.data());
+        if (!r)
+          return r.err();
         if (r->terminated || r->truncated)
           e->reset(obs.data());
+        return ok_status();
       });
-      report({id, "env", 1, 1, 1, rate});
+      if (!rate)
+        return fail(exit_failure, fmt::format("bench envs: {} (single env): {}", id,
+                                              rate.err().message));
+      report({id, "env", 1, 1, 1, *rate});
     }
     for (size_t n : {size_t{1}, size_t{16}, size_t{256}, size_t{4096}}) {
       for (size_t threads : thread_counts) {
@@ -112,11 +125,14 @@ int bench_envs(const args_t& args) {
         const size_t batches = 16;
         auto pool = envs::random_actions(as, n * batches, gen);
         v->reset(1);
-        double rate = calls_per_second(*seconds, [&](size_t k) {
-          auto ok = v->step(pool.data() + (k % batches) * n * as.size());
-          (void)ok;
+        auto rate = calls_per_second(*seconds, [&](size_t k) {
+          return v->step(pool.data() + (k % batches) * n * as.size());
         });
-        report({id, "vector", n, threads, v->threads(), rate * static_cast<double>(n)});
+        if (!rate)
+          return fail(exit_failure,
+                      fmt::format("bench envs: {} (vector of {} on {} threads): {}", id,
+                                  n, threads, rate.err().message));
+        report({id, "vector", n, threads, v->threads(), *rate * static_cast<double>(n)});
       }
     }
   }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -277,21 +278,37 @@ bench_row time_acting(std::vector<int64_t> hidden, size_t rows, double min_secon
 }
 
 // cuBLAS SGEMM rate (full float32, no TF32) for [rows x k] * [k x n]: the floor
-// of the GPU rows.
+// of the GPU rows. The operands are random normal numbers (zeros can take
+// faster paths in hardware), and untimed warm-up calls come first, so that
+// cuBLAS's heuristics, kernel loading and clocks settle before the clock starts.
 result<double> cublas_gflops(size_t rows, size_t k, size_t n, double min_seconds) {
   auto ctx = kernels::cuda_context::create(0, false);
   if (!ctx)
     return ctx.err();
   auto& c = **ctx;
   kernels::device_array<float> x, w, z;
+  std::mt19937_64 gen(std::random_device{}());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto [array, count] :
        {std::pair{&x, rows * k}, std::pair{&w, n * k}, std::pair{&z, rows * n}}) {
     if (auto st = array->reserve(count); !st)
       return st.err();
-    if (auto st = kernels::cuda_zero(array->data(), count * sizeof(float), c.stream());
+    std::vector<float> host(count);
+    for (auto& v : host)
+      v = normal(gen);
+    if (auto st = kernels::cuda_copy_to_device(array->data(), host.data(),
+                                               count * sizeof(float), c.stream());
         !st)
       return st.err();
   }
+  // The uploads read pageable host memory: finish them before `host` goes.
+  if (auto st = c.synchronize(); !st)
+    return st.err();
+  for (int i = 0; i < 20; ++i) // warm-up, not timed
+    if (auto st = c.gemm_x_wt(x.data(), w.data(), rows, k, n, z.data()); !st)
+      return st.err();
+  if (auto st = c.synchronize(); !st)
+    return st.err();
   size_t reps = 0;
   auto start = clock_type::now();
   double elapsed = 0;

@@ -44,9 +44,16 @@ inline run_result run_command(const std::string& command_line, const temp_folder
   return r;
 }
 
+/// Longest a `troupe` command of a test may run before coreutils' timeout
+/// ends it (exit status 124), so that a hung command fails its test and is
+/// not left behind when CTest ends the test at its own timeout.
+constexpr int troupe_command_limit_s = 600;
+
 /// Runs `troupe ARGS` (arguments already shell-quoted) inside `dir`.
 inline run_result run_troupe(const std::string& args, const temp_folder& dir) {
-  return run_command(fmt::format("'{}' {}", TROUPE_BINARY, args), dir);
+  return run_command(
+    fmt::format("timeout -k 10 {} '{}' {}", troupe_command_limit_s, TROUPE_BINARY, args),
+    dir);
 }
 
 /// The lines of `text`, without their '\n'; a last line without one counts.

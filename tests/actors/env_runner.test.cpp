@@ -56,13 +56,15 @@ struct runner_fixture {
 std::vector<trajectory_batch> collect(caf::scoped_actor& self, const caf::actor& runner,
                                       uint64_t n) {
   uint64_t replied = 0;
-  self->request(runner, caf::infinite, collect_atom::value, n)
-    .receive([&](uint64_t sent) { replied = sent; },
-             [&](caf::error& e) { FAIL("collect failed: " << self->system().render(e)); });
+  self->request(runner, test::wait_limit, collect_atom::value, n)
+    .receive(
+      [&](uint64_t sent) { replied = sent; },
+      [&](caf::error& e) { FAIL("collect failed: " << self->system().render(e)); });
   CHECK(replied == n);
   std::vector<trajectory_batch> out;
   for (uint64_t k = 0; k < n; ++k)
-    self->receive([&](trajectory_batch& b) { out.push_back(std::move(b)); });
+    self->receive([&](trajectory_batch& b) { out.push_back(std::move(b)); },
+                  test::fail_after("a collected trajectory batch"));
   return out;
 }
 
@@ -217,7 +219,7 @@ TEST_CASE("the env runner normalizes with the view's snapshot and sends raw mome
                               std::uniform_real_distribution<double>(-0.01, 0.01)(gen)};
   std::vector<double> var = {std::uniform_real_distribution<double>(0.01, 0.1)(gen),
                              std::uniform_real_distribution<double>(1e-5, 1e-4)(gen)};
-  view->publish(7, 1000, mean.data(), var.data(), od);
+  REQUIRE(view->publish(7, 1000, mean.data(), var.data(), od).ok());
   env_runner_options opts;
   opts.name = "runner-n";
   opts.seed = seed;
@@ -668,10 +670,12 @@ TEST_CASE("a runner given a state that does not fit quits with a message naming 
                                    caf::actor_cast<caf::actor>(self));
     self->monitor(runner);
     std::string message;
-    self->receive([&](caf::down_msg& down) {
-      CHECK(down.source == runner.address());
-      message = error_message(*fx.sys, down.reason);
-    });
+    self->receive(
+      [&](caf::down_msg& down) {
+        CHECK(down.source == runner.address());
+        message = error_message(*fx.sys, down.reason);
+      },
+      test::fail_after("the down message of the runner given a bad start state"));
     CAPTURE(message);
     CHECK(message.find("runner-bad") != std::string::npos);
     CHECK(message.find("runner-src") != std::string::npos);

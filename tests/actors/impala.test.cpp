@@ -20,6 +20,7 @@
 #include "kernels/rng.hpp"
 #include "learners/backend.hpp"
 #include "learners/losses.hpp"
+#include "tests/actors/ask.hpp"
 #include "tests/seed.hpp"
 
 using namespace troupe;
@@ -78,7 +79,8 @@ actors::learner_report learn_one_batch(const learners::actor_critic& initial,
   auto runner = sys.spawn(one_batch_runner, std::string{"L.runner0"}, learner, batch);
   self->send(learner, actors::runner_atom::value, uint64_t{0}, runner);
   actors::learner_report report;
-  self->receive([&](actors::learner_report& r) { report = std::move(r); });
+  self->receive([&](actors::learner_report& r) { report = std::move(r); },
+                test::fail_after("the learner's report of its one batch"));
   self->send_exit(learner, caf::exit_reason::user_shutdown);
   self->send_exit(runner, caf::exit_reason::user_shutdown);
   self->send_exit(server, caf::exit_reason::user_shutdown);

@@ -16,6 +16,7 @@
 #include "actors/policy_store.hpp"
 #include "kernels/rng.hpp"
 #include "learners/rollout.hpp"
+#include "tests/actors/ask.hpp"
 
 using namespace troupe;
 
@@ -226,7 +227,8 @@ TEST_CASE("a learner skips and counts a batch with a non-finite reward, which ne
   self->send(learner, actors::runner_atom::value, uint64_t{0}, runner);
   std::vector<actors::learner_report> reports;
   while (reports.size() < 2)
-    self->receive([&](actors::learner_report& r) { reports.push_back(std::move(r)); });
+    self->receive([&](actors::learner_report& r) { reports.push_back(std::move(r)); },
+                  test::fail_after("the learner's report of each of its two batches"));
   CHECK(reports[0].skipped);
   CHECK(reports[0].non_finite == 1);
   CHECK(reports[0].weights_version == 0);
@@ -235,9 +237,10 @@ TEST_CASE("a learner skips and counts a batch with a non-finite reward, which ne
   CHECK(reports[1].weights_version == 2);
   CHECK(std::isfinite(reports[1].loss_value));
   // The budget is spent: the learner ends by itself, normally.
-  self->receive([&](caf::down_msg& down) { CHECK(!down.reason); });
+  self->receive([&](caf::down_msg& down) { CHECK(!down.reason); },
+                test::fail_after("the learner to end once its budget is spent"));
   actors::parameter_server_status status;
-  self->request(server, caf::infinite, actors::status_atom::value)
+  self->request(server, test::wait_limit, actors::status_atom::value)
     .receive([&](actors::parameter_server_status& s) { status = s; },
              [&](caf::error&) { FAIL("no status"); });
   CHECK(status.version == 2);

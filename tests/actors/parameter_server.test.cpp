@@ -95,7 +95,8 @@ TEST_CASE("sync mode waits for one gradient from every learner, then applies the
   self->send(server, gradient_update{"last", 0, samples.back(), lr, grads.back(), {}});
   std::vector<weights_reply> replies;
   for (uint64_t k = 0; k < learners; ++k)
-    self->receive([&](weights_reply& w) { replies.push_back(std::move(w)); });
+    self->receive([&](weights_reply& w) { replies.push_back(std::move(w)); },
+                  test::fail_after("a weights reply to each learner of the sync step"));
   std::vector<double> mean(n, 0.0);
   double total = 0;
   for (uint64_t k = 0; k < learners; ++k)
@@ -205,7 +206,8 @@ TEST_CASE("a stopping sync server answers a learner waiting for a step the other
   self->send(server, gradient_update{"a", 0, 5, 1e-3, random_vector(gen, n, 0.1), {}});
   self->send(server, stop_atom::value);
   weights_reply w;
-  self->receive([&](weights_reply& r) { w = std::move(r); });
+  self->receive([&](weights_reply& r) { w = std::move(r); },
+                test::fail_after("the weights reply to the pending gradient at stop"));
   CHECK_FALSE(w.applied);
   CHECK(w.version == 0);
   CHECK(w.params == params);

@@ -53,7 +53,7 @@ using test::ask;
 caf::error ask_error(caf::scoped_actor& self, const caf::actor& dest,
                      caf::message msg) {
   caf::error out;
-  self->request(dest, caf::infinite, std::move(msg))
+  self->request(dest, test::wait_limit, std::move(msg))
     .receive([&](caf::message&) { FAIL("request unexpectedly succeeded"); },
              [&](caf::error& e) { out = std::move(e); });
   return out;
@@ -215,7 +215,8 @@ TEST_CASE("versions increase by one per merged delta and are published every K m
   };
   std::vector<uint64_t> seen;
   auto next_publication = [&] {
-    self->receive([&](learners::stats_snapshot& s) { seen.push_back(s.version); });
+    self->receive([&](learners::stats_snapshot& s) { seen.push_back(s.version); },
+                  test::fail_after("a snapshot published after k merges"));
   };
   for (uint64_t i = 0; i < k; ++i)
     send_one();
@@ -241,7 +242,8 @@ TEST_CASE("an unpublished merge is published after publish_interval_ms") {
   std::vector<float> x = {1.5f, 2.5f, 4.0f};
   self->send(keeper, delta_of("obs", "w", kernels::compute_moments(x.data(), 3, 1)));
   learners::stats_snapshot got;
-  self->receive([&](learners::stats_snapshot& s) { got = std::move(s); });
+  self->receive([&](learners::stats_snapshot& s) { got = std::move(s); },
+                test::fail_after("the snapshot published after publish_interval_ms"));
   CHECK(got.version == 1);
   CHECK(got.count == 3);
   CHECK(got.mean[0] == doctest::Approx(8.0 / 3.0).epsilon(1e-15));
@@ -312,12 +314,13 @@ TEST_CASE("a view read completes while the keeper is blocked, with the last publ
   auto m = kernels::compute_moments(x.data(), 100, 5);
   self->send(keeper, delta_of("obs", "w", m));
   sync(self, keeper);
-  while (view->published_version() < 1)
-    std::this_thread::yield(); // the feeder delivers asynchronously
+  // The feeder delivers asynchronously.
+  test::wait_until([&] { return view->published_version() >= 1; },
+                   "the view to hold the keeper's first publication");
   opts.gate->close();
   self->send(keeper, pause_atom::value);
-  while (!opts.gate->has_waiter())
-    std::this_thread::yield();
+  test::wait_until([&] { return opts.gate->has_waiter(); },
+                   "the keeper to block on its gate");
   // The keeper is now blocked; more deltas queue up behind it.
   self->send(keeper, delta_of("obs", "w", m));
   const auto& snap = view->read();

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <set>
 #include <memory>
 #include <mutex>
@@ -120,6 +121,10 @@ struct run_end {
   std::vector<uint64_t> checkpoints;
 };
 
+// How long a test waits between two messages of a running cast: a learner's
+// update between checkpoints takes well under a second when the machine is quiet.
+constexpr std::chrono::seconds run_message_limit{60};
+
 // Waits for ready (the cast's handles), then for done; counts checkpoint requests.
 run_end await_run(caf::scoped_actor& self, caf::actor& keeper, caf::actor& server,
                   caf::actor& metrics, std::function<void()> on_ready = {}) {
@@ -139,7 +144,9 @@ run_end await_run(caf::scoped_actor& self, caf::actor& keeper, caf::actor& serve
         done = true;
         end.interrupted = interrupted;
         end.failure = why;
-      });
+      },
+      test::fail_after("the supervisor's ready, checkpoint or done message",
+                       run_message_limit));
   return end;
 }
 
@@ -361,8 +368,10 @@ TEST_CASE(
   auto sup = spawn_supervisor(*fx.sys, opts);
   bool ready = false;
   std::string failure;
-  self->receive([&](ready_atom, caf::actor&, caf::actor&, caf::actor&) { ready = true; },
-                [&](done_atom, bool, std::string& why) { failure = why; });
+  self->receive(
+    [&](ready_atom, caf::actor&, caf::actor&, caf::actor&) { ready = true; },
+    [&](done_atom, bool, std::string& why) { failure = why; },
+    test::fail_after("the supervisor's done message naming the bad stats file"));
   CHECK_FALSE(ready);
   CHECK(failure.find("stats.bin") != std::string::npos);
   CHECK(fx.requests.empty()); // nothing acted
@@ -401,7 +410,9 @@ TEST_CASE("the supervisor answers every runner's and learner's random state, and
         got_last = true;
         last = std::move(snap);
       },
-      [&](done_atom, bool, std::string&) { done = true; });
+      [&](done_atom, bool, std::string&) { done = true; },
+      test::fail_after("the supervisor's ready, last snapshots or done message",
+                       run_message_limit));
   REQUIRE(during.runners.size() == 4);
   std::set<std::string> names;
   for (auto& r : during.runners) {

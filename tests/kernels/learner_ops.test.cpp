@@ -12,6 +12,7 @@
 #include "kernels/moments.hpp"
 #include "kernels/normalize.hpp"
 #include "kernels/policy_heads.hpp"
+#include "tests/skip.hpp"
 
 using namespace troupe::kernels;
 
@@ -104,7 +105,8 @@ TEST_CASE("bias plus activation and its backward match float64 for tanh, relu an
     require_close(to_host(dd, rows * cols), d_out, 1e-5);
   }
   if (!have_gpu())
-    MESSAGE("skipped: CUDA twins of bias_activation/activation_backward (no GPU)");
+    TROUPE_SKIP("CUDA twins of bias_activation/activation_backward not checked (no GPU); "
+                "the CPU twins were checked against float64");
 }
 
 TEST_CASE("the categorical head's log-softmax, entropy and backward match float64") {
@@ -141,8 +143,8 @@ TEST_CASE("the categorical head's log-softmax, entropy and backward match float6
     }
   }
   if (!have_gpu()) {
-    MESSAGE("skipped: CUDA twins of the categorical head (no GPU)");
-    return;
+    TROUPE_SKIP("CUDA twins of the categorical head not checked (no GPU); the CPU twins "
+                "were checked against float64");
   }
   auto dl = to_device(logits);
   auto da = to_device(actions);
@@ -189,8 +191,9 @@ TEST_CASE("the diagonal Gaussian head's log-probability and backward match float
     CHECK(close(ent[r], h));
   }
   if (!have_gpu()) {
-    MESSAGE("skipped: CUDA twins of the Gaussian head (no GPU)");
-    return;
+    TROUPE_SKIP(
+      "CUDA twins of the Gaussian head not checked (no GPU); the CPU twins were "
+      "checked against float64");
   }
   auto dm = to_device(mean), dact = to_device(actions), dls = to_device(log_std);
   auto ddl = to_device(d_logp), dde = to_device(d_ent);
@@ -241,8 +244,7 @@ TEST_CASE("PPO's per-row terms pick the clipped or unclipped branch like the los
   }
   CHECK(clipped_rows > 0);
   if (!have_gpu()) {
-    MESSAGE("skipped: CUDA twin of ppo_terms (no GPU)");
-    return;
+    TROUPE_SKIP("CUDA twin of ppo_terms not checked (no GPU); the CPU twin was checked");
   }
   auto d_logp = to_device(logp), d_ent = to_device(ent), d_value = to_device(value),
        d_old = to_device(old_logp), d_adv = to_device(adv), d_ret = to_device(ret),
@@ -325,7 +327,9 @@ TEST_CASE("observation normalization and batch norm forward and backward match f
     require_close(to_host(ddz, rows * cols), dz, 1e-5);
   }
   if (!have_gpu())
-    MESSAGE("skipped: CUDA twins of normalize_clip and batch norm (no GPU)");
+    TROUPE_SKIP(
+      "CUDA twins of normalize_clip and batch norm not checked (no GPU); the CPU "
+      "twins were checked against float64");
 }
 
 TEST_CASE("local batch norm's running statistics follow PyTorch's momentum update") {
@@ -354,8 +358,9 @@ TEST_CASE("local batch norm's running statistics follow PyTorch's momentum updat
     CHECK(close(running_var[j], 0.9 * rv0[j] + 0.1 * ss / (rows - 1)));
   }
   if (!have_gpu()) {
-    MESSAGE("skipped: CUDA twin of running_stats_update (no GPU)");
-    return;
+    TROUPE_SKIP(
+      "CUDA twin of running_stats_update not checked (no GPU); the CPU twin was "
+      "checked");
   }
   auto d_raw = to_device(raw);
   auto d_rm = to_device(rm0), d_rv = to_device(rv0);
@@ -367,8 +372,7 @@ TEST_CASE("local batch norm's running statistics follow PyTorch's momentum updat
 
 TEST_CASE("the CUDA Adam step matches the CPU twin") {
   if (!have_gpu()) {
-    MESSAGE("skipped: CUDA Adam parity (no GPU)");
-    return;
+    TROUPE_SKIP("CUDA Adam parity (no GPU)");
   }
   auto seed = fresh_seed();
   CAPTURE(seed);
@@ -389,8 +393,7 @@ TEST_CASE("the CUDA Adam step matches the CPU twin") {
 
 TEST_CASE("the CUDA context's GEMMs and column sums match row-major float64 products") {
   if (!have_gpu()) {
-    MESSAGE("skipped: cuBLAS GEMM parity (no GPU)");
-    return;
+    TROUPE_SKIP("cuBLAS GEMM parity (no GPU)");
   }
   auto seed = fresh_seed();
   CAPTURE(seed);

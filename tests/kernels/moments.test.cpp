@@ -8,6 +8,7 @@
 
 #include "kernels/moments.hpp"
 #include "tests/seed.hpp"
+#include "tests/skip.hpp"
 
 using troupe::kernels::compute_moments;
 using troupe::kernels::merge;
@@ -187,8 +188,8 @@ TEST_CASE("well_formed rejects non-finite values and mismatched sizes") {
 
 TEST_CASE("CUDA moments match the CPU twin") {
   if (troupe::kernels::cuda_device_count() == 0) {
-    MESSAGE("skipped: no CUDA device (or built without CUDA); CPU/CUDA parity not checked");
-    return;
+    TROUPE_SKIP(
+      "no CUDA device (or built without CUDA); CPU/CUDA moments parity not checked");
   }
   std::mt19937_64 rng(troupe::test::fresh_seed());
   for (size_t dim : {1u, 5u, 33u, 64u, 300u}) {

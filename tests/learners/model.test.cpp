@@ -348,7 +348,7 @@ TEST_CASE("global statistics from views become the running statistics") {
   REQUIRE(layers.size() == 2);
   stats_view actor_view(3, "actor.1"), critic_view(3, "critic.1");
   double mean[3] = {0.5, -1.0, 2.0}, var[3] = {2.0, 3.0, 0.25};
-  actor_view.publish(4, 100, mean, var, 3);
+  REQUIRE(actor_view.publish(4, 100, mean, var, 3).ok());
   REQUIRE(m.read_global_stats({&actor_view, &critic_view}));
   for (int j = 0; j < 3; ++j) {
     CHECK(m.buffers()[layers[0].running_mean + j] == static_cast<float>(mean[j]));

@@ -25,10 +25,10 @@ TEST_CASE("a view returns the latest published snapshot and ignores older versio
   stats_view view(2);
   stats_snapshot a{"obs", 3, 30, {u(rng), u(rng)}, {1 + u(rng) * u(rng), 2.0}};
   stats_snapshot b{"obs", 7, 70, {u(rng), u(rng)}, {3.0, 4.0}};
-  view.publish(a);
+  REQUIRE(view.publish(a).ok());
   CHECK(view.read().mean == a.mean);
-  view.publish(b);
-  view.publish(a); // older: ignored
+  REQUIRE(view.publish(b).ok());
+  REQUIRE(view.publish(a).ok()); // older: ignored, not an error
   const auto& s = view.read();
   CHECK(s.version == 7);
   CHECK(s.mean == b.mean);
@@ -42,12 +42,14 @@ TEST_CASE("a reader never sees a torn snapshot while a writer publishes concurre
   const size_t dim = 32;
   stats_view view(dim);
   std::atomic<bool> done{false};
+  uint64_t refused = 0; // written by the writer only, read after join
   std::thread writer([&] {
     std::vector<double> mean(dim), var(dim);
     for (uint64_t v = 1; v <= 200000; ++v) {
       std::fill(mean.begin(), mean.end(), static_cast<double>(v));
       std::fill(var.begin(), var.end(), static_cast<double>(2 * v));
-      view.publish(v, v * 10, mean.data(), var.data(), dim);
+      if (!view.publish(v, v * 10, mean.data(), var.data(), dim).ok())
+        ++refused;
     }
     done = true;
   });
@@ -67,7 +69,48 @@ TEST_CASE("a reader never sees a torn snapshot while a writer publishes concurre
       ++torn;
   }
   writer.join();
+  CHECK(refused == 0);
   CHECK(torn == 0);
   CHECK(backwards == 0);
   CHECK(last == 200000);
+}
+
+TEST_CASE("a view refuses a snapshot of another dimension and keeps the one it had") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(-5, 5);
+  const size_t dim = 3 + rng() % 5;
+  stats_view view(dim, "obs");
+  stats_snapshot good{"obs", 2, 20, std::vector<double>(dim), std::vector<double>(dim)};
+  for (size_t j = 0; j < dim; ++j) {
+    good.mean[j] = u(rng);
+    good.var[j] = 1 + u(rng) * u(rng);
+  }
+  REQUIRE(view.publish(good).ok());
+
+  // A snapshot with one mean too many, one with one variance too few, and raw
+  // parts of a smaller dimension: each refused with the dimensions named.
+  stats_snapshot longer = good;
+  longer.version = 3;
+  longer.mean.push_back(u(rng));
+  stats_snapshot shorter = good;
+  shorter.version = 4;
+  shorter.var.pop_back();
+  for (const auto* bad : {&longer, &shorter}) {
+    auto published = view.publish(*bad);
+    REQUIRE_FALSE(published.ok());
+    CHECK(published.err().code == troupe::errc::dimension_mismatch);
+    CHECK(published.err().message.find(std::to_string(dim)) != std::string::npos);
+  }
+  std::vector<double> mean(dim - 1, u(rng)), var(dim - 1, 2.0);
+  auto raw = view.publish(5, 50, mean.data(), var.data(), dim - 1);
+  REQUIRE_FALSE(raw.ok());
+  CHECK(raw.err().code == troupe::errc::dimension_mismatch);
+  CHECK(raw.err().message.find("obs") != std::string::npos);
+
+  // Nothing of the refused snapshots reached the reader or the version.
+  CHECK(view.published_version() == 2);
+  const auto& s = view.read();
+  CHECK(s.version == 2);
+  CHECK(s.mean == good.mean);
+  CHECK(s.var == good.var);
 }

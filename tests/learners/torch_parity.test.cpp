@@ -15,6 +15,7 @@
 
 #include "learners/losses.hpp"
 #include "learners/optimizer.hpp"
+#include "tests/skip.hpp"
 
 using namespace troupe::learners;
 
@@ -77,8 +78,7 @@ torch_result run_torch(const std::string& case_path) {
 
 TEST_CASE("the PPO loss and gradient equal PyTorch autograd on the documented module") {
   if (!torch_available()) {
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch");
-    return;
+    TROUPE_SKIP("/usr/bin/python3 cannot import torch (install Debian's python3-torch)");
   }
   auto seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   CAPTURE(seed);
@@ -206,8 +206,7 @@ TEST_CASE("the PPO loss and gradient equal PyTorch autograd on the documented mo
 TEST_CASE("clipping plus Adam with linear annealing equals PyTorch's clip_grad_norm_ and "
           "torch.optim.Adam") {
   if (!torch_available()) {
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch");
-    return;
+    TROUPE_SKIP("/usr/bin/python3 cannot import torch (install Debian's python3-torch)");
   }
   auto seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   CAPTURE(seed);

@@ -18,6 +18,7 @@
 #include "learners/checkpoint.hpp"
 #include "tests/cli_support.hpp"
 #include "tests/learners/policy_reference.hpp"
+#include "tests/skip.hpp"
 
 using namespace troupe::learners;
 using troupe::test::fresh_seed;
@@ -115,8 +116,8 @@ void check_same_outputs(const std::string& troupe_out, const std::string& torch_
 TEST_CASE("a checkpoint saved by troupe loads into the documented PyTorch module with the "
           "same outputs") {
   if (!torch_available()) {
-    MESSAGE("skipped: ", python, " cannot import torch (install Debian's python3-torch)");
-    return;
+    TROUPE_SKIP(std::string(python) +
+                " cannot import torch (install Debian's python3-torch)");
   }
   auto seed = fresh_seed();
   CAPTURE(seed);
@@ -148,8 +149,8 @@ TEST_CASE("a checkpoint saved by troupe loads into the documented PyTorch module
 
 TEST_CASE("a checkpoint written by PyTorch loads into troupe with PyTorch's outputs") {
   if (!torch_available()) {
-    MESSAGE("skipped: ", python, " cannot import torch (install Debian's python3-torch)");
-    return;
+    TROUPE_SKIP(std::string(python) +
+                " cannot import torch (install Debian's python3-torch)");
   }
   auto seed = fresh_seed();
   CAPTURE(seed);

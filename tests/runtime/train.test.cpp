@@ -120,12 +120,14 @@ pid_t start_until_first_checkpoint(const std::string& out, uint64_t seed) {
   REQUIRE(posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ) == 0);
   posix_spawn_file_actions_destroy(&actions);
   bool found = false, exited = false;
+  // Bounded: the first checkpoint comes after 5 updates, seconds even on a
+  // loaded machine; a run that never writes one fails here instead of hanging.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (!found && !exited) {
     if (std::chrono::steady_clock::now() > deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
-      FAIL("no complete checkpoint under " << out << " within 120 s");
+      FAIL("troupe train wrote no complete checkpoint under " << out << " within 120 s");
     }
     int st = 0;
     exited = waitpid(pid, &st, WNOHANG) == pid;
