@@ -77,7 +77,7 @@ TEST_CASE("an out-of-range value names the range and the value given") {
   msg = errors_of("[run]\ndevice = \"gpu\"\n");
   CHECK(msg == "cartpole.toml:2: run.device: expected one of \"auto\", \"cpu\", \"cuda\", "
                "got string \"gpu\"");
-  msg = errors_of("[stats]\nepsilon = 0\n");
+  msg = errors_of("[model]\nobs_norm_eps = 0\n");
   CHECK(msg.find("expected a float in (0, 1], got integer 0") != std::string::npos);
 }
 
