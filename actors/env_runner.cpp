@@ -1,4 +1,5 @@
 #include "actors/env_runner.hpp"
+#include "actors/exceptions.hpp"
 #include "actors/log.hpp"
 
 #include <algorithm>
@@ -135,10 +136,17 @@ result<trajectory_batch> collect(runner_state& st) {
     float* seen = &b.observations[t * n * od];
     policy_view(raw, n, od, snap, st.opts, seen);
     float* actions = &b.actions[t * n * ad];
-    policy_version = std::min(
-      policy_version, st.policy(seen, n, st.gen, actions, &b.behavior_logp[t * n]));
+    auto acted = st.policy(seen, n, st.gen, actions, &b.behavior_logp[t * n]);
+    if (!acted)
+      return make_error(acted.err().code,
+                        "env runner '{}': the policy failed at step {} "
+                        "of batch {}: {}",
+                        st.opts.name, t, b.sequence, acted.err().message);
+    policy_version = std::min(policy_version, *acted);
     if (auto ok = env.step(actions); !ok)
-      return ok.err();
+      return make_error(ok.err().code,
+                        "env runner '{}': {} failed at step {} of batch {}: {}",
+                        st.opts.name, b.env_id, t, b.sequence, ok.err().message);
     for (size_t i = 0; i < n; ++i) {
       const size_t k = t * n + i;
       b.rewards[k] = env.rewards()[i];
@@ -234,18 +242,15 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
   st.episode_length.assign(st.env->num_envs(), 0);
   // A throwing policy or environment ends the runner with an error that says
   // what was thrown (its supervisor logs it and starts a replacement).
-  self->set_exception_handler([](caf::scheduled_actor* me, std::exception_ptr& thrown) {
-    auto* runner = static_cast<runner_actor*>(me);
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(thrown);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    return to_caf_error(make_error(errc::unavailable, "env runner '{}' threw: {}",
-                                   runner->state.opts.name, what));
-  });
+  // A collect request under way is answered with the error too.
+  convert_exceptions(self, fmt::format("env runner '{}'", st.opts.name), st.opts.log,
+                     [self](const caf::error& e) {
+                       auto& s = self->state;
+                       if (s.collecting) {
+                         s.collecting = false;
+                         s.pending.deliver(e);
+                       }
+                     });
   if (st.opts.start_state) {
     auto restored = restore_state(st, *st.opts.start_state);
     st.opts.start_state.reset(); // not kept: it can be large
@@ -290,8 +295,12 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
         return;
       auto batch = collect(s);
       if (!batch) {
+        // The environments are mid-batch: the runner ends, and its supervisor
+        // starts a replacement.
         s.collecting = false;
-        s.pending.deliver(to_caf_error(batch.err()));
+        auto e = to_caf_error(batch.err());
+        s.pending.deliver(e);
+        self->quit(std::move(e));
         return;
       }
       if (s.delta_ready) {

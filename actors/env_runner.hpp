@@ -8,7 +8,9 @@
 // +-obs_clip; with a statistics keeper, the moments of each batch's raw
 // observations go to the keeper as one delta. A non-finite observation or
 // reward is counted and logged with the env id, and that batch's moments are
-// never sent to the keeper.
+// never sent to the keeper. A step or policy that fails (an error, or an
+// exception) ends the runner with an error naming it; its supervisor restarts
+// it.
 //
 // Messages it handles:
 //   (collect_atom, uint64_t n) -> uint64_t   collect and send n batches, then
@@ -46,9 +48,11 @@ namespace troupe::actors {
 /// runner's generator, so that a runner's state holds every random stream it
 /// uses), writes the log-probability (log-density for Box actions, of the
 /// unclipped draw) of each action under the policy into `logp` [num_envs]
-/// when not null, and returns the version of the policy it used.
-using policy_fn = std::function<uint64_t(const float* observations, size_t num_envs,
-                                         kernels::rng& gen, float* actions, float* logp)>;
+/// when not null, and returns the version of the policy it used, or an error
+/// (which ends the runner with that error, naming it).
+using policy_fn =
+  std::function<result<uint64_t>(const float* observations, size_t num_envs,
+                                 kernels::rng& gen, float* actions, float* logp)>;
 
 /// A policy that draws uniformly random valid actions (version 0).
 policy_fn make_random_policy(const envs::space& action_space);

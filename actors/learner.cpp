@@ -1,4 +1,5 @@
 #include "actors/learner.hpp"
+#include "actors/exceptions.hpp"
 #include "actors/log.hpp"
 
 #include <algorithm>
@@ -495,7 +496,18 @@ caf::actor spawn_learner(caf::actor_system& sys, learner_options opts, caf::acto
                          caf::actor metrics, std::shared_ptr<policy_store> store,
                          std::shared_ptr<step_budget> budget,
                          std::shared_ptr<learners::stats_view> view) {
-  return sys.spawn<caf::detached>(learner_loop, std::move(opts), std::move(server),
+  auto guarded = [](caf::blocking_actor* self, learner_options opts, caf::actor server,
+                    caf::actor metrics, std::shared_ptr<policy_store> store,
+                    std::shared_ptr<step_budget> budget,
+                    std::shared_ptr<learners::stats_view> view) {
+    const auto who = fmt::format("learner '{}'", opts.name);
+    const auto log = opts.log;
+    run_converting_exceptions(self, who, log, [&] {
+      learner_loop(self, std::move(opts), std::move(server), std::move(metrics),
+                   std::move(store), std::move(budget), std::move(view));
+    });
+  };
+  return sys.spawn<caf::detached>(guarded, std::move(opts), std::move(server),
                                   std::move(metrics), std::move(store), std::move(budget),
                                   std::move(view));
 }

@@ -27,7 +27,6 @@ using save_atom = caf::atom_constant<caf::atom("save")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using publish_atom = caf::atom_constant<caf::atom("publish")>;
 using sync_atom = caf::atom_constant<caf::atom("sync")>;
-using pause_atom = caf::atom_constant<caf::atom("pause")>;
 
 // -- statistics --------------------------------------------------------------
 

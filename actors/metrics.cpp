@@ -1,4 +1,5 @@
 #include "actors/metrics.hpp"
+#include "actors/exceptions.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -230,6 +231,7 @@ void progress(metrics_state& st) {
 }
 
 caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coordinator) {
+  convert_exceptions(self, "metrics actor", {});
   auto& st = self->state;
   st.opts = std::move(opts);
   st.coordinator = std::move(coordinator);

@@ -1,4 +1,5 @@
 #include "actors/parameter_server.hpp"
+#include "actors/exceptions.hpp"
 #include "actors/log.hpp"
 
 #include <algorithm>
@@ -88,6 +89,7 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
                                std::shared_ptr<policy_store> store) {
   auto& st = self->state;
   st.opts = std::move(opts);
+  convert_exceptions(self, "parameter server", st.opts.log);
   st.params = std::move(params);
   st.buffers = std::move(buffers);
   st.store = std::move(store);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 
 #include "kernels/rng.hpp"
 #include "learners/mlp.hpp"
@@ -50,7 +49,6 @@ struct store_policy_state {
   std::shared_ptr<const policy_snapshot> current;
   size_t steps_per_batch = 1;
   uint64_t calls = 0;
-  uint64_t fail_after = 0;
   bool deterministic = false;
   learners::policy_output out;
   learners::network_cache<float> actor; // reused: acting allocates nothing per step
@@ -58,13 +56,15 @@ struct store_policy_state {
 
 // The actor's outputs for `rows` observations: logits (discrete) or means
 // (box). Acting needs no value, so the critic is not evaluated.
-const float* actor_outputs(store_policy_state& st, const learners::actor_critic& model,
-                           const float* obs, size_t rows) {
+result<const float*> actor_outputs(store_policy_state& st,
+                                   const learners::actor_critic& model, const float* obs,
+                                   size_t rows) {
   if (model.spec().obs_norm) {
     // The store's models take observations as the runner hands them over;
     // evaluate() reports a model that wants to normalize them itself.
     if (auto ok = model.evaluate(obs, rows, nullptr, st.out); !ok)
-      throw std::runtime_error(ok.err().message);
+      return make_error(ok.err().code, "policy version {}: {}", st.current->version,
+                        ok.err().message);
     return model.spec().action == learners::action_kind::discrete ? st.out.logits.data()
                                                                   : st.out.mean.data();
   }
@@ -77,22 +77,21 @@ const float* actor_outputs(store_policy_state& st, const learners::actor_critic&
 } // namespace
 
 policy_fn make_store_policy(std::shared_ptr<policy_store> store, size_t steps_per_batch,
-                            bool deterministic,
-                            uint64_t fail_after_calls) {
+                            bool deterministic) {
   auto st = std::make_shared<store_policy_state>();
   st->store = std::move(store);
   st->steps_per_batch = std::max<size_t>(steps_per_batch, 1);
-  st->fail_after = fail_after_calls;
   st->deterministic = deterministic;
   return [st](const float* obs, size_t num_envs, kernels::rng& gen, float* actions,
-              float* logp) -> uint64_t {
+              float* logp) -> result<uint64_t> {
     ++st->calls;
-    if (st->fail_after != 0 && st->calls == st->fail_after)
-      throw std::runtime_error("policy failure injected for a supervision test");
     if (!st->current || (st->calls - 1) % st->steps_per_batch == 0)
       st->current = st->store->latest();
     const auto& model = st->current->model;
-    const float* head = actor_outputs(*st, model, obs, num_envs);
+    auto outputs = actor_outputs(*st, model, obs, num_envs);
+    if (!outputs)
+      return outputs.err();
+    const float* head = *outputs;
     const auto& spec = model.spec();
     if (spec.action == learners::action_kind::discrete) {
       const size_t n = static_cast<size_t>(spec.n);

@@ -50,11 +50,9 @@ private:
 /// at the first step of every batch of `steps_per_batch` steps (so each batch
 /// is acted with one version) and samples actions from it with the runner's
 /// generator; `deterministic` takes the mode instead (its log-probability
-/// is the mode's). A policy whose
-/// `fail_after_calls` is nonzero throws on that call (for the supervision
-/// tests).
+/// is the mode's). A model that cannot act on the observations as given (one
+/// that normalizes them itself) makes the policy return an error.
 policy_fn make_store_policy(std::shared_ptr<policy_store> store, size_t steps_per_batch,
-                            bool deterministic = false,
-                            uint64_t fail_after_calls = 0);
+                            bool deterministic = false);
 
 } // namespace troupe::actors

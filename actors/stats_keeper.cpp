@@ -1,42 +1,20 @@
 #include "actors/stats_keeper.hpp"
+#include "actors/exceptions.hpp"
 #include "actors/log.hpp"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <map>
 #include <unordered_map>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "actors/stats_streams.hpp"
 
 namespace troupe::actors {
-
-// -- keeper_gate -------------------------------------------------------------
-
-void keeper_gate::close() {
-  std::lock_guard<std::mutex> guard(mtx_);
-  closed_ = true;
-}
-
-void keeper_gate::open() {
-  {
-    std::lock_guard<std::mutex> guard(mtx_);
-    closed_ = false;
-  }
-  cv_.notify_all();
-}
-
-bool keeper_gate::has_waiter() const {
-  std::lock_guard<std::mutex> guard(mtx_);
-  return waiting_;
-}
-
-void keeper_gate::pass() {
-  std::unique_lock<std::mutex> guard(mtx_);
-  waiting_ = true;
-  cv_.wait(guard, [this] { return !closed_; });
-  waiting_ = false;
-}
 
 // -- the keeper --------------------------------------------------------------
 
@@ -100,6 +78,7 @@ void on_rejected(keeper_actor* self, const moments_delta& d, const error& e) {
 
 caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
   self->state.opts = std::move(opts);
+  convert_exceptions(self, "statistics keeper", self->state.opts.log);
   self->set_down_handler([self](caf::down_msg& dm) {
     for (auto& kv : self->state.pubs) {
       auto& subs = kv.second.subscribers;
@@ -142,8 +121,8 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
       self->state.tick_pending = false;
       publish_dirty(self);
     },
-    [self](subscribe_atom, const std::string& name)
-      -> caf::result<learners::stats_snapshot> {
+    [self](subscribe_atom,
+           const std::string& name) -> caf::result<learners::stats_snapshot> {
       auto snap = self->state.streams.snapshot(name);
       if (!snap)
         return to_caf_error(snap.err());
@@ -157,8 +136,8 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
       }
       return std::move(*snap);
     },
-    [self](snapshot_atom, const std::string& name)
-      -> caf::result<learners::stats_snapshot> {
+    [self](snapshot_atom,
+           const std::string& name) -> caf::result<learners::stats_snapshot> {
       auto snap = self->state.streams.snapshot(name);
       if (!snap)
         return to_caf_error(snap.err());
@@ -184,14 +163,27 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
       return caf::ok_atom::value;
     },
     [](sync_atom) { return sync_atom::value; },
-    [self](pause_atom) {
-      if (self->state.opts.gate)
-        self->state.opts.gate->pass();
-    },
   };
 }
 
 // -- the view feeder ---------------------------------------------------------
+
+// The subscriber's side of the first answer: set once by the feeder, waited
+// on (bounded) by subscribe_view.
+struct first_answer {
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool done = false;
+  std::string problem; // empty: the view holds the keeper's snapshot
+  void settle(std::string why) {
+    {
+      std::lock_guard<std::mutex> guard(mtx);
+      done = true;
+      problem = std::move(why);
+    }
+    cv.notify_all();
+  }
+};
 
 struct feeder_state {
   std::weak_ptr<learners::stats_view> view;
@@ -199,7 +191,10 @@ struct feeder_state {
 };
 
 caf::behavior view_feeder(caf::stateful_actor<feeder_state>* self, caf::actor keeper,
-                          std::string stream, std::weak_ptr<learners::stats_view> view) {
+                          std::string stream, std::weak_ptr<learners::stats_view> view,
+                          std::shared_ptr<first_answer> first) {
+  convert_exceptions(self, fmt::format("statistics view feeder of stream '{}'", stream),
+                     {});
   self->state.view = std::move(view);
   self->monitor(keeper);
   self->set_down_handler([self](caf::down_msg&) { self->quit(); });
@@ -215,28 +210,40 @@ caf::behavior view_feeder(caf::stateful_actor<feeder_state>* self, caf::actor ke
       self->quit();
   };
   self->request(keeper, caf::infinite, subscribe_atom::value, stream)
-    .then(deliver, [self, stream](caf::error& e) {
-      std::fprintf(stderr, "troupe stats view: cannot subscribe to stream '%s': %s\n",
-                   stream.c_str(), self->system().render(e).c_str());
-      self->quit(e);
-    });
+    .then(
+      [deliver, first](const learners::stats_snapshot& s) {
+        deliver(s);
+        first->settle({});
+      },
+      [self, stream, first](caf::error& e) {
+        first->settle(fmt::format("cannot subscribe to statistics stream '{}': {}",
+                                  stream, error_message(self->system(), e)));
+        self->quit(e);
+      });
   return {deliver};
 }
 
 } // namespace
 
-caf::actor spawn_stats_keeper(caf::actor_system& sys, stats_keeper_options opts,
-                              bool detached) {
-  if (detached)
-    return sys.spawn<caf::detached>(stats_keeper, std::move(opts));
+caf::actor spawn_stats_keeper(caf::actor_system& sys, stats_keeper_options opts) {
   return sys.spawn(stats_keeper, std::move(opts));
 }
 
-std::shared_ptr<learners::stats_view>
+result<std::shared_ptr<learners::stats_view>>
 subscribe_view(caf::actor_system& sys, const caf::actor& keeper,
-               const std::string& stream, size_t dim) {
+               const std::string& stream, size_t dim, std::chrono::milliseconds timeout) {
   auto view = std::make_shared<learners::stats_view>(dim, stream);
-  sys.spawn(view_feeder, keeper, stream, std::weak_ptr<learners::stats_view>(view));
+  auto first = std::make_shared<first_answer>();
+  sys.spawn(view_feeder, keeper, stream, std::weak_ptr<learners::stats_view>(view),
+            first);
+  std::unique_lock<std::mutex> guard(first->mtx);
+  if (!first->cv.wait_for(guard, timeout, [&] { return first->done; }))
+    return make_error(errc::unavailable,
+                      "the statistics keeper did not answer the subscription to stream "
+                      "'{}' within {} ms",
+                      stream, timeout.count());
+  if (!first->problem.empty())
+    return error{errc::unavailable, first->problem};
   return view;
 }
 

@@ -11,13 +11,11 @@
 //   (save_atom, string path)             -> ok_atom         state file (temp + rename)
 //   (load_atom, string path)             -> ok_atom         replaces state, republishes
 //   (sync_atom)                          -> sync_atom       FIFO barrier for a sender
-//   (pause_atom)                         -> (none)          blocks on the debug gate
 #pragma once
 
-#include <condition_variable>
+#include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include <caf/all.hpp>
@@ -28,26 +26,6 @@
 
 namespace troupe::actors {
 
-/// A gate that a paused keeper waits on; for tests and `troupe bench stats`
-/// (a keeper blocked on purpose). Closed gates block, open gates pass.
-class keeper_gate {
-public:
-  /// Makes the next pause_atom block until open() is called.
-  void close();
-  /// Releases a keeper blocked on the gate.
-  void open();
-  /// Whether a keeper is currently blocked on the gate.
-  bool has_waiter() const;
-  /// Blocks while the gate is closed.
-  void pass();
-
-private:
-  mutable std::mutex mtx_;
-  std::condition_variable cv_;
-  bool closed_ = false;
-  bool waiting_ = false;
-};
-
 /// Settings of a statistics keeper.
 struct stats_keeper_options {
   std::string mode = "cumulative";    ///< mode of streams declared by name only
@@ -56,19 +34,26 @@ struct stats_keeper_options {
   uint64_t publish_interval_ms = 10;  ///< ...or this long after an unpublished merge (0: never by time)
   size_t logged_rejections_per_worker = 10; ///< then only every 1000th is logged
   log_sink log;                             ///< rejection log; default stderr
-  std::shared_ptr<keeper_gate> gate;  ///< debug gate for pause_atom
 };
 
-/// Spawns a statistics keeper. `detached` gives it its own thread (so that a
-/// paused keeper does not occupy a scheduler worker).
-caf::actor spawn_stats_keeper(caf::actor_system& sys, stats_keeper_options opts,
-                              bool detached = false);
+/// Spawns a statistics keeper.
+caf::actor spawn_stats_keeper(caf::actor_system& sys, stats_keeper_options opts);
+
+/// How long subscribe_view waits by default for the keeper's answer.
+inline constexpr std::chrono::milliseconds subscribe_timeout{30000};
 
 /// Creates a statistics view of `stream` fed by the keeper's snapshots: a
 /// small feeder actor subscribes to the keeper and writes each snapshot into
-/// the view. The feeder ends when the keeper ends or the view is released.
-std::shared_ptr<learners::stats_view>
+/// the view. Returns once the view holds the keeper's answer to the
+/// subscription (its current snapshot), so that an actor handed the view never
+/// acts on the placeholder (version 0: mean 0, variance 1); waits at most
+/// `timeout` for it, then fails naming the stream. Blocks the calling thread:
+/// call it from a detached or blocking actor or a plain thread, never from an
+/// event-based actor's handler. The feeder ends when the keeper ends or the
+/// view is released.
+result<std::shared_ptr<learners::stats_view>>
 subscribe_view(caf::actor_system& sys, const caf::actor& keeper,
-               const std::string& stream, size_t dim);
+               const std::string& stream, size_t dim,
+               std::chrono::milliseconds timeout = subscribe_timeout);
 
 } // namespace troupe::actors

@@ -141,7 +141,11 @@ void stats_streams::snapshot_into(const stats_stream& s,
   out.version = s.version;
   out.count = s.acc.count;
   out.mean.assign(s.acc.mean.begin(), s.acc.mean.end());
-  if (s.mode == stats_mode::ema) {
+  if (s.acc.count == 0) {
+    // Nothing merged yet: variance 1, as in a fresh view, so that normalizing
+    // with it is the identity (variance 0 would scale by 1/sqrt(eps)).
+    out.var.assign(s.dim(), 1.0);
+  } else if (s.mode == stats_mode::ema) {
     out.var.assign(s.ema_var.begin(), s.ema_var.end());
   } else {
     out.var.resize(s.dim());

@@ -59,7 +59,8 @@ public:
   /// names the worker, the stream, the rule and the value.
   status merge(const moments_delta& delta);
 
-  /// The current snapshot of a stream (var is the population variance).
+  /// The current snapshot of a stream (var is the population variance; 1
+  /// before anything is merged, so that normalizing with it is the identity).
   result<learners::stats_snapshot> snapshot(const std::string& name) const;
 
   /// Writes the current snapshot of `s` into `out`, reusing its buffers.

@@ -1,4 +1,5 @@
 #include "actors/supervisor.hpp"
+#include "actors/exceptions.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -35,6 +36,7 @@ struct cast_state {
   uint64_t restarts = 0;
   size_t alive = 0;
   bool stopping = false;
+  bool ready = false; // the owner has the keeper, the server and the metrics actor
   std::string failure;
 };
 
@@ -76,6 +78,8 @@ caf::actor spawn_runner(caf::blocking_actor* self, cast_state& cs, runner_entry&
   req.consumer = cs.learners[r.learner].actor;
   req.keeper = cs.keeper;
   r.actor = cs.opts.cast.make_runner(req);
+  if (!r.actor)
+    return r.actor; // the factory has said why
   self->monitor(r.actor);
   self->send(cs.learners[r.learner].actor, runner_atom::value,
              static_cast<uint64_t>(r.index), r.actor);
@@ -83,8 +87,10 @@ caf::actor spawn_runner(caf::blocking_actor* self, cast_state& cs, runner_entry&
 }
 
 // Spawns learner `li` (again, after a failure: it continues its generator
-// from its last state and takes the server's current weights).
-void spawn_learner_at(caf::blocking_actor* self, cast_state& cs, size_t li) {
+// from its last state and takes the server's current weights). Each of its
+// views holds the keeper's current snapshot before the learner starts. The
+// problem that stopped it, or empty.
+std::string spawn_learner_at(caf::blocking_actor* self, cast_state& cs, size_t li) {
   auto& sys = self->system();
   auto& plan = cs.opts.cast;
   auto& lp = plan.learners[li];
@@ -95,14 +101,23 @@ void spawn_learner_at(caf::blocking_actor* self, cast_state& cs, size_t li) {
   if (l.restarts > 0 && !cs.learner_states[li].learner.empty())
     lo.start_gen = cs.learner_states[li].gen;
   lo.batch_norm_views.clear();
-  for (auto& [stream, width] : plan.batch_norm_streams)
-    lo.batch_norm_views.push_back(subscribe_view(sys, cs.keeper, stream, width));
+  for (auto& [stream, width] : plan.batch_norm_streams) {
+    auto v = subscribe_view(sys, cs.keeper, stream, width);
+    if (!v)
+      return fmt::format("learner '{}': {}", l.name, v.err().message);
+    lo.batch_norm_views.push_back(std::move(*v));
+  }
   std::shared_ptr<learners::stats_view> view;
-  if (!plan.obs_stream.empty())
-    view = subscribe_view(sys, cs.keeper, plan.obs_stream, plan.obs_dim);
+  if (!plan.obs_stream.empty()) {
+    auto v = subscribe_view(sys, cs.keeper, plan.obs_stream, plan.obs_dim);
+    if (!v)
+      return fmt::format("learner '{}': {}", l.name, v.err().message);
+    view = std::move(*v);
+  }
   l.actor = spawn_learner(sys, lo, cs.server, cs.metrics, plan.store, lp.budget, view);
   l.alive = true;
   self->monitor(l.actor);
+  return {};
 }
 
 // Spawns the cast in dependency order; the problem that stopped it, or empty.
@@ -134,7 +149,8 @@ std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
     l.name = plan.learners[li].options.name;
     cs.learners.push_back(std::move(l));
     cs.learner_states.emplace_back();
-    spawn_learner_at(self, cs, li);
+    if (auto why = spawn_learner_at(self, cs, li); !why.empty())
+      return why;
   }
   cs.alive = cs.learners.size();
   for (size_t li = 0; li < plan.learners.size(); ++li)
@@ -146,7 +162,8 @@ std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
       cs.runners.push_back(std::move(r));
     }
   for (auto& r : cs.runners)
-    spawn_runner(self, cs, r);
+    if (!spawn_runner(self, cs, r))
+      return fmt::format("runner '{}' could not be started", r.name);
   return {};
 }
 
@@ -172,7 +189,8 @@ void on_down(caf::blocking_actor* self, cast_state& cs, const caf::down_msg& dow
     write_log(cs.opts.log,
               fmt::format("supervisor: runner '{}' failed ({}); restart {} of {}", r.name,
                           why, r.failures, cs.opts.cast.max_runner_restarts));
-    spawn_runner(self, cs, r);
+    if (!spawn_runner(self, cs, r))
+      fail_run(self, cs, fmt::format("runner '{}' could not be restarted", r.name));
     return;
   }
   for (auto& l : cs.learners) {
@@ -196,7 +214,12 @@ void on_down(caf::blocking_actor* self, cast_state& cs, const caf::down_msg& dow
               fmt::format("supervisor: learner '{}' failed ({}); restart {} of {}",
                           l.name, why, l.restarts, cs.opts.cast.max_learner_restarts));
     const size_t li = static_cast<size_t>(&l - cs.learners.data());
-    spawn_learner_at(self, cs, li);
+    if (auto problem = spawn_learner_at(self, cs, li); !problem.empty()) {
+      fail_run(self, cs,
+               fmt::format("learner '{}' failed ({}) and could not be restarted: {}",
+                           l.name, why, problem));
+      return;
+    }
     ++cs.alive;
     for (auto& r : cs.runners) {
       if (r.learner != li)
@@ -206,7 +229,8 @@ void on_down(caf::blocking_actor* self, cast_state& cs, const caf::down_msg& dow
         self->send_exit(r.actor, caf::exit_reason::user_shutdown);
       }
       r.restarts += 1;
-      spawn_runner(self, cs, r);
+      if (!spawn_runner(self, cs, r))
+        fail_run(self, cs, fmt::format("runner '{}' could not be restarted", r.name));
     }
     return;
   }
@@ -269,15 +293,16 @@ cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs) {
   return out;
 }
 
-void supervisor_loop(caf::blocking_actor* self, supervisor_options opts) {
-  cast_state cs;
-  cs.opts = std::move(opts);
+void supervise(caf::blocking_actor* self, cast_state& cs) {
   auto owner = cs.opts.owner;
   if (auto why = start_cast(self, cs); !why.empty()) {
     write_log(cs.opts.log, fmt::format("supervisor: the run could not start: {}", why));
     for (auto& r : cs.runners)
       if (r.actor)
         self->send_exit(r.actor, caf::exit_reason::user_shutdown);
+    for (auto& l : cs.learners)
+      if (l.actor)
+        self->send_exit(l.actor, caf::exit_reason::user_shutdown);
     for (auto& a : {cs.keeper, cs.server, cs.metrics})
       if (a)
         self->send_exit(a, caf::exit_reason::user_shutdown);
@@ -285,6 +310,7 @@ void supervisor_loop(caf::blocking_actor* self, supervisor_options opts) {
     return;
   }
   self->send(owner, ready_atom::value, cs.keeper, cs.server, cs.metrics);
+  cs.ready = true;
   const auto poll = std::chrono::milliseconds(cs.opts.poll_ms);
   auto check_flag = [&] {
     if (cs.opts.stop_flag && cs.opts.stop_flag->load() != 0)
@@ -335,6 +361,30 @@ void supervisor_loop(caf::blocking_actor* self, supervisor_options opts) {
       self->send_exit(r.actor, caf::exit_reason::user_shutdown);
     }
   self->send(owner, done_atom::value, cs.stopping && cs.failure.empty(), cs.failure);
+}
+
+void supervisor_loop(caf::blocking_actor* self, supervisor_options opts) {
+  cast_state cs;
+  cs.opts = std::move(opts);
+  try {
+    supervise(self, cs);
+  } catch (...) {
+    self->fail_state(
+      exception_error("supervisor", std::current_exception(), cs.opts.log));
+    // Nothing supervises the cast any more: its runners and learners go. The
+    // owner sees this actor end; once it has the keeper, the server and the
+    // metrics actor (ready_atom), it writes a final checkpoint from them.
+    for (auto& r : cs.runners)
+      if (r.actor)
+        self->send_exit(r.actor, caf::exit_reason::user_shutdown);
+    for (auto& l : cs.learners)
+      if (l.actor)
+        self->send_exit(l.actor, caf::exit_reason::user_shutdown);
+    if (!cs.ready)
+      for (auto& a : {cs.keeper, cs.server, cs.metrics})
+        if (a)
+          self->send_exit(a, caf::exit_reason::user_shutdown);
+  }
 }
 
 } // namespace

@@ -68,7 +68,11 @@ struct runner_request {
   caf::actor keeper;     ///< the statistics keeper
 };
 
-/// Spawns one environment runner.
+/// Spawns one environment runner; an invalid actor when it cannot (the
+/// factory logs why), which the supervisor treats as the runner's failure.
+/// A factory that hands the runner a statistics view subscribes it with
+/// subscribe_view, so that the view holds the keeper's current snapshot
+/// before the runner's first step.
 using runner_factory = std::function<caf::actor(const runner_request&)>;
 
 /// One learner of the cast.

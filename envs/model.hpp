@@ -31,8 +31,9 @@
 #include <vector>
 
 #include "envs/env.hpp"
-#include "kernels/rng.hpp"
+#include "envs/registry.hpp"
 #include "envs/vector_env.hpp"
+#include "kernels/rng.hpp"
 
 namespace troupe::envs {
 
@@ -207,5 +208,16 @@ private:
   std::vector<int> elapsed_;
   int max_steps_;
 };
+
+/// The registration of a model: its spec and both adapters (see
+/// add_registration in envs/registry.hpp).
+template <class Model>
+registration model_registration() {
+  return {&model_spec<Model>(),
+          [] { return std::unique_ptr<env>(new model_env<Model>()); },
+          [](size_t n, size_t threads) {
+            return std::unique_ptr<vector_env>(new model_vector_env<Model>(n, threads));
+          }};
+}
 
 } // namespace troupe::envs

@@ -74,10 +74,7 @@ namespace {
 
 template <class Model>
 registration entry() {
-  return {&model_spec<Model>(), [] { return std::unique_ptr<env>(new model_env<Model>()); },
-          [](size_t n, size_t threads) {
-            return std::unique_ptr<vector_env>(new model_vector_env<Model>(n, threads));
-          }};
+  return model_registration<Model>();
 }
 
 // CartPole's batch has its own kernel (envs/cartpole_vector.hpp).
@@ -89,15 +86,34 @@ registration cartpole_entry() {
 
 } // namespace
 
-const std::vector<registration>& registry() {
-  static const std::vector<registration> table = {
+namespace {
+
+std::vector<registration>& table() {
+  // clang-format off
+  static std::vector<registration> entries = {
     cartpole_entry(),
     entry<pendulum>(),
     entry<mountain_car>(),
     entry<mountain_car_continuous>(),
     entry<acrobot>(),
   };
-  return table;
+  // clang-format on
+  return entries;
+}
+
+} // namespace
+
+const std::vector<registration>& registry() {
+  return table();
+}
+
+status add_registration(registration r) {
+  for (auto& known : table())
+    if (known.spec->id == r.spec->id)
+      return make_error(errc::invalid_argument,
+                        "environment id '{}' is already registered", r.spec->id);
+  table().push_back(r);
+  return {};
 }
 
 std::vector<std::string> registered_ids() {

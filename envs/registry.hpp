@@ -22,6 +22,11 @@ struct registration {
 /// Every registered environment, in the order `troupe env list` prints them.
 const std::vector<registration>& registry();
 
+/// Adds an environment after the built-in ones (tests and embedders register
+/// their own this way). Call it before anything looks environments up: the
+/// registry is not locked. errc::invalid_argument when the id is taken.
+status add_registration(registration r);
+
 /// The ids of every registered environment.
 std::vector<std::string> registered_ids();
 

@@ -31,7 +31,12 @@ int main() {
   self->request(keeper, caf::infinite, actors::declare_atom::value, std::string{"obs"},
                 uint64_t{2})
     .receive([](uint64_t) {}, [](caf::error&) {});
-  auto view = actors::subscribe_view(sys, keeper, "obs", 2);
+  auto subscribed = actors::subscribe_view(sys, keeper, "obs", 2);
+  if (!subscribed) {
+    std::fprintf(stderr, "%s\n", subscribed.err().message.c_str());
+    return 1;
+  }
+  auto view = *subscribed;
 
   // Worker A: small batches around 0; worker B: large batches around 100.
   std::mt19937_64 rng(42);

@@ -248,14 +248,20 @@ bench_row time_acting(std::vector<int64_t> hidden, size_t rows, double min_secon
   synthetic_batch data(rows);
   std::vector<float> actions(rows), logp(rows);
   kernels::rng gen(7);
-  for (int i = 0; i < 10; ++i)
-    policy(data.obs.data(), rows, gen, actions.data(), logp.data());
+  for (int i = 0; i < 10; ++i) {
+    auto acted = policy(data.obs.data(), rows, gen, actions.data(), logp.data());
+    TROUPE_CHECK(acted.ok(), "the bench model acts: {}",
+                 acted.ok() ? "" : acted.err().message);
+  }
   size_t calls = 0;
   auto start = clock_type::now();
   double elapsed = 0;
   do {
-    for (int i = 0; i < 100; ++i, ++calls)
-      policy(data.obs.data(), rows, gen, actions.data(), logp.data());
+    for (int i = 0; i < 100; ++i, ++calls) {
+      auto acted = policy(data.obs.data(), rows, gen, actions.data(), logp.data());
+      TROUPE_CHECK(acted.ok(), "the bench model acts: {}",
+                   acted.ok() ? "" : acted.err().message);
+    }
     elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
   } while (elapsed < min_seconds);
   bench_row row;

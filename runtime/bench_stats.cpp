@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <future>
 #include <optional>
 #include <random>
 #include <string>
@@ -187,7 +188,10 @@ latency_result view_read_latency(caf::actor_system& sys, uint64_t samples,
   auto keeper = actors::spawn_stats_keeper(sys, opts);
   caf::scoped_actor self{sys};
   declare(self, keeper);
-  auto view = actors::subscribe_view(sys, keeper, stream, bench_dim);
+  auto subscribed = actors::subscribe_view(sys, keeper, stream, bench_dim);
+  TROUPE_CHECK(subscribed.ok(), "a local keeper answers: {}",
+               subscribed.ok() ? "" : subscribed.err().message);
+  auto view = *subscribed;
   auto load = sys.spawn(paced_producer, keeper, uint64_t{200});
   std::vector<uint32_t> fresh_ticks, same_ticks;
   same_ticks.reserve(samples);
@@ -258,23 +262,36 @@ double consumer_rate(learners::stats_view& view, uint64_t iterations) {
   return static_cast<double>(iterations) / secs;
 }
 
-double stalled_consumer_rate(caf::actor_system& sys, bool stall, uint64_t iterations) {
-  actors::stats_keeper_options opts;
-  opts.gate = std::make_shared<actors::keeper_gate>();
-  auto keeper = actors::spawn_stats_keeper(sys, opts, true);
+// The keeper runs in an actor system of its own with one scheduler thread; to
+// stall it, a blocker actor holds that thread, so that neither the keeper nor
+// the view's feeder can run while the consumer reads.
+double stalled_consumer_rate(bool stall, uint64_t iterations) {
+  caf::actor_system_config cfg;
+  actors::register_messages(cfg);
+  cfg.set("scheduler.max-threads", size_t{1});
+  caf::actor_system sys{cfg};
+  auto keeper = actors::spawn_stats_keeper(sys, actors::stats_keeper_options{});
   caf::scoped_actor self{sys};
   declare(self, keeper);
-  auto view = actors::subscribe_view(sys, keeper, stream, bench_dim);
+  auto subscribed = actors::subscribe_view(sys, keeper, stream, bench_dim);
+  TROUPE_CHECK(subscribed.ok(), "a local keeper answers: {}",
+               subscribed.ok() ? "" : subscribed.err().message);
+  auto view = *subscribed;
   auto load = sys.spawn(paced_producer, keeper, uint64_t{100});
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
   if (stall) {
-    opts.gate->close();
-    self->send(keeper, actors::pause_atom::value);
-    while (!opts.gate->has_waiter())
-      std::this_thread::yield();
+    sys.spawn([&entered, released] {
+      entered.set_value();
+      released.wait();
+    });
+    TROUPE_CHECK(entered.get_future().wait_for(std::chrono::seconds(30)) ==
+                   std::future_status::ready,
+                 "the blocker takes the scheduler thread within 30 s");
   }
   double rate = consumer_rate(*view, iterations);
+  release.set_value();
   self->send(load, stop_atom::value);
-  opts.gate->open();
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
   return rate;
 }
@@ -354,8 +371,8 @@ int bench_stats(const args_t& args) {
   std::vector<double> normal, stalled;
   const uint64_t iterations = 20000000;
   for (int64_t r = 0; r < *repeats; ++r) {
-    normal.push_back(stalled_consumer_rate(sys, false, iterations));
-    stalled.push_back(stalled_consumer_rate(sys, true, iterations));
+    normal.push_back(stalled_consumer_rate(false, iterations));
+    stalled.push_back(stalled_consumer_rate(true, iterations));
   }
   double ratio = median(stalled) / median(normal);
   say(fmt::format("consumer iterations/s: keeper running {:.0f}, keeper blocked {:.0f}",

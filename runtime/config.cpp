@@ -117,6 +117,20 @@ const option_spec* find_option(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+
+// The hint for a key that is not in the schema: what to write instead of a
+// removed key, or the nearest valid key.
+std::string unknown_key_hint(const std::string& name) {
+  for (auto& r : removed_options())
+    if (r.name == name)
+      return fmt::format(" (removed: {})", r.instead);
+  auto hint = nearest(name, all_names());
+  return hint.empty() ? std::string{} : fmt::format(" (did you mean '{}'?)", hint);
+}
+
+} // namespace
+
 std::string to_toml(const value& v) {
   struct visitor {
     std::string operator()(bool b) const { return b ? "true" : "false"; }
@@ -335,10 +349,8 @@ void check_table(const toml::table& root, const std::string& path, config& cfg,
       auto at = place(path, key.source());
       auto spec = find_option(name);
       if (!spec) {
-        auto hint = nearest(name, all_names());
-        problems.push_back(fmt::format(
-          "{}: unknown key '{}'{}", at, name,
-          hint.empty() ? std::string{} : fmt::format(" (did you mean '{}'?)", hint)));
+        problems.push_back(
+          fmt::format("{}: unknown key '{}'{}", at, name, unknown_key_hint(name)));
         continue;
       }
       auto v = convert(*spec, node);
@@ -363,10 +375,8 @@ void apply_override(const std::string& text, config& cfg,
   std::string raw = text.substr(eq + 1);
   auto spec = find_option(name);
   if (!spec) {
-    auto hint = nearest(name, all_names());
-    problems.push_back(fmt::format(
-      "--set {}: unknown key '{}'{}", text, name,
-      hint.empty() ? std::string{} : fmt::format(" (did you mean '{}'?)", hint)));
+    problems.push_back(
+      fmt::format("--set {}: unknown key '{}'{}", text, name, unknown_key_hint(name)));
     return;
   }
   // The value is read as a TOML value; a bare word counts as a string.

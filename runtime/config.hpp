@@ -45,6 +45,15 @@ const std::vector<option_spec>& schema();
 /// Looks an option up by "section.key"; nullptr when unknown.
 const option_spec* find_option(const std::string& name);
 
+/// An option that no longer exists, with what to write instead.
+struct removed_option {
+  std::string name;    ///< "section.key" it had
+  std::string instead; ///< what to write instead, one sentence
+};
+
+/// Every removed option (config files and --set that use one get `instead`).
+const std::vector<removed_option>& removed_options();
+
 /// A validated, resolved configuration: every schema option has a value.
 class config {
 public:

@@ -110,9 +110,8 @@ void add_env(std::vector<option_spec>& out) {
   out.push_back(opt_float("env", "obs_scale_spread", 1.0, 1.0, 1e9,
                           "runner i scales observations by obs_scale * spread^i (1: all alike)"));
   out.push_back(opt_float("env", "num_envs_spread", 1.0, 1.0, 1e3,
-                          "runner i steps round(num_envs * spread^i) environments (heterogeneous batch sizes; 1: all alike)"));
-  out.push_back(opt_int("env", "fail_after_calls", 0, 0, int_max,
-                        "testing: runner 0's policy throws on this call, once (0: never)"));
+                          "runner i steps round(num_envs * spread^i) environments "
+                          "(heterogeneous batch sizes; 1: all alike)"));
 }
 
 // -- [algo] ------------------------------------------------------------------
@@ -169,8 +168,6 @@ void add_stats(std::vector<option_spec>& out) {
                            "cumulative: exact moments of all data seen; ema: running = momentum*running + (1-momentum)*batch"));
   out.push_back(opt_float("stats", "momentum", 0.99, 0.0, 1.0,
                           "weight of the running statistics in ema mode", false, true));
-  out.push_back(opt_float("stats", "epsilon", 1e-8, 0.0, 1.0,
-                          "added to the variance before the square root when normalizing", true, false));
   out.push_back(opt_int("stats", "publish_every_merges", 8, 1, int_max,
                         "the keeper publishes a snapshot after this many merges"));
   out.push_back(opt_int("stats", "publish_interval_ms", 10, 0, 3600000,
@@ -187,7 +184,8 @@ void add_model(std::vector<option_spec>& out) {
   out.push_back(opt_bool("model", "obs_norm", false,
                          "normalize observations with the global running statistics"));
   out.push_back(opt_float("model", "obs_norm_eps", 1e-8, 0.0, 1.0,
-                          "added to the variance before the square root in the observation normalizer",
+                          "added to the variance before the square root in the "
+                          "observation normalizer (runners, checkpoints and troupe eval)",
                           true, false));
   out.push_back(opt_float("model", "obs_norm_clip", 10.0, 0.0, 1e6,
                           "normalized observations are clipped to [-clip, clip]", true, false));
@@ -216,6 +214,18 @@ std::vector<option_spec> build_schema() {
 
 const std::vector<option_spec>& schema() {
   static const std::vector<option_spec> table = build_schema();
+  return table;
+}
+
+const std::vector<removed_option>& removed_options() {
+  static const std::vector<removed_option> table = {
+    {"stats.epsilon",
+     "the epsilon of observation normalization is model.obs_norm_eps (runners, "
+     "checkpoints and troupe eval all use it); write model.obs_norm_eps instead"},
+    {"env.fail_after_calls",
+     "it was a test hook; troupe's tests now fail a runner with a test-only "
+     "environment; delete the line"},
+  };
   return table;
 }
 

@@ -625,15 +625,15 @@ result<training_result> run_training(const config& cfg, const std::string& resum
                      : shared_budget;
     plan.learners.push_back(std::move(lp));
   }
-  const uint64_t fail_after = static_cast<uint64_t>(cfg.get_int("env.fail_after_calls"));
   const std::string env_id = (*env_spec)->id;
   const size_t env_threads = static_cast<size_t>(cfg.get_int("env.threads"));
-  const double eps = cfg.get_float("stats.epsilon");
+  // The checkpoint's model (and so troupe eval) normalizes with the same epsilon.
+  const double eps = cfg.get_float("model.obs_norm_eps");
   const double clip = cfg.get_float("model.obs_norm_clip");
   const bool box = spec->action == learners::action_kind::box;
   plan.make_runner = [&sys, store = plan.store, env_id, envs_of_slot, env_threads,
                       num_steps, seed, runners_per_learner, obs_norm, eps, clip, box,
-                      fail_after, resume_salt, obs_scale, obs_spread, saved_runners,
+                      resume_salt, obs_scale, obs_spread, saved_runners,
                       obs_dim = spec->obs_dim](const actors::runner_request& req) {
     const uint64_t slot = req.learner * runners_per_learner + req.index;
     const size_t n = envs_of_slot(slot);
@@ -658,12 +658,20 @@ result<training_result> run_training(const config& cfg, const std::string& resum
         std::fprintf(stderr, "troupe: not continuing the saved runner state: %s\n",
                      fits.err().message.c_str());
     }
+    // The view holds the keeper's current snapshot before the runner's first
+    // step: a resumed or restarted runner acts on normalized observations.
     std::shared_ptr<learners::stats_view> view;
-    if (obs_norm)
-      view = actors::subscribe_view(sys, req.keeper, "obs", static_cast<size_t>(obs_dim));
-    const bool inject = fail_after > 0 && slot == 0 && req.restarts == 0;
-    auto policy =
-      actors::make_store_policy(store, num_steps, false, inject ? fail_after : 0);
+    if (obs_norm) {
+      auto v =
+        actors::subscribe_view(sys, req.keeper, "obs", static_cast<size_t>(obs_dim));
+      if (!v) {
+        std::fprintf(stderr, "troupe: runner '%s': %s\n", req.name.c_str(),
+                     v.err().message.c_str());
+        return caf::actor{};
+      }
+      view = std::move(*v);
+    }
+    auto policy = actors::make_store_policy(store, num_steps);
     return actors::spawn_env_runner(sys, ro, shared, policy, req.consumer, req.keeper,
                                     view);
   };

@@ -75,8 +75,9 @@ policy_fn versioned_random_policy(const envs::space& space) {
   auto inner = make_random_policy(space);
   auto calls = std::make_shared<uint64_t>(100);
   return [inner, calls](const float* obs, size_t n, kernels::rng& gen, float* actions,
-                        float* logp) {
-    inner(obs, n, gen, actions, logp);
+                        float* logp) -> result<uint64_t> {
+    if (auto acted = inner(obs, n, gen, actions, logp); !acted)
+      return acted.err();
     return (*calls)++;
   };
 }
@@ -367,7 +368,9 @@ TEST_CASE("a random policy draws only actions inside the action space") {
     kernels::rng gen(seed);
     std::vector<float> actions(1000 * space.size());
     std::vector<float> logp(1000);
-    CHECK(policy(nullptr, 1000, gen, actions.data(), logp.data()) == 0);
+    auto acted = policy(nullptr, 1000, gen, actions.data(), logp.data());
+    REQUIRE(acted.ok());
+    CHECK(*acted == 0);
     // Uniform: every draw has log-probability -log n, or -log of the box's volume.
     double expected = 0;
     if (space.kind == envs::space_kind::discrete)

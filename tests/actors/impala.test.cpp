@@ -122,7 +122,9 @@ TEST_CASE("V-trace with the log-probabilities the store policy recorded equals V
     for (auto& x : obs)
       x = 1.5f * normal(rng);
     for (size_t t = 0; t < steps; ++t)
-      policy(&obs[t * envs * 4], envs, gen, &actions[t * envs * ad], &recorded[t * envs]);
+      REQUIRE(policy(&obs[t * envs * 4], envs, gen, &actions[t * envs * ad],
+                     &recorded[t * envs])
+                .ok());
     for (size_t i = 0; i < n; ++i) {
       rewards[i] = normal(rng);
       discounts[i] = u(rng) < 0.1f ? 0.0f : 0.99f;
@@ -215,8 +217,9 @@ TEST_CASE("an IMPALA learner learns an on-policy batch with its recorded log-pro
   auto policy = actors::make_store_policy(store, steps);
   kernels::rng gen(rng());
   for (size_t t = 0; t < steps; ++t)
-    policy(&b.observations[t * envs * 4], envs, gen, &b.actions[t * envs],
-           &b.behavior_logp[t * envs]);
+    REQUIRE(policy(&b.observations[t * envs * 4], envs, gen, &b.actions[t * envs],
+                   &b.behavior_logp[t * envs])
+              .ok());
   b.rewards.resize(n);
   for (auto& r : b.rewards)
     r = normal(rng);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <random>
 #include <string>
@@ -30,9 +31,9 @@ struct keeper_fixture {
   std::vector<std::string> log;
   std::mutex log_mtx;
 
-  keeper_fixture() {
+  explicit keeper_fixture(size_t threads = 2) {
     register_messages(cfg);
-    cfg.set("scheduler.max-threads", 2);
+    cfg.set("scheduler.max-threads", threads);
     sys = std::make_unique<caf::actor_system>(cfg);
   }
 
@@ -303,27 +304,29 @@ TEST_CASE("a view read completes while the keeper is blocked, with the last publ
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  keeper_fixture fx;
-  auto opts = fx.options(1, 0);
-  opts.gate = std::make_shared<keeper_gate>();
-  auto keeper = spawn_stats_keeper(*fx.sys, opts, true);
+  // One scheduler thread: a blocker actor that holds it stalls the keeper
+  // (and the view's feeder) without any hook in the keeper.
+  keeper_fixture fx(1);
+  auto keeper = spawn_stats_keeper(*fx.sys, fx.options(1, 0));
   caf::scoped_actor self{*fx.sys};
   ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"}, uint64_t{5});
-  auto view = subscribe_view(*fx.sys, keeper, "obs", 5);
   auto x = random_rows(rng, 100, 5, 1.0, 2.0);
   auto m = kernels::compute_moments(x.data(), 100, 5);
   self->send(keeper, delta_of("obs", "w", m));
-  sync(self, keeper);
-  // The feeder delivers asynchronously.
-  test::wait_until([&] { return view->published_version() >= 1; },
-                   "the view to hold the keeper's first publication");
-  opts.gate->close();
-  self->send(keeper, pause_atom::value);
-  test::wait_until([&] { return opts.gate->has_waiter(); },
-                   "the keeper to block on its gate");
+  auto view = subscribe_view(*fx.sys, keeper, "obs", 5);
+  REQUIRE(view.ok());
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  fx.sys->spawn([&entered, released] {
+    entered.set_value();
+    released.wait();
+  });
+  REQUIRE_MESSAGE(entered.get_future().wait_for(std::chrono::seconds(10)) ==
+                    std::future_status::ready,
+                  "expected the blocker to take the scheduler thread within 10 s");
   // The keeper is now blocked; more deltas queue up behind it.
   self->send(keeper, delta_of("obs", "w", m));
-  const auto& snap = view->read();
+  const auto& snap = (*view)->read();
   CHECK(snap.version == 1);
   CHECK(snap.count == 100);
   auto var = m.variance();
@@ -331,10 +334,64 @@ TEST_CASE("a view read completes while the keeper is blocked, with the last publ
     CHECK(snap.mean[j] == m.mean[j]);
     CHECK(snap.var[j] == doctest::Approx(var[j]).epsilon(1e-15));
   }
-  opts.gate->open();
+  release.set_value();
   sync(self, keeper);
   CHECK(ask<stream_status>(self, keeper, status_atom::value, std::string{"obs"}).version == 2);
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a subscribed view holds the keeper's current snapshot when it is handed out") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  keeper_fixture fx;
+  // Published only on request: the view's first snapshot is the subscription's answer.
+  auto keeper = spawn_stats_keeper(*fx.sys, fx.options(1u << 30, 0));
+  caf::scoped_actor self{*fx.sys};
+  ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"}, uint64_t{4});
+  const uint64_t deltas = 2 + rng() % 5;
+  for (uint64_t i = 0; i < deltas; ++i) {
+    auto x = random_rows(rng, 50, 4, 3.0, 0.5);
+    self->send(keeper, delta_of("obs", "w", kernels::compute_moments(x.data(), 50, 4)));
+  }
+  sync(self, keeper);
+  auto expected =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"obs"});
+  REQUIRE(expected.version == deltas);
+  auto view = subscribe_view(*fx.sys, keeper, "obs", 4);
+  REQUIRE(view.ok());
+  // Read at once, as an actor's first step would: never the placeholder.
+  const auto& got = (*view)->read();
+  CHECK(got.version == deltas);
+  CHECK(got.count == 50 * deltas);
+  REQUIRE(got.mean.size() == 4);
+  for (size_t j = 0; j < 4; ++j) {
+    CHECK(got.mean[j] == expected.mean[j]);
+    CHECK(got.var[j] == expected.var[j]);
+  }
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a subscription to an unknown stream or to a keeper that never answers fails "
+          "naming the stream") {
+  keeper_fixture fx;
+  auto keeper = spawn_stats_keeper(*fx.sys, fx.options());
+  auto view = subscribe_view(*fx.sys, keeper, "missing", 3);
+  REQUIRE_FALSE(view.ok());
+  CHECK(view.err().message.find("'missing'") != std::string::npos);
+  // A stand-in keeper that takes the subscription and never answers it.
+  auto silent = fx.sys->spawn([](caf::event_based_actor* self) -> caf::behavior {
+    auto held = std::make_shared<std::vector<caf::response_promise>>();
+    return {[self, held](subscribe_atom, const std::string&) {
+      held->push_back(self->make_response_promise());
+    }};
+  });
+  auto late = subscribe_view(*fx.sys, silent, "obs", 3, std::chrono::milliseconds(200));
+  REQUIRE_FALSE(late.ok());
+  CHECK(late.err().message.find("did not answer") != std::string::npos);
+  CHECK(late.err().message.find("'obs'") != std::string::npos);
+  caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(keeper, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("the keeper's state saves and loads, and a damaged file changes nothing") {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <set>
+#include <stdexcept>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,6 +28,18 @@ using namespace troupe;
 using namespace troupe::actors;
 
 namespace {
+
+// `inner`, throwing on call `fail_on` (0: never): a runner that fails.
+policy_fn throwing_on_call(policy_fn inner, uint64_t fail_on) {
+  auto calls = std::make_shared<uint64_t>(0);
+  return [inner = std::move(inner), calls, fail_on](const float* obs, size_t n,
+                                                    kernels::rng& gen, float* actions,
+                                                    float* logp) -> result<uint64_t> {
+    if (++*calls == fail_on)
+      throw std::runtime_error("policy failure thrown on purpose by the test");
+    return inner(obs, n, gen, actions, logp);
+  };
+}
 
 struct supervisor_fixture {
   caf::actor_system_config cfg;
@@ -107,9 +120,9 @@ struct supervisor_fixture {
       ro.seed = seed + 1000 * req.learner + 100 * req.index + 10 * req.restarts;
       ro.steps_per_batch = steps;
       ro.log = sink();
-      return spawn_env_runner(*sys, ro, env,
-                              make_store_policy(store, steps, false, fails(req)),
-                              req.consumer, req.keeper);
+      return spawn_env_runner(
+        *sys, ro, env, throwing_on_call(make_store_policy(store, steps), fails(req)),
+        req.consumer, req.keeper);
     };
     return p;
   }

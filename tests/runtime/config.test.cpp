@@ -39,6 +39,22 @@ TEST_CASE("an unknown key names file, line and the nearest valid key") {
   CHECK(msg == "cartpole.toml:7: unknown key 'stats.momentun' (did you mean 'stats.momentum'?)");
 }
 
+TEST_CASE("stats.epsilon is refused in a file and in --set, saying to write "
+          "model.obs_norm_eps, the one epsilon of observation normalization") {
+  auto msg = errors_of("[stats]\nmode = \"ema\"\nepsilon = 1e-6\n");
+  CHECK(msg.find("cartpole.toml:3: unknown key 'stats.epsilon' (removed:") !=
+        std::string::npos);
+  CHECK(msg.find("write model.obs_norm_eps instead") != std::string::npos);
+  msg = errors_of("", {"stats.epsilon=1e-6"});
+  CHECK(msg.find("--set stats.epsilon=1e-6: unknown key 'stats.epsilon' (removed:") !=
+        std::string::npos);
+  CHECK(msg.find("write model.obs_norm_eps instead") != std::string::npos);
+  auto cfg = parse_config("[model]\nobs_norm_eps = 1e-6\n", "m.toml");
+  REQUIRE(cfg.has_value());
+  CHECK(cfg->get_float("model.obs_norm_eps") == 1e-6);
+  CHECK(find_option("stats.epsilon") == nullptr);
+}
+
 TEST_CASE("unknown sections and top-level keys are reported with their lines") {
   auto msg = errors_of("seed = 3\n[statz]\nmode = \"ema\"\n");
   CHECK(msg.find("cartpole.toml:1: unknown top-level key 'seed'") != std::string::npos);
@@ -61,7 +77,7 @@ TEST_CASE("an out-of-range value names the range and the value given") {
   msg = errors_of("[run]\ndevice = \"gpu\"\n");
   CHECK(msg == "cartpole.toml:2: run.device: expected one of \"auto\", \"cpu\", \"cuda\", "
                "got string \"gpu\"");
-  msg = errors_of("[stats]\nepsilon = 0\n");
+  msg = errors_of("[model]\nobs_norm_eps = 0\n");
   CHECK(msg.find("expected a float in (0, 1], got integer 0") != std::string::npos);
 }
 

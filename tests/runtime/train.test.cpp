@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,8 +26,12 @@
 
 #include <fmt/format.h>
 
+#include "learners/checkpoint.hpp"
 #include "learners/safetensors.hpp"
+#include "runtime/config.hpp"
+#include "runtime/train.hpp"
 #include "tests/cli_support.hpp"
+#include "tests/runtime/failing_env.hpp"
 
 extern char** environ;
 
@@ -246,21 +251,77 @@ TEST_CASE("a run killed with SIGKILL after its first checkpoint resumes at the "
         std::stoull(counters.at("episodes")));
 }
 
+// Sends this process's stderr to a file while it lives; text() reads it.
+class stderr_capture {
+public:
+  explicit stderr_capture(fs::path path) : path_(std::move(path)) {
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(fd >= 0);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  ~stderr_capture() { restore(); }
+  std::string text() {
+    restore();
+    return read_file(path_);
+  }
+
+private:
+  void restore() {
+    if (saved_ < 0)
+      return;
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  fs::path path_;
+  int saved_ = -1;
+};
+
 TEST_CASE("an environment runner that throws is restarted and the run goes on") {
+  // In this process, with the test-only environment Failing-v0 (the troupe
+  // binary does not know it): its step throws once, in runner 0.
   temp_folder dir("train-restart");
-  auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
-                                  "--set algo.total_env_steps=20480 "
-                                  "--set env.fail_after_calls=300",
-                                  config_path()),
-                      dir);
-  INFO(r.err);
-  REQUIRE(r.status == 0);
-  CHECK(r.err.find("runner 'learner0.runner0' failed") != std::string::npos);
-  CHECK(r.err.find("restart 1 of 3") != std::string::npos);
+  troupe::test::register_failing_env();
+  auto cfg = troupe::runtime::load_config(
+    config_path(), {fmt::format("run.output_dir=\"{}\"", (dir.path / "out").string()),
+                    "algo.total_env_steps=20480", "env.id=\"Failing-v0\""});
+  INFO((cfg ? std::string{} : cfg.err().message));
+  REQUIRE(cfg.ok());
+  std::string err;
+  {
+    stderr_capture capture(dir.path / "stderr.txt");
+    auto r = troupe::runtime::run_training(*cfg);
+    err = capture.text();
+    INFO(err);
+    INFO((r ? std::string{} : r.err().message));
+    REQUIRE(r.ok());
+    CHECK(r->env_steps == 20480);
+  }
+  INFO(err);
+  CHECK(err.find("runner 'learner0.runner0' failed") != std::string::npos);
+  CHECK(err.find("Failing-v0 throws on purpose") != std::string::npos);
+  CHECK(err.find("restart 1 of 3") != std::string::npos);
   auto rows = read_metrics(only_run(dir.path / "out"));
   REQUIRE(!rows.empty());
   CHECK(rows.back().at("runner_restarts") == "1");
   CHECK(std::stoull(rows.back().at("env_steps")) == 20480);
+}
+
+TEST_CASE("the test hook env.fail_after_calls is no user option any more") {
+  temp_folder dir("train-nohook");
+  auto r = run_troupe(
+    fmt::format("train '{}' --set env.fail_after_calls=300", config_path()), dir);
+  CHECK(r.status != 0);
+  CHECK(r.err.find("env.fail_after_calls") != std::string::npos);
+  CHECK(r.err.find("test hook") != std::string::npos);
+  auto described = run_troupe("config describe", dir);
+  REQUIRE(described.status == 0);
+  CHECK(described.out.find("fail_after_calls") == std::string::npos);
+  CHECK(described.out.find("obs_norm_eps") != std::string::npos);
 }
 
 TEST_CASE("a config error stops train before anything starts, naming the key") {
@@ -310,6 +371,34 @@ TEST_CASE("with observation normalization every view subscribes to a declared st
   REQUIRE(!rows.empty());
   // One observation delta per runner batch: 20480 steps of 4 envs x 128 steps.
   CHECK(std::stoull(rows.back().at("stats_version")) > 0);
+}
+
+TEST_CASE("a run with a non-default observation epsilon normalizes, checkpoints and "
+          "evaluates with that one epsilon") {
+  temp_folder dir("train-obs-eps");
+  auto r =
+    run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                           "--set algo.total_env_steps=2048 "
+                           "--set model.obs_norm=true --set model.obs_norm_eps=0.25",
+                           config_path()),
+               dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  auto run = only_run(dir.path / "out");
+  // The resolved config holds one epsilon of observation normalization.
+  const auto resolved = read_file(run / "config.toml");
+  CHECK(resolved.find("obs_norm_eps = 0.25") != std::string::npos);
+  CHECK(resolved.find("\nepsilon") == std::string::npos);
+  // The checkpoint carries it, and troupe eval normalizes with the checkpoint's.
+  const auto rows = read_metrics(run);
+  const auto ckpt = run / "checkpoints" /
+                    fmt::format("{:010d}", std::stoull(rows.back().at("updates"))) /
+                    "policy.safetensors";
+  auto policy = troupe::learners::load_checkpoint(ckpt.string());
+  REQUIRE(policy.ok());
+  CHECK(policy->model.spec().obs_norm);
+  CHECK(policy->model.spec().obs_norm_eps == 0.25);
+  CHECK(policy->metadata.at("obs_norm_eps") == "0.25");
 }
 
 TEST_CASE("a checkpoint due as the run ends fails nothing and leaves no partial folder "
@@ -384,16 +473,20 @@ TEST_CASE("a run folder killed before its first complete checkpoint starts over 
   CHECK(fs::exists(run / "checkpoints" / fmt::format("{:010d}", 10) / "counters.txt"));
 }
 
-TEST_CASE("a finished run extended with --resume learns exactly what one uninterrupted "
-          "run learns (sync PPO, one learner: runner and learner states are restored)") {
-  temp_folder dir("train-exact");
+// Runs 10240 steps in one go ("whole") and as 5120 steps extended to 10240 with
+// --resume ("parts"), with `extra` overrides on both. Each batch was made with
+// the statistics version its metrics row records; when both runs made every
+// batch with the same version (always, without observation normalization),
+// they must end with the same weights, Adam moments and episodes. Returns the
+// parts run.
+fs::path check_exact_resume(const temp_folder& dir, const std::string& extra) {
   const uint64_t seed = fresh_seed() % 100000;
   CAPTURE(seed);
   // A constant learning rate: annealing follows the budget, which the resume extends.
   const std::string common = fmt::format(
     "--set run.seed={} --set algo.anneal_lr=false --set run.checkpoint_every_updates=0 "
-    "--set run.log_every_updates=1",
-    seed);
+    "--set run.log_every_updates=1 {}",
+    seed, extra);
   auto whole = run_troupe(fmt::format("train '{}' --set run.output_dir='\"whole\"' "
                                       "--set algo.total_env_steps=10240 {}",
                                       config_path(), common),
@@ -412,6 +505,19 @@ TEST_CASE("a finished run extended with --resume learns exactly what one uninter
     dir);
   INFO(rest.err);
   REQUIRE(rest.status == 0);
+  auto rows_whole = read_metrics(only_run(dir.path / "whole"));
+  auto rows_parts = read_metrics(parts);
+  REQUIRE(rows_parts.size() == rows_whole.size());
+  // Which statistics each batch saw depends on when the keeper's publication
+  // reached the runner's view, in both runs alike (not on the resume).
+  bool same_statistics = true;
+  for (size_t i = 0; i < rows_parts.size(); ++i)
+    same_statistics &=
+      rows_parts[i].at("stats_version") == rows_whole[i].at("stats_version");
+  if (!same_statistics) {
+    MESSAGE("a batch saw a statistics publication late in one run: weights not compared");
+    return parts;
+  }
   const auto final_ckpt = fmt::format("{:010d}", 20);
   auto a = troupe::learners::read_safetensors(
     (only_run(dir.path / "whole") / "checkpoints" / final_ckpt / "optimizer.safetensors")
@@ -433,11 +539,33 @@ TEST_CASE("a finished run extended with --resume learns exactly what one uninter
     CHECK(differ == 0);
   }
   // The same episodes ended: episodes under way went on across the resume.
-  auto rows_whole = read_metrics(only_run(dir.path / "whole"));
-  auto rows_parts = read_metrics(parts);
   CHECK(rows_parts.back().at("episodes") == rows_whole.back().at("episodes"));
   CHECK(rows_parts.back().at("return_mean_100") ==
         rows_whole.back().at("return_mean_100"));
+  return parts;
+}
+
+TEST_CASE("a finished run extended with --resume learns exactly what one uninterrupted "
+          "run learns (sync PPO, one learner: runner and learner states are restored)") {
+  temp_folder dir("train-exact");
+  check_exact_resume(dir, "");
+}
+
+TEST_CASE("with observation normalization a run extended with --resume acts on the "
+          "restored statistics from its first step, and learns exactly what one "
+          "uninterrupted run learns when both made each batch with the same statistics") {
+  temp_folder dir("train-exact-obsnorm");
+  // Every merge published at once, so that each batch normally sees the
+  // statistics of all batches before it.
+  auto parts = check_exact_resume(
+    dir, "--set model.obs_norm=true --set stats.publish_every_merges=1 "
+         "--set stats.publish_interval_ms=0");
+  // The first batch after the resume was made with the restored statistics of
+  // the 10 batches before it (nothing merges before it), never with the
+  // placeholder (version 0).
+  auto rows = read_metrics(parts);
+  REQUIRE(rows.size() == 20);
+  CHECK(rows[10].at("stats_version") == "10");
 }
 
 namespace {
