@@ -302,7 +302,9 @@ int bench_stats(const args_t& args) {
   static const std::vector<arg_spec> specs = {
     {"json", false, false, "print one JSON object"},
     {"deltas", true, false, "deltas per producer for merges_per_s (default 500000)"},
-    {"repeats", true, false, "repetitions of each measurement; the median is reported (default 3)"},
+    {"repeats", true, false,
+     "repetitions of each measurement; the median is reported (default 3)"},
+    {"reads", true, false, "view reads timed per publication rate (default 4000000)"},
   };
   auto parsed = parse_args("troupe bench stats", args, specs);
   if (!parsed)
@@ -312,6 +314,9 @@ int bench_stats(const args_t& args) {
                 fmt::format("bench stats: unexpected argument '{}'", parsed->positional[0]));
   auto deltas = parsed->get_int("deltas", 500000, 1000, 1000000000);
   auto repeats = parsed->get_int("repeats", 3, 1, 100);
+  auto reads = parsed->get_int("reads", 4000000, 1000, 1000000000);
+  if (!reads)
+    return fail(exit_bad_input, reads.err().message);
   if (!deltas)
     return fail(exit_bad_input, deltas.err().message);
   if (!repeats)
@@ -354,8 +359,8 @@ int bench_stats(const args_t& args) {
   say(fmt::format("merge/raw ratio     {:>14.3f}", merges / raw));
 
   const uint64_t default_every = actors::stats_keeper_options{}.publish_every_merges;
-  auto lat = view_read_latency(sys, 4000000, default_every);
-  auto worst = view_read_latency(sys, 4000000, 1);
+  auto lat = view_read_latency(sys, static_cast<uint64_t>(*reads), default_every);
+  auto worst = view_read_latency(sys, static_cast<uint64_t>(*reads), 1);
   auto say_reads = [&](const char* kind, const latency_percentiles& p,
                        const std::string& how) {
     say(fmt::format("read_ns {:<12} p50 {:.1f}  p99 {:.1f}  p99.9 {:.1f}  ({} reads; {})",
@@ -369,7 +374,7 @@ int bench_stats(const args_t& args) {
   say_reads("nothing new", worst.same, "keeper publishing on every merge");
 
   std::vector<double> normal, stalled;
-  const uint64_t iterations = 20000000;
+  const uint64_t iterations = 5 * static_cast<uint64_t>(*reads);
   for (int64_t r = 0; r < *repeats; ++r) {
     normal.push_back(stalled_consumer_rate(false, iterations));
     stalled.push_back(stalled_consumer_rate(true, iterations));

@@ -1,5 +1,6 @@
 // `troupe bench learner --json`: one row per PPO case, V-trace shape and
-// acting size, each with a positive finite rate; bad options exit 2.
+// acting size, each with a positive finite rate; `troupe bench stats --json`:
+// view reads by kind; bad options exit 2.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -53,4 +54,38 @@ TEST_CASE("bench learner --json rows: PPO cases, V-trace shapes and acting sizes
   auto bad = run_troupe("bench learner --device tpu", dir);
   CHECK(bad.status == 2);
   CHECK(bad.err.find("tpu") != std::string::npos);
+}
+
+TEST_CASE(
+  "bench stats --json reports reads of a new snapshot apart from reads with nothing "
+  "new, and the two counts add up to the reads timed") {
+  temp_folder dir("bench-stats-cli");
+  auto r = run_troupe("bench stats --json --deltas 1000 --repeats 1 --reads 20000", dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  INFO(r.out);
+  for (const char* key : {"\"read_ns_new_snapshot\": {", "\"read_ns_nothing_new\": {",
+                          "\"read_ns_new_snapshot_every_merge\": {",
+                          "\"read_ns_nothing_new_every_merge\": {"})
+    CHECK(count_of(r.out, key) == 1);
+  // In that order: new, nothing new (default publishing), then both for
+  // publishing on every merge.
+  auto reads = values_of(r.out, "reads");
+  REQUIRE(reads.size() == 4);
+  CHECK(reads[0] + reads[1] == 20000);
+  CHECK(reads[2] + reads[3] == 20000);
+  CHECK(reads[1] > 0);
+  CHECK(reads[3] > 0);
+  // A kind of read that happened has finite percentiles; p50 <= p99 <= p99.9.
+  auto p50 = values_of(r.out, "p50"), p99 = values_of(r.out, "p99"),
+       p999 = values_of(r.out, "p999");
+  REQUIRE(p50.size() == 4);
+  for (size_t k : {size_t{1}, size_t{3}}) {
+    CHECK(std::isfinite(p50[k]));
+    CHECK(p50[k] <= p99[k]);
+    CHECK(p99[k] <= p999[k]);
+  }
+  auto bad = run_troupe("bench stats --reads 5", dir);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("reads") != std::string::npos);
 }

@@ -343,7 +343,17 @@ TEST_CASE("SIGTERM stops a run cleanly with a final row and a final checkpoint")
   const pid_t pid = start_until_first_checkpoint(out, seed);
   kill(pid, SIGTERM);
   int st = 0;
-  waitpid(pid, &st, 0);
+  // Bounded: a run that ignores SIGTERM fails here instead of hanging, and is
+  // killed rather than left training a budget of 50M steps.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (waitpid(pid, &st, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      FAIL("troupe train did not exit within 120 s of SIGTERM");
+    }
+    std::this_thread::yield();
+  }
   REQUIRE(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) == 0);
   auto run = only_run(out);
