@@ -144,17 +144,9 @@ public:
     // Advantages are normalized over the whole batch before it is split.
     ppo_config shard_config = config;
     ppo_batch<float> whole = batch;
-    if (config.normalize_advantages && batch.rows > 1) {
-      advantages_.assign(batch.advantages, batch.advantages + batch.rows);
-      double mean = 0, ss = 0;
-      for (auto a : advantages_)
-        mean += a;
-      mean /= static_cast<double>(batch.rows);
-      for (auto a : advantages_)
-        ss += (a - mean) * (a - mean);
-      const double std = std::sqrt(ss / static_cast<double>(batch.rows - 1));
-      for (auto& a : advantages_)
-        a = static_cast<float>((a - mean) / (std + 1e-8));
+    if (config.normalize_advantages) {
+      advantages_.resize(batch.rows);
+      normalize_advantages(batch.advantages, batch.rows, advantages_.data());
       whole.advantages = advantages_.data();
       shard_config.normalize_advantages = false;
     }

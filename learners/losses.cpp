@@ -59,6 +59,24 @@ void backward_all(const model_spec& spec, const model_layout& layout, const T* p
 // -- PPO ---------------------------------------------------------------------
 
 template <class T>
+void normalize_advantages(const T* in, size_t rows, T* out) {
+  if (rows < 2) {
+    std::copy(in, in + rows, out);
+    return;
+  }
+  double mean = 0;
+  for (size_t r = 0; r < rows; ++r)
+    mean += static_cast<double>(in[r]);
+  mean /= static_cast<double>(rows);
+  double ss = 0;
+  for (size_t r = 0; r < rows; ++r)
+    ss += (static_cast<double>(in[r]) - mean) * (static_cast<double>(in[r]) - mean);
+  const double std = std::sqrt(ss / static_cast<double>(rows - 1)); // torch.std: unbiased
+  for (size_t r = 0; r < rows; ++r)
+    out[r] = static_cast<T>((static_cast<double>(in[r]) - mean) / (std + 1e-8));
+}
+
+template <class T>
 loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout,
                               const T* params, T* buffers, const ppo_batch<T>& batch,
                               const ppo_config& config, const train_options& options,
@@ -68,19 +86,11 @@ loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout
               batch.discrete_actions, batch.box_actions, options, ws);
 
   // Advantages are data: normalizing them changes no gradient formula.
-  ws.advantages.assign(batch.advantages, batch.advantages + rows);
-  if (config.normalize_advantages && rows > 1) {
-    double mean = 0;
-    for (auto a : ws.advantages)
-      mean += static_cast<double>(a);
-    mean /= static_cast<double>(rows);
-    double ss = 0;
-    for (auto a : ws.advantages)
-      ss += (static_cast<double>(a) - mean) * (static_cast<double>(a) - mean);
-    double std = std::sqrt(ss / static_cast<double>(rows - 1)); // torch.std: unbiased
-    for (auto& a : ws.advantages)
-      a = static_cast<T>((static_cast<double>(a) - mean) / (std + 1e-8));
-  }
+  ws.advantages.resize(rows);
+  if (config.normalize_advantages)
+    normalize_advantages(batch.advantages, rows, ws.advantages.data());
+  else
+    ws.advantages.assign(batch.advantages, batch.advantages + rows);
 
   ws.d_logp.resize(rows);
   ws.d_entropy.resize(rows);
@@ -222,6 +232,7 @@ loss_report vtrace_loss_and_grad(const model_spec& spec, const model_layout& lay
 }
 
 #define TROUPE_INSTANTIATE_LOSSES(T)                                              \
+  template void normalize_advantages<T>(const T*, size_t, T*);                    \
   template loss_report ppo_loss_and_grad<T>(                                      \
       const model_spec&, const model_layout&, const T*, T*, const ppo_batch<T>&,  \
       const ppo_config&, const train_options&, loss_workspace<T>&, T*);           \

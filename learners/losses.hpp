@@ -70,6 +70,12 @@ struct ppo_config {
   bool normalize_advantages = true; ///< (A - mean) / (std + 1e-8) per batch
 };
 
+/// PPO's advantage normalization over a whole batch, in float64:
+/// out = (in - mean) / (std + 1e-8) with the unbiased std (torch.std); a
+/// batch of fewer than two rows is copied unchanged. `out` may equal `in`.
+template <class T>
+void normalize_advantages(const T* in, size_t rows, T* out);
+
 /// A PPO minibatch (row-major, not owned).
 template <class T>
 struct ppo_batch {
