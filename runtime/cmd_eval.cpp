@@ -18,6 +18,7 @@
 #include "learners/rollout.hpp"
 #include "runtime/args.hpp"
 #include "runtime/commands.hpp"
+#include "runtime/json.hpp"
 
 namespace troupe::runtime {
 
@@ -209,19 +210,6 @@ summary summarize(const std::vector<double>& xs) {
   return s;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += {'\\', c};
-    else if (static_cast<unsigned char>(c) < 0x20)
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-    else
-      out += c;
-  }
-  return out + "\"";
-}
-
 } // namespace
 
 int cmd_eval(const args_t& args) {
@@ -286,16 +274,18 @@ int cmd_eval(const args_t& args) {
   const auto returns = summarize(stats->returns);
   const auto lengths = summarize(stats->lengths);
   if (parsed->flag("json")) {
-    // Shortest decimal that reads back as the same float64.
-    std::printf("%s\n",
-                fmt::format("{{\"episodes\": {}, \"return_mean\": {}, \"return_std\": {}, "
-                            "\"return_min\": {}, \"return_max\": {}, \"length_mean\": {}, "
-                            "\"env_id\": {}, \"stochastic\": {}, \"seed\": {}, "
-                            "\"checkpoint\": {}}}",
-                            options.episodes, returns.mean, returns.std, returns.min,
-                            returns.max, lengths.mean, json_string(options.env_id),
-                            options.stochastic, options.seed, json_string(*policy_path))
-                  .c_str());
+    json out;
+    out["episodes"] = options.episodes;
+    out["return_mean"] = returns.mean;
+    out["return_std"] = returns.std;
+    out["return_min"] = returns.min;
+    out["return_max"] = returns.max;
+    out["length_mean"] = lengths.mean;
+    out["env_id"] = options.env_id;
+    out["stochastic"] = options.stochastic;
+    out["seed"] = options.seed;
+    out["checkpoint"] = *policy_path;
+    std::fputs(json_line(out).c_str(), stdout);
     return 0;
   }
   std::printf("%s\n%s: %lld %s episodes, seeds %llu..%llu\n"
