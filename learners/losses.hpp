@@ -57,6 +57,7 @@ struct loss_workspace {
   std::vector<T> d_value;  ///< per-row dL/dV
   std::vector<T> d_head;   ///< dL/d(actor output)
   std::vector<T> advantages; ///< normalized advantages
+  std::vector<float> terms;  ///< float PPO: per-row loss terms [rows x 5] (kernels::ppo_terms)
 };
 
 // -- PPO ---------------------------------------------------------------------
