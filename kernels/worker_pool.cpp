@@ -26,7 +26,8 @@ worker_pool::~worker_pool() {
 }
 
 void worker_pool::run(size_t tasks, const std::function<void(size_t)>& fn) {
-  TROUPE_CHECK(tasks <= size(), "worker_pool::run: {} tasks for {} threads", tasks, size());
+  TROUPE_CHECK(tasks <= size(), "worker_pool::run: {} tasks for {} threads", tasks,
+               size());
   if (tasks <= 1) {
     if (tasks == 1)
       fn(0);
@@ -59,7 +60,8 @@ void worker_pool::work(size_t task) {
       now = generation_.load(std::memory_order_acquire);
     if (now == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      wake_.wait(lock,
+                 [&] { return generation_.load(std::memory_order_acquire) != seen; });
       now = generation_.load(std::memory_order_acquire);
     }
     seen = now;

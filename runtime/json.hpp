@@ -18,8 +18,8 @@ using json = nlohmann::ordered_json;
 
 /// The same for float32 numbers (policy outputs): the shortest decimal that
 /// reads back as the same float32.
-using json_f32 = nlohmann::basic_json<nlohmann::ordered_map, std::vector, std::string, bool,
-                                      std::int64_t, std::uint64_t, float>;
+using json_f32 = nlohmann::basic_json<nlohmann::ordered_map, std::vector, std::string,
+                                      bool, std::int64_t, std::uint64_t, float>;
 
 /// One line of compact JSON; bytes that are not UTF-8 (in a path, say)
 /// print as U+FFFD instead of failing.

@@ -22,7 +22,8 @@
 #include "learners/avx512/mlp_avx512.hpp"
 
 #if !defined(__AVX512F__) || !defined(__AVX512VL__) || !defined(__FMA__)
-#error "learners/avx512 must be compiled with -mavx512f -mavx512vl -mfma (see CMakeLists.txt)"
+#error                                                                                   \
+  "learners/avx512 must be compiled with -mavx512f -mavx512vl -mfma (see CMakeLists.txt)"
 #endif
 
 namespace troupe::learners::avx512 {

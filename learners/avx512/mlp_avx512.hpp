@@ -11,14 +11,15 @@ namespace troupe::learners::avx512 {
 
 /// network_forward<float> compiled for AVX-512.
 [[gnu::visibility("default")]] void
-network_forward_float(const network_layout& net, const model_spec& spec, const float* params,
-                      const float* buffers, const float* input, size_t rows, forward_mode mode,
-                      network_cache<float>& cache);
+network_forward_float(const network_layout& net, const model_spec& spec,
+                      const float* params, const float* buffers, const float* input,
+                      size_t rows, forward_mode mode, network_cache<float>& cache);
 
 /// network_backward<float> compiled for AVX-512.
 [[gnu::visibility("default")]] void
-network_backward_float(const network_layout& net, const model_spec& spec, const float* params,
-                       network_cache<float>& cache, const float* d_output, float* grad);
+network_backward_float(const network_layout& net, const model_spec& spec,
+                       const float* params, network_cache<float>& cache,
+                       const float* d_output, float* grad);
 
 /// gemm_gflops compiled for AVX-512.
 [[gnu::visibility("default")]] double gemm_gflops(size_t rows, size_t k, size_t n,

@@ -11,7 +11,8 @@
 
 using troupe::kernels::worker_pool;
 
-TEST_CASE("a worker pool runs every task of every step exactly once, on distinct threads") {
+TEST_CASE(
+  "a worker pool runs every task of every step exactly once, on distinct threads") {
   const uint64_t seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);

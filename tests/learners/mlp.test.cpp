@@ -15,21 +15,22 @@ using namespace troupe::learners;
 namespace {
 
 struct pass_outputs {
-  std::vector<double> out;   ///< forward output
-  std::vector<double> grad;  ///< gradient of sum(out * d_out)
+  std::vector<double> out;  ///< forward output
+  std::vector<double> grad; ///< gradient of sum(out * d_out)
 };
 
 template <class T>
 pass_outputs run_passes(const model_spec& spec, const model_layout& layout,
-                        const std::vector<double>& params, const std::vector<double>& buffers,
-                        const std::vector<double>& input, const std::vector<double>& d_out,
-                        size_t rows) {
+                        const std::vector<double>& params,
+                        const std::vector<double>& buffers,
+                        const std::vector<double>& input,
+                        const std::vector<double>& d_out, size_t rows) {
   std::vector<T> p(params.begin(), params.end()), b(buffers.begin(), buffers.end());
   std::vector<T> x(input.begin(), input.end()), d(d_out.begin(), d_out.end());
   std::vector<T> grad(p.size(), T{0});
   network_cache<T> cache;
-  network_forward(layout.actor, spec, p.data(), b.data(), x.data(), rows, forward_mode::train,
-                  cache);
+  network_forward(layout.actor, spec, p.data(), b.data(), x.data(), rows,
+                  forward_mode::train, cache);
   network_backward(layout.actor, spec, p.data(), cache, d.data(), grad.data());
   return {std::vector<double>(cache.out.begin(), cache.out.end()),
           std::vector<double>(grad.begin(), grad.end())};
@@ -77,22 +78,26 @@ TEST_CASE("the portable and AVX-512 float passes both match the float64 referenc
       // A relu kink that float rounding moves across changes one row's
       // gradient by about 1/rows; tanh has no kinks.
       const double grad_tol = act == activation_kind::relu ? 2e-2 : 1e-4;
-      const auto reference = run_passes<double>(spec, layout, params, buffers, input, d_out, rows);
+      const auto reference =
+        run_passes<double>(spec, layout, params, buffers, input, d_out, rows);
 
       set_avx512_enabled(false);
       REQUIRE_FALSE(avx512_in_use());
-      const auto portable = run_passes<float>(spec, layout, params, buffers, input, d_out, rows);
+      const auto portable =
+        run_passes<float>(spec, layout, params, buffers, input, d_out, rows);
       set_avx512_enabled(true);
       CHECK(worst_error(portable.out, reference.out) < 1e-4);
       CHECK(worst_error(portable.grad, reference.grad) < grad_tol);
 
       if (avx512_in_use()) {
-        const auto wide = run_passes<float>(spec, layout, params, buffers, input, d_out, rows);
+        const auto wide =
+          run_passes<float>(spec, layout, params, buffers, input, d_out, rows);
         CHECK(worst_error(wide.out, reference.out) < 1e-4);
         CHECK(worst_error(wide.grad, reference.grad) < grad_tol);
         CHECK(worst_error(wide.out, portable.out) < 1e-4);
       } else {
-        MESSAGE("this CPU or build has no AVX-512 copy: only the portable copy was compared");
+        MESSAGE(
+          "this CPU or build has no AVX-512 copy: only the portable copy was compared");
       }
     }
 }
