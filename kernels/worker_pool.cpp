@@ -45,9 +45,14 @@ void worker_pool::run(size_t tasks, const std::function<void(size_t)>& fn) {
   }
   wake_.notify_all();
   fn(0);
-  for (int spins = 0; spins < spin_limit; ++spins)
+  // As the vector env's pool always did: spin, then yield (a step of tens of
+  // microseconds never pays for a wake-up); a long learner step then sleeps.
+  for (int spins = 0; spins < spin_limit; ++spins) {
     if (pending_.load(std::memory_order_acquire) == 0)
       return;
+    if (spins > 64)
+      std::this_thread::yield();
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
 }
