@@ -4,89 +4,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
+
+#include "kernels/worker_pool.hpp"
 
 namespace troupe::envs {
-
-// -- worker pool --------------------------------------------------------------
-
-// Runs task k of a step on worker k - 1 while the caller runs task 0. One step
-// is one generation. A step of a few thousand environments takes tens of
-// microseconds, about as long as waking a sleeping thread, so workers spin
-// briefly on the generation counter before they sleep, and the caller spins
-// (yielding) until the pending count reaches zero.
-class worker_pool {
-public:
-  using task_fn = void (*)(void* context, size_t task);
-
-  explicit worker_pool(size_t workers) {
-    for (size_t k = 0; k < workers; ++k)
-      threads_.emplace_back([this, k] { work(k + 1); });
-  }
-
-  ~worker_pool() {
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      stopping_.store(true, std::memory_order_release);
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    wake_.notify_all();
-    for (auto& t : threads_)
-      t.join();
-  }
-
-  // Runs fn(context, k) for k in [0, workers + 1) and returns when all ran.
-  void run(task_fn fn, void* context) {
-    fn_ = fn;
-    context_ = context;
-    pending_.store(threads_.size(), std::memory_order_relaxed);
-    {
-      // Under the mutex, so that a worker about to sleep cannot miss it.
-      std::lock_guard<std::mutex> guard(mutex_);
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    wake_.notify_all();
-    fn(context, 0);
-    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins)
-      if (spins > 64)
-        std::this_thread::yield();
-  }
-
-private:
-  static constexpr int spin_limit = 4000;
-
-  void work(size_t task) {
-    uint64_t seen = 0;
-    for (;;) {
-      uint64_t now = generation_.load(std::memory_order_acquire);
-      for (int spins = 0; now == seen && spins < spin_limit; ++spins)
-        now = generation_.load(std::memory_order_acquire);
-      if (now == seen) {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] {
-          return generation_.load(std::memory_order_acquire) != seen;
-        });
-        now = generation_.load(std::memory_order_acquire);
-      }
-      seen = now;
-      if (stopping_.load(std::memory_order_acquire))
-        return;
-      fn_(context_, task);
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
-    }
-  }
-
-  std::vector<std::thread> threads_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<size_t> pending_{0};
-  std::atomic<bool> stopping_{false};
-  task_fn fn_ = nullptr; // published by the release increment of generation_
-  void* context_ = nullptr;
-};
 
 // -- vector env ---------------------------------------------------------------
 
@@ -104,7 +25,7 @@ vector_env::vector_env(env_spec spec, size_t num_envs, size_t threads)
   size_t useful = std::max<size_t>(1, num_envs / min_envs_per_thread);
   chunks_ = std::max<size_t>(1, std::min(threads, useful));
   if (chunks_ > 1)
-    pool_ = std::make_unique<worker_pool>(chunks_ - 1);
+    pool_ = std::make_unique<kernels::worker_pool>(chunks_ - 1);
 }
 
 vector_env::~vector_env() = default;
@@ -160,17 +81,10 @@ status vector_env::step(const float* actions) {
     step_range(0, num_envs_, actions);
     return {};
   }
-  struct job {
-    vector_env* self;
-    const float* actions;
-  } j{this, actions};
-  pool_->run(
-    [](void* context, size_t k) {
-      auto& jb = *static_cast<job*>(context);
-      auto [begin, end] = chunk_range(jb.self->num_envs_, jb.self->chunks_, k);
-      jb.self->step_range(begin, end, jb.actions);
-    },
-    &j);
+  pool_->run(chunks_, [&](size_t k) {
+    auto [begin, end] = chunk_range(num_envs_, chunks_, k);
+    step_range(begin, end, actions);
+  });
   return {};
 }
 

@@ -32,9 +32,12 @@
 
 #include "envs/env.hpp"
 
+namespace troupe::kernels {
+class worker_pool;
+} // namespace troupe::kernels
+
 namespace troupe::envs {
 
-class worker_pool;
 
 /// Everything a vector env's future steps depend on, per environment, in
 /// structure-of-arrays form (environment i's values at i, or at i * width).
@@ -160,7 +163,7 @@ private:
   size_t chunks_;
   bool ready_ = false;
   bool clip_box_actions_ = false;
-  std::unique_ptr<worker_pool> pool_;
+  std::unique_ptr<kernels::worker_pool> pool_;
 };
 
 } // namespace troupe::envs

@@ -4,93 +4,15 @@
 // Local batch norm needs the statistics of the whole batch, so it runs in
 // one shard.
 #include <algorithm>
-#include <condition_variable>
-#include <functional>
-#include <mutex>
 #include <thread>
 
 #include "kernels/moments.hpp"
+#include "kernels/worker_pool.hpp"
 #include "learners/backend.hpp"
 
 namespace troupe::learners {
 
 namespace {
-
-// Runs fn(k) for k in [0, n) on persistent workers plus the calling thread.
-class worker_pool {
-public:
-  explicit worker_pool(unsigned workers) {
-    for (unsigned i = 0; i < workers; ++i)
-      threads_.emplace_back([this, i] { loop(i + 1); });
-  }
-
-  ~worker_pool() {
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (auto& t : threads_)
-      t.join();
-  }
-
-  size_t size() const noexcept { return threads_.size() + 1; }
-
-  void run(size_t n, const std::function<void(size_t)>& fn) {
-    if (n <= 1 || threads_.empty()) {
-      for (size_t k = 0; k < n; ++k)
-        fn(k);
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      job_ = &fn;
-      jobs_ = n;
-      pending_ = n - 1;
-      ++generation_;
-    }
-    wake_.notify_all();
-    fn(0);
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
-    job_ = nullptr;
-  }
-
-private:
-  void loop(size_t index) {
-    uint64_t seen = 0;
-    for (;;) {
-      const std::function<void(size_t)>* job;
-      size_t jobs;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-        if (stopping_)
-          return;
-        seen = generation_;
-        job = job_;
-        jobs = jobs_;
-      }
-      if (index < jobs)
-        (*job)(index);
-      if (index < jobs) {
-        std::lock_guard<std::mutex> guard(mutex_);
-        if (--pending_ == 0)
-          done_.notify_one();
-      }
-    }
-  }
-
-  std::vector<std::thread> threads_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::condition_variable done_;
-  const std::function<void(size_t)>* job_ = nullptr;
-  size_t jobs_ = 0;
-  size_t pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stopping_ = false;
-};
 
 struct shard_state {
   loss_workspace<float> workspace;
@@ -144,17 +66,9 @@ public:
     // Advantages are normalized over the whole batch before it is split.
     ppo_config shard_config = config;
     ppo_batch<float> whole = batch;
-    if (config.normalize_advantages && batch.rows > 1) {
-      advantages_.assign(batch.advantages, batch.advantages + batch.rows);
-      double mean = 0, ss = 0;
-      for (auto a : advantages_)
-        mean += a;
-      mean /= static_cast<double>(batch.rows);
-      for (auto a : advantages_)
-        ss += (a - mean) * (a - mean);
-      const double std = std::sqrt(ss / static_cast<double>(batch.rows - 1));
-      for (auto& a : advantages_)
-        a = static_cast<float>((a - mean) / (std + 1e-8));
+    if (config.normalize_advantages) {
+      advantages_.resize(batch.rows);
+      normalize_advantages(batch.advantages, batch.rows, advantages_.data());
       whole.advantages = advantages_.data();
       shard_config.normalize_advantages = false;
     }
@@ -248,7 +162,7 @@ private:
   adam_optimizer optimizer_;
   std::vector<kernels::moments> moments_;
   std::vector<shard_state> shards_;
-  worker_pool pool_;
+  kernels::worker_pool pool_;
 };
 
 } // namespace

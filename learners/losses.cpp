@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+
+#include "kernels/policy_heads.hpp"
 
 namespace troupe::learners {
 
@@ -59,6 +62,24 @@ void backward_all(const model_spec& spec, const model_layout& layout, const T* p
 // -- PPO ---------------------------------------------------------------------
 
 template <class T>
+void normalize_advantages(const T* in, size_t rows, T* out) {
+  if (rows < 2) {
+    std::copy(in, in + rows, out);
+    return;
+  }
+  double mean = 0;
+  for (size_t r = 0; r < rows; ++r)
+    mean += static_cast<double>(in[r]);
+  mean /= static_cast<double>(rows);
+  double ss = 0;
+  for (size_t r = 0; r < rows; ++r)
+    ss += (static_cast<double>(in[r]) - mean) * (static_cast<double>(in[r]) - mean);
+  const double std = std::sqrt(ss / static_cast<double>(rows - 1)); // torch.std: unbiased
+  for (size_t r = 0; r < rows; ++r)
+    out[r] = static_cast<T>((static_cast<double>(in[r]) - mean) / (std + 1e-8));
+}
+
+template <class T>
 loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout,
                               const T* params, T* buffers, const ppo_batch<T>& batch,
                               const ppo_config& config, const train_options& options,
@@ -68,19 +89,11 @@ loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout
               batch.discrete_actions, batch.box_actions, options, ws);
 
   // Advantages are data: normalizing them changes no gradient formula.
-  ws.advantages.assign(batch.advantages, batch.advantages + rows);
-  if (config.normalize_advantages && rows > 1) {
-    double mean = 0;
-    for (auto a : ws.advantages)
-      mean += static_cast<double>(a);
-    mean /= static_cast<double>(rows);
-    double ss = 0;
-    for (auto a : ws.advantages)
-      ss += (static_cast<double>(a) - mean) * (static_cast<double>(a) - mean);
-    double std = std::sqrt(ss / static_cast<double>(rows - 1)); // torch.std: unbiased
-    for (auto& a : ws.advantages)
-      a = static_cast<T>((static_cast<double>(a) - mean) / (std + 1e-8));
-  }
+  ws.advantages.resize(rows);
+  if (config.normalize_advantages)
+    normalize_advantages(batch.advantages, rows, ws.advantages.data());
+  else
+    ws.advantages.assign(batch.advantages, batch.advantages + rows);
 
   ws.d_logp.resize(rows);
   ws.d_entropy.resize(rows);
@@ -91,40 +104,65 @@ loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout
   const T* values = ws.critic.out.data();
   double pg_sum = 0, v_sum = 0, ent_sum = 0, kl_sum = 0;
   size_t clipped = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    const T log_ratio = ws.head.logp[r] - batch.old_logprob[r];
-    const T ratio = std::exp(log_ratio);
-    const T adv = ws.advantages[r];
-    const T unclipped = -adv * ratio;
-    const T clipped_term = -adv * std::clamp(ratio, T{1} - c, T{1} + c);
-    // When the clipped term is larger the ratio sits outside [1-c, 1+c],
-    // where the clip is flat: no gradient.
-    const bool take_unclipped = unclipped >= clipped_term;
-    pg_sum += static_cast<double>(take_unclipped ? unclipped : clipped_term);
-    ws.d_logp[r] = take_unclipped ? -adv * ratio * inv_rows : T{0};
-    kl_sum += static_cast<double>((ratio - T{1}) - log_ratio);
-    clipped += std::abs(ratio - T{1}) > c;
+  if constexpr (std::is_same_v<T, float>) {
+    // Training: the kernels' CPU twin (kernels/policy_heads.hpp), the code
+    // the CUDA twin is tested against.
+    kernels::ppo_term_constants k;
+    k.clip = c;
+    k.vf_coef = vf;
+    k.ent_coef = static_cast<float>(config.ent_coef);
+    k.inv_rows = inv_rows;
+    k.clip_value_loss = config.clip_value_loss;
+    ws.terms.resize(rows * 5);
+    kernels::ppo_terms(ws.head.logp.data(), ws.head.entropy.data(), values,
+                       batch.old_logprob, ws.advantages.data(), batch.returns,
+                       batch.old_values, rows, k, ws.d_logp.data(), ws.d_entropy.data(),
+                       ws.d_value.data(), ws.terms.data());
+    for (size_t r = 0; r < rows; ++r) {
+      const float* t = ws.terms.data() + r * 5;
+      pg_sum += t[0];
+      v_sum += t[1];
+      ent_sum += t[2];
+      kl_sum += t[3];
+      clipped += t[4] > 0.0f;
+    }
+  } else {
+    // The float64 reference: the same formulas written out.
+    for (size_t r = 0; r < rows; ++r) {
+      const T log_ratio = ws.head.logp[r] - batch.old_logprob[r];
+      const T ratio = std::exp(log_ratio);
+      const T adv = ws.advantages[r];
+      const T unclipped = -adv * ratio;
+      const T clipped_term = -adv * std::clamp(ratio, T{1} - c, T{1} + c);
+      // When the clipped term is larger the ratio sits outside [1-c, 1+c],
+      // where the clip is flat: no gradient.
+      const bool take_unclipped = unclipped >= clipped_term;
+      pg_sum += static_cast<double>(take_unclipped ? unclipped : clipped_term);
+      ws.d_logp[r] = take_unclipped ? -adv * ratio * inv_rows : T{0};
+      kl_sum += static_cast<double>((ratio - T{1}) - log_ratio);
+      clipped += std::abs(ratio - T{1}) > c;
 
-    const T v = values[r];
-    const T err = v - batch.returns[r];
-    if (config.clip_value_loss) {
-      const T delta = v - batch.old_values[r];
-      const T v_clipped = batch.old_values[r] + std::clamp(delta, -c, c);
-      const T err_clipped = v_clipped - batch.returns[r];
-      if (err * err >= err_clipped * err_clipped) {
+      const T v = values[r];
+      const T err = v - batch.returns[r];
+      if (config.clip_value_loss) {
+        const T delta = v - batch.old_values[r];
+        const T v_clipped = batch.old_values[r] + std::clamp(delta, -c, c);
+        const T err_clipped = v_clipped - batch.returns[r];
+        if (err * err >= err_clipped * err_clipped) {
+          v_sum += static_cast<double>(err * err);
+          ws.d_value[r] = vf * err * inv_rows;
+        } else {
+          v_sum += static_cast<double>(err_clipped * err_clipped);
+          const bool inside = delta > -c && delta < c;
+          ws.d_value[r] = inside ? vf * err_clipped * inv_rows : T{0};
+        }
+      } else {
         v_sum += static_cast<double>(err * err);
         ws.d_value[r] = vf * err * inv_rows;
-      } else {
-        v_sum += static_cast<double>(err_clipped * err_clipped);
-        const bool inside = delta > -c && delta < c;
-        ws.d_value[r] = inside ? vf * err_clipped * inv_rows : T{0};
       }
-    } else {
-      v_sum += static_cast<double>(err * err);
-      ws.d_value[r] = vf * err * inv_rows;
+      ent_sum += static_cast<double>(ws.head.entropy[r]);
+      ws.d_entropy[r] = -static_cast<T>(config.ent_coef) * inv_rows;
     }
-    ent_sum += static_cast<double>(ws.head.entropy[r]);
-    ws.d_entropy[r] = -static_cast<T>(config.ent_coef) * inv_rows;
   }
   loss_report report;
   const double n = static_cast<double>(rows);
@@ -222,6 +260,7 @@ loss_report vtrace_loss_and_grad(const model_spec& spec, const model_layout& lay
 }
 
 #define TROUPE_INSTANTIATE_LOSSES(T)                                              \
+  template void normalize_advantages<T>(const T*, size_t, T*);                    \
   template loss_report ppo_loss_and_grad<T>(                                      \
       const model_spec&, const model_layout&, const T*, T*, const ppo_batch<T>&,  \
       const ppo_config&, const train_options&, loss_workspace<T>&, T*);           \

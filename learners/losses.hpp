@@ -57,6 +57,7 @@ struct loss_workspace {
   std::vector<T> d_value;  ///< per-row dL/dV
   std::vector<T> d_head;   ///< dL/d(actor output)
   std::vector<T> advantages; ///< normalized advantages
+  std::vector<float> terms;  ///< float PPO: per-row loss terms [rows x 5] (kernels::ppo_terms)
 };
 
 // -- PPO ---------------------------------------------------------------------
@@ -69,6 +70,12 @@ struct ppo_config {
   bool clip_value_loss = true;     ///< clip the value loss as CleanRL does
   bool normalize_advantages = true; ///< (A - mean) / (std + 1e-8) per batch
 };
+
+/// PPO's advantage normalization over a whole batch, in float64:
+/// out = (in - mean) / (std + 1e-8) with the unbiased std (torch.std); a
+/// batch of fewer than two rows is copied unchanged. `out` may equal `in`.
+template <class T>
+void normalize_advantages(const T* in, size_t rows, T* out);
 
 /// A PPO minibatch (row-major, not owned).
 template <class T>

@@ -1,7 +1,10 @@
 // The MLP math of the actor-critic on the CPU, templated on the scalar type:
 // float for training, double for the reference path that gradient checks
-// and parity tests compare against. Every backward pass here is written by
-// hand from the forward formulas (docs/learners.md lists them).
+// and parity tests compare against. Float runs the kernels' CPU twins
+// (kernels/cpu: heads, bias + activation, batch norm, normalization) between
+// its Eigen GEMMs, the same code the CUDA twins are tested against; double
+// writes the same formulas out in float64. Every backward pass here is
+// written by hand from the forward formulas (docs/learners.md lists them).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +34,7 @@ struct network_cache {
   std::vector<std::vector<T>> bn_var;     ///< per BN stage: (biased) variance used
   std::vector<std::vector<T>> bn_inv_std; ///< per BN stage: 1/sqrt(var + eps)
   std::vector<T> out;                ///< [rows x output width]
+  std::vector<T> zeros;              ///< zero bias for the activation after batch norm
   std::vector<T> d_upper;            ///< backward scratch
   std::vector<T> d_lower;            ///< backward scratch
 };
@@ -63,6 +67,15 @@ template <class T>
 void batch_norm_moments(const network_layout& net, const network_cache<T>& cache,
                         std::vector<kernels::moments>& out);
 
+/// Whether the float forward and backward passes run the AVX-512 copy: it was
+/// built (x86-64), the CPU has AVX-512, TROUPE_NO_AVX512 is unset and
+/// set_avx512_enabled did not turn it off.
+bool avx512_in_use() noexcept;
+
+/// Turns the AVX-512 copy off (or back on where the CPU has it), so that one
+/// process can compare both copies. Not for use while passes run.
+void set_avx512_enabled(bool enabled) noexcept;
+
 /// One-thread rate (GFLOP/s) of the float GEMM the forward pass runs, for
 /// [rows x k] * [k x n], in the copy (portable or AVX-512) this CPU uses:
 /// the floor `troupe bench learner` compares with.
@@ -77,6 +90,7 @@ struct head_cache {
   std::vector<T> logp;    ///< [rows] log pi(a|s)
   std::vector<T> entropy; ///< [rows]
   std::vector<T> aux;     ///< categorical: log-softmax [rows x n]; box: z=(a-mean)/std
+  std::vector<T> d_log_std_rows; ///< box backward scratch: per-row dL/dlog_std [rows x d]
 };
 
 /// Categorical head: log-softmax of `logits` [rows x n], log-probability of
@@ -98,9 +112,9 @@ void gaussian_forward(const T* mean, const T* log_std, size_t rows, size_t d,
                       const T* actions, head_cache<T>& cache);
 
 /// dL/dmean [rows x d] and dL/dlog_std [d] from per-row dL/dlogp and
-/// dL/dentropy.
+/// dL/dentropy (the cache's d_log_std_rows is the scratch for the per-row terms).
 template <class T>
-void gaussian_backward(const head_cache<T>& cache, const T* log_std, size_t rows,
+void gaussian_backward(head_cache<T>& cache, const T* log_std, size_t rows,
                        size_t d, const T* d_logp, const T* d_entropy, T* d_mean,
                        T* d_log_std);
 

@@ -70,6 +70,13 @@ void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng
   }
 }
 
+void most_likely_categorical(const float* logits, size_t rows, size_t n, float* actions) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* l = logits + r * n;
+    actions[r] = static_cast<float>(std::max_element(l, l + n) - l);
+  }
+}
+
 double standard_normal(kernels::rng& gen) {
   constexpr double two_pi = 6.283185307179586;
   double u1 = gen.unit();

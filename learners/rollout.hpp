@@ -55,6 +55,10 @@ void vtrace_inputs(size_t rows, const uint8_t* terminated, const uint8_t* autore
 void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
                         float* actions, float* logp);
 
+/// The most likely action of each row of a categorical policy's `logits`
+/// [rows x n] (the first on ties, as torch.argmax), as floats.
+void most_likely_categorical(const float* logits, size_t rows, size_t n, float* actions);
+
 /// Draws one action per row from N(mean, exp(log_std)^2) (mean [rows x d],
 /// log_std [d]) and writes the log-density of each draw into `logp` (may be
 /// null).

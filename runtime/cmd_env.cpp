@@ -87,19 +87,12 @@ result<std::vector<float>> parse_action(const std::string& text, const envs::spa
   return action;
 }
 
-// "[x0, x1, ...]" with `digits` significant digits per number.
-std::string number_list(const std::vector<double>& xs, int digits) {
-  return json_number_list(xs, digits);
-}
-
-// For JSON: 17 digits, so that every double reads back exactly.
-std::string json_list(const std::vector<double>& xs) {
-  return number_list(xs, 17);
-}
-
-// For people: 9 digits.
+// For people: "[x0, x1, ...]" with 9 significant digits per number.
 std::string text_list(const std::vector<double>& xs) {
-  return number_list(xs, 9);
+  std::string out = "[";
+  for (size_t i = 0; i < xs.size(); ++i)
+    out += fmt::format("{}{:.9g}", i ? ", " : "", xs[i]);
+  return out + "]";
 }
 
 } // namespace
@@ -195,8 +188,8 @@ int cmd_env_replay(const args_t& args) {
     return fail(exit_bad_input, fmt::format("--state: {}", ok.err().message));
   environment.set_elapsed_steps(static_cast<int>(*elapsed));
 
-  const bool json = parsed->flag("json");
-  if (!json)
+  const bool as_json = parsed->flag("json");
+  if (!as_json)
     std::printf("%s from state %s, %d step(s) elapsed, %zu action(s)\n", spec.id.c_str(),
                 text_list(state).c_str(), static_cast<int>(*elapsed), actions.size());
   std::string stop = "end of actions";
@@ -208,12 +201,14 @@ int cmd_env_replay(const args_t& args) {
                                               r.err().message));
     ++step_no;
     std::vector<double> obs64(obs.begin(), obs.end());
-    if (json) {
-      std::printf("{\"obs\": %s, \"reward\": %s, \"terminated\": %s, \"truncated\": %s, "
-                  "\"state\": %s}\n",
-                  json_list(obs64).c_str(), fmt::format("{:.17g}", r->reward).c_str(),
-                  r->terminated ? "true" : "false", r->truncated ? "true" : "false",
-                  json_list(environment.state()).c_str());
+    if (as_json) {
+      json line;
+      line["obs"] = obs64;
+      line["reward"] = r->reward;
+      line["terminated"] = r->terminated;
+      line["truncated"] = r->truncated;
+      line["state"] = environment.state();
+      std::fputs(json_line(line).c_str(), stdout);
     } else {
       std::printf("step %zu  action %s  reward %.9g%s%s\n  obs   %s\n  state %s\n", step_no,
                   text_list(std::vector<double>(action.begin(), action.end())).c_str(),
@@ -226,7 +221,7 @@ int cmd_env_replay(const args_t& args) {
       break;
     }
   }
-  if (!json)
+  if (!as_json)
     std::printf("stopped after %zu step(s): %s\n", step_no, stop.c_str());
   return 0;
 }

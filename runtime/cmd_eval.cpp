@@ -15,8 +15,10 @@
 #include "envs/registry.hpp"
 #include "kernels/rng.hpp"
 #include "learners/checkpoint.hpp"
+#include "learners/rollout.hpp"
 #include "runtime/args.hpp"
 #include "runtime/commands.hpp"
+#include "runtime/json.hpp"
 
 namespace troupe::runtime {
 
@@ -95,37 +97,6 @@ status check_match(const learners::model_spec& spec, const envs::env_spec& env,
 
 // -- acting --------------------------------------------------------------------
 
-// Index of the largest logit (the first on ties, as torch.argmax).
-size_t argmax(const float* logits, size_t n) {
-  size_t best = 0;
-  for (size_t j = 1; j < n; ++j)
-    if (logits[j] > logits[best])
-      best = j;
-  return best;
-}
-
-// A draw from softmax(logits), computed in float64.
-size_t sample_categorical(const float* logits, size_t n, kernels::rng& gen) {
-  double top = logits[argmax(logits, n)];
-  double total = 0;
-  for (size_t j = 0; j < n; ++j)
-    total += std::exp(static_cast<double>(logits[j]) - top);
-  double u = gen.unit() * total;
-  for (size_t j = 0; j < n; ++j) {
-    u -= std::exp(static_cast<double>(logits[j]) - top);
-    if (u < 0)
-      return j;
-  }
-  return n - 1;
-}
-
-double standard_normal(kernels::rng& gen) {
-  // Box-Muller; 1 - unit() lies in (0, 1], so the logarithm is finite.
-  double u1 = 1.0 - gen.unit();
-  double u2 = gen.unit();
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-}
-
 struct episode_stats {
   std::vector<double> returns;
   std::vector<double> lengths;
@@ -164,20 +135,21 @@ result<episode_stats> run_episodes(const learners::policy_checkpoint& policy,
       auto evaluated = policy.model.evaluate(obs.data(), 1, obs_stats, out);
       if (!evaluated)
         return evaluated.err();
+      // The learners' action selection (learners/rollout.hpp), as the runners act.
       if (spec.action == learners::action_kind::discrete) {
-        size_t a = options.stochastic ? sample_categorical(out.logits.data(), head, gen)
-                                      : argmax(out.logits.data(), head);
-        action[0] = static_cast<float>(a);
+        if (options.stochastic)
+          learners::sample_categorical(out.logits.data(), 1, head, gen, action.data(), nullptr);
+        else
+          learners::most_likely_categorical(out.logits.data(), 1, head, action.data());
       } else {
-        for (size_t j = 0; j < head; ++j) {
-          double a = out.mean[j];
-          if (options.stochastic)
-            a += std::exp(static_cast<double>(out.log_std[j])) * standard_normal(gen);
-          // Gymnasium's ClipAction, as CleanRL evaluates continuous policies.
-          a = std::clamp(a, static_cast<double>(action_space.low[j]),
-                         static_cast<double>(action_space.high[j]));
-          action[j] = static_cast<float>(a);
-        }
+        if (options.stochastic)
+          learners::sample_gaussian(out.mean.data(), out.log_std.data(), 1, head, gen,
+                                    action.data(), nullptr);
+        else
+          std::copy(out.mean.begin(), out.mean.begin() + head, action.begin());
+        // Gymnasium's ClipAction, as CleanRL evaluates continuous policies.
+        for (size_t j = 0; j < head; ++j)
+          action[j] = std::clamp(action[j], action_space.low[j], action_space.high[j]);
       }
       auto stepped = env.step(action.data(), next_obs.data());
       if (!stepped)
@@ -223,19 +195,6 @@ summary summarize(const std::vector<double>& xs) {
   s.min = *std::min_element(xs.begin(), xs.end());
   s.max = *std::max_element(xs.begin(), xs.end());
   return s;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += {'\\', c};
-    else if (static_cast<unsigned char>(c) < 0x20)
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-    else
-      out += c;
-  }
-  return out + "\"";
 }
 
 } // namespace
@@ -302,16 +261,18 @@ int cmd_eval(const args_t& args) {
   const auto returns = summarize(stats->returns);
   const auto lengths = summarize(stats->lengths);
   if (parsed->flag("json")) {
-    // Shortest decimal that reads back as the same float64.
-    std::printf("%s\n",
-                fmt::format("{{\"episodes\": {}, \"return_mean\": {}, \"return_std\": {}, "
-                            "\"return_min\": {}, \"return_max\": {}, \"length_mean\": {}, "
-                            "\"env_id\": {}, \"stochastic\": {}, \"seed\": {}, "
-                            "\"checkpoint\": {}}}",
-                            options.episodes, returns.mean, returns.std, returns.min,
-                            returns.max, lengths.mean, json_string(options.env_id),
-                            options.stochastic, options.seed, json_string(*policy_path))
-                  .c_str());
+    json out;
+    out["episodes"] = options.episodes;
+    out["return_mean"] = returns.mean;
+    out["return_std"] = returns.std;
+    out["return_min"] = returns.min;
+    out["return_max"] = returns.max;
+    out["length_mean"] = lengths.mean;
+    out["env_id"] = options.env_id;
+    out["stochastic"] = options.stochastic;
+    out["seed"] = options.seed;
+    out["checkpoint"] = *policy_path;
+    std::fputs(json_line(out).c_str(), stdout);
     return 0;
   }
   std::printf("%s\n%s: %lld %s episodes, seeds %llu..%llu\n"

@@ -12,6 +12,7 @@
 #include "runtime/args.hpp"
 #include "runtime/commands.hpp"
 #include "runtime/csv.hpp"
+#include "runtime/json.hpp"
 
 namespace troupe::runtime {
 
@@ -46,42 +47,22 @@ result<size_t> read_observations(const std::string& path, size_t obs_dim,
 
 // -- output ------------------------------------------------------------------
 
-// A number as JSON: 9 significant digits (enough to read a float32 back
-// exactly), null where the value is not finite (JSON has no NaN).
-void append_json_number(std::string& out, float x) {
-  if (std::isfinite(x))
-    out += fmt::format("{:.9g}", static_cast<double>(x));
-  else
-    out += "null";
-}
-
-void append_json_list(std::string& out, const float* values, size_t n) {
-  out += '[';
-  for (size_t i = 0; i < n; ++i) {
-    if (i > 0)
-      out += ", ";
-    append_json_number(out, values[i]);
-  }
-  out += ']';
-}
-
 // One JSON object per observation row.
 void print_json(const learners::model_spec& spec, const learners::policy_output& out) {
   const auto act = static_cast<size_t>(spec.head_dim());
   std::string text;
   for (size_t r = 0; r < out.rows; ++r) {
+    json_f32 row;
     if (spec.action == learners::action_kind::discrete) {
-      text += "{\"logits\": ";
-      append_json_list(text, out.logits.data() + r * act, act);
+      row["logits"] = std::vector<float>(out.logits.begin() + r * act,
+                                         out.logits.begin() + (r + 1) * act);
     } else {
-      text += "{\"mean\": ";
-      append_json_list(text, out.mean.data() + r * act, act);
-      text += ", \"log_std\": ";
-      append_json_list(text, out.log_std.data(), act);
+      row["mean"] = std::vector<float>(out.mean.begin() + r * act,
+                                       out.mean.begin() + (r + 1) * act);
+      row["log_std"] = std::vector<float>(out.log_std.begin(), out.log_std.begin() + act);
     }
-    text += ", \"value\": ";
-    append_json_number(text, out.value[r]);
-    text += "}\n";
+    row["value"] = out.value[r];
+    text += json_line(row);
   }
   std::fputs(text.c_str(), stdout);
 }

@@ -152,10 +152,13 @@ int cmd_stats_compute(const args_t& args) {
   TROUPE_CHECK(snap.count == rows, "keeper merged {} rows, workers read {}", snap.count, rows);
 
   if (parsed->flag("json")) {
-    std::printf("{\"count\": %llu, \"dim\": %zu, \"mean\": %s, \"var\": %s, \"version\": %llu}\n",
-                static_cast<unsigned long long>(snap.count), dim,
-                json_number_list(snap.mean).c_str(), json_number_list(snap.var).c_str(),
-                static_cast<unsigned long long>(snap.version));
+    json out;
+    out["count"] = snap.count;
+    out["dim"] = dim;
+    out["mean"] = snap.mean;
+    out["var"] = snap.var;
+    out["version"] = snap.version;
+    std::fputs(json_line(out).c_str(), stdout);
     return 0;
   }
   std::printf("count %llu, dim %zu, %s mode, %llu merges from %zu file(s)\n",

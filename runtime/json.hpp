@@ -1,23 +1,31 @@
-// Small JSON output helpers shared by the commands.
+// JSON output of the commands, through one library (nlohmann-json).
 #pragma once
 
-#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace troupe::runtime {
 
-/// "[x, y, ...]" with `digits` significant digits (17 reads every double back
-/// exactly); a non-finite value is written as null, since JSON has no NaN.
-inline std::string json_number_list(const std::vector<double>& xs, int digits = 17) {
-  std::string out = "[";
-  for (size_t i = 0; i < xs.size(); ++i) {
-    out += i == 0 ? "" : ", ";
-    out += std::isfinite(xs[i]) ? fmt::format("{:.{}g}", xs[i], digits) : "null";
-  }
-  return out + "]";
+/// A JSON value whose objects keep their keys in the order they were set,
+/// as the commands document them. Numbers print as the shortest decimal
+/// that reads back as the same float64; a non-finite one prints as null,
+/// since JSON has no NaN.
+using json = nlohmann::ordered_json;
+
+/// The same for float32 numbers (policy outputs): the shortest decimal that
+/// reads back as the same float32.
+using json_f32 = nlohmann::basic_json<nlohmann::ordered_map, std::vector, std::string,
+                                      bool, std::int64_t, std::uint64_t, float>;
+
+/// One line of compact JSON; bytes that are not UTF-8 (in a path, say)
+/// print as U+FFFD instead of failing.
+template <class Json>
+std::string json_line(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 } // namespace troupe::runtime

@@ -77,20 +77,38 @@ struct json_numbers {
 };
 
 /// Splits a one-line JSON object into skeleton and numbers; a number is
-/// recognised where a value starts (after ' ' or '[').
+/// recognised where a value starts (after '[', ':' or ','). Spaces outside
+/// strings are left out of the skeleton, so that "a": [1, 2] and "a":[1,2]
+/// have the same shape.
 inline json_numbers split_json_numbers(const std::string& line) {
   json_numbers parts;
   size_t i = 0;
+  bool in_string = false;
   while (i < line.size()) {
     char c = line[i];
-    bool starts_number = (c == '-' || (c >= '0' && c <= '9')) && i > 0
-                         && (line[i - 1] == ' ' || line[i - 1] == '[');
+    if (in_string) {
+      parts.skeleton += c;
+      if (c == '\\' && i + 1 < line.size())
+        parts.skeleton += line[++i];
+      else if (c == '"')
+        in_string = false;
+      ++i;
+      continue;
+    }
+    if (c == ' ') {
+      ++i;
+      continue;
+    }
+    const char before = parts.skeleton.empty() ? '\0' : parts.skeleton.back();
+    bool starts_number = (c == '-' || (c >= '0' && c <= '9'))
+                         && (before == '[' || before == ':' || before == ',');
     if (!starts_number) {
+      in_string = c == '"';
       parts.skeleton += c;
       ++i;
       continue;
     }
-    size_t end = line.find_first_of(",]}", i);
+    size_t end = line.find_first_of(",]} ", i);
     parts.numbers.push_back(line.substr(i, end - i));
     parts.skeleton += '#';
     i = end;

@@ -1,23 +1,27 @@
 #include "kernels/activation.hpp"
 
-#include <algorithm>
-#include <cmath>
+#include <Eigen/Core>
 
 namespace troupe::kernels {
 
 void bias_activation(float* z, const float* bias, size_t rows, size_t cols,
                      activation_op act, float* out) noexcept {
   for (size_t r = 0; r < rows; ++r) {
-    float* zr = z + r * cols;
-    float* outr = out + r * cols;
-    for (size_t j = 0; j < cols; ++j) {
-      const float v = zr[j] + bias[j];
-      zr[j] = v;
-      outr[j] = act == activation_op::tanh   ? std::tanh(v)
-                : act == activation_op::relu ? std::max(v, 0.0f)
-                                             : v;
-    }
+    float* row = z + r * cols;
+    for (size_t j = 0; j < cols; ++j)
+      row[j] += bias[j];
   }
+  // One pass over the whole block with Eigen's vectorized tanh (a rational
+  // approximation, a few ulp from std::tanh and several times faster).
+  const size_t count = rows * cols;
+  Eigen::Map<const Eigen::ArrayXf> in(z, static_cast<Eigen::Index>(count));
+  Eigen::Map<Eigen::ArrayXf> result(out, static_cast<Eigen::Index>(count));
+  if (act == activation_op::tanh)
+    result = in.tanh();
+  else if (act == activation_op::relu)
+    result = in.max(0.0f);
+  else if (out != z)
+    result = in;
 }
 
 void activation_backward(const float* h, float* d, size_t count,

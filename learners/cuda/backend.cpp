@@ -120,17 +120,8 @@ public:
 
     // Advantages are normalized on the host, in float64, before the upload.
     host_adv_.assign(batch.advantages, batch.advantages + rows);
-    if (config.normalize_advantages && rows > 1) {
-      double mean = 0, ss = 0;
-      for (auto a : host_adv_)
-        mean += a;
-      mean /= static_cast<double>(rows);
-      for (auto a : host_adv_)
-        ss += (a - mean) * (a - mean);
-      const double std = std::sqrt(ss / static_cast<double>(rows - 1));
-      for (auto& a : host_adv_)
-        a = static_cast<float>((a - mean) / (std + 1e-8));
-    }
+    if (config.normalize_advantages)
+      normalize_advantages(host_adv_.data(), rows, host_adv_.data());
     TROUPE_TRY(upload(obs_, batch.obs, rows * obs_dim));
     if (box)
       TROUPE_TRY(upload(box_actions_, batch.box_actions, rows * head));

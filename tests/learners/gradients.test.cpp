@@ -501,3 +501,36 @@ TEST_CASE("global batch norm reports the batch moments of each layer's input and
     }
   }
 }
+
+TEST_CASE("normalize_advantages matches a float64 reference and leaves one row unchanged") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(3.0, 5.0);
+  const size_t rows = 1 + rng() % 300;
+  CAPTURE(rows);
+  std::vector<float> in(rows);
+  for (auto& a : in)
+    a = static_cast<float>(normal(rng));
+  std::vector<float> out(rows);
+  normalize_advantages(in.data(), rows, out.data());
+  if (rows == 1) {
+    CHECK(out[0] == in[0]);
+    return;
+  }
+  // Written out in long double, independently of the code under test.
+  long double mean = 0, ss = 0;
+  for (float a : in)
+    mean += a;
+  mean /= rows;
+  for (float a : in)
+    ss += (a - mean) * (a - mean);
+  const long double std = std::sqrt(ss / (rows - 1));
+  for (size_t r = 0; r < rows; ++r) {
+    const double expected = static_cast<double>((in[r] - mean) / (std + 1e-8L));
+    CHECK(out[r] == doctest::Approx(expected).epsilon(1e-6));
+  }
+  float single = 7.5f, single_out = 0;
+  normalize_advantages(&single, 1, &single_out);
+  CHECK(single_out == 7.5f);
+}

@@ -1,6 +1,7 @@
 // Black-box tests of `troupe env list` and `troupe env replay` through the
 // built binary.
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <random>
@@ -18,35 +19,23 @@ using troupe::test::temp_folder;
 
 namespace {
 
-// The numbers of the JSON array that follows "key": on a line.
+// The field `key` of the JSON object on `line`.
+nlohmann::json json_field(const std::string& line, const std::string& key) {
+  const auto parsed = nlohmann::json::parse(line);
+  REQUIRE_MESSAGE(parsed.contains(key), key, " missing in ", line);
+  return parsed.at(key);
+}
+
 std::vector<double> json_array(const std::string& line, const std::string& key) {
-  auto at = line.find("\"" + key + "\": [");
-  REQUIRE(at != std::string::npos);
-  auto begin = line.find('[', at) + 1;
-  auto end = line.find(']', begin);
-  std::vector<double> out;
-  std::string body = line.substr(begin, end - begin);
-  size_t pos = 0;
-  while (pos < body.size()) {
-    size_t comma = body.find(',', pos);
-    if (comma == std::string::npos)
-      comma = body.size();
-    out.push_back(std::stod(body.substr(pos, comma - pos)));
-    pos = comma + 1;
-  }
-  return out;
+  return json_field(line, key).get<std::vector<double>>();
 }
 
 double json_number(const std::string& line, const std::string& key) {
-  auto at = line.find("\"" + key + "\": ");
-  REQUIRE(at != std::string::npos);
-  return std::stod(line.substr(at + key.size() + 4));
+  return json_field(line, key).get<double>();
 }
 
 bool json_flag(const std::string& line, const std::string& key) {
-  auto at = line.find("\"" + key + "\": ");
-  REQUIRE(at != std::string::npos);
-  return line.compare(at + key.size() + 4, 4, "true") == 0;
+  return json_field(line, key).get<bool>();
 }
 
 std::string state_arg(const std::vector<double>& s) {

@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdlib>
@@ -14,27 +15,17 @@ using troupe::test::temp_folder;
 
 namespace {
 
-// The numbers of a JSON array field "name": [..] in `text`.
+// The numbers of a JSON array field "name" of the object in `text`.
 std::vector<double> json_array(const std::string& text, const std::string& name) {
-  std::vector<double> out;
-  auto at = text.find("\"" + name + "\": [");
-  REQUIRE(at != std::string::npos);
-  const char* p = text.c_str() + text.find('[', at) + 1;
-  while (*p != ']') {
-    char* end = nullptr;
-    out.push_back(std::strtod(p, &end));
-    REQUIRE(end != p);
-    p = end;
-    while (*p == ',' || *p == ' ')
-      ++p;
-  }
-  return out;
+  const auto parsed = nlohmann::json::parse(text);
+  REQUIRE_MESSAGE(parsed.contains(name), name, " missing in ", text);
+  return parsed.at(name).get<std::vector<double>>();
 }
 
 double json_number(const std::string& text, const std::string& name) {
-  auto at = text.find("\"" + name + "\": ");
-  REQUIRE(at != std::string::npos);
-  return std::strtod(text.c_str() + at + name.size() + 4, nullptr);
+  const auto parsed = nlohmann::json::parse(text);
+  REQUIRE_MESSAGE(parsed.contains(name), name, " missing in ", text);
+  return parsed.at(name).get<double>();
 }
 
 // A CSV file of float32 values written with 9 significant digits, so that
@@ -101,7 +92,7 @@ TEST_CASE("stats compute merges several files into the float64 pooled mean and v
     CHECK(std::fabs(var[j] - want_var) <= 1e-12 * want_var);
   }
   // One delta per batch of each file.
-  CHECK(r.out.find("\"version\": ") != std::string::npos);
+  CHECK(nlohmann::json::parse(r.out).contains("version"));
   CHECK(r.out.back() == '\n');
   CHECK(r.out.find('\n') == r.out.size() - 1); // exactly one JSON object
 }

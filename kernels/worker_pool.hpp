@@ -1,0 +1,52 @@
+// Persistent worker threads that run the tasks of one parallel step while
+// the calling thread runs task 0: the one pool of the vector environments
+// (envs/vector_env.cpp) and the CPU learner backend (learners/cpu_backend.cpp).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace troupe::kernels {
+
+/// Runs task k of a step on worker k - 1 while the caller runs task 0. A step
+/// of a vector env takes tens of microseconds, about as long as waking a
+/// sleeping thread, so workers (and the caller, waiting for them) spin
+/// briefly before they sleep; a learner step of milliseconds sleeps.
+class worker_pool {
+public:
+  /// A pool of `workers` threads besides the caller.
+  explicit worker_pool(size_t workers);
+  /// Stops and joins the workers.
+  ~worker_pool();
+  worker_pool(const worker_pool&) = delete;
+  worker_pool& operator=(const worker_pool&) = delete;
+
+  /// Threads that run tasks, the caller's included.
+  size_t size() const noexcept { return threads_.size() + 1; }
+
+  /// Runs fn(k) for k in [0, tasks) and returns when every call returned;
+  /// tasks must not exceed size(). Not reentrant: one run at a time.
+  void run(size_t tasks, const std::function<void(size_t)>& fn);
+
+private:
+  void work(size_t task);
+
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<size_t> pending_{0};
+  std::atomic<bool> stopping_{false};
+  // Published by the release increment of generation_.
+  const std::function<void(size_t)>* fn_ = nullptr;
+  size_t tasks_ = 0;
+};
+
+} // namespace troupe::kernels
