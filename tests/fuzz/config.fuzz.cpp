@@ -12,6 +12,35 @@
 
 using namespace troupe;
 
+namespace {
+
+// toml++ 3.3.0 (Debian 12) reaches TOML_UNREACHABLE (undefined behaviour) in
+// impl::is_non_ascii_horizontal_whitespace for code points in these ranges
+// where it looks for whitespace (outside strings and comments): its lookup
+// table has no case for them. An upstream defect, open in troupe too (see
+// docs/reliability.md, "What fuzzing found"); skipped here so that the
+// target keeps finding other things.
+bool hits_toml_unreachable(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    auto c = static_cast<unsigned char>(text[i]);
+    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : 4;
+    if (len == 1 || i + len > text.size()) {
+      ++i;
+      continue;
+    }
+    uint32_t cp = len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
+    for (size_t k = 1; k < len; ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3f);
+    if ((cp >= 0xa1 && cp <= 0x499) || (cp >= 0x2c5e && cp <= 0x3057)
+        || (cp >= 0xfba6 && cp <= 0xfefe))
+      return true;
+    i += len;
+  }
+  return false;
+}
+
+} // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string input(reinterpret_cast<const char*>(data), size);
   std::string text = input;
@@ -28,6 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       start = end + 1;
     }
   }
+  if (hits_toml_unreachable(input))
+    return 0;
   auto cfg = runtime::parse_config(text, "fuzz.toml", overrides);
   if (!cfg) {
     TROUPE_FUZZ_EXPECT(!cfg.err().message.empty(), "a rejection without a message");
