@@ -297,7 +297,7 @@ status stats_streams::load(const std::string& path) {
   if (!in)
     return make_error(errc::io_error, "{}: cannot open statistics file", path);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto corrupt = [&](const char* what) {
+  auto corrupt = [&](const std::string& what) {
     return make_error(errc::corrupt_file, "{}: not a valid statistics file: {}",
                       path, what);
   };
@@ -336,6 +336,8 @@ status stats_streams::load(const std::string& path) {
     s.acc.count = p.get<uint64_t>();
     s.acc.mean = p.get_doubles(dim);
     auto second = p.get_doubles(dim);
+    if (!p.ok) // dim is only trusted once the payload held that many values
+      break;
     if (s.mode == stats_mode::ema) {
       s.ema_var = std::move(second);
       s.acc.m2.assign(dim, 0.0);
@@ -347,6 +349,15 @@ status stats_streams::load(const std::string& path) {
       break;
     if (s.name.empty() || dim == 0 || !s.acc.well_formed())
       return corrupt("a stream has no name, no dimension or non-finite values");
+    // What declare() and merge() guarantee, so that a loaded state never
+    // hands out a negative or non-finite variance.
+    if (!(s.momentum >= 0.0 && s.momentum < 1.0))
+      return corrupt(fmt::format("stream '{}': momentum {} is outside [0, 1)", s.name,
+                                 s.momentum));
+    for (size_t j = 0; j < s.ema_var.size(); ++j) // well_formed() checked m2
+      if (!std::isfinite(s.ema_var[j]) || s.ema_var[j] < 0.0)
+        return corrupt(fmt::format("stream '{}': variance[{}] is {} (must be finite and >= 0)",
+                                   s.name, j, s.ema_var[j]));
     if (!loaded.emplace(s.name, std::move(s)).second)
       return corrupt("a stream name appears twice");
   }

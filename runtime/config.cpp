@@ -7,7 +7,8 @@
 #include <sstream>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+
+#include "runtime/toml.hpp"
 
 namespace troupe::runtime {
 
@@ -141,12 +142,26 @@ std::string to_toml(const value& v) {
         s += ".0";
       return s;
     }
+    // A TOML basic string: quotes, backslashes and control characters
+    // (which TOML forbids raw) escaped, so the text always parses back.
     std::string operator()(const std::string& s) const {
       std::string out = "\"";
-      for (char c : s) {
-        if (c == '"' || c == '\\')
-          out += '\\';
-        out += c;
+      for (char ch : s) {
+        auto c = static_cast<unsigned char>(ch);
+        switch (c) {
+          case '"': out += "\\\""; break;
+          case '\\': out += "\\\\"; break;
+          case '\b': out += "\\b"; break;
+          case '\t': out += "\\t"; break;
+          case '\n': out += "\\n"; break;
+          case '\f': out += "\\f"; break;
+          case '\r': out += "\\r"; break;
+          default:
+            if (c < 0x20 || c == 0x7f)
+              out += fmt::format("\\u{:04X}", c);
+            else
+              out += ch;
+        }
       }
       return out + "\"";
     }
@@ -389,9 +404,16 @@ void apply_override(const std::string& text, config& cfg,
     parsed = false;
   }
   if (!parsed) {
-    toml::table t;
-    t.insert("v", raw);
-    doc = std::move(t);
+    // As a string, escaped the way to_toml writes it: toml++ then checks
+    // that it is UTF-8, which a TOML file (and the run's config.toml) needs.
+    try {
+      doc = toml::parse("v = " + runtime::to_toml(value{raw}));
+    } catch (const toml::parse_error& e) {
+      problems.push_back(fmt::format("--set {}: {}: expected a number, a boolean or a "
+                                     "UTF-8 string, got bytes that are none ({})",
+                                     text, name, e.description()));
+      return;
+    }
   }
   auto v = convert(*spec, *doc.get("v"));
   if (!v) {

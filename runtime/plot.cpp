@@ -14,7 +14,8 @@
 #include <sstream>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
+
+#include "runtime/toml.hpp"
 
 namespace troupe::runtime {
 

@@ -1,6 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "runtime/config.hpp"
 #include "tests/cli_support.hpp"
@@ -130,6 +135,57 @@ TEST_CASE("the resolved config printed as TOML parses back to the same values") 
   CHECK(again->to_toml() == cfg->to_toml());
   CHECK(again->get_string("run.name") == "q\"uote");
   CHECK(again->get_int("stats.publish_interval_ms") == 0);
+}
+
+TEST_CASE("a resolved config whose strings hold control characters parses back to the same config") {
+  // Found while writing the config fuzz target's round-trip invariant:
+  // to_toml wrote control characters raw, which TOML forbids, so --resume
+  // could not read the run's config.toml.
+  std::mt19937_64 gen(troupe::test::fresh_seed());
+  std::string name, escaped;
+  for (int i = 0; i < 40; ++i) {
+    auto c = static_cast<char>(1 + gen() % 127); // every ASCII character but NUL
+    name += c;
+    escaped += fmt::format("\\u{:04X}", static_cast<int>(c));
+  }
+  CAPTURE(escaped);
+  auto cfg = parse_config("[run]\nname = \"" + escaped + "\"\n", "a.toml");
+  REQUIRE(cfg.has_value());
+  REQUIRE(cfg->get_string("run.name") == name);
+  auto again = parse_config(cfg->to_toml(), "resolved.toml");
+  REQUIRE_MESSAGE(again.has_value(), (again ? std::string{} : again.err().message));
+  CHECK(again->get_string("run.name") == name);
+  CHECK(again->to_toml() == cfg->to_toml());
+}
+
+TEST_CASE("a --set string that is not UTF-8 is refused, naming the override") {
+  // Found with the same invariant: such bytes went into the resolved
+  // config.toml, which then no longer parsed.
+  auto msg = errors_of("", {"run.name=ab\xff\xfe"});
+  CHECK(msg.find("--set run.name=ab\xff\xfe: run.name: expected a number, a boolean or a "
+                 "UTF-8 string")
+        == 0);
+  auto cfg = parse_config("", "a.toml", {"run.name=caf\xc3\xa9 bar"});
+  REQUIRE(cfg.has_value());
+  CHECK(cfg->get_string("run.name") == "caf\xc3\xa9 bar");
+}
+
+TEST_CASE("a table header starting with a character no key may start with is a TOML error with its line") {
+  // Found by the config fuzz target (input in tests/fuzz/regressions/config/):
+  // toml++ 3.3.0 aborted on an assertion for "[`un]" in builds that keep
+  // assertions, instead of reporting a parse error.
+  const std::string path = std::string(TROUPE_SOURCE_DIR)
+                           + "/tests/fuzz/regressions/config/table-header-backtick.toml";
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto msg = errors_of(text);
+  CHECK(msg.find("cartpole.toml:9: invalid TOML") == 0);
+  for (const char* header : {"[`x]\n", "[[[1]]]\n", "[[[a]]\n", "[[=\n", "[ \x01]\n"}) {
+    CAPTURE(header);
+    CHECK(errors_of(std::string("[run]\nseed = 2\n") + header).find("cartpole.toml:3: invalid TOML")
+          == 0);
+  }
 }
 
 TEST_CASE("config describe lists every option with its type, default and range") {

@@ -1,0 +1,30 @@
+// Default options of the sanitizer runtimes, linked into every executable of
+// a TROUPE_SANITIZE build (see the root CMakeLists.txt). The runtimes call
+// these weak hooks before main; the environment variables (ASAN_OPTIONS,
+// UBSAN_OPTIONS, TSAN_OPTIONS) override single options.
+
+extern "C" {
+
+// A finding stops the process with a failing status: a test that triggers
+// one fails, and so does a `troupe` child process a test starts.
+const char* __asan_default_options() {
+  return "halt_on_error=1:abort_on_error=1:detect_leaks=1:"
+         "detect_stack_use_after_return=1:check_initialization_order=1:"
+         "strict_init_order=1:print_summary=1";
+}
+
+const char* __ubsan_default_options() {
+  return "halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1";
+}
+
+const char* __tsan_default_options() {
+  return "halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:"
+         "history_size=4:print_summary=1";
+}
+
+// Reports that are not troupe's to fix. Each names the upstream cause.
+const char* __tsan_default_suppressions() {
+  return "";
+}
+
+} // extern "C"
