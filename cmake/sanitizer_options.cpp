@@ -3,6 +3,10 @@
 // these weak hooks before main; the environment variables (ASAN_OPTIONS,
 // UBSAN_OPTIONS, TSAN_OPTIONS) override single options.
 
+#ifndef TROUPE_UBSAN_SUPPRESSIONS // set by the root CMakeLists.txt
+#error "TROUPE_UBSAN_SUPPRESSIONS names cmake/ubsan.supp"
+#endif
+
 extern "C" {
 
 // A finding stops the process with a failing status: a test that triggers
@@ -13,8 +17,11 @@ const char* __asan_default_options() {
          "strict_init_order=1:print_summary=1";
 }
 
+// UBSan has no built-in suppression hook: the file is named here
+// (cmake/ubsan.supp, which says why each line is there).
 const char* __ubsan_default_options() {
-  return "halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1";
+  return "halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1:"
+         "suppressions=" TROUPE_UBSAN_SUPPRESSIONS;
 }
 
 const char* __tsan_default_options() {

@@ -41,7 +41,10 @@ TEST_CASE("every environment is registered under its Gymnasium id with its time 
                                                    {"MountainCarContinuous-v0", 999},
                                                    {"Acrobot-v1", 500}};
   REQUIRE(registry().size() == want.size());
-  for (auto& [id, limit] : want) {
+  for (auto& entry : want) {
+    // Named copies: clang 14 lets no lambda (CAPTURE's) refer to a structured binding.
+    const auto& id = entry.first;
+    const auto limit = entry.second;
     CAPTURE(id);
     auto spec = find_spec(id);
     REQUIRE(spec);

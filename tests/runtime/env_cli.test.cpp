@@ -51,12 +51,15 @@ TEST_CASE("env list prints every id with its spaces and time limit") {
   temp_folder dir("env-cli");
   auto r = run_troupe("env list", dir);
   CHECK(r.status == 0);
-  for (auto [id, limit] : std::vector<std::pair<std::string, int>>{
+  for (const auto& entry : std::vector<std::pair<std::string, int>>{
          {"CartPole-v1", 500},
          {"Pendulum-v1", 200},
          {"MountainCar-v0", 200},
          {"MountainCarContinuous-v0", 999},
          {"Acrobot-v1", 500}}) {
+    // Named copies: clang 14 lets no lambda (CAPTURE's) refer to a structured binding.
+    const std::string& id = entry.first;
+    const int limit = entry.second;
     CAPTURE(id);
     auto at = r.out.find(id + "\n");
     REQUIRE(at != std::string::npos);
