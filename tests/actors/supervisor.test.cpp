@@ -279,7 +279,10 @@ TEST_CASE("a learner that fails is restarted with new runners that feed it, and 
   CAPTURE(seed);
   supervisor_fixture fx;
   caf::scoped_actor self{*fx.sys};
-  const uint64_t batches = 40;
+  // A budget the learners cannot finish before the injected failure arrives,
+  // even on a loaded machine (at 40 batches learner 1 once ended normally
+  // first, so nothing was restarted).
+  const uint64_t batches = 400;
   supervisor_options opts;
   opts.cast = fx.plan(seed, 2, 1, batches, [](const runner_request&) { return 0; });
   opts.owner = caf::actor_cast<caf::actor>(self);
