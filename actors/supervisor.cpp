@@ -293,16 +293,21 @@ cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs) {
   return out;
 }
 
+// Ends every runner and learner of the cast that is alive.
+void stop_runners_and_learners(caf::blocking_actor* self, cast_state& cs) {
+  for (auto& r : cs.runners)
+    if (r.actor)
+      self->send_exit(r.actor, caf::exit_reason::user_shutdown);
+  for (auto& l : cs.learners)
+    if (l.actor)
+      self->send_exit(l.actor, caf::exit_reason::user_shutdown);
+}
+
 void supervise(caf::blocking_actor* self, cast_state& cs) {
   auto owner = cs.opts.owner;
   if (auto why = start_cast(self, cs); !why.empty()) {
     write_log(cs.opts.log, fmt::format("supervisor: the run could not start: {}", why));
-    for (auto& r : cs.runners)
-      if (r.actor)
-        self->send_exit(r.actor, caf::exit_reason::user_shutdown);
-    for (auto& l : cs.learners)
-      if (l.actor)
-        self->send_exit(l.actor, caf::exit_reason::user_shutdown);
+    stop_runners_and_learners(self, cs);
     for (auto& a : {cs.keeper, cs.server, cs.metrics})
       if (a)
         self->send_exit(a, caf::exit_reason::user_shutdown);
@@ -374,12 +379,7 @@ void supervisor_loop(caf::blocking_actor* self, supervisor_options opts) {
     // Nothing supervises the cast any more: its runners and learners go. The
     // owner sees this actor end; once it has the keeper, the server and the
     // metrics actor (ready_atom), it writes a final checkpoint from them.
-    for (auto& r : cs.runners)
-      if (r.actor)
-        self->send_exit(r.actor, caf::exit_reason::user_shutdown);
-    for (auto& l : cs.learners)
-      if (l.actor)
-        self->send_exit(l.actor, caf::exit_reason::user_shutdown);
+    stop_runners_and_learners(self, cs);
     if (!cs.ready)
       for (auto& a : {cs.keeper, cs.server, cs.metrics})
         if (a)
