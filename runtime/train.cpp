@@ -32,10 +32,6 @@
 #include "learners/backend.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/safetensors.hpp"
-#if __has_include("runtime/plot.hpp")
-#include "runtime/plot.hpp"
-#define TROUPE_HAVE_PLOT 1
-#endif
 
 namespace fs = std::filesystem;
 
@@ -807,10 +803,6 @@ result<training_result> run_training(const config& cfg, const std::string& resum
   if (!final_ckpt)
     std::fprintf(stderr, "troupe: final checkpoint failed: %s\n",
                  final_ckpt.err().message.c_str());
-#ifdef TROUPE_HAVE_PLOT
-  if (auto ok = write_curve_svg(run_dir, (fs::path(run_dir) / "curve.svg").string()); !ok)
-    std::fprintf(stderr, "troupe: curve.svg: %s\n", ok.err().message.c_str());
-#endif
   self->send_exit(c.metrics, caf::exit_reason::user_shutdown);
   self->send_exit(c.server, caf::exit_reason::user_shutdown);
   self->send_exit(c.keeper, caf::exit_reason::user_shutdown);

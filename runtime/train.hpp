@@ -1,7 +1,7 @@
 // Launching a training run from a resolved config: the run folder, the cast
 // of actors (statistics keeper, parameter server, learners with their
 // environment runners, metrics), checkpoints and resume. `troupe train`
-// (runtime/cmd_train.cpp) is a thin wrapper around run_training().
+// (runtime/cli/cmd_train.cpp) is a thin wrapper around run_training().
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-#include "runtime/args.hpp"
+#include "runtime/cli/args.hpp"
 
 #include <cerrno>
 #include <cmath>

@@ -23,8 +23,8 @@
 #include "kernels/rng.hpp"
 #include "learners/backend.hpp"
 #include "learners/mlp.hpp"
-#include "runtime/args.hpp"
-#include "runtime/commands.hpp"
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
 
 namespace troupe::runtime {
 

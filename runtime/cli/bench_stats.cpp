@@ -22,8 +22,8 @@
 
 #include "actors/messages.hpp"
 #include "actors/stats_keeper.hpp"
-#include "runtime/args.hpp"
-#include "runtime/commands.hpp"
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
 
 namespace troupe::runtime {
 

@@ -1,4 +1,4 @@
-#include "runtime/cli.hpp"
+#include "runtime/cli/cli.hpp"
 
 #include <cstdio>
 #include <exception>

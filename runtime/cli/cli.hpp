@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/commands.hpp"
+#include "runtime/cli/commands.hpp"
 
 namespace troupe::runtime {
 

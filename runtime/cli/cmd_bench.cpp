@@ -1,7 +1,7 @@
 // `troupe bench AREA [--json]`: dispatches to one benchmark per area.
 #include <fmt/format.h>
 
-#include "runtime/commands.hpp"
+#include "runtime/cli/commands.hpp"
 #include "runtime/config.hpp"
 
 namespace troupe::runtime {

@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include "runtime/args.hpp"
-#include "runtime/commands.hpp"
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
 #include "runtime/config.hpp"
 
 namespace troupe::runtime {

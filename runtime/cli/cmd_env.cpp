@@ -14,8 +14,8 @@
 #include <fmt/format.h>
 
 #include "envs/registry.hpp"
-#include "runtime/args.hpp"
-#include "runtime/commands.hpp"
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
 #include "runtime/json.hpp"
 
 namespace troupe::runtime {

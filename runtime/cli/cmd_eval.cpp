@@ -16,8 +16,8 @@
 #include "kernels/rng.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/rollout.hpp"
-#include "runtime/args.hpp"
-#include "runtime/commands.hpp"
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
 #include "runtime/json.hpp"
 
 namespace troupe::runtime {

@@ -1,14 +1,14 @@
 // `troupe plot RUN_DIR... [--out FILE]`: learning curves of one run (or
-// several, overlaid) as a self-contained SVG (runtime/plot.hpp).
+// several, overlaid) as a self-contained SVG (runtime/cli/plot.hpp).
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
 
-#include "runtime/args.hpp"
-#include "runtime/commands.hpp"
-#include "runtime/plot.hpp"
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
+#include "runtime/cli/plot.hpp"
 
 namespace troupe::runtime {
 

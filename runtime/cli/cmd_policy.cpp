@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 
 #include "learners/checkpoint.hpp"
-#include "runtime/args.hpp"
-#include "runtime/commands.hpp"
-#include "runtime/csv.hpp"
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
+#include "runtime/cli/csv.hpp"
 #include "runtime/json.hpp"
 
 namespace troupe::runtime {
@@ -23,7 +23,7 @@ constexpr size_t rows_per_batch = 4096;
 
 // -- observations ------------------------------------------------------------
 
-// Reads every observation row of `path` (rules of runtime/csv.hpp); the width
+// Reads every observation row of `path` (rules of runtime/cli/csv.hpp); the width
 // must be the policy's obs_dim. Errors name FILE:LINE.
 result<size_t> read_observations(const std::string& path, size_t obs_dim,
                                  std::vector<float>& out) {

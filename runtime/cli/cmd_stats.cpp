@@ -15,9 +15,9 @@
 #include "actors/messages.hpp"
 #include "actors/stats_keeper.hpp"
 #include "kernels/moments.hpp"
-#include "runtime/args.hpp"
-#include "runtime/commands.hpp"
-#include "runtime/csv.hpp"
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
+#include "runtime/cli/csv.hpp"
 #include "runtime/json.hpp"
 
 namespace troupe::runtime {

@@ -3,8 +3,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "runtime/args.hpp"
-#include "runtime/commands.hpp"
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
+#include "runtime/cli/plot.hpp"
 #include "runtime/config.hpp"
 #include "runtime/train.hpp"
 
@@ -48,6 +49,10 @@ int cmd_train(const args_t& args) {
                      out.err().code == errc::invalid_argument;
     return fail(bad ? exit_bad_input : exit_failure, out.err().message);
   }
+  if (auto ok = write_curve_svg(out->run_dir,
+                                (std::filesystem::path(out->run_dir) / "curve.svg").string());
+      !ok)
+    std::fprintf(stderr, "troupe: curve.svg: %s\n", ok.err().message.c_str());
   std::printf("run folder: %s\nenv_steps %llu  updates %llu  return_mean_100 %.2f%s\n",
               out->run_dir.c_str(), static_cast<unsigned long long>(out->env_steps),
               static_cast<unsigned long long>(out->updates), out->return_mean_100,

@@ -1,4 +1,4 @@
-#include "runtime/csv.hpp"
+#include "runtime/cli/csv.hpp"
 
 #include <cfloat>
 #include <charconv>

@@ -1,4 +1,4 @@
-#include "runtime/cli.hpp"
+#include "runtime/cli/cli.hpp"
 
 int main(int argc, char** argv) {
   return troupe::runtime::run_cli(argc, argv);

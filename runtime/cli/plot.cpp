@@ -1,4 +1,4 @@
-#include "runtime/plot.hpp"
+#include "runtime/cli/plot.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-// Fuzzes the CSV reader (runtime/csv), which reads from a path. Invariants:
+// Fuzzes the CSV reader (runtime/cli/csv), which reads from a path. Invariants:
 // no crash; an accepted file gives rows x width finite float32 values, and
 // reading it in small batches gives the same values as reading it whole.
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/csv.hpp"
+#include "runtime/cli/csv.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 using namespace troupe;

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/plot.hpp"
+#include "runtime/cli/plot.hpp"
 #include "tests/cli_support.hpp"
 
 using namespace troupe::runtime;
