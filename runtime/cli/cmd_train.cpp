@@ -1,5 +1,8 @@
 // `troupe train CONFIG [--set section.key=value ...] [--resume RUN_DIR]`.
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 
@@ -7,9 +10,65 @@
 #include "runtime/cli/commands.hpp"
 #include "runtime/cli/plot.hpp"
 #include "runtime/config.hpp"
-#include "runtime/train.hpp"
+#include "runtime/session.hpp"
 
 namespace troupe::runtime {
+
+namespace {
+
+// The signal that asked the run to stop (0: none). The handlers only store
+// it; the waiting loop below turns it into session::request_stop().
+std::atomic<int> stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  stop_signal.store(sig);
+}
+
+// Installs the SIGINT and SIGTERM handlers for its lifetime.
+struct stop_signals {
+  using handler = void (*)(int);
+  handler old_int, old_term;
+  stop_signals() {
+    stop_signal.store(0);
+    old_int = std::signal(SIGINT, on_stop_signal);
+    old_term = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~stop_signals() {
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+  }
+};
+
+// Runs a session to its end; SIGINT or SIGTERM stop it cleanly (a final
+// checkpoint, the result marked interrupted). Returns the result and the run
+// folder (empty when none was created).
+std::pair<result<training_result>, std::string>
+train_until_done(const config& cfg, const std::string& resume) {
+  auto s = session::open(cfg, resume);
+  if (!s)
+    return {s.err(), std::string{}};
+  stop_signals handlers;
+  if (auto ok = s->start(); !ok)
+    return {ok.err(), s->run_dir()};
+  bool stop_asked = false;
+  for (;;) {
+    auto done = s->wait(std::chrono::milliseconds(50));
+    if (!done)
+      return {done.err(), s->run_dir()};
+    if (*done)
+      break;
+    if (const int sig = stop_signal.load(); sig != 0 && !stop_asked) {
+      stop_asked = true;
+      std::fprintf(stderr,
+                   "\ntroupe: stopped (signal %d); writing the final checkpoint\n", sig);
+      s->request_stop();
+    }
+  }
+  auto out = s->close();
+  return {std::move(out), s->run_dir()};
+}
+
+} // namespace
 
 int cmd_train(const args_t& args) {
   const std::vector<arg_spec> specs = {
@@ -38,25 +97,28 @@ int cmd_train(const args_t& args) {
   auto cfg = load_config(path, parsed->all("set"));
   if (!cfg)
     return fail(exit_bad_input, cfg.err().message);
-  auto out = run_training(*cfg, resume ? *resume : std::string{});
-  if (!out) {
+  auto out = train_until_done(*cfg, resume ? *resume : std::string{});
+  // The learning curves, when the run got as far as writing metrics.
+  if (!out.second.empty() &&
+      std::filesystem::exists(std::filesystem::path(out.second) / "metrics.csv"))
+    if (auto ok = write_curve_svg(
+          out.second, (std::filesystem::path(out.second) / "curve.svg").string());
+        !ok)
+      std::fprintf(stderr, "troupe: curve.svg: %s\n", ok.err().message.c_str());
+  if (!out.first) {
     // A config or a run folder that cannot be used (no run there, a damaged
     // or mismatched checkpoint) is bad input; a failure while training is not.
-    const bool bad = out.err().code == errc::not_found ||
-                     out.err().code == errc::bad_config ||
-                     out.err().code == errc::bad_input ||
-                     out.err().code == errc::corrupt_file ||
-                     out.err().code == errc::invalid_argument;
-    return fail(bad ? exit_bad_input : exit_failure, out.err().message);
+    const auto code = out.first.err().code;
+    const bool bad = code == errc::not_found || code == errc::bad_config ||
+                     code == errc::bad_input || code == errc::corrupt_file ||
+                     code == errc::invalid_argument;
+    return fail(bad ? exit_bad_input : exit_failure, out.first.err().message);
   }
-  if (auto ok = write_curve_svg(out->run_dir,
-                                (std::filesystem::path(out->run_dir) / "curve.svg").string());
-      !ok)
-    std::fprintf(stderr, "troupe: curve.svg: %s\n", ok.err().message.c_str());
+  const auto& r = *out.first;
   std::printf("run folder: %s\nenv_steps %llu  updates %llu  return_mean_100 %.2f%s\n",
-              out->run_dir.c_str(), static_cast<unsigned long long>(out->env_steps),
-              static_cast<unsigned long long>(out->updates), out->return_mean_100,
-              out->interrupted ? "  (interrupted)" : "");
+              r.run_dir.c_str(), static_cast<unsigned long long>(r.env_steps),
+              static_cast<unsigned long long>(r.updates), r.return_mean_100,
+              r.interrupted ? "  (interrupted)" : "");
   return 0;
 }
 

@@ -1,0 +1,25 @@
+// The run folder: <run.output_dir>/<run.name>-<UTC timestamp>/ with the
+// resolved config.toml and checkpoints/, created for a new run; for a resumed
+// one, the metrics files cut back to the checkpoint it continues from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/error.hpp"
+#include "runtime/config.hpp"
+
+namespace troupe::runtime {
+
+/// Creates a new run folder for `cfg` (a numbered name when the timestamped
+/// one exists) with checkpoints/ and config.toml; returns its path.
+result<std::string> create_run_folder(const config& cfg);
+
+/// Creates <run_dir>/checkpoints/ when missing.
+status ensure_checkpoints_folder(const std::string& run_dir);
+
+/// Drops the rows of <run_dir>/metrics.csv and metrics.jsonl written after
+/// update `updates` (a killed run's last moments), so that both stay monotonic.
+void trim_metrics(const std::string& run_dir, uint64_t updates);
+
+} // namespace troupe::runtime

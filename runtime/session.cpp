@@ -1,0 +1,514 @@
+#include "runtime/session.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/messages.hpp"
+#include "actors/metrics.hpp"
+#include "actors/supervisor.hpp"
+#include "envs/registry.hpp"
+#include "learners/backend.hpp"
+#include "learners/stats_view.hpp"
+#include "runtime/ask.hpp"
+#include "runtime/checkpoint_files.hpp"
+#include "runtime/resume.hpp"
+#include "runtime/run_folder.hpp"
+
+namespace troupe::runtime {
+
+namespace {
+
+// How often the driver refreshes the progress counters from the actors, and
+// how long one such question may take (a busy actor's counters just stay as
+// they were until the next refresh).
+constexpr auto progress_every = std::chrono::milliseconds(200);
+constexpr auto progress_ask_timeout = std::chrono::seconds(2);
+// How long save_checkpoint waits for a starting cast, and for the snapshot of
+// the runners' and learners' states (each answers between two batches).
+constexpr auto ready_timeout = std::chrono::seconds(120);
+constexpr auto snapshot_timeout = std::chrono::seconds(300);
+
+// "FILE:LINE: key: message" for an error caused by the value of `key`.
+error at_key(const config& cfg, const std::string& key, const error& e) {
+  return error{e.code, fmt::format("{}: {}: {}", cfg.origin(key), key, e.message)};
+}
+
+double mean_of(const std::vector<double>& xs) {
+  if (xs.empty())
+    return NAN;
+  double sum = 0;
+  for (double x : xs)
+    sum += x;
+  return sum / static_cast<double>(xs.size());
+}
+
+} // namespace
+
+struct session::state {
+  config cfg;
+  session_options options;
+  std::string resume_dir;
+  const envs::env_spec* env = nullptr;
+  learners::model_spec spec;
+  learners::device_choice device;
+  resume_point resume;
+
+  // Created by start(); the system is destroyed by close() after the driver
+  // thread and every caller's scoped actor are gone.
+  std::unique_ptr<caf::actor_system_config> sys_cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::thread driver;
+  // The supervisor polls it; nonzero stops the run.
+  std::shared_ptr<std::atomic<int>> stop_flag = std::make_shared<std::atomic<int>>(0);
+
+  mutable std::mutex mtx; // guards everything below
+  std::condition_variable changed;
+  std::string run_dir;
+  bool started = false, finished = false, closed = false, ready = false;
+  progress_info progress;
+  std::shared_ptr<actors::policy_store> store;
+  cast_handles handles;
+  caf::actor supervisor;
+  std::optional<result<training_result>> outcome;
+
+  std::mutex checkpoint_mtx; // one checkpoint written at a time
+  std::mutex call_mtx;       // held by save_checkpoint while it uses the system
+
+  void drive(actors::cast_plan plan);
+  result<training_result> drive_run(caf::scoped_actor& self, actors::cast_plan plan);
+  void refresh_progress(caf::scoped_actor& self);
+  result<std::string> checkpoint_with(caf::scoped_actor& self,
+                                      const actors::cast_snapshot& snap);
+};
+
+result<session> session::open(const config& cfg, std::string resume_dir,
+                              session_options options) {
+  auto st = std::make_unique<state>();
+  st->cfg = cfg;
+  st->options = std::move(options);
+  st->resume_dir = std::move(resume_dir);
+  auto env = envs::find_spec(cfg.get_string("env.id"));
+  if (!env)
+    return at_key(cfg, "env.id", env.err());
+  st->env = *env;
+  auto spec = model_spec_for(cfg, **env);
+  if (!spec)
+    return make_error(spec.err().code, "{}: model: {}",
+                      cfg.source_path().empty() ? std::string{"config"}
+                                                : cfg.source_path(),
+                      spec.err().message);
+  st->spec = *spec;
+  auto device = learners::choose_device(cfg.get_string("run.device"));
+  if (!device)
+    return at_key(cfg, "run.device", device.err());
+  st->device = *device;
+  if (!st->resume_dir.empty()) {
+    auto point = read_resume_point(st->resume_dir, st->spec, cfg.get_string("env.id"));
+    if (!point)
+      return point.err();
+    st->resume = std::move(*point);
+    st->run_dir = st->resume_dir;
+  }
+  return session(std::move(st));
+}
+
+session::session(std::unique_ptr<state> st) : st_(std::move(st)) {}
+session::session(session&&) noexcept = default;
+session& session::operator=(session&& other) noexcept {
+  if (this != &other) {
+    if (st_)
+      (void)close();
+    st_ = std::move(other.st_);
+  }
+  return *this;
+}
+
+session::~session() {
+  if (st_) {
+    bool closed;
+    {
+      std::lock_guard<std::mutex> lock(st_->mtx);
+      closed = st_->closed;
+    }
+    if (!closed)
+      (void)close();
+  }
+}
+
+namespace {
+error moved_from(const char* call) {
+  return make_error(errc::invalid_argument, "session::{}: the session was moved from",
+                    call);
+}
+} // namespace
+
+status session::start() {
+  if (!st_)
+    return moved_from("start");
+  auto& s = *st_;
+  std::unique_lock<std::mutex> lock(s.mtx);
+  if (s.closed)
+    return make_error(errc::invalid_argument, "session::start: the session is closed");
+  if (s.started)
+    return make_error(errc::invalid_argument,
+                      "session::start: the session was started already");
+  try {
+    if (s.resume_dir.empty()) {
+      auto dir = create_run_folder(s.cfg);
+      if (!dir)
+        return dir.err();
+      s.run_dir = *dir;
+    } else if (auto ok = prepare_resumed_folder(s.run_dir, s.resume); !ok) {
+      return ok;
+    }
+    s.sys_cfg = std::make_unique<caf::actor_system_config>();
+    actors::register_messages(*s.sys_cfg);
+    s.sys_cfg->set("scheduler.max-threads",
+                   static_cast<size_t>(s.cfg.get_int("run.threads")));
+    s.sys_cfg->set("logger.verbosity", caf::atom("quiet"));
+    s.sys = std::make_unique<caf::actor_system>(*s.sys_cfg);
+    auto built = build_cast(*s.sys, s.cfg, s.spec, *s.env, s.device.kind, s.run_dir,
+                            s.resume, s.options.cast);
+    s.handles.spec = built.spec;
+    s.handles.env_id = built.env_id;
+    s.handles.algo = built.algo;
+    s.handles.obs_norm = built.obs_norm;
+    s.store = built.plan.store;
+    s.started = true;
+    s.progress.running = true;
+    s.progress.env_steps = s.resume.start.env_steps;
+    s.progress.updates = s.resume.start.updates;
+    s.progress.episodes = s.resume.start.episodes;
+    s.progress.return_mean_100 = mean_of(s.resume.start.recent_returns);
+    s.driver = std::thread(
+      [&s, plan = std::move(built.plan)]() mutable { s.drive(std::move(plan)); });
+  } catch (const std::exception& e) {
+    return make_error(errc::unavailable, "session::start: {}", e.what());
+  }
+  return {};
+}
+
+void session::state::drive(actors::cast_plan plan) {
+  result<training_result> out = make_error(errc::unavailable, "the run did not end");
+  try {
+    caf::scoped_actor self(*sys);
+    out = drive_run(self, std::move(plan));
+  } catch (const std::exception& e) {
+    out = make_error(errc::unavailable, "the run failed: {}", e.what());
+  }
+  std::lock_guard<std::mutex> lock(mtx);
+  outcome = std::move(out);
+  finished = true;
+  progress.running = false;
+  progress.finished = true;
+  changed.notify_all();
+}
+
+result<std::string> session::state::checkpoint_with(caf::scoped_actor& self,
+                                                    const actors::cast_snapshot& snap) {
+  std::lock_guard<std::mutex> lock(checkpoint_mtx);
+  cast_handles h;
+  {
+    std::lock_guard<std::mutex> l(mtx);
+    h = handles;
+  }
+  auto dir = write_checkpoint(self, h, run_dir,
+                              static_cast<uint64_t>(cfg.get_int("run.seed")), snap);
+  if (dir)
+    prune_checkpoints(run_dir, static_cast<size_t>(cfg.get_int("run.keep_checkpoints")));
+  return dir;
+}
+
+void session::state::refresh_progress(caf::scoped_actor& self) {
+  caf::actor metrics, keeper;
+  bool obs_norm;
+  {
+    std::lock_guard<std::mutex> lock(mtx);
+    metrics = handles.metrics;
+    keeper = handles.keeper;
+    obs_norm = handles.obs_norm;
+  }
+  auto counters = ask_for<actors::metrics_counters>(self, metrics, progress_ask_timeout,
+                                                    actors::state_atom::value);
+  std::optional<uint64_t> stats_version;
+  if (obs_norm)
+    if (auto snap = ask_for<learners::stats_snapshot>(self, keeper, progress_ask_timeout,
+                                                      actors::snapshot_atom::value,
+                                                      std::string{"obs"}))
+      stats_version = snap->version;
+  std::lock_guard<std::mutex> lock(mtx);
+  if (counters) {
+    progress.env_steps = counters->env_steps;
+    progress.updates = counters->updates;
+    progress.episodes = counters->episodes;
+    progress.return_mean_100 = mean_of(counters->recent_returns);
+  }
+  if (stats_version)
+    progress.stats_version = *stats_version;
+}
+
+result<training_result> session::state::drive_run(caf::scoped_actor& self,
+                                                  actors::cast_plan plan) {
+  auto& system = *sys;
+  actors::supervisor_options sup_opts;
+  sup_opts.cast = std::move(plan);
+  sup_opts.owner = caf::actor_cast<caf::actor>(self);
+  sup_opts.stop_flag = stop_flag;
+  auto sup = actors::spawn_supervisor(system, std::move(sup_opts));
+  {
+    std::lock_guard<std::mutex> lock(mtx);
+    supervisor = sup;
+  }
+  self->monitor(sup);
+  bool done = false, stopping = false;
+  std::string failure;
+  std::string write_failure; // a checkpoint or metrics file that could not be written
+  std::optional<actors::cast_snapshot> last_snapshot;
+  // A checkpoint while training goes on: the supervisor collects the cast's
+  // random states. It ends right after sending its final snapshot (already in
+  // our mailbox then), so a checkpoint due at that moment finds it gone and is
+  // left to the final checkpoint, which is written from that snapshot.
+  auto periodic_checkpoint = [&] {
+    std::optional<actors::cast_snapshot> snap;
+    self->request(sup, caf::infinite, actors::state_atom::value)
+      .receive([&](actors::cast_snapshot& s) { snap = std::move(s); },
+               [&](caf::error& e) {
+                 if (e != caf::sec::request_receiver_down)
+                   std::fprintf(stderr, "troupe: checkpoint failed: %s\n",
+                                actors::error_message(system, e).c_str());
+               });
+    if (!snap)
+      return;
+    if (auto ok = checkpoint_with(self, *snap); !ok && write_failure.empty()) {
+      // A run that cannot save its progress stops rather than train on
+      // unsaved: the previous checkpoint stays as it was.
+      write_failure = "checkpoint failed: " + ok.err().message;
+      std::fprintf(stderr, "troupe: %s; stopping the run\n", write_failure.c_str());
+      self->send(sup, actors::stop_atom::value);
+    }
+  };
+  bool is_ready = false;
+  auto last_refresh = std::chrono::steady_clock::now();
+  while (!done) {
+    self->receive(
+      [&](actors::ready_atom, caf::actor& keeper, caf::actor& server,
+          caf::actor& metrics) {
+        {
+          std::lock_guard<std::mutex> lock(mtx);
+          handles.keeper = keeper;
+          handles.server = server;
+          handles.metrics = metrics;
+          ready = true;
+          changed.notify_all();
+        }
+        is_ready = true;
+        std::printf("troupe: run folder %s; learners on %s (%s)\n", run_dir.c_str(),
+                    learners::to_string(device.kind), device.reason.c_str());
+        std::fflush(stdout);
+        // A first checkpoint at once, so that a run killed at any moment resumes.
+        if (resume.checkpoint.empty())
+          periodic_checkpoint();
+      },
+      [&](actors::ckpt_atom, uint64_t) { periodic_checkpoint(); },
+      [&](actors::cast_snapshot& snap) { last_snapshot = std::move(snap); },
+      [&](actors::done_atom, bool interrupted, std::string& why) {
+        done = true;
+        stopping = interrupted;
+        failure = why;
+      },
+      [&](caf::down_msg& down) {
+        if (down.source != sup.address() || done)
+          return;
+        done = true;
+        failure = "the supervisor ended: " + actors::error_message(system, down.reason);
+      },
+      caf::after(progress_every) >> [] {});
+    if (is_ready && !done &&
+        std::chrono::steady_clock::now() - last_refresh >= progress_every) {
+      refresh_progress(self);
+      last_refresh = std::chrono::steady_clock::now();
+    }
+  }
+  if (!is_ready) {
+    // Nothing started (a resume whose statistics file does not load, ...).
+    return make_error(errc::unavailable, "the run could not start: {}", failure);
+  }
+  // The metrics actor stops the run itself when it cannot write its files.
+  if (write_failure.empty())
+    if (auto why = ask<std::string>(self, handles.metrics, actors::status_atom::value);
+        why && !why->empty())
+      write_failure = *why;
+  if (!write_failure.empty())
+    std::fprintf(stderr, "troupe: stopped: %s; writing the final checkpoint\n",
+                 write_failure.c_str());
+  else if (!failure.empty())
+    std::fprintf(stderr, "troupe: %s; writing a final checkpoint from what is left\n",
+                 failure.c_str());
+
+  training_result out;
+  out.run_dir = run_dir;
+  out.interrupted = stopping;
+  auto final_counters =
+    ask<actors::metrics_counters>(self, handles.metrics, actors::row_atom::value);
+  if (final_counters) {
+    out.env_steps = final_counters->env_steps;
+    out.updates = final_counters->updates;
+    out.return_mean_100 = mean_of(final_counters->recent_returns);
+    std::lock_guard<std::mutex> lock(mtx);
+    progress.env_steps = final_counters->env_steps;
+    progress.updates = final_counters->updates;
+    progress.episodes = final_counters->episodes;
+    progress.return_mean_100 = out.return_mean_100;
+  }
+  if (!last_snapshot) {
+    // The supervisor ended without its final snapshot: ask once more, else
+    // save none (a resumed run then starts its runners and learners fresh).
+    if (auto asked = ask<actors::cast_snapshot>(self, sup, actors::state_atom::value)) {
+      last_snapshot = std::move(*asked);
+    } else {
+      std::fprintf(stderr,
+                   "troupe: the final checkpoint holds no runner or learner states "
+                   "(%s); a resumed run starts them fresh\n",
+                   asked.err().message.c_str());
+      last_snapshot.emplace();
+    }
+  }
+  auto final_ckpt = checkpoint_with(self, *last_snapshot);
+  if (!final_ckpt)
+    std::fprintf(stderr, "troupe: final checkpoint failed: %s\n",
+                 final_ckpt.err().message.c_str());
+  self->send_exit(handles.metrics, caf::exit_reason::user_shutdown);
+  self->send_exit(handles.server, caf::exit_reason::user_shutdown);
+  self->send_exit(handles.keeper, caf::exit_reason::user_shutdown);
+  if (!failure.empty())
+    return make_error(errc::unavailable, "the run failed: {}", failure);
+  if (!write_failure.empty())
+    return make_error(errc::io_error, "the run stopped: {}", write_failure);
+  if (!final_ckpt)
+    return final_ckpt.err();
+  return out;
+}
+
+progress_info session::progress() const {
+  if (!st_)
+    return {};
+  std::shared_ptr<actors::policy_store> store;
+  progress_info out;
+  {
+    std::lock_guard<std::mutex> lock(st_->mtx);
+    out = st_->progress;
+    store = st_->store;
+  }
+  if (store)
+    if (auto latest = store->latest())
+      out.policy_version = latest->version;
+  return out;
+}
+
+result<std::string> session::save_checkpoint() {
+  if (!st_)
+    return moved_from("save_checkpoint");
+  auto& s = *st_;
+  std::lock_guard<std::mutex> call(s.call_mtx);
+  caf::actor sup;
+  {
+    std::unique_lock<std::mutex> lock(s.mtx);
+    if (s.closed || !s.started)
+      return make_error(errc::invalid_argument,
+                        "session::save_checkpoint: the session {}",
+                        s.closed ? "is closed" : "was not started");
+    // A cast still starting up has nothing to save yet: wait for it (bounded).
+    if (!s.changed.wait_for(lock, ready_timeout, [&] { return s.ready || s.finished; }))
+      return make_error(errc::unavailable,
+                        "session::save_checkpoint: the run did not start within {} s",
+                        ready_timeout.count());
+    if (s.finished)
+      return make_error(errc::invalid_argument,
+                        "session::save_checkpoint: training has ended; close() writes "
+                        "the final checkpoint");
+    sup = s.supervisor;
+  }
+  try {
+    caf::scoped_actor self(*s.sys);
+    auto snap = ask_for<actors::cast_snapshot>(self, sup, snapshot_timeout,
+                                               actors::state_atom::value);
+    if (!snap)
+      return make_error(snap.err().code,
+                        "session::save_checkpoint: no snapshot of the cast: {}",
+                        snap.err().message);
+    return s.checkpoint_with(self, *snap);
+  } catch (const std::exception& e) {
+    return make_error(errc::unavailable, "session::save_checkpoint: {}", e.what());
+  }
+}
+
+void session::request_stop() {
+  if (st_)
+    st_->stop_flag->store(1);
+}
+
+result<bool> session::wait(std::chrono::milliseconds timeout) {
+  if (!st_)
+    return moved_from("wait");
+  std::unique_lock<std::mutex> lock(st_->mtx);
+  if (st_->closed)
+    return make_error(errc::invalid_argument, "session::wait: the session is closed");
+  if (!st_->started)
+    return make_error(errc::invalid_argument,
+                      "session::wait: the session was not started");
+  return st_->changed.wait_for(lock, timeout, [&] { return st_->finished; });
+}
+
+result<training_result> session::close() {
+  if (!st_)
+    return moved_from("close");
+  auto& s = *st_;
+  {
+    std::lock_guard<std::mutex> lock(s.mtx);
+    if (s.closed)
+      return make_error(errc::invalid_argument, "session::close: closed already");
+    s.closed = true;
+    if (!s.started) {
+      training_result empty;
+      empty.run_dir = s.run_dir;
+      empty.return_mean_100 = NAN;
+      return empty;
+    }
+    if (!s.finished)
+      s.stop_flag->store(1);
+  }
+  if (s.driver.joinable())
+    s.driver.join();
+  {
+    // A save_checkpoint under way on another thread ends before the system goes.
+    std::lock_guard<std::mutex> call(s.call_mtx);
+    {
+      // Actor handles go before the system they belong to.
+      std::lock_guard<std::mutex> lock(s.mtx);
+      s.handles.keeper = s.handles.server = s.handles.metrics = caf::actor{};
+      s.supervisor = caf::actor{};
+    }
+    s.sys.reset();
+    s.sys_cfg.reset();
+  }
+  std::lock_guard<std::mutex> lock(s.mtx);
+  s.progress.running = false;
+  return std::move(*s.outcome);
+}
+
+std::string session::run_dir() const {
+  if (!st_)
+    return {};
+  std::lock_guard<std::mutex> lock(st_->mtx);
+  return st_->run_dir;
+}
+
+} // namespace troupe::runtime

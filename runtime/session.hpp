@@ -1,0 +1,106 @@
+// A training session: one run of the runtime, driven from the caller's code.
+// open() checks the config (and, when resuming, reads the checkpoint) without
+// creating anything; start() creates the run folder and the actor system and
+// trains on the runtime's own threads, returning at once; progress(),
+// save_checkpoint(), request_stop() and wait() may be called from any thread
+// while it runs; close() stops it if needed, writes the final checkpoint and
+// joins everything. Errors are values; nothing throws out of a session.
+//
+// The library installs no signal handler: a program that wants Ctrl-C to stop
+// training cleanly installs its own and calls request_stop() (the `troupe
+// train` command does so).
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/error.hpp"
+#include "runtime/cast.hpp"
+#include "runtime/config.hpp"
+
+namespace troupe::runtime {
+
+/// What a training run did.
+struct training_result {
+  std::string run_dir;        ///< the run folder
+  uint64_t env_steps = 0;     ///< environment steps learned from
+  uint64_t updates = 0;       ///< batches learned
+  double return_mean_100 = 0; ///< mean of the last 100 episode returns (NaN: none)
+  bool interrupted = false;   ///< stopped before its budget (request_stop, a signal)
+};
+
+/// A snapshot of a session's progress.
+struct progress_info {
+  uint64_t env_steps = 0;           ///< environment steps counted by the metrics
+  uint64_t updates = 0;             ///< batches learned
+  uint64_t episodes = 0;            ///< episodes ended
+  double return_mean_100 = NAN;     ///< mean of the last 100 returns (NaN: none yet)
+  uint64_t policy_version = 0;      ///< newest published policy version
+  uint64_t stats_version = 0;       ///< merges in the observation statistics (0: none)
+  uint64_t transitions_dropped = 0; ///< transitions a game fed that were dropped
+  bool running = false;             ///< started and not yet ended
+  bool finished = false;            ///< training ended (its result is ready for close)
+};
+
+/// Choices of an embedding program beyond the config.
+struct session_options {
+  cast_options cast; ///< e.g. actors of its own in the runner slots (cast.hpp)
+};
+
+/// One training run (see the file comment). Movable, not copyable; a
+/// moved-from session answers every call with an error.
+class session {
+public:
+  /// Checks `cfg` and, with `resume_dir`, reads the run folder's newest
+  /// complete checkpoint; a bad config or run folder opens no session (the
+  /// error names the key and where its value came from).
+  static result<session> open(const config& cfg, std::string resume_dir = {},
+                              session_options options = {});
+
+  session(session&&) noexcept;
+  session& operator=(session&&) noexcept;
+  session(const session&) = delete;
+  session& operator=(const session&) = delete;
+  /// Closes the session when it was not closed (its result is dropped).
+  ~session();
+
+  /// Creates the run folder and the actor system and starts training on the
+  /// runtime's threads; returns at once. Once only.
+  status start();
+
+  /// The counters now (refreshed by the runtime a few times per second, the
+  /// policy version read at the call). Never blocks on the actors.
+  progress_info progress() const;
+
+  /// Writes a checkpoint now (the periodic ones' format) and returns its
+  /// folder; an error when the session is not running.
+  result<std::string> save_checkpoint();
+
+  /// Asks training to stop after the batches under way; returns at once.
+  /// Callable from any thread; a no-op when not running.
+  void request_stop();
+
+  /// Waits at most `timeout` for training to end: true once it has ended.
+  /// An error before start() and after close().
+  result<bool> wait(std::chrono::milliseconds timeout);
+
+  /// Stops training if it runs, writes the final checkpoint, joins the
+  /// runtime's threads and returns what the run did. A session never started
+  /// returns an empty result (nothing trained, nothing written). A second
+  /// close is an error.
+  result<training_result> close();
+
+  /// The run folder: known once started (a resumed run's from the start).
+  std::string run_dir() const;
+
+  struct state; ///< the session's state (session.cpp)
+
+private:
+  explicit session(std::unique_ptr<state> st);
+  std::unique_ptr<state> st_;
+};
+
+} // namespace troupe::runtime
