@@ -74,8 +74,8 @@ uint64_t updates_of(const std::string& dir) {
 
 } // namespace
 
-TEST_CASE("a config naming an unknown environment opens no session, naming the file, "
-          "line and key") {
+TEST_CASE("a config naming an unknown environment opens no session and the error names "
+          "the file line and key") {
   temp_folder dir("session-bad");
   auto file =
     dir.write("bad.toml", "[run]\noutput_dir = \"" + (dir.path / "out").string() +
@@ -99,8 +99,8 @@ TEST_CASE("a config naming an unknown environment opens no session, naming the f
   CHECK(rejected.err().message.find("num_steps") != std::string::npos);
 }
 
-TEST_CASE("start returns while training runs on the runtime's threads; request_stop and "
-          "close write a final checkpoint and return interrupted") {
+TEST_CASE("start returns while training runs on the runtime's threads and request_stop "
+          "with close writes a final checkpoint and returns interrupted") {
   temp_folder dir("session-run");
   const uint64_t seed = troupe::test::fresh_seed() % 100000;
   CAPTURE(seed);
@@ -206,8 +206,8 @@ TEST_CASE("save_checkpoint mid-run writes a complete checkpoint that --resume co
   CHECK(r.out.find(fmt::format("env_steps {}", budget)) != std::string::npos);
 }
 
-TEST_CASE("a session closed without start returns an empty result and writes nothing; "
-          "a second close is an error") {
+TEST_CASE("a session closed without start returns an empty result and writes nothing "
+          "and a second close is an error") {
   temp_folder dir("session-unstarted");
   const uint64_t seed = troupe::test::fresh_seed() % 100000;
   CAPTURE(seed);
@@ -242,7 +242,7 @@ TEST_CASE("a session closed without start returns an empty result and writes not
 }
 
 TEST_CASE("a session that trains to its budget ends by itself and close returns the "
-          "whole run; a moved-from session answers with errors") {
+          "whole run while a moved-from session answers with errors") {
   temp_folder dir("session-budget");
   const uint64_t seed = troupe::test::fresh_seed() % 100000;
   CAPTURE(seed);
