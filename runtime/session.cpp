@@ -407,6 +407,8 @@ progress_info session::progress() const {
     out = st_->progress;
     store = st_->store;
   }
+  if (const auto& dropped = st_->options.transitions_dropped)
+    out.transitions_dropped = dropped->load(std::memory_order_relaxed);
   if (store)
     if (auto latest = store->latest())
       out.policy_version = latest->version;

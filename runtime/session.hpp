@@ -11,6 +11,7 @@
 // train` command does so).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -48,6 +49,8 @@ struct progress_info {
 /// Choices of an embedding program beyond the config.
 struct session_options {
   cast_options cast; ///< e.g. actors of its own in the runner slots (cast.hpp)
+  /// Transitions a game fed that were dropped (read by progress()); null: 0.
+  std::shared_ptr<const std::atomic<uint64_t>> transitions_dropped;
 };
 
 /// One training run (see the file comment). Movable, not copyable; a
@@ -71,8 +74,9 @@ public:
   /// runtime's threads; returns at once. Once only.
   status start();
 
-  /// The counters now (refreshed by the runtime a few times per second, the
-  /// policy version read at the call). Never blocks on the actors.
+  /// The counters now (refreshed by the runtime a few times per second; the
+  /// policy version and the dropped transitions read at the call). Never
+  /// blocks on the actors.
   progress_info progress() const;
 
   /// Writes a checkpoint now (the periodic ones' format) and returns its

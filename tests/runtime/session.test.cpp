@@ -3,14 +3,20 @@
 // checkpoints on demand, stop and close, and calls on a closed session.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "actors/env_runner.hpp"
+#include "actors/policy_store.hpp"
+#include "envs/registry.hpp"
 #include "learners/checkpoint.hpp"
 #include "runtime/config.hpp"
 #include "runtime/session.hpp"
@@ -273,4 +279,70 @@ TEST_CASE("a session that trains to its budget ends by itself and close returns 
   auto ckpts = troupe::learners::checkpoint_folders(r->run_dir);
   REQUIRE(!ckpts.empty());
   CHECK(updates_of(ckpts.back()) == 4);
+}
+
+TEST_CASE("a learner whose runner slots come from a factory trains with the factory's "
+          "actors") {
+  temp_folder dir("session-slots");
+  const uint64_t seed = troupe::test::fresh_seed() % 100000;
+  CAPTURE(seed);
+  std::atomic<int> calls{0};
+  std::vector<troupe::runtime::runner_slot> seen;
+  std::mutex seen_mtx;
+  troupe::runtime::session_options options;
+  // The factory stands an environment runner of its own in the slot: what a
+  // game-driven agent would put there instead.
+  options.cast.runner_factories.push_back(
+    [&](caf::actor_system& sys, const troupe::runtime::runner_slot& slot) {
+      ++calls;
+      {
+        std::lock_guard<std::mutex> lock(seen_mtx);
+        seen.push_back(slot);
+      }
+      auto env = troupe::envs::make_vector_env("CartPole-v1", slot.envs, 1);
+      if (!env)
+        return caf::actor{};
+      troupe::actors::env_runner_options ro;
+      ro.name = slot.request.name;
+      ro.seed = slot.seed;
+      ro.steps_per_batch = slot.steps_per_batch;
+      return troupe::actors::spawn_env_runner(
+        sys, ro, std::shared_ptr<troupe::envs::vector_env>(std::move(*env)),
+        troupe::actors::make_store_policy(slot.store, slot.steps_per_batch),
+        slot.request.consumer, slot.request.keeper);
+    });
+  const auto dropped = std::make_shared<std::atomic<uint64_t>>(seed + 1);
+  options.transitions_dropped = dropped;
+  auto opened = session::open(cartpole(dir.path / "out", seed, 4 * 512), {}, options);
+  REQUIRE(opened.ok());
+  CHECK(opened->progress().transitions_dropped == seed + 1);
+  auto r = [&] {
+    REQUIRE(opened->start().ok());
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      auto ended = opened->wait(std::chrono::milliseconds(100));
+      REQUIRE(ended.ok());
+      if (*ended)
+        break;
+      if (std::chrono::steady_clock::now() > deadline)
+        FAIL("a 2048-step run did not end within " << limit.count() << " s");
+    }
+    return opened->close();
+  }();
+  INFO((r ? std::string{} : r.err().message));
+  REQUIRE(r.ok());
+  CHECK(r->env_steps == 4 * 512);
+  CHECK(calls.load() == 1); // one learner, one runner slot, no restart
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].request.learner == 0);
+  CHECK(seen[0].request.index == 0);
+  CHECK(seen[0].request.restarts == 0);
+  CHECK(seen[0].request.name == "learner0.runner0");
+  CHECK(seen[0].envs == 4);
+  CHECK(seen[0].steps_per_batch == 128);
+  CHECK(seen[0].store != nullptr);
+  CHECK(seen[0].spec.obs_dim == 4);
+  CHECK(!seen[0].saved);
+  dropped->store(seed + 5);
+  CHECK(opened->progress().transitions_dropped == seed + 5);
 }
