@@ -55,10 +55,10 @@ struct runner_slot {
 /// reply with the number sent; (state_atom) -> env_runner_state is taken for
 /// checkpoints; (status_atom) -> env_runner_status. With slot.obs_norm it
 /// sends the moments of its raw observations to the keeper
-/// (slot.request.keeper) as an environment runner does. Returns an invalid
-/// actor when it cannot (logging why), which the supervisor counts as the
-/// slot's failure; a replacement is
-/// asked for with the next `restarts` number.
+/// (slot.request.keeper) as an environment runner does, and normalizes with a
+/// view from actors::subscribe_view. Returns an invalid actor when it cannot
+/// (logging why), which the supervisor counts as the slot's failure; a
+/// replacement is asked for with the next `restarts` number.
 using runner_slot_factory =
   std::function<caf::actor(caf::actor_system& sys, const runner_slot& slot)>;
 
