@@ -319,4 +319,18 @@ TEST_CASE("states whose arrays disagree with their number of environments are no
   CHECK(contains(r.err().message, "episode_return"));
   CHECK(contains(r.err().message, "got 3"));
   CHECK_FALSE(std::filesystem::exists(path));
+
+  // A state that says its environments saved nothing must hold no env state.
+  states[1].episode_return.pop_back();
+  states[0].env.with_state = false;
+  states[0].env.state.clear();
+  states[0].env.elapsed_steps.clear();
+  auto half = save_runner_states(path, states);
+  REQUIRE_FALSE(half);
+  CAPTURE(half.err().message);
+  CHECK(contains(half.err().message, "runner 0 ('alpha')"));
+  CHECK(contains(half.err().message, "env.rng"));
+  CHECK(contains(half.err().message, "must be empty"));
+  CHECK(contains(half.err().message, "got 12"));
+  CHECK_FALSE(std::filesystem::exists(path));
 }
