@@ -213,11 +213,19 @@ env_runner_state take_state(const runner_state& st) {
 status restore_state(runner_state& st, const env_runner_state& in) {
   if (auto ok = check_runner_state(in, *st.env, st.opts.name); !ok)
     return ok;
-  if (auto ok = st.env->restore_state(in.env); !ok)
-    return ok;
+  auto continued = continue_envs(*st.env, in, st.opts.seed);
+  if (!continued)
+    return continued.err();
   TROUPE_CHECK(st.gen.set_state(in.gen), "checked above");
-  st.episode_return = in.episode_return;
-  st.episode_length = in.episode_length;
+  if (*continued) {
+    st.episode_return = in.episode_return;
+    st.episode_length = in.episode_length;
+  } else {
+    write_log(st.opts.log,
+              fmt::format("env runner '{}': {} saved no environment state: starting fresh "
+                          "episodes at batch {} (episode returns under way restart at 0)",
+                          st.opts.name, st.env->spec().id, in.status.batches));
+  }
   st.status = in.status;
   st.status.runner = st.opts.name;
   st.status.env_id = st.env->spec().id;
@@ -326,6 +334,21 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
 
 } // namespace
 
+uint64_t resume_seed(uint64_t runner_seed, uint64_t batch) noexcept {
+  return kernels::rng(runner_seed ^ (batch * 0x9e3779b97f4a7c15ull)).next();
+}
+
+result<bool> continue_envs(envs::vector_env& env, const env_runner_state& state,
+                           uint64_t runner_seed) {
+  if (state.env.with_state && env.can_save_state()) {
+    if (auto ok = env.restore_state(state.env); !ok)
+      return ok.err();
+    return true;
+  }
+  env.reset(resume_seed(runner_seed, state.status.batches));
+  return false;
+}
+
 status check_runner_state(const env_runner_state& state, const envs::vector_env& env,
                           const std::string& runner) {
   const size_t n = env.num_envs();
@@ -338,8 +361,15 @@ status check_runner_state(const env_runner_state& state, const envs::vector_env&
     return fail(make_error(errc::invalid_argument,
                            "env_id must be '{}' (this runner's environment), got '{}'",
                            env.spec().id, state.env_id));
-  if (auto ok = env.check_state(state.env); !ok)
-    return fail(ok.err());
+  if (state.env.num_envs != n)
+    return fail(make_error(errc::dimension_mismatch,
+                           "num_envs must be {} (this runner's environments), got {}", n,
+                           state.env.num_envs));
+  // Without a saved environment state on either side, the episodes start
+  // fresh and only the runner's own fields matter.
+  if (state.env.with_state && env.can_save_state())
+    if (auto ok = env.check_state(state.env); !ok)
+      return fail(ok.err());
   if (!kernels::rng::valid_state(state.gen))
     return fail(make_error(errc::invalid_argument,
                            "gen (the policy's generator) must not be all zero, got 0, 0, "

@@ -25,6 +25,13 @@
 // a state is always taken at a batch boundary). A state that does not fit the
 // vector env (another id or size, invalid values) makes the runner quit with
 // an error naming it and the problem; the vector env is then left unchanged.
+//
+// Environments that cannot save their state (envs::env::can_save_state false,
+// e.g. a game's callback env without state callbacks) are not continued
+// mid-episode: the runner keeps the saved counters and policy generator, and
+// starts fresh episodes with reset(resume_seed(opts.seed, batches)), where
+// batches is the saved state's batch count (the next batch's sequence
+// number); the episode returns and lengths under way restart at 0.
 #pragma once
 
 #include <cstdint>
@@ -77,11 +84,24 @@ struct env_runner_options {
 inline constexpr uint64_t policy_salt = 0x5bd1e995ull;
 
 /// Whether `state` fits a runner over `env`: id, number of environments,
-/// sizes and values (envs::vector_env::restore_state's rules, plus the
-/// policy generator not all zero and finite episode returns). The message
-/// names `runner`, the field, the rule and the value.
+/// sizes and values (envs::vector_env::restore_state's rules when the state
+/// carries the environments' state and `env` can restore it, plus the policy
+/// generator not all zero and finite episode returns). The message names
+/// `runner`, the field, the rule and the value.
 status check_runner_state(const env_runner_state& state, const envs::vector_env& env,
                           const std::string& runner);
+
+/// The seed of the fresh episodes a runner with seed `runner_seed` starts
+/// when it resumes, at batch `batch`, over environments that saved no state:
+/// the first draw of kernels::rng(runner_seed ^ (batch * 0x9e3779b97f4a7c15)).
+uint64_t resume_seed(uint64_t runner_seed, uint64_t batch) noexcept;
+
+/// Puts `env` where `state` (checked by check_runner_state) left it: restores
+/// the saved environments when the state carries them and `env` can restore
+/// them (returns true), otherwise starts fresh episodes with
+/// reset(resume_seed(runner_seed, state.status.batches)) (returns false).
+result<bool> continue_envs(envs::vector_env& env, const env_runner_state& state,
+                           uint64_t runner_seed);
 
 /// Spawns an environment runner over `env` (reset with opts.seed at start, or
 /// restored from opts.start_state).

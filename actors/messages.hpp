@@ -137,7 +137,9 @@ typename Inspector::result_type inspect(Inspector& f, env_runner_status& x) {
 /// Everything an environment runner's future batches depend on, taken between
 /// two batches ((state_atom) -> env_runner_state): a runner started from it
 /// (env_runner_options::start_state) over a vector env of the same id and
-/// size continues exactly as the runner it was taken from.
+/// size continues exactly as the runner it was taken from. For environments
+/// that cannot save their state (env.with_state false) it continues the
+/// counters and the policy's generator, and starts fresh episodes.
 struct env_runner_state {
   std::string runner;                    ///< name of the runner it was taken from
   std::string env_id;                    ///< environment id, e.g. "CartPole-v1"
@@ -350,7 +352,8 @@ namespace troupe::envs {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, vector_env_state& x) {
-  return f(caf::meta::type_name("vector_env_state"), x.env_id, x.num_envs, x.rng, x.state,
+  return f(caf::meta::type_name("vector_env_state"), x.env_id, x.num_envs, x.with_state,
+           x.rng, x.state,
            x.elapsed_steps, x.rewards, x.terminated, x.truncated, x.autoreset);
 }
 

@@ -65,16 +65,26 @@ status check_sizes(const env_runner_state& s, size_t k) {
   if (n == 0)
     return make_error(errc::invalid_argument, "runner {} ('{}'): num_envs must be >= 1",
                       k, s.runner);
-  if (e.rng.size() != 4 * n)
+  if (!e.with_state) {
+    for (auto [field, size] : {std::pair<const char*, size_t>{"env.rng", e.rng.size()},
+                               {"env.state", e.state.size()},
+                               {"env.elapsed_steps", e.elapsed_steps.size()}})
+      if (size != 0)
+        return make_error(errc::invalid_argument,
+                          "runner {} ('{}'): {} must be empty when the environments saved "
+                          "no state (env.with_state false), got {} values",
+                          k, s.runner, field, size);
+  } else if (e.rng.size() != 4 * n) {
     return bad("env.rng", 4 * n, e.rng.size());
-  if (e.state.size() % n != 0 || e.state.empty())
+  } else if (e.state.size() % n != 0 || e.state.empty()) {
     return make_error(errc::dimension_mismatch,
                       "runner {} ('{}'): env.state must hold a positive multiple of {} "
                       "values (one state per environment), got {}",
                       k, s.runner, n, e.state.size());
-  for (auto [field, size] : {std::pair<const char*, size_t>{"env.elapsed_steps",
-                                                             e.elapsed_steps.size()},
-                             {"env.rewards", e.rewards.size()},
+  } else if (e.elapsed_steps.size() != n) {
+    return bad("env.elapsed_steps", n, e.elapsed_steps.size());
+  }
+  for (auto [field, size] : {std::pair<const char*, size_t>{"env.rewards", e.rewards.size()},
                              {"env.terminated", e.terminated.size()},
                              {"env.truncated", e.truncated.size()},
                              {"env.autoreset", e.autoreset.size()},
@@ -119,11 +129,14 @@ status save_runner_states(const std::string& path,
     file.metadata[p + "name"] = s.runner;
     file.metadata[p + "env_id"] = s.env_id;
     file.metadata[p + "num_envs"] = std::to_string(e.num_envs);
+    file.metadata[p + "env_state"] = e.with_state ? "saved" : "none";
     auto& t = file.tensors;
-    t.push_back(bits_i64(p + "env.rng", {n, 4}, e.rng.data(), e.rng.size()));
-    t.push_back(st_tensor::from_f64(p + "env.state", {n, dim}, e.state.data()));
-    t.push_back(bits_i64(p + "env.elapsed_steps", {n}, e.elapsed_steps.data(),
-                         e.elapsed_steps.size()));
+    if (e.with_state) {
+      t.push_back(bits_i64(p + "env.rng", {n, 4}, e.rng.data(), e.rng.size()));
+      t.push_back(st_tensor::from_f64(p + "env.state", {n, dim}, e.state.data()));
+      t.push_back(bits_i64(p + "env.elapsed_steps", {n}, e.elapsed_steps.data(),
+                           e.elapsed_steps.size()));
+    }
     t.push_back(st_tensor::from_f32(p + "env.rewards", {n}, e.rewards.data()));
     t.push_back(bytes_u8(p + "env.terminated", e.terminated));
     t.push_back(bytes_u8(p + "env.truncated", e.truncated));
@@ -161,10 +174,11 @@ result<std::vector<env_runner_state>> load_runner_states(const std::string& path
     return not_ours(fmt::format("metadata format is '{}', expected '{}'", *format,
                                 runner_states_format));
   const std::string* version = meta("version");
-  if (!version || *version != std::to_string(runner_states_version))
+  const bool version_1 = version && *version == "1";
+  if (!version || (!version_1 && *version != std::to_string(runner_states_version)))
     return make_error(errc::unsupported_version,
                       "{}: runner state file format version '{}', this troupe reads "
-                      "version {}",
+                      "versions 1 and {}",
                       path, version ? *version : std::string("(missing)"),
                       runner_states_version);
   const std::string* runners_text = meta("runners");
@@ -189,6 +203,17 @@ result<std::vector<env_runner_state>> load_runner_states(const std::string& path
         return bad(fmt::format("metadata '{}{}' is missing", p, key));
     s.runner = *meta(p + "name");
     s.env_id = *meta(p + "env_id");
+    // Version 1 always saved the environments' state.
+    bool with_state = true;
+    if (!version_1) {
+      const std::string* env_state = meta(p + "env_state");
+      if (!env_state)
+        return bad(fmt::format("metadata '{}env_state' is missing", p));
+      if (*env_state != "saved" && *env_state != "none")
+        return bad(fmt::format("metadata '{}env_state' must be 'saved' or 'none', got '{}'",
+                               p, *env_state));
+      with_state = *env_state == "saved";
+    }
     auto spec = envs::find_spec(s.env_id);
     if (!spec)
       return bad(fmt::format("metadata '{}env_id': {}", p, spec.err().message));
@@ -253,18 +278,21 @@ result<std::vector<env_runner_state>> load_runner_states(const std::string& path
     auto& e = s.env;
     e.env_id = s.env_id;
     e.num_envs = *num_envs;
-    auto rng = words("env.rng", {n, 4});
-    if (!rng)
-      return rng.err();
-    e.rng = std::move(*rng);
-    auto state = fetch("env.state", st_dtype::f64, {n, dim});
-    if (!state)
-      return state.err();
-    e.state = (*state)->to_f64();
-    auto elapsed = counts("env.elapsed_steps", {n}, std::numeric_limits<int32_t>::max());
-    if (!elapsed)
-      return elapsed.err();
-    e.elapsed_steps.assign(elapsed->begin(), elapsed->end());
+    e.with_state = with_state;
+    if (with_state) {
+      auto rng = words("env.rng", {n, 4});
+      if (!rng)
+        return rng.err();
+      e.rng = std::move(*rng);
+      auto state = fetch("env.state", st_dtype::f64, {n, dim});
+      if (!state)
+        return state.err();
+      e.state = (*state)->to_f64();
+      auto elapsed = counts("env.elapsed_steps", {n}, std::numeric_limits<int32_t>::max());
+      if (!elapsed)
+        return elapsed.err();
+      e.elapsed_steps.assign(elapsed->begin(), elapsed->end());
+    }
     auto rewards = fetch("env.rewards", st_dtype::f32, {n});
     if (!rewards)
       return rewards.err();

@@ -1,8 +1,15 @@
 // A checkpoint's environment-runner states in one safetensors file
 // (docs/checkpoints.md, "Runner states"): for runner k of the list, tensors
-// "runner.<k>.<field>" and metadata "runner.<k>.name|env_id|num_envs", plus
-// "format" = runner_states_format and "version". Written with the atomic
-// write (a crash leaves the old file or the whole new one); read strictly.
+// "runner.<k>.<field>" and metadata "runner.<k>.name|env_id|num_envs|env_state",
+// plus "format" = runner_states_format and "version". Written with the
+// atomic write (a crash leaves the old file or the whole new one); read
+// strictly.
+//
+// Version 2 added "runner.<k>.env_state": "saved" when the runner's
+// environments saved their state (tensors env.rng, env.state and
+// env.elapsed_steps present), "none" when they cannot (those three tensors
+// absent; the runner starts fresh episodes on resume). Version 1 files, which
+// always carry the state, still load.
 #pragma once
 
 #include <string>
@@ -16,8 +23,8 @@ namespace troupe::actors {
 /// The "format" metadata value of a runner-state file.
 inline constexpr const char* runner_states_format = "troupe.runner_states";
 
-/// The format version this troupe writes and reads.
-inline constexpr int runner_states_version = 1;
+/// The format version this troupe writes (it reads this one and version 1).
+inline constexpr int runner_states_version = 2;
 
 /// Writes `states` (in order; names need not be unique) to `path` with
 /// learners::write_file_atomically. Fails, writing nothing, when a state's

@@ -84,8 +84,8 @@ public:
   std::array<uint64_t, 4> rng_state(size_t i) const override { return rngs_[i].state(); }
 
 protected:
-  void restore_env(size_t i, const std::array<uint64_t, 4>& words, const double* state,
-                   int elapsed_steps) override {
+  status restore_env(size_t i, const std::array<uint64_t, 4>& words, const double* state,
+                     int elapsed_steps) override {
     TROUPE_CHECK(rngs_[i].set_state(words), "CartPole-v1: environment {}: all-zero generator",
                  i);
     cartpole m;
@@ -96,6 +96,7 @@ protected:
     theta_dot_[i] = m.theta_dot;
     elapsed_[i] = elapsed_steps;
     m.observe(&observations_[i * 4]);
+    return {};
   }
 
   void reset_range(size_t begin, size_t end, uint64_t seed) override {
@@ -105,7 +106,7 @@ protected:
     }
   }
 
-  void step_range(size_t begin, size_t end, const float* actions) override {
+  status step_range(size_t begin, size_t end, const float* actions) override {
     constexpr size_t block = 256;
     size_t finished[block];
     for (size_t b = begin; b < end; b += block) {
@@ -138,6 +139,7 @@ protected:
         autoreset_[i] = 1;
       }
     }
+    return {};
   }
 
 private:

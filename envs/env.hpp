@@ -27,6 +27,8 @@ struct env_spec {
   space action_space;                   ///< Box or Discrete
   int max_episode_steps = 0;            ///< TimeLimit: truncated at this many steps
   std::vector<std::string> state_names; ///< names of the float64 state, in order
+  bool early_truncation = false;        ///< may truncate before the time limit (a
+                                        ///< game's own truncation; callback envs)
 
   /// Number of float64 values in the internal state.
   size_t state_dim() const noexcept { return state_names.size(); }
@@ -66,6 +68,12 @@ public:
   /// observation. Fails, changing nothing, when the action is outside the
   /// space or when neither reset nor set_state has been called yet.
   virtual result<step_result> step(const float* action, float* obs) = 0;
+
+  /// Whether state(), set_state(), rng_state() and set_rng_state() work, so
+  /// that a saved run continues this environment mid-episode. True for the
+  /// built-in environments; an environment without it starts a fresh episode
+  /// on resume (docs/environments.md, "Resume").
+  virtual bool can_save_state() const noexcept { return true; }
 
   /// The internal state, float64, in Gymnasium's `env.unwrapped.state` order.
   virtual std::vector<double> state() const = 0;

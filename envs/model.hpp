@@ -158,8 +158,8 @@ public:
   std::array<uint64_t, 4> rng_state(size_t i) const override { return rngs_[i].state(); }
 
 protected:
-  void restore_env(size_t i, const std::array<uint64_t, 4>& words, const double* state,
-                   int elapsed_steps) override {
+  status restore_env(size_t i, const std::array<uint64_t, 4>& words, const double* state,
+                     int elapsed_steps) override {
     TROUPE_CHECK(rngs_[i].set_state(words), "{}: environment {}: all-zero generator",
                  spec().id, i);
     models_[i].set_state(state);
@@ -167,6 +167,7 @@ protected:
       models_[i].resume(elapsed_steps);
     elapsed_[i] = elapsed_steps;
     models_[i].observe(&observations_[i * obs_dim()]);
+    return {};
   }
 
   void reset_range(size_t begin, size_t end, uint64_t seed) override {
@@ -179,7 +180,7 @@ protected:
     }
   }
 
-  void step_range(size_t begin, size_t end, const float* actions) override {
+  status step_range(size_t begin, size_t end, const float* actions) override {
     const size_t od = obs_dim();
     const size_t ad = action_dim();
     for (size_t i = begin; i < end; ++i) {
@@ -200,6 +201,7 @@ protected:
       }
       m.observe(&observations_[i * od]);
     }
+    return {};
   }
 
 private:
@@ -210,11 +212,10 @@ private:
 };
 
 /// The registration of a model: its spec and both adapters (see
-/// add_registration in envs/registry.hpp).
+/// register_env in envs/registry.hpp).
 template <class Model>
 registration model_registration() {
-  return {&model_spec<Model>(),
-          [] { return std::unique_ptr<env>(new model_env<Model>()); },
+  return {model_spec<Model>(), [] { return std::unique_ptr<env>(new model_env<Model>()); },
           [](size_t n, size_t threads) {
             return std::unique_ptr<vector_env>(new model_vector_env<Model>(n, threads));
           }};

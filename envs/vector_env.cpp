@@ -77,14 +77,17 @@ status vector_env::step(const float* actions) {
                       spec_.id);
   if (auto ok = check_actions(actions); !ok)
     return ok;
-  if (chunks_ == 1) {
-    step_range(0, num_envs_, actions);
-    return {};
-  }
+  if (chunks_ == 1)
+    return step_range(0, num_envs_, actions);
+  std::vector<status> outcomes(chunks_);
   pool_->run(chunks_, [&](size_t k) {
     auto [begin, end] = chunk_range(num_envs_, chunks_, k);
-    step_range(begin, end, actions);
+    outcomes[k] = step_range(begin, end, actions);
   });
+  // Chunks are in environment order: the first failure names the lowest one.
+  for (auto& outcome : outcomes)
+    if (!outcome)
+      return std::move(outcome);
   return {};
 }
 
@@ -101,7 +104,8 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) noexcept {
 } // namespace
 
 bool same_state(const vector_env_state& a, const vector_env_state& b) noexcept {
-  return a.env_id == b.env_id && a.num_envs == b.num_envs && a.rng == b.rng
+  return a.env_id == b.env_id && a.num_envs == b.num_envs && a.with_state == b.with_state
+         && a.rng == b.rng
          && same_bits(a.state, b.state) && a.elapsed_steps == b.elapsed_steps
          && same_bits(a.rewards, b.rewards) && a.terminated == b.terminated
          && a.truncated == b.truncated && a.autoreset == b.autoreset;
@@ -112,6 +116,14 @@ vector_env_state vector_env::save_state() const {
   vector_env_state s;
   s.env_id = spec_.id;
   s.num_envs = n;
+  s.rewards = rewards_;
+  s.terminated = terminated_;
+  s.truncated = truncated_;
+  s.autoreset = autoreset_;
+  if (!can_save_state()) {
+    s.with_state = false;
+    return s;
+  }
   s.rng.resize(n * 4);
   s.state.resize(n * sd);
   s.elapsed_steps.resize(n);
@@ -122,10 +134,6 @@ vector_env_state vector_env::save_state() const {
     std::copy(values.begin(), values.end(), s.state.begin() + static_cast<ptrdiff_t>(i * sd));
     s.elapsed_steps[i] = elapsed_steps(i);
   }
-  s.rewards = rewards_;
-  s.terminated = terminated_;
-  s.truncated = truncated_;
-  s.autoreset = autoreset_;
   return s;
 }
 
@@ -141,6 +149,17 @@ status vector_env::check_state(const vector_env_state& s) const {
     return make_error(errc::dimension_mismatch,
                       "{}: vector env state: num_envs must be {}, got {}", id, n,
                       s.num_envs);
+  if (!s.with_state && can_save_state())
+    return make_error(errc::invalid_argument,
+                      "{}: vector env state: with_state must be true (these environments "
+                      "save their state), got false",
+                      id);
+  if (s.with_state && !can_save_state())
+    return make_error(errc::invalid_argument,
+                      "{}: vector env state: these environments cannot restore a saved "
+                      "state (env::can_save_state() is false); start fresh episodes "
+                      "(reset) instead",
+                      id);
   auto check_size = [&](const char* field, size_t got, size_t width) -> status {
     if (got != n * width)
       return make_error(errc::dimension_mismatch,
@@ -149,9 +168,11 @@ status vector_env::check_state(const vector_env_state& s) const {
                         id, field, n * width, n, width, got);
     return {};
   };
-  for (auto ok : {check_size("rng", s.rng.size(), 4),
-                  check_size("state", s.state.size(), sd),
-                  check_size("elapsed_steps", s.elapsed_steps.size(), 1),
+  // Without state, the per-environment arrays must be empty.
+  const size_t with = s.with_state ? 1 : 0;
+  for (auto ok : {check_size("rng", s.rng.size(), 4 * with),
+                  check_size("state", s.state.size(), sd * with),
+                  check_size("elapsed_steps", s.elapsed_steps.size(), with),
                   check_size("rewards", s.rewards.size(), 1),
                   check_size("terminated", s.terminated.size(), 1),
                   check_size("truncated", s.truncated.size(), 1),
@@ -163,19 +184,22 @@ status vector_env::check_state(const vector_env_state& s) const {
       return error{code, fmt::format("{}: vector env state: environment {}: {}", id, i,
                                      what)};
     };
-    const uint64_t* words = &s.rng[i * 4];
-    if ((words[0] | words[1] | words[2] | words[3]) == 0)
-      return bad(errc::invalid_argument,
-                 "rng must not be all zero (xoshiro256++ cannot leave it), got 0, 0, 0, 0");
-    for (size_t j = 0; j < sd; ++j)
-      if (!std::isfinite(s.state[i * sd + j]))
-        return bad(errc::non_finite, fmt::format("state[{}] ({}) must be finite, got {}", j,
-                                                 spec_.state_names[j], s.state[i * sd + j]));
-    const int elapsed = s.elapsed_steps[i];
-    if (elapsed < 0 || elapsed > max_steps)
-      return bad(errc::invalid_argument,
-                 fmt::format("elapsed_steps must be in [0, {}] (the time limit), got {}",
-                             max_steps, elapsed));
+    if (s.with_state) {
+      const uint64_t* words = &s.rng[i * 4];
+      if ((words[0] | words[1] | words[2] | words[3]) == 0)
+        return bad(errc::invalid_argument, "rng must not be all zero (xoshiro256++ cannot "
+                                           "leave it), got 0, 0, 0, 0");
+      for (size_t j = 0; j < sd; ++j)
+        if (!std::isfinite(s.state[i * sd + j]))
+          return bad(errc::non_finite,
+                     fmt::format("state[{}] ({}) must be finite, got {}", j,
+                                 spec_.state_names[j], s.state[i * sd + j]));
+      const int elapsed = s.elapsed_steps[i];
+      if (elapsed < 0 || elapsed > max_steps)
+        return bad(errc::invalid_argument,
+                   fmt::format("elapsed_steps must be in [0, {}] (the time limit), got {}",
+                               max_steps, elapsed));
+    }
     if (!std::isfinite(s.rewards[i]))
       return bad(errc::non_finite, fmt::format("rewards must be finite, got {}", s.rewards[i]));
     for (auto [field, flags] : {std::pair<const char*, const std::vector<uint8_t>*>{
@@ -185,12 +209,19 @@ status vector_env::check_state(const vector_env_state& s) const {
       if ((*flags)[i] > 1)
         return bad(errc::invalid_argument,
                    fmt::format("{} must be 0 or 1, got {}", field, (*flags)[i]));
-    // Each step sets truncated exactly when the counter reaches the limit.
-    if (s.truncated[i] != (elapsed >= max_steps ? 1 : 0))
+    if (!s.with_state)
+      continue; // no counters to check the flags against
+    const int elapsed = s.elapsed_steps[i];
+    // Each step sets truncated exactly when the counter reaches the limit
+    // (or earlier, for an environment that truncates on its own).
+    const bool at_limit = elapsed >= max_steps;
+    if (spec_.early_truncation ? (at_limit && !s.truncated[i])
+                               : s.truncated[i] != (at_limit ? 1 : 0))
       return bad(errc::invalid_argument,
-                 fmt::format("truncated must be 1 exactly when elapsed_steps reaches the "
+                 fmt::format("truncated must be 1 {} elapsed_steps reaches the "
                              "time limit {}, got truncated = {} with elapsed_steps = {}",
-                             max_steps, s.truncated[i], elapsed));
+                             spec_.early_truncation ? "when" : "exactly when", max_steps,
+                             s.truncated[i], elapsed));
     if (s.autoreset[i] && (s.terminated[i] || elapsed != 0 || s.rewards[i] != 0.0f))
       return bad(errc::invalid_argument,
                  fmt::format("autoreset = 1 requires terminated = 0, elapsed_steps = 0 and "
@@ -204,11 +235,20 @@ status vector_env::check_state(const vector_env_state& s) const {
 status vector_env::restore_state(const vector_env_state& s) {
   if (auto ok = check_state(s); !ok)
     return ok;
+  if (!s.with_state)
+    return make_error(errc::invalid_argument,
+                      "{}: vector env state: the environments saved no state "
+                      "(with_state = false); start fresh episodes with reset(seed) instead",
+                      spec_.id);
   const size_t n = num_envs_, sd = spec_.state_dim();
   for (size_t i = 0; i < n; ++i) {
     std::array<uint64_t, 4> words;
     std::copy(&s.rng[i * 4], &s.rng[i * 4] + 4, words.begin());
-    restore_env(i, words, &s.state[i * sd], s.elapsed_steps[i]);
+    if (auto ok = restore_env(i, words, &s.state[i * sd], s.elapsed_steps[i]); !ok) {
+      ready_ = false; // environments before i hold the new state, the others the old
+      return make_error(ok.err().code, "{}: vector env state: environment {}: {}",
+                        spec_.id, i, ok.err().message);
+    }
   }
   rewards_ = s.rewards;
   terminated_ = s.terminated;

@@ -21,6 +21,11 @@
 // of the last step, which decide whether the next step is an autoreset);
 // restore_state() of it, into this or a fresh vector env of the same id and
 // size (any thread count), continues bit for bit as if never stopped.
+// Environments that cannot save their state (env::can_save_state() false,
+// e.g. a game's callback env without state callbacks) give a state with
+// with_state = false: the flags of the last step only, no generators, states
+// or counters. Such a state cannot be restored; the caller starts fresh
+// episodes instead (reset, see actors/env_runner.hpp).
 #pragma once
 
 #include <array>
@@ -44,6 +49,8 @@ namespace troupe::envs {
 struct vector_env_state {
   std::string env_id;              ///< environment id, e.g. "CartPole-v1"
   uint64_t num_envs = 0;           ///< N
+  bool with_state = true;          ///< the environments saved their state: false
+                                   ///< leaves rng, state and elapsed_steps empty
   std::vector<uint64_t> rng;       ///< [N x 4] generator words (never all zero)
   std::vector<double> state;       ///< [N x state_dim] float64 internal state
   std::vector<int32_t> elapsed_steps; ///< [N] time-limit counters, 0..max_episode_steps
@@ -92,6 +99,9 @@ public:
   /// Steps every environment with its action (actions [num_envs x
   /// action_dim]). Fails, stepping nothing, when an action is outside the
   /// action space (the message names the environment), or before reset().
+  /// An environment whose own step fails (a callback env: a game's error or
+  /// a non-finite value) fails the whole step with the error of the lowest
+  /// such environment; the others of the batch may have been stepped.
   status step(const float* actions);
 
   /// Observations [num_envs x obs_dim].
@@ -109,6 +119,11 @@ public:
   /// the environments clip them (see env::set_clip_box_actions).
   void set_clip_box_actions(bool on) noexcept { clip_box_actions_ = on; }
 
+  /// Whether the environments can save their state (env::can_save_state):
+  /// when false, save_state() records with_state = false and state(i),
+  /// elapsed_steps(i) and rng_state(i) are not called.
+  virtual bool can_save_state() const noexcept { return true; }
+
   /// Internal float64 state of environment i.
   virtual std::vector<double> state(size_t i) const = 0;
 
@@ -122,14 +137,20 @@ public:
   vector_env_state save_state() const;
 
   /// Whether restore_state(s) would succeed: the id, the number of
-  /// environments, array sizes, finite values, flags 0/1 and consistent with
+  /// environments, a state with with_state = true for environments that can
+  /// save theirs, array sizes, finite values, flags 0/1 and consistent with
   /// the counters, generators not all zero, counters within the time limit.
   /// The message names the environment, the field, the rule and the value.
   status check_state(const vector_env_state& s) const;
 
+  /// A state with with_state = false passes check_state when the environments
+  /// cannot save theirs, but restore_state refuses it: reset(seed) instead.
+  ///
   /// Checks `s` (check_state), then replaces every environment's state, the
-  /// last step's buffers and the observations with those of `s`. On failure
-  /// nothing changes.
+  /// last step's buffers and the observations with those of `s`. On a failed
+  /// check nothing changes; an environment that refuses its values (a
+  /// callback env's set_state) fails the restore after the environments
+  /// before it were restored: reset() before stepping again.
   status restore_state(const vector_env_state& s);
 
 protected:
@@ -138,14 +159,15 @@ protected:
   virtual void reset_range(size_t begin, size_t end, uint64_t seed) = 0;
 
   /// Steps environments [begin, end) (autoreset included), writing every
-  /// buffer for them.
-  virtual void step_range(size_t begin, size_t end, const float* actions) = 0;
+  /// buffer for them. The built-in models cannot fail; an environment of
+  /// its own code (a callback env) returns the first failure of the range.
+  virtual status step_range(size_t begin, size_t end, const float* actions) = 0;
 
   /// Sets environment i's generator words (not all zero), float64 state
   /// (state_dim finite values) and time-limit counter, all validated by the
   /// caller, and writes its observation row.
-  virtual void restore_env(size_t i, const std::array<uint64_t, 4>& rng,
-                           const double* state, int elapsed_steps) = 0;
+  virtual status restore_env(size_t i, const std::array<uint64_t, 4>& rng,
+                             const double* state, int elapsed_steps) = 0;
 
   std::vector<float> observations_;
   std::vector<float> rewards_;

@@ -106,7 +106,7 @@ int cmd_env_list(const args_t& args) {
                                             parsed->positional[0]));
   std::string out;
   for (auto& r : envs::registry()) {
-    const auto& s = *r.spec;
+    const auto& s = r.spec;
     out += fmt::format("{}\n  observation  {}\n  action       {}\n  time limit   {} "
                        "steps\n  state        ({})\n",
                        s.id, s.observation_space.describe(), s.action_space.describe(),

@@ -300,9 +300,10 @@ public:
   std::array<uint64_t, 4> rng_state(size_t) const override { return {1, 2, 3, 4}; }
 
 protected:
-  void restore_env(size_t i, const std::array<uint64_t, 4>&, const double*,
-                   int elapsed) override {
+  status restore_env(size_t i, const std::array<uint64_t, 4>&, const double*,
+                     int elapsed) override {
     steps_[i] = elapsed;
+    return {};
   }
   void reset_range(size_t begin, size_t end, uint64_t) override {
     for (size_t i = begin; i < end; ++i) {
@@ -311,12 +312,13 @@ protected:
       steps_[i] = 0;
     }
   }
-  void step_range(size_t begin, size_t end, const float*) override {
+  status step_range(size_t begin, size_t end, const float*) override {
     for (size_t i = begin; i < end; ++i) {
       ++steps_[i];
       observations_[2 * i] = i == 1 && steps_[i] == 3 ? NAN : -0.5f + 0.001f * steps_[i];
       rewards_[i] = -1.0f;
     }
+    return {};
   }
 
 private:

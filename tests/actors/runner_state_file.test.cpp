@@ -71,6 +71,7 @@ void check_same(const env_runner_state& a, const env_runner_state& b) {
   CHECK(a.env_id == b.env_id);
   CHECK(a.env.env_id == b.env.env_id);
   CHECK(a.env.num_envs == b.env.num_envs);
+  CHECK(a.env.with_state == b.env.with_state);
   CHECK(a.env.rng == b.env.rng);
   CHECK(same_bits(a.env.state, b.env.state));
   CHECK(a.env.elapsed_steps == b.env.elapsed_steps);
@@ -110,6 +111,12 @@ TEST_CASE("runner states round trip through the file field by field") {
   }
   states[3].runner = "a name with spaces, dots. and \"quotes\"";
   states[3].status.runner = states[3].runner; // the status names its runner
+  // A runner whose environments saved no state (a game without state callbacks).
+  const size_t stateless = 1 + gen() % 6;
+  states[stateless].env.with_state = false;
+  states[stateless].env.rng.clear();
+  states[stateless].env.state.clear();
+  states[stateless].env.elapsed_steps.clear();
   const std::string path = (dir.path / "runners.safetensors").string();
   REQUIRE(save_runner_states(path, states));
   auto loaded = load_runner_states(path);
@@ -122,14 +129,20 @@ TEST_CASE("runner states round trip through the file field by field") {
   // The file is plain safetensors: metadata and tensors as documented.
   auto raw = learners::read_safetensors(path).value();
   CHECK(raw.metadata.at("format") == "troupe.runner_states");
-  CHECK(raw.metadata.at("version") == "1");
+  CHECK(raw.metadata.at("version") == "2");
   CHECK(raw.metadata.at("runners") == "7");
-  CHECK(raw.metadata.at("runner.1.env_id") == states[1].env_id);
-  const auto* st = raw.find("runner.1.env.state");
+  const size_t full = stateless == 1 ? 2 : 1;
+  CHECK(raw.metadata.at(fmt::format("runner.{}.env_id", full)) == states[full].env_id);
+  CHECK(raw.metadata.at(fmt::format("runner.{}.env_state", full)) == "saved");
+  CHECK(raw.metadata.at(fmt::format("runner.{}.env_state", stateless)) == "none");
+  const auto* st = raw.find(fmt::format("runner.{}.env.state", full));
   REQUIRE(st != nullptr);
-  CHECK(st->shape == std::vector<int64_t>{
-                       static_cast<int64_t>(states[1].env.num_envs),
-                       static_cast<int64_t>(envs::find_spec(states[1].env_id).value()->state_dim())});
+  CHECK(st->shape
+        == std::vector<int64_t>{
+          static_cast<int64_t>(states[full].env.num_envs),
+          static_cast<int64_t>(envs::find_spec(states[full].env_id).value()->state_dim())});
+  for (const char* field : {"env.rng", "env.state", "env.elapsed_steps"})
+    CHECK(raw.find(fmt::format("runner.{}.{}", stateless, field)) == nullptr);
 
   // No runners at all is a valid file too.
   REQUIRE(save_runner_states(path, {}));
@@ -188,8 +201,25 @@ TEST_CASE("a malformed runner state file is refused with the file, runner, tenso
   refused("wrong format name", [](auto& f) { f.metadata["format"] = "troupe.stats"; },
           {"format", "troupe.stats", "troupe.runner_states"});
   refused("no format", [](auto& f) { f.metadata.erase("format"); }, {"format"});
-  refused("another version", [](auto& f) { f.metadata["version"] = "2"; },
-          {"version", "'2'", "1"});
+  refused("another version", [](auto& f) { f.metadata["version"] = "3"; },
+          {"version", "'3'", "1 and 2"});
+  refused("missing env_state", [](auto& f) { f.metadata.erase("runner.1.env_state"); },
+          {"runner 1", "beta", "runner.1.env_state", "missing"});
+  refused("env_state neither saved nor none",
+          [](auto& f) { f.metadata["runner.0.env_state"] = "partly"; },
+          {"runner 0", "alpha", "runner.0.env_state", "'saved' or 'none'", "partly"});
+  refused("env_state none with the state tensors",
+          [](auto& f) { f.metadata["runner.0.env_state"] = "none"; },
+          {"runner.0.env.", "not part of the format"});
+  refused("env_state saved without the state tensors",
+          [](auto& f) {
+            f.metadata["runner.0.env_state"] = "saved";
+            auto& ts = f.tensors;
+            ts.erase(std::remove_if(ts.begin(), ts.end(),
+                                    [](auto& t) { return t.name == "runner.0.env.rng"; }),
+                     ts.end());
+          },
+          {"runner 0", "runner.0.env.rng", "missing"});
   refused("tensor of the wrong size",
           [&](auto& f) {
             auto& t = tensor(f, "runner.1.env.state");
@@ -246,6 +276,32 @@ TEST_CASE("a malformed runner state file is refused with the file, runner, tenso
           {"runner 1", "runner.1.name", "missing"});
 }
 
+TEST_CASE("a version 1 file (always with the environments' state) still loads") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  test::temp_folder dir("runner-states-v1");
+  const std::vector<env_runner_state> states = {random_state("alpha", "CartPole-v1", 3, gen),
+                                                random_state("beta", "Acrobot-v1", 2, gen)};
+  const std::string path = (dir.path / "runners.safetensors").string();
+  REQUIRE(save_runner_states(path, states));
+  // What troupe wrote before version 2: the same tensors, no env_state.
+  auto file = learners::read_safetensors(path).value();
+  file.metadata["version"] = "1";
+  file.metadata.erase("runner.0.env_state");
+  file.metadata.erase("runner.1.env_state");
+  const std::string old_path = (dir.path / "v1.safetensors").string();
+  REQUIRE(learners::write_safetensors(old_path, file));
+  auto loaded = load_runner_states(old_path);
+  REQUIRE(loaded);
+  REQUIRE(loaded->size() == 2);
+  for (size_t k = 0; k < 2; ++k) {
+    CAPTURE(k);
+    CHECK((*loaded)[k].env.with_state);
+    check_same((*loaded)[k], states[k]);
+  }
+}
+
 TEST_CASE("states whose arrays disagree with their number of environments are not saved") {
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
@@ -262,5 +318,19 @@ TEST_CASE("states whose arrays disagree with their number of environments are no
   CHECK(contains(r.err().message, "runner 1 ('beta')"));
   CHECK(contains(r.err().message, "episode_return"));
   CHECK(contains(r.err().message, "got 3"));
+  CHECK_FALSE(std::filesystem::exists(path));
+
+  // A state that says its environments saved nothing must hold no env state.
+  states[1].episode_return.pop_back();
+  states[0].env.with_state = false;
+  states[0].env.state.clear();
+  states[0].env.elapsed_steps.clear();
+  auto half = save_runner_states(path, states);
+  REQUIRE_FALSE(half);
+  CAPTURE(half.err().message);
+  CHECK(contains(half.err().message, "runner 0 ('alpha')"));
+  CHECK(contains(half.err().message, "env.rng"));
+  CHECK(contains(half.err().message, "must be empty"));
+  CHECK(contains(half.err().message, "got 12"));
   CHECK_FALSE(std::filesystem::exists(path));
 }

@@ -27,7 +27,8 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 
 bool same(const env_runner_state& a, const env_runner_state& b) {
   return a.runner == b.runner && a.env_id == b.env_id && a.env.env_id == b.env.env_id
-         && a.env.num_envs == b.env.num_envs && a.env.rng == b.env.rng
+         && a.env.num_envs == b.env.num_envs && a.env.with_state == b.env.with_state
+         && a.env.rng == b.env.rng
          && same_bits(a.env.state, b.env.state) && a.env.elapsed_steps == b.env.elapsed_steps
          && same_bits(a.env.rewards, b.env.rewards) && a.env.terminated == b.env.terminated
          && a.env.truncated == b.env.truncated && a.env.autoreset == b.env.autoreset
@@ -38,8 +39,9 @@ bool same(const env_runner_state& a, const env_runner_state& b) {
          && a.status.deltas_sent == b.status.deltas_sent;
 }
 
-// Restores `s` into fresh environments when the runner's checks accept it,
-// then steps them once with an action inside the action space.
+// Restores `s` into fresh environments (or starts fresh episodes, for a state
+// without the environments' own) when the runner's checks accept it, then
+// steps them once with an action inside the action space.
 void restore_and_step(const env_runner_state& s) {
   if (s.env.num_envs > 64)
     return;
@@ -47,9 +49,11 @@ void restore_and_step(const env_runner_state& s) {
   TROUPE_FUZZ_EXPECT(env.ok(), "a loaded env id '{}' cannot be made", s.env_id);
   if (!check_runner_state(s, **env, "fuzz").ok())
     return;
-  auto restored = (*env)->restore_state(s.env);
+  auto restored = continue_envs(**env, s, 1);
   TROUPE_FUZZ_EXPECT(restored.ok(), "a state that passed the checks does not restore: {}",
                      restored ? std::string{} : restored.err().message);
+  TROUPE_FUZZ_EXPECT(*restored == s.env.with_state,
+                     "a built-in environment's state was not used as saved");
   const auto& action_space = (*env)->spec().action_space;
   std::vector<float> actions;
   for (size_t i = 0; i < s.env.num_envs; ++i) {

@@ -108,6 +108,15 @@ void runner_state_seeds(const fs::path& out, const fs::path& tmp) {
   write(out / "two_runners.safetensors", read(path));
   must(actors::save_runner_states(path.string(), {states[0]}), "save runner state");
   write(out / "one_runner.safetensors", read(path));
+  // A runner whose environments saved no state (env_state = none).
+  auto stateless = states[0];
+  stateless.env.with_state = false;
+  stateless.env.rng.clear();
+  stateless.env.state.clear();
+  stateless.env.elapsed_steps.clear();
+  must(actors::save_runner_states(path.string(), {stateless, states[1]}),
+       "save runner states without env state");
+  write(out / "stateless_runner.safetensors", read(path));
 }
 
 void csv_seeds(const fs::path& out) {

@@ -40,7 +40,7 @@ struct failing_cartpole : envs::cartpole {
 /// Registers Failing-v0 (once per process) and restarts its step count.
 inline void register_failing_env() {
   static const bool registered = [] {
-    auto ok = envs::add_registration(envs::model_registration<failing_cartpole>());
+    auto ok = envs::register_env(envs::model_registration<failing_cartpole>());
     return ok.ok();
   }();
   (void)registered;

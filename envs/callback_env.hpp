@@ -1,0 +1,120 @@
+// An environment implemented by a game or simulator through callbacks: the
+// adapter that the C++ embedding API and the C API (a function table plus
+// `void* user_data`) both build on.
+//
+// Ownership: a callback_env owns its env_callbacks (and so whatever the
+// std::functions capture); the game's objects they refer to must outlive
+// the environment. Buffers passed to a callback belong to the caller and are
+// valid only during the call.
+//
+// Threads: one callback_env (one instance of the game's environment) is
+// called by one thread at a time, never concurrently; different instances
+// may be called at the same time from different threads (a vector env with
+// threads > 1, several environment runners), so instances must not share
+// unsynchronized state. Callbacks are never called with the registry's lock
+// held.
+//
+// What the adapter adds, as for the built-in environments: the action check
+// against the action space (Box actions clipped to the bounds when
+// set_clip_box_actions is on, so the game only sees actions inside them), the
+// time limit (truncated once spec.max_episode_steps steps are taken; a game
+// may also truncate earlier on its own), and seeding: reset(seed) seeds the
+// adapter's generator, and every episode starts with reset callback of the
+// next 64-bit draw from it, so episodes are reproducible from the seed and
+// rng_state() is that generator (always saved).
+//
+// Validation: a callback that fails, or writes a non-finite observation or
+// returns a non-finite reward, makes step() fail with errc::non_finite (or
+// the callback's code) naming the environment id, the step and the value;
+// nothing crashes. A failed reset cannot be reported by env::reset (which
+// returns nothing): the next step() fails with its error instead.
+//
+// State: with both get_state and set_state, can_save_state() is true and a
+// resumed run continues the game's episodes mid-way; without them a resumed
+// run starts fresh episodes (docs/environments.md, "Resume").
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "envs/env.hpp"
+#include "envs/registry.hpp"
+#include "kernels/rng.hpp"
+
+namespace troupe::envs {
+
+/// The callbacks of one instance of a game's environment.
+struct env_callbacks {
+  /// Required. Starts an episode drawn from `seed` and writes its first
+  /// observation (spec.observation_space.size() floats) into `obs`.
+  std::function<status(uint64_t seed, float* obs)> reset;
+
+  /// Required. Applies `action` (spec.action_space.size() floats, inside the
+  /// space) and writes the next observation into `obs`; returns the reward
+  /// and whether the episode terminated (or truncated on the game's own).
+  std::function<result<step_result>(const float* action, float* obs)> step;
+
+  /// Optional, with set_state: writes the game's spec.state_dim() float64
+  /// state values into `values`.
+  std::function<void(double* values)> get_state;
+
+  /// Optional, with get_state: replaces the game's state with `values`
+  /// (spec.state_dim() finite values) and writes its observation into `obs`
+  /// (never null).
+  std::function<status(const double* values, float* obs)> set_state;
+};
+
+/// An `env` whose dynamics are a game's callbacks (see the file comment).
+class callback_env final : public env {
+public:
+  /// An environment of `spec` over `callbacks`. errc::invalid_argument naming
+  /// the id when the spec is invalid (check_spec), reset or step is missing,
+  /// only one of get_state and set_state is given, or state callbacks come
+  /// without spec.state_names (or state_names without them).
+  static result<std::unique_ptr<callback_env>> make(env_spec spec,
+                                                    env_callbacks callbacks);
+
+  const env_spec& spec() const noexcept override { return spec_; }
+  void reset(uint64_t seed, float* obs) override;
+  void reset(float* obs) override;
+  result<step_result> step(const float* action, float* obs) override;
+  bool can_save_state() const noexcept override;
+  std::vector<double> state() const override;
+  status set_state(const std::vector<double>& values, float* obs = nullptr) override;
+  int elapsed_steps() const noexcept override { return elapsed_; }
+  void set_elapsed_steps(int steps) noexcept override { elapsed_ = steps; }
+  std::array<uint64_t, 4> rng_state() const noexcept override { return seeds_.state(); }
+  status set_rng_state(const std::array<uint64_t, 4>& words) override;
+
+private:
+  callback_env(env_spec spec, env_callbacks callbacks);
+
+  // Draws the episode's seed and calls the reset callback.
+  void start_episode(float* obs);
+  // The first non-finite observation value as an error, or ok.
+  status check_observation(const float* obs, const char* call) const;
+
+  env_spec spec_;
+  env_callbacks callbacks_;
+  kernels::rng seeds_;
+  std::vector<float> scratch_;       // clipped actions, set_state's observation
+  std::optional<error> reset_error_; // a failed reset, reported by the next step
+  uint64_t episode_ = 0;             // episodes started (1 after the first reset)
+  uint64_t steps_ = 0;               // steps taken by this instance, all episodes
+  uint64_t episode_seed_ = 0;        // the seed the current episode started from
+  int elapsed_ = 0;
+  bool ready_ = false;
+};
+
+/// A registration for register_env whose environments are callback_envs of
+/// `spec` over the callbacks `make_callbacks` returns, called once per
+/// instance (each instance gets its own game state). make_env reports an
+/// invalid set of callbacks as an error naming the id.
+registration callback_registration(env_spec spec,
+                                   std::function<env_callbacks()> make_callbacks);
+
+} // namespace troupe::envs
