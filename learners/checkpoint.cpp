@@ -15,7 +15,6 @@
 
 #include <boost/crc.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 namespace troupe::learners {
 
@@ -172,7 +171,7 @@ std::map<std::string, std::string> spec_metadata(const model_spec& spec) {
   m["obs_dim"] = std::to_string(spec.obs_dim);
   m["action_space"] = to_string(spec.action);
   m["action_dim"] = std::to_string(spec.head_dim());
-  m["hidden"] = nlohmann::json(spec.hidden).dump();
+  m["hidden"] = fmt::format("[{}]", fmt::join(spec.hidden, ", "));
   m["activation"] = to_string(spec.activation);
   m["obs_norm"] = spec.obs_norm ? "true" : "false";
   m["obs_norm_eps"] = format_number(spec.obs_norm_eps);
