@@ -10,8 +10,10 @@
 #include <deque>
 #include <map>
 #include <numeric>
+#include <type_traits>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace troupe::actors {
 
@@ -155,44 +157,56 @@ void write_row(metrics_state& st) {
     len_mean = std::accumulate(st.lengths.begin(), st.lengths.end(), 0.0) /
                static_cast<double>(st.lengths.size());
   const double lag_mean = st.lag_n ? st.lag_sum / static_cast<double>(st.lag_n) : 0.0;
-  std::vector<std::string> values = {num(t),
-                                     std::to_string(st.c.env_steps),
-                                     std::to_string(st.c.updates),
-                                     std::to_string(st.c.episodes),
-                                     num(mean_return(st)),
-                                     num(st.return_last),
-                                     num(len_mean),
-                                     num(sps),
-                                     num(lag_mean),
-                                     std::to_string(st.lag_max),
-                                     std::to_string(st.last.stats_version),
-                                     std::to_string(st.last.stats_lag),
-                                     num(st.last.loss_policy),
-                                     num(st.last.loss_value),
-                                     num(st.last.entropy),
-                                     num(st.last.learning_rate),
-                                     std::to_string(st.last.weights_version),
-                                     std::to_string(st.dropped),
-                                     std::to_string(st.restarts),
-                                     std::to_string(st.non_finite),
-                                     std::to_string(st.rejected)};
-  if (st.csv) {
-    std::string line;
-    for (size_t i = 0; i < values.size(); ++i)
-      line += (i ? "," : "") + values[i];
-    if (!append_line(st.csv, line))
-      write_failed(
-        st, fmt::format("cannot write {}: {}", st.opts.csv_path, std::strerror(errno)));
-  }
-  if (st.jsonl) {
-    std::string line = "{";
-    for (size_t i = 0; i < values.size(); ++i)
-      line += fmt::format("{}\"{}\": {}", i ? ", " : "", metrics_columns[i],
-                          values[i] == "nan" ? "null" : values[i]);
-    if (!append_line(st.jsonl, line + "}"))
-      write_failed(
-        st, fmt::format("cannot write {}: {}", st.opts.jsonl_path, std::strerror(errno)));
-  }
+  // The same row in both files: metrics.csv writes a figure with 9
+  // significant digits and "nan" when there is none; metrics.jsonl writes the
+  // number that text reads back as, and null for "nan" (JSON has no NaN).
+  std::string line;
+  nlohmann::ordered_json row;
+  size_t column = 0;
+  auto add = [&](auto x) {
+    const char* name = metrics_columns[column++];
+    std::string text;
+    if constexpr (std::is_floating_point_v<decltype(x)>) {
+      text = num(x);
+      if (std::isfinite(x))
+        row[name] = std::strtod(text.c_str(), nullptr);
+      else
+        row[name] = nullptr;
+    } else {
+      text = std::to_string(x);
+      row[name] = x;
+    }
+    line += (column > 1 ? "," : "") + text;
+  };
+  add(t);
+  add(st.c.env_steps);
+  add(st.c.updates);
+  add(st.c.episodes);
+  add(mean_return(st));
+  add(st.return_last);
+  add(len_mean);
+  add(sps);
+  add(lag_mean);
+  add(st.lag_max);
+  add(st.last.stats_version);
+  add(st.last.stats_lag);
+  add(st.last.loss_policy);
+  add(st.last.loss_value);
+  add(st.last.entropy);
+  add(st.last.learning_rate);
+  add(st.last.weights_version);
+  add(st.dropped);
+  add(st.restarts);
+  add(st.non_finite);
+  add(st.rejected);
+  TROUPE_CHECK(column == metrics_column_count, "metrics row has {} values for {} columns",
+               column, metrics_column_count);
+  if (st.csv && !append_line(st.csv, line))
+    write_failed(
+      st, fmt::format("cannot write {}: {}", st.opts.csv_path, std::strerror(errno)));
+  if (st.jsonl && !append_line(st.jsonl, row.dump()))
+    write_failed(
+      st, fmt::format("cannot write {}: {}", st.opts.jsonl_path, std::strerror(errno)));
   if (!st.opts.quiet && !st.opts.progress_line)
     std::printf(
       "steps %llu  updates %llu  return_mean_100 %s  sps %.0f  policy_lag %.2f  "

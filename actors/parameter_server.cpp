@@ -250,10 +250,14 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
 
 caf::actor spawn_parameter_server(caf::actor_system& sys, parameter_server_options opts,
                                   std::vector<float> params, std::vector<float> buffers,
-                                  std::shared_ptr<policy_store> store) {
+                                  std::shared_ptr<policy_store> store,
+                                  server_thread where) {
   // Its own thread: every learner waits for its reply, so it must not queue
   // behind the environment runners' batch collections on the scheduler's
   // workers (a quarter of a millisecond each), nor wait for a sleeping worker.
+  if (where == server_thread::scheduler)
+    return sys.spawn(parameter_server, std::move(opts), std::move(params),
+                     std::move(buffers), std::move(store));
   return sys.spawn<caf::detached>(parameter_server, std::move(opts), std::move(params),
                                   std::move(buffers), std::move(store));
 }

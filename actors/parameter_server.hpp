@@ -48,10 +48,17 @@ struct parameter_server_options {
   log_sink log;               ///< drop log; default stderr
 };
 
+/// Where a parameter server runs.
+enum class server_thread {
+  own,      ///< its own thread (training: never queued behind other actors)
+  scheduler ///< the actor system's scheduler (tests that step message delivery)
+};
+
 /// Spawns a parameter server starting from `params` and `buffers` (version
 /// 0). `store` (may be null) receives every new version.
 caf::actor spawn_parameter_server(caf::actor_system& sys, parameter_server_options opts,
                                   std::vector<float> params, std::vector<float> buffers,
-                                  std::shared_ptr<policy_store> store = nullptr);
+                                  std::shared_ptr<policy_store> store = nullptr,
+                                  server_thread where = server_thread::own);
 
 } // namespace troupe::actors

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 // The format is little-endian; troupe copies bytes as they are.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -508,22 +509,6 @@ std::optional<int64_t> to_index(const json_value& v) {
   return static_cast<int64_t>(n);
 }
 
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    if (c == '"')
-      out += "\\\"";
-    else if (c == '\\')
-      out += "\\\\";
-    else if (c < 0x20)
-      out += fmt::format("\\u{:04x}", c);
-    else
-      out += ch;
-  }
-  out += '"';
-}
-
 } // namespace
 
 // -- reading -----------------------------------------------------------------
@@ -742,45 +727,42 @@ result<st_file> read_safetensors(const std::string& path) {
 // -- writing -----------------------------------------------------------------
 
 result<std::vector<std::byte>> serialize_safetensors(const st_file& file) {
-  std::string header = "{";
-  bool first = true;
+  // Keys in file order: the metadata first, then the tensors as given.
+  nlohmann::ordered_json root = nlohmann::ordered_json::object();
   if (!file.metadata.empty()) {
-    header += "\"__metadata__\":{";
-    for (auto& [key, value] : file.metadata) {
-      if (!first)
-        header += ',';
-      first = false;
-      append_json_string(header, key);
-      header += ':';
-      append_json_string(header, value);
-    }
-    header += '}';
+    auto& meta = root["__metadata__"] = nlohmann::ordered_json::object();
+    for (auto& [key, value] : file.metadata)
+      meta[key] = value;
   }
-  first = file.metadata.empty();
   uint64_t offset = 0;
   for (size_t i = 0; i < file.tensors.size(); ++i) {
     const auto& t = file.tensors[i];
     if (t.name.empty() || t.name == "__metadata__")
       return make_error(errc::invalid_argument, "tensor {} has the reserved name '{}'", i,
                         t.name);
-    for (size_t k = 0; k < i; ++k)
-      if (file.tensors[k].name == t.name)
-        return make_error(errc::invalid_argument, "tensor '{}' appears twice", t.name);
+    if (root.contains(t.name))
+      return make_error(errc::invalid_argument, "tensor '{}' appears twice", t.name);
     auto numel = checked_numel(t.shape);
     if (!numel || *numel * element_size(t.dtype) != t.bytes.size())
       return make_error(errc::invalid_argument,
                         "tensor '{}': shape [{}] of {} does not match its {} bytes", t.name,
                         fmt::join(t.shape, ", "), to_string(t.dtype), t.bytes.size());
-    if (!first)
-      header += ',';
-    first = false;
-    append_json_string(header, t.name);
-    header += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          to_string(t.dtype), fmt::join(t.shape, ","), offset,
-                          offset + t.bytes.size());
+    nlohmann::ordered_json entry;
+    entry["dtype"] = to_string(t.dtype);
+    entry["shape"] = t.shape;
+    entry["data_offsets"] = {offset, offset + t.bytes.size()};
+    root[t.name] = std::move(entry);
     offset += t.bytes.size();
   }
-  header += '}';
+  std::string header;
+  try {
+    header = root.dump();
+  } catch (const nlohmann::json::type_error& e) {
+    // A name or metadata string that is not UTF-8: no reader would accept it.
+    return make_error(
+      errc::invalid_argument,
+      "safetensors header: a tensor name or metadata entry is not UTF-8 ({})", e.what());
+  }
   // Pad with spaces so that the data buffer starts 8-byte aligned.
   while ((8 + header.size()) % 8 != 0)
     header += ' ';

@@ -1,6 +1,7 @@
 // JSON output of the commands, through one library (nlohmann-json).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -26,6 +27,17 @@ using json_f32 = nlohmann::basic_json<nlohmann::ordered_map, std::vector, std::s
 template <class Json>
 std::string json_line(const Json& value) {
   return value.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+/// A measured figure rounded to `decimals` places (0: a whole number, written
+/// without a fraction), or null when it is not finite (JSON has no NaN).
+inline json rounded(double x, int decimals) {
+  if (!std::isfinite(x))
+    return nullptr;
+  if (decimals == 0 && std::fabs(x) < 9.2e18)
+    return static_cast<std::int64_t>(std::llround(x));
+  const double scale = std::pow(10.0, decimals);
+  return std::round(x * scale) / scale;
 }
 
 } // namespace troupe::runtime

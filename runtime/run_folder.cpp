@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "learners/safetensors.hpp"
 
@@ -45,10 +46,13 @@ void keep_rows_up_to(const std::string& path, uint64_t updates, bool csv) {
       }
       row_updates = std::strtoull(cell.c_str(), nullptr, 10);
     } else {
-      auto at = line.find("\"updates\": ");
-      if (at == std::string::npos)
+      // A line that is not a JSON object with a whole "updates" count is
+      // dropped, as a row from after the checkpoint would be.
+      auto row = nlohmann::json::parse(line, nullptr, false);
+      if (!row.is_object() || !row.contains("updates") ||
+          !row["updates"].is_number_unsigned())
         continue;
-      row_updates = std::strtoull(line.c_str() + at + 11, nullptr, 10);
+      row_updates = row["updates"].get<uint64_t>();
     }
     if (row_updates <= updates)
       kept += line + "\n";

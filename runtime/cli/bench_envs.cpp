@@ -16,6 +16,7 @@
 #include "envs/registry.hpp"
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/json.hpp"
 
 namespace troupe::runtime {
 
@@ -137,16 +138,18 @@ int bench_envs(const args_t& args) {
     }
   }
   if (json) {
-    std::string out = "[\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      auto& r = rows[i];
-      out += fmt::format("  {{\"env\": \"{}\", \"api\": \"{}\", \"num_envs\": {}, "
-                         "\"threads\": {}, \"threads_used\": {}, \"steps_per_s\": {:.0f}}}{}\n",
-                         r.env, r.api, r.num_envs, r.threads, r.threads_used, r.steps_per_s,
-                         i + 1 < rows.size() ? "," : "");
+    runtime::json out = runtime::json::array();
+    for (const auto& r : rows) {
+      runtime::json row;
+      row["env"] = r.env;
+      row["api"] = r.api;
+      row["num_envs"] = r.num_envs;
+      row["threads"] = r.threads;
+      row["threads_used"] = r.threads_used;
+      row["steps_per_s"] = rounded(r.steps_per_s, 0);
+      out.push_back(std::move(row));
     }
-    out += "]\n";
-    std::fputs(out.c_str(), stdout);
+    std::fputs(json_line(out).c_str(), stdout);
   }
   return 0;
 }

@@ -25,6 +25,7 @@
 #include "learners/mlp.hpp"
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/json.hpp"
 
 namespace troupe::runtime {
 
@@ -396,21 +397,22 @@ int bench_learner(const args_t& args) {
     for (size_t n : {size_t{32}, size_t{256}})
       rows.push_back(time_acting({64, 64}, n, *seconds));
   if (json) {
-    fmt::print("[");
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const auto& r = rows[i];
-      fmt::print("{}{{\"kind\": \"{}\", \"device\": \"{}\", \"hidden\": [{}], "
-                 "\"batch\": {}, "
-                 "\"samples_per_s\": {:.1f}, \"gemm_gflop_per_s\": {:.2f}{}{}}}",
-                 i ? ", " : "", to_string(r.kind), r.device, fmt::join(r.hidden, ", "),
-                 r.batch, r.samples_per_s, r.gflop_per_s,
-                 r.floor_gflop_per_s > 0
-                   ? fmt::format(", \"floor_gflop_per_s\": {:.2f}", r.floor_gflop_per_s)
-                   : std::string{},
-                 r.kind == bench_kind::vtrace ? fmt::format(", \"steps\": {}", r.steps)
-                                              : std::string{});
+    runtime::json out = runtime::json::array();
+    for (const auto& r : rows) {
+      runtime::json row;
+      row["kind"] = to_string(r.kind);
+      row["device"] = r.device;
+      row["hidden"] = r.hidden;
+      row["batch"] = r.batch;
+      row["samples_per_s"] = rounded(r.samples_per_s, 1);
+      row["gemm_gflop_per_s"] = rounded(r.gflop_per_s, 2);
+      if (r.floor_gflop_per_s > 0)
+        row["floor_gflop_per_s"] = rounded(r.floor_gflop_per_s, 2);
+      if (r.kind == bench_kind::vtrace)
+        row["steps"] = r.steps;
+      out.push_back(std::move(row));
     }
-    fmt::print("]\n");
+    std::fputs(json_line(out).c_str(), stdout);
     return 0;
   }
   fmt::print("PPO step (forward, backward, clip, Adam), obs 4, 2 actions, tanh\n");

@@ -24,6 +24,7 @@
 #include "actors/stats_keeper.hpp"
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/json.hpp"
 
 namespace troupe::runtime {
 
@@ -386,26 +387,30 @@ int bench_stats(const args_t& args) {
 
   if (json) {
     // A percentile of a kind of read that never happened is null.
-    auto number = [](double x) {
-      return std::isnan(x) ? std::string("null") : fmt::format("{:.2f}", x);
+    auto reads_json = [](const latency_percentiles& p) {
+      runtime::json out;
+      out["reads"] = p.reads;
+      out["p50"] = rounded(p.p50_ns, 2);
+      out["p99"] = rounded(p.p99_ns, 2);
+      out["p999"] = rounded(p.p999_ns, 2);
+      return out;
     };
-    auto reads_json = [&](const latency_percentiles& p) {
-      return fmt::format("{{\"reads\": {}, \"p50\": {}, \"p99\": {}, \"p999\": {}}}",
-                         p.reads, number(p.p50_ns), number(p.p99_ns), number(p.p999_ns));
-    };
-    std::printf("{\"merges_per_s\": %.0f, \"raw_caf_msgs_per_s\": %.0f, "
-                "\"merge_to_raw_ratio\": %.4f, \"publish_every_merges\": %llu, "
-                "\"read_ns_new_snapshot\": %s, \"read_ns_nothing_new\": %s, "
-                "\"read_ns_new_snapshot_every_merge\": %s, "
-                "\"read_ns_nothing_new_every_merge\": %s, "
-                "\"consumer_iters_per_s_keeper_running\": %.0f, "
-                "\"consumer_iters_per_s_keeper_blocked\": %.0f, "
-                "\"stalled_keeper_throughput_ratio\": %.4f, \"dim\": %zu, "
-                "\"producers\": 2, \"scheduler_threads\": %zu}\n",
-                merges, raw, merges / raw, static_cast<unsigned long long>(default_every),
-                reads_json(lat.fresh).c_str(), reads_json(lat.same).c_str(),
-                reads_json(worst.fresh).c_str(), reads_json(worst.same).c_str(),
-                median(normal), median(stalled), ratio, bench_dim, threads);
+    runtime::json out;
+    out["merges_per_s"] = rounded(merges, 0);
+    out["raw_caf_msgs_per_s"] = rounded(raw, 0);
+    out["merge_to_raw_ratio"] = rounded(merges / raw, 4);
+    out["publish_every_merges"] = default_every;
+    out["read_ns_new_snapshot"] = reads_json(lat.fresh);
+    out["read_ns_nothing_new"] = reads_json(lat.same);
+    out["read_ns_new_snapshot_every_merge"] = reads_json(worst.fresh);
+    out["read_ns_nothing_new_every_merge"] = reads_json(worst.same);
+    out["consumer_iters_per_s_keeper_running"] = rounded(median(normal), 0);
+    out["consumer_iters_per_s_keeper_blocked"] = rounded(median(stalled), 0);
+    out["stalled_keeper_throughput_ratio"] = rounded(ratio, 4);
+    out["dim"] = bench_dim;
+    out["producers"] = 2;
+    out["scheduler_threads"] = threads;
+    std::fputs(json_line(out).c_str(), stdout);
   }
   return 0;
 }

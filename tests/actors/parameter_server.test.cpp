@@ -11,10 +11,12 @@
 #include <vector>
 
 #include <caf/all.hpp>
+#include <fmt/format.h>
 
 #include "actors/messages.hpp"
 #include "actors/parameter_server.hpp"
 #include "tests/actors/ask.hpp"
+#include "tests/actors/stepped.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -375,4 +377,134 @@ TEST_CASE("a stale gradient that is dropped leaves the batch-norm buffers as the
   CHECK(st.buffers == fresh_buffers);
   CHECK(ask<parameter_server_status>(self, server, status_atom::value).dropped == 1);
   self->send_exit(server, caf::exit_reason::user_shutdown);
+}
+
+// -- message order, stepped on CAF's test coordinator ------------------------
+
+namespace {
+
+// A stand-in learner on the coordinator: records each weights_reply as
+// "<name> v<version> applied|unapplied" in `log`, and keeps the last one.
+struct learner_stub {
+  caf::actor actor;
+  std::shared_ptr<weights_reply> last = std::make_shared<weights_reply>();
+};
+
+learner_stub spawn_learner_stub(test::stepped_system& fx, const std::string& name,
+                                std::shared_ptr<std::vector<std::string>> log) {
+  learner_stub stub;
+  auto last = stub.last;
+  stub.actor = fx.add(test::spawn_recorder(*fx.sys,
+                                           [=](weights_reply& w) {
+                                             log->push_back(fmt::format(
+                                               "{} v{} {}", name, w.version,
+                                               w.applied ? "applied" : "unapplied"));
+                                             *last = std::move(w);
+                                           }),
+                      name);
+  return stub;
+}
+
+} // namespace
+
+TEST_CASE("stepped: a sync step completes with one gradient from each learner: the "
+          "orphan of a restarted learner is answered unapplied at once, and the step "
+          "waits for the other learner") {
+  test::stepped_system fx;
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 13;
+  parameter_server_options opts;
+  opts.sync = true;
+  opts.num_learners = 2;
+  opts.max_grad_norm = 0;
+  opts.adam.eps = 1e-5;
+  opts.log = [](const std::string&) {};
+  const double lr = 1e-3;
+  const auto params = random_vector(gen, n, 1.0);
+  auto server = fx.add(
+    spawn_parameter_server(*fx.sys, opts, params, {}, nullptr, server_thread::scheduler),
+    "server");
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto orphan = spawn_learner_stub(fx, "a-old", log);
+  auto a = spawn_learner_stub(fx, "a", log);
+  auto b = spawn_learner_stub(fx, "b", log);
+  const auto orphan_grad = random_vector(gen, n, 0.1),
+             a_grad = random_vector(gen, n, 0.1), b_grad = random_vector(gen, n, 0.1);
+  fx.drain(); // the actors' start
+  REQUIRE(fx.queue() == "[]");
+  // The old "a" and its replacement both send under the name "a".
+  caf::send_as(orphan.actor, server, gradient_update{"a", 0, 10, lr, orphan_grad, {}});
+  caf::send_as(a.actor, server, gradient_update{"a", 0, 30, lr, a_grad, {}});
+  fx.step(server);
+  CHECK(fx.queue() == "[server]"); // nobody answered yet
+  fx.step(server);                 // the replacement's: the orphan is answered, unapplied
+  CHECK(fx.queue() == "[a-old]");
+  fx.step(orphan.actor);
+  CHECK(*log == std::vector<std::string>{"a-old v0 unapplied"});
+  CHECK(fx.queue() == "[]"); // two gradients in, but from one learner: no step
+  // b's completes the step; both waiting learners are answered, in arrival order.
+  caf::send_as(b.actor, server, gradient_update{"b", 0, 50, lr, b_grad, {}});
+  fx.step(server);
+  CHECK(fx.queue() == "[a, b]");
+  fx.drain();
+  CHECK(*log ==
+        std::vector<std::string>{"a-old v0 unapplied", "a v1 applied", "b v1 applied"});
+  std::vector<double> mean(n);
+  for (size_t i = 0; i < n; ++i)
+    mean[i] = (30.0 * a_grad[i] + 50.0 * b_grad[i]) / 80.0;
+  const auto expected = adam_first_step(params, mean, lr, opts.adam.eps);
+  REQUIRE(a.last->params.size() == n);
+  CHECK(b.last->params == a.last->params);
+  for (size_t i = 0; i < n; ++i)
+    CHECK(a.last->params[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+}
+
+TEST_CASE(
+  "stepped: of two async gradients computed on the same version with "
+  "max_staleness 0, the first to arrive is applied and the second dropped whole") {
+  test::stepped_system fx;
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 11, nb = 4;
+  parameter_server_options opts;
+  opts.max_staleness = 0;
+  opts.log = [](const std::string&) {};
+  auto server = fx.add(spawn_parameter_server(*fx.sys, opts, random_vector(gen, n, 1.0),
+                                              random_vector(gen, nb, 1.0), nullptr,
+                                              server_thread::scheduler),
+                       "server");
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto first = spawn_learner_stub(fx, "first", log);
+  auto second = spawn_learner_stub(fx, "second", log);
+  const auto first_buffers = random_vector(gen, nb, 1.0),
+             second_buffers = random_vector(gen, nb, 1.0);
+  fx.drain(); // the actors' start
+  REQUIRE(fx.queue() == "[]");
+  // Both in the server's mailbox before it runs: they race as in a run.
+  caf::send_as(
+    first.actor, server,
+    gradient_update{"first", 0, 8, 1e-3, random_vector(gen, n, 0.1), first_buffers});
+  caf::send_as(
+    second.actor, server,
+    gradient_update{"second", 0, 8, 1e-3, random_vector(gen, n, 0.1), second_buffers});
+  fx.step(server);
+  CHECK(fx.queue() == "[server, first]");
+  fx.step(server);
+  CHECK(fx.queue() == "[first, second]");
+  fx.drain();
+  CHECK(*log == std::vector<std::string>{"first v1 applied", "second v1 unapplied"});
+  // The dropped one changed nothing: weights and buffers are the first's step.
+  CHECK(second.last->params == first.last->params);
+  CHECK(first.last->buffers == first_buffers);
+  CHECK(second.last->buffers == first_buffers);
+  // Sent again on version 1, the second learner's gradient is applied.
+  caf::send_as(
+    second.actor, server,
+    gradient_update{"second", 1, 8, 1e-3, random_vector(gen, n, 0.1), second_buffers});
+  fx.drain();
+  CHECK(log->back() == "second v2 applied");
+  CHECK(second.last->buffers == second_buffers);
 }

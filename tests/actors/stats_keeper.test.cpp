@@ -18,6 +18,7 @@
 #include "kernels/moments.hpp"
 #include "tests/seed.hpp"
 #include "tests/actors/ask.hpp"
+#include "tests/actors/stepped.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -458,4 +459,135 @@ TEST_CASE("the keeper's state saves and loads, and a damaged file changes nothin
     std::remove((dir + s).c_str());
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
   self->send_exit(other, caf::exit_reason::user_shutdown);
+}
+
+// -- message order, stepped on CAF's test coordinator ------------------------
+
+TEST_CASE("stepped: a subscriber gets one snapshot per publish_every_merges merges, none "
+          "between, and an unpublished merge only when its timer fires") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  test::stepped_system fx;
+  const uint64_t k = 3;
+  const auto interval = std::chrono::milliseconds(10);
+  stats_keeper_options o;
+  o.publish_every_merges = k;
+  o.publish_interval_ms = static_cast<uint64_t>(interval.count());
+  o.log = [](const std::string&) {};
+  auto keeper = fx.add(spawn_stats_keeper(*fx.sys, o), "keeper");
+  // What the subscriber receives, in order: version and count.
+  auto seen = std::make_shared<std::vector<std::pair<uint64_t, uint64_t>>>();
+  auto subscriber = fx.add(test::spawn_recorder(*fx.sys,
+                                                [seen](learners::stats_snapshot& s) {
+                                                  seen->emplace_back(s.version, s.count);
+                                                }),
+                           "subscriber");
+  using seen_t = std::vector<std::pair<uint64_t, uint64_t>>;
+  fx.drain(); // the actors' start
+  REQUIRE(fx.queue() == "[]");
+  caf::anon_send(keeper, declare_atom::value, std::string{"obs"}, uint64_t{2});
+  caf::send_as(subscriber, keeper, subscribe_atom::value, std::string{"obs"});
+  fx.step(keeper); // declare
+  fx.step(keeper); // subscribe: the answer goes to the subscriber
+  fx.step(subscriber);
+  CHECK(*seen == seen_t{{0, 0}});
+  CHECK(fx.queue() == "[]");
+  CHECK_FALSE(fx.sched->has_pending_timeout());
+
+  uint64_t rows_sent = 0;
+  auto send_delta = [&] {
+    const size_t rows = 1 + rng() % 20;
+    rows_sent += rows;
+    auto x = random_rows(rng, rows, 2, 0.0, 1.0);
+    caf::anon_send(keeper,
+                   delta_of("obs", "w", kernels::compute_moments(x.data(), rows, 2)));
+  };
+  // k - 1 merges: nothing is sent to the subscriber, one timer is set.
+  for (uint64_t i = 0; i + 1 < k; ++i) {
+    send_delta();
+    fx.step(keeper);
+    CHECK(fx.queue() == "[]");
+  }
+  CHECK(fx.sched->clock().schedule().size() == 1);
+  // The k-th merge publishes at once, with all k merges in it.
+  send_delta();
+  fx.step(keeper);
+  CHECK(fx.queue() == "[subscriber]");
+  fx.step(subscriber);
+  CHECK(*seen == seen_t{{0, 0}, {k, rows_sent}});
+  const uint64_t rows_at_k = rows_sent;
+  // The timer set by the first merge fires with nothing unpublished: nothing sent.
+  CHECK(fx.sched->trigger_timeout());
+  fx.step(keeper);
+  CHECK(fx.queue() == "[]");
+  CHECK(seen->size() == 2);
+  // One more merge waits for its timer: not a moment before the interval.
+  send_delta();
+  fx.step(keeper);
+  CHECK(fx.queue() == "[]");
+  REQUIRE(fx.sched->clock().schedule().size() == 1);
+  CHECK(fx.sched->advance_time(interval - std::chrono::milliseconds(1)) == 0);
+  CHECK(fx.queue() == "[]");
+  CHECK(fx.sched->advance_time(std::chrono::milliseconds(1)) == 1);
+  fx.step(keeper); // the timer's publish
+  CHECK(fx.queue() == "[subscriber]");
+  fx.step(subscriber);
+  CHECK(*seen == seen_t{{0, 0}, {k, rows_at_k}, {k + 1, rows_sent}});
+  CHECK(fx.queue() == "[]");
+}
+
+TEST_CASE(
+  "stepped: a snapshot request between merges answers the merges before it, while "
+  "subscribers still wait for the coalesced publication") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  test::stepped_system fx;
+  stats_keeper_options o;
+  o.publish_every_merges = 4;
+  o.publish_interval_ms = 0;
+  o.log = [](const std::string&) {};
+  auto keeper = fx.add(spawn_stats_keeper(*fx.sys, o), "keeper");
+  // Each actor's log: "<who> <version>" in the order received.
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto recorder = [&](const std::string& who) {
+    return fx.add(test::spawn_recorder(*fx.sys,
+                                       [log, who](learners::stats_snapshot& s) {
+                                         log->push_back(who + " " +
+                                                        std::to_string(s.version));
+                                       }),
+                  who);
+  };
+  auto subscriber = recorder("subscriber");
+  auto asker = recorder("asker");
+  fx.drain(); // the actors' start
+  REQUIRE(fx.queue() == "[]");
+  caf::anon_send(keeper, declare_atom::value, std::string{"obs"}, uint64_t{3});
+  caf::send_as(subscriber, keeper, subscribe_atom::value, std::string{"obs"});
+  fx.drain();
+  CHECK(*log == std::vector<std::string>{"subscriber 0"});
+  // Everything is queued before the keeper runs: two merges, a snapshot
+  // request, two more merges. The keeper handles them in that order.
+  auto delta = [&] {
+    auto x = random_rows(rng, 5, 3, 1.0, 2.0);
+    return delta_of("obs", "w", kernels::compute_moments(x.data(), 5, 3));
+  };
+  caf::anon_send(keeper, delta());
+  caf::anon_send(keeper, delta());
+  caf::send_as(asker, keeper, snapshot_atom::value, std::string{"obs"});
+  caf::anon_send(keeper, delta());
+  caf::anon_send(keeper, delta());
+  fx.step(keeper);
+  fx.step(keeper);
+  CHECK(fx.queue() == "[keeper]");
+  fx.step(keeper); // the snapshot request: answered with 2 merges
+  CHECK(fx.queue() == "[keeper, asker]");
+  fx.step(keeper);
+  fx.step(keeper); // the 4th merge: published to the subscriber only
+  CHECK(fx.queue() == "[asker, subscriber]");
+  fx.step(asker);
+  fx.step(subscriber);
+  CHECK(*log == std::vector<std::string>{"subscriber 0", "asker 2", "subscriber 4"});
+  CHECK(fx.queue() == "[]");
 }

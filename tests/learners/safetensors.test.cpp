@@ -335,6 +335,17 @@ TEST_CASE("writing refuses inconsistent tensors and leaves no file behind") {
   st_file reserved;
   reserved.tensors.push_back(st_tensor::from_f32("__metadata__", {3}, v.data()));
   CHECK(!write_safetensors(path, reserved));
+
+  // Bytes that are not UTF-8 would make a header no reader accepts.
+  st_file latin1;
+  latin1.tensors.push_back(st_tensor::from_f32("caf\xe9", {3}, v.data()));
+  s = write_safetensors(path, latin1);
+  REQUIRE(!s);
+  CHECK(contains(s.err().message, "not UTF-8"));
+  st_file latin1_meta;
+  latin1_meta.metadata["note"] = "\xff";
+  latin1_meta.tensors.push_back(st_tensor::from_f32("a", {3}, v.data()));
+  CHECK(!write_safetensors(path, latin1_meta));
   CHECK(fs::is_empty(dir.path));
 
   auto missing = (dir.path / "no" / "such" / "x.safetensors").string();

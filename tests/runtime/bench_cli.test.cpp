@@ -1,11 +1,15 @@
 // `troupe bench learner --json`: one row per PPO case, V-trace shape and
 // acting size, each with a positive finite rate; `troupe bench stats --json`:
-// view reads by kind; bad options exit 2.
+// view reads by kind; bad options exit 2. The JSON is parsed (nlohmann-json)
+// and checked for its keys, their order and their values.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/cli_support.hpp"
 
@@ -14,21 +18,19 @@ using troupe::test::temp_folder;
 
 namespace {
 
-// Every value of `key` in a flat JSON array of objects.
-std::vector<double> values_of(const std::string& json, const std::string& key) {
-  std::vector<double> out;
-  const std::string needle = "\"" + key + "\": ";
-  for (size_t at = json.find(needle); at != std::string::npos;
-       at = json.find(needle, at + 1))
-    out.push_back(std::strtod(json.c_str() + at + needle.size(), nullptr));
-  return out;
+// The output, parsed as one JSON document (fails the test when it is not).
+nlohmann::ordered_json parse_json(const std::string& text) {
+  auto parsed = nlohmann::ordered_json::parse(text, nullptr, false);
+  REQUIRE_MESSAGE(!parsed.is_discarded(), "not JSON: ", text);
+  return parsed;
 }
 
-size_t count_of(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1))
-    ++n;
-  return n;
+// The keys of a JSON object, in order.
+std::vector<std::string> keys_of(const nlohmann::ordered_json& object) {
+  std::vector<std::string> out;
+  for (auto& [key, value] : object.items())
+    out.push_back(key);
+  return out;
 }
 
 } // namespace
@@ -39,18 +41,34 @@ TEST_CASE("bench learner --json rows: PPO cases, V-trace shapes and acting sizes
   auto r = run_troupe("bench learner --json --device cpu --seconds 0.01", dir);
   INFO(r.err);
   REQUIRE(r.status == 0);
-  CHECK(r.out.front() == '[');
-  CHECK(count_of(r.out, "\"kind\": \"ppo\"") == 4);
-  CHECK(count_of(r.out, "\"kind\": \"vtrace\"") == 2);
-  CHECK(count_of(r.out, "\"kind\": \"act\"") == 2);
-  CHECK(r.out.find("\"batch\": 1024, ") != std::string::npos); // 32 x 32
-  CHECK(values_of(r.out, "steps") == std::vector<double>{32, 16});
-  auto rates = values_of(r.out, "samples_per_s");
-  REQUIRE(rates.size() == 8);
-  for (double x : rates) {
-    CHECK(std::isfinite(x));
-    CHECK(x > 0);
+  const auto rows = parse_json(r.out);
+  REQUIRE(rows.is_array());
+  REQUIRE(rows.size() == 8);
+  // Four PPO cases, two V-trace shapes, two acting sizes, in that order.
+  for (size_t i = 0; i < rows.size(); ++i) {
+    CAPTURE(i);
+    const auto& row = rows[i];
+    const std::string kind = i < 4 ? "ppo" : i < 6 ? "vtrace" : "act";
+    CHECK(row.at("kind") == kind);
+    CHECK(row.at("device") == "cpu");
+    std::vector<std::string> keys = {"kind",  "device",        "hidden",
+                                     "batch", "samples_per_s", "gemm_gflop_per_s"};
+    if (kind == "vtrace")
+      keys.push_back("steps");
+    CHECK(keys_of(row) == keys);
+    CHECK(row.at("hidden").is_array());
+    const double rate = row.at("samples_per_s").get<double>();
+    CHECK(std::isfinite(rate));
+    CHECK(rate > 0);
   }
+  CHECK(rows[4].at("steps") == 32);
+  CHECK(rows[5].at("steps") == 16);
+  CHECK(rows[4].at("batch") == 1024); // 32 x 32
+  CHECK(rows[5].at("batch") == 1024); // 16 x 64
+  CHECK(rows[0].at("hidden") == std::vector<int>{64, 64});
+  CHECK(rows[0].at("batch") == 512);
+  CHECK(rows[3].at("hidden") == std::vector<int>{256, 256});
+  CHECK(rows[3].at("batch") == 4096);
   auto bad = run_troupe("bench learner --device tpu", dir);
   CHECK(bad.status == 2);
   CHECK(bad.err.find("tpu") != std::string::npos);
@@ -64,26 +82,44 @@ TEST_CASE(
   INFO(r.err);
   REQUIRE(r.status == 0);
   INFO(r.out);
-  for (const char* key : {"\"read_ns_new_snapshot\": {", "\"read_ns_nothing_new\": {",
-                          "\"read_ns_new_snapshot_every_merge\": {",
-                          "\"read_ns_nothing_new_every_merge\": {"})
-    CHECK(count_of(r.out, key) == 1);
-  // In that order: new, nothing new (default publishing), then both for
-  // publishing on every merge.
-  auto reads = values_of(r.out, "reads");
-  REQUIRE(reads.size() == 4);
+  const auto out = parse_json(r.out);
+  CHECK(keys_of(out) ==
+        std::vector<std::string>{
+          "merges_per_s", "raw_caf_msgs_per_s", "merge_to_raw_ratio",
+          "publish_every_merges", "read_ns_new_snapshot", "read_ns_nothing_new",
+          "read_ns_new_snapshot_every_merge", "read_ns_nothing_new_every_merge",
+          "consumer_iters_per_s_keeper_running", "consumer_iters_per_s_keeper_blocked",
+          "stalled_keeper_throughput_ratio", "dim", "producers", "scheduler_threads"});
+  // New and nothing new with default publishing, then both for publishing
+  // on every merge.
+  const nlohmann::ordered_json* kinds[] = {&out.at("read_ns_new_snapshot"),
+                                           &out.at("read_ns_nothing_new"),
+                                           &out.at("read_ns_new_snapshot_every_merge"),
+                                           &out.at("read_ns_nothing_new_every_merge")};
+  std::vector<uint64_t> reads;
+  for (auto* kind : kinds) {
+    CHECK(keys_of(*kind) == std::vector<std::string>{"reads", "p50", "p99", "p999"});
+    reads.push_back(kind->at("reads").get<uint64_t>());
+  }
   CHECK(reads[0] + reads[1] == 20000);
   CHECK(reads[2] + reads[3] == 20000);
   CHECK(reads[1] > 0);
   CHECK(reads[3] > 0);
   // A kind of read that happened has finite percentiles; p50 <= p99 <= p99.9.
-  auto p50 = values_of(r.out, "p50"), p99 = values_of(r.out, "p99"),
-       p999 = values_of(r.out, "p999");
-  REQUIRE(p50.size() == 4);
-  for (size_t k : {size_t{1}, size_t{3}}) {
-    CHECK(std::isfinite(p50[k]));
-    CHECK(p50[k] <= p99[k]);
-    CHECK(p99[k] <= p999[k]);
+  // One that never happened has null ones.
+  for (size_t k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    const auto& kind = *kinds[k];
+    if (reads[k] == 0) {
+      CHECK(kind.at("p50").is_null());
+      CHECK(kind.at("p999").is_null());
+      continue;
+    }
+    const double p50 = kind.at("p50").get<double>(), p99 = kind.at("p99").get<double>(),
+                 p999 = kind.at("p999").get<double>();
+    CHECK(std::isfinite(p50));
+    CHECK(p50 <= p99);
+    CHECK(p99 <= p999);
   }
   auto bad = run_troupe("bench stats --reads 5", dir);
   CHECK(bad.status == 2);

@@ -224,17 +224,28 @@ TEST_CASE("bench envs --json prints one row per environment, size and thread cou
   temp_folder dir("env-cli");
   auto r = run_troupe("bench envs --json --env MountainCar-v0 --seconds 0.001", dir);
   REQUIRE(r.status == 0);
-  CHECK(r.out.front() == '[');
-  CHECK(r.out.find(']') != std::string::npos);
-  for (int n : {1, 16, 256, 4096}) {
-    CAPTURE(n);
-    auto key = fmt::format("\"env\": \"MountainCar-v0\", \"api\": \"vector\", \"num_envs\": {}, "
-                           "\"threads\": 1,",
-                           n);
-    CHECK(r.out.find(key) != std::string::npos);
+  const auto rows = nlohmann::ordered_json::parse(r.out, nullptr, false);
+  INFO(r.out);
+  REQUIRE(rows.is_array());
+  // The single environment first, then the vector env at each size and
+  // thread count; every row with the same keys in the same order.
+  REQUIRE(rows.size() >= 5);
+  CHECK(rows[0].at("api") == "env");
+  CHECK(rows[0].at("num_envs") == 1);
+  std::vector<int> sizes_on_one_thread;
+  for (const auto& row : rows) {
+    CAPTURE(row.dump());
+    std::vector<std::string> keys;
+    for (auto& [key, value] : row.items())
+      keys.push_back(key);
+    CHECK(keys == std::vector<std::string>{"env", "api", "num_envs", "threads",
+                                           "threads_used", "steps_per_s"});
+    CHECK(row.at("env") == "MountainCar-v0"); // --env selects one
+    CHECK(row.at("steps_per_s").get<double>() > 0);
+    if (row.at("api") == "vector" && row.at("threads") == 1)
+      sizes_on_one_thread.push_back(row.at("num_envs").get<int>());
   }
-  CHECK(r.out.find("\"api\": \"env\"") != std::string::npos);
-  CHECK(r.out.find("\"steps_per_s\": ") != std::string::npos);
+  CHECK(sizes_on_one_thread == std::vector<int>{1, 16, 256, 4096});
   CHECK(r.out.find("CartPole-v1") == std::string::npos); // --env selects one
   auto bad = run_troupe("bench envs --env Nope-v0", dir);
   CHECK(bad.status == 2);

@@ -25,6 +25,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "learners/checkpoint.hpp"
 #include "learners/safetensors.hpp"
@@ -75,6 +76,38 @@ std::vector<row> read_metrics(const fs::path& run_dir) {
     out.push_back(r);
   }
   return out;
+}
+
+// metrics.jsonl holds the rows of metrics.csv, parsed as JSON: the same keys
+// in the same order, null where the CSV says nan, and the number each CSV
+// cell reads back as.
+void check_jsonl_matches_csv(const fs::path& run_dir) {
+  auto csv = lines_of(read_file(run_dir / "metrics.csv"));
+  auto jsonl = lines_of(read_file(run_dir / "metrics.jsonl"));
+  REQUIRE(!csv.empty());
+  REQUIRE(jsonl.size() == csv.size() - 1);
+  const auto header = split(csv[0], ',');
+  for (size_t i = 0; i < jsonl.size(); ++i) {
+    CAPTURE(i);
+    CAPTURE(jsonl[i]);
+    const auto parsed = nlohmann::ordered_json::parse(jsonl[i], nullptr, false);
+    REQUIRE(parsed.is_object());
+    const auto cells = split(csv[i + 1], ',');
+    REQUIRE(parsed.size() == header.size());
+    REQUIRE(cells.size() == header.size());
+    size_t k = 0;
+    for (auto& [key, value] : parsed.items()) {
+      CAPTURE(key);
+      CHECK(key == header[k]);
+      if (cells[k] == "nan")
+        CHECK(value.is_null());
+      else if (value.is_number_unsigned())
+        CHECK(value.get<uint64_t>() == std::stoull(cells[k]));
+      else
+        CHECK(value.get<double>() == std::strtod(cells[k].c_str(), nullptr));
+      ++k;
+    }
+  }
 }
 
 // The only run folder under `output`.
@@ -187,7 +220,7 @@ TEST_CASE("training CartPole with PPO and a fixed seed lifts the 100-episode mea
   for (size_t i = 0; i < std::size(first_columns); ++i)
     CHECK(header.at(i) == first_columns[i]);
   // Same rows in the JSON lines.
-  CHECK(lines_of(read_file(run / "metrics.jsonl")).size() == rows.size());
+  check_jsonl_matches_csv(run);
   const auto& last = rows.back();
   CHECK(std::stoull(last.at("env_steps")) >= 100000);
   const double first_return = std::stod(rows.front().at("return_mean_100"));
@@ -244,6 +277,8 @@ TEST_CASE("a run killed with SIGKILL after its first checkpoint resumes at the "
   // Rows stay in order: the killed run's rows after the checkpoint are gone.
   for (size_t i = 1; i < rows.size(); ++i)
     CHECK(std::stoull(rows[i].at("updates")) > std::stoull(rows[i - 1].at("updates")));
+  // metrics.jsonl forgot the same rows.
+  check_jsonl_matches_csv(run);
   auto final_counters =
     read_counters(run / "checkpoints" / fmt::format("{:010d}", updates + 10));
   CHECK(std::stoull(final_counters.at("env_steps")) == steps + 10 * 512);
