@@ -15,6 +15,7 @@
 #include <caf/all.hpp>
 
 #include "actors/game_agent.hpp"
+#include "actors/game_bench.hpp"
 #include "actors/learner.hpp"
 #include "actors/messages.hpp"
 #include "actors/parameter_server.hpp"
@@ -684,4 +685,128 @@ TEST_CASE("a game-driven CartPole stepped on the caller's thread learns: a 100-e
   agent->close();
   for (auto& a : {feeder, server, keeper, sink})
     self->send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+// A stand-in runner that answers the first collect request with `batch`.
+caf::behavior one_batch_runner(caf::event_based_actor* self, std::string name,
+                               caf::actor consumer, trajectory_batch batch) {
+  return {
+    [=](collect_atom, uint64_t) mutable -> uint64_t {
+      batch.runner = name;
+      self->send(consumer, std::move(batch));
+      return 1;
+    },
+  };
+}
+
+// The report of a PPO learner (one epoch, one minibatch) that learns `batch`
+// with weights `initial` (version 0 on the server and in the store).
+learner_report learn_one_ppo_batch(const learners::actor_critic& initial,
+                                   const trajectory_batch& batch) {
+  actor_system_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  auto store = std::make_shared<policy_store>(initial, 4);
+  parameter_server_options ps;
+  ps.log = [](const std::string&) {};
+  auto server = spawn_parameter_server(
+    *fx.sys, ps,
+    std::vector<float>(initial.params(), initial.params() + initial.param_count()), {},
+    store);
+  learner_options lo;
+  lo.name = "L";
+  lo.spec = initial.spec();
+  lo.update_epochs = 1;
+  lo.num_minibatches = 1;
+  lo.anneal_lr = false;
+  lo.steps_per_runner_batch = batch.steps * batch.num_envs;
+  lo.log = [](const std::string&) {};
+  auto budget = std::make_shared<step_budget>(lo.steps_per_runner_batch);
+  auto learner =
+    spawn_learner(*fx.sys, lo, server, caf::actor_cast<caf::actor>(self), store, budget);
+  auto runner = fx.sys->spawn(one_batch_runner, std::string{"L.runner0"}, learner, batch);
+  self->send(learner, runner_atom::value, uint64_t{0}, runner);
+  auto report = test::receive_one<learner_report>(self, "the learner's report");
+  for (auto& a : {learner, runner, server})
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+  return report;
+}
+
+} // namespace
+
+TEST_CASE(
+  "PPO takes the old log-probabilities of a game-driven batch (behavior_recorded) "
+  "from behavior_logp, and recomputes them for a runner's batch") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> normal;
+  auto model = make_model(seed, 4, 2, {16, 16});
+  const size_t steps = 6, n = 2, od = 4, rows = steps * n;
+  trajectory_batch b;
+  b.env_id = "game";
+  b.num_envs = n;
+  b.steps = steps;
+  b.obs_dim = od;
+  b.action_dim = 1;
+  b.observations.resize((steps + 1) * n * od);
+  for (auto& x : b.observations)
+    x = static_cast<float>(normal(gen));
+  b.actions.resize(rows);
+  b.rewards.resize(rows);
+  for (size_t k = 0; k < rows; ++k) {
+    b.actions[k] = static_cast<float>(gen() % 2);
+    b.rewards[k] = static_cast<float>(normal(gen));
+  }
+  b.terminated.assign(rows, 0);
+  b.truncated.assign(rows, 0);
+  b.autoreset.assign(rows, 0);
+  b.terminated[5] = 1;
+  b.autoreset[5 + n] = 1;
+  // log pi_0(a | s) of every row, in float64: what the learner recomputes.
+  std::vector<float> exact(rows);
+  for (size_t k = 0; k < rows; ++k) {
+    std::vector<double> seen(&b.observations[k * od], &b.observations[k * od] + od);
+    exact[k] = static_cast<float>(ref_logp(model, seen, b.actions[k]));
+  }
+  std::vector<float> shifted(exact);
+  for (auto& x : shifted)
+    x += 0.4f; // the ratio becomes exp(-0.4): below the clip range
+
+  b.behavior_logp = shifted; // a runner's batch: ignored by PPO
+  const auto runner = learn_one_ppo_batch(model, b);
+  b.behavior_recorded = true;
+  b.behavior_logp = exact; // recorded and exact: the same loss
+  const auto same = learn_one_ppo_batch(model, b);
+  b.behavior_logp = shifted; // recorded and shifted: another loss
+  const auto other = learn_one_ppo_batch(model, b);
+  CHECK(same.loss_policy == doctest::Approx(runner.loss_policy).epsilon(1e-4));
+  CHECK(same.loss_value == doctest::Approx(runner.loss_value).epsilon(1e-6));
+  CHECK(other.loss_value == doctest::Approx(runner.loss_value).epsilon(1e-6));
+  CHECK(std::abs(other.loss_policy - runner.loss_policy) > 1e-3);
+}
+
+TEST_CASE("the embedding benchmark runs a game-driven CartPole with a learner and "
+          "reports consistent counts and ordered act() latency percentiles") {
+  embed_bench_options o;
+  o.train_env_steps = 20480; // forty batches of 4 x 128
+  o.latency_samples = 50000;
+  auto r = bench_embed(o);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.err().message));
+  MESSAGE("act p50 " << r->act_p50_us << " us, p99 " << r->act_p99_us << " us, max "
+                     << r->act_max_us << " us; game " << r->game_env_steps_per_s
+                     << " steps/s, learned " << r->learned_env_steps_per_s << " steps/s");
+  CHECK(r->learned_env_steps == o.train_env_steps);
+  CHECK(r->game_env_steps >= r->learned_env_steps);
+  CHECK(r->act_samples == std::min<uint64_t>(r->game_env_steps, o.latency_samples));
+  CHECK(r->act_p50_us > 0);
+  CHECK(r->act_p50_us <= r->act_p99_us);
+  CHECK(r->act_p99_us <= r->act_max_us);
+  o.train_env_steps = 0;
+  o.untrained_act_calls = 1000;
+  r = bench_embed(o);
+  REQUIRE(r.ok());
+  CHECK(r->game_env_steps == 1000);
+  CHECK(r->learned_env_steps == 0);
 }
