@@ -203,6 +203,12 @@ bool learn_ppo(caf::blocking_actor* self, learner_work& w, const trajectory_batc
                bool a3c) {
   const size_t n = b.num_envs, rows = b.steps * n, od = b.obs_dim, ad = b.action_dim;
   behavior_outputs(w, behavior, b);
+  if (b.behavior_recorded && !a3c && b.behavior_logp.size() == rows)
+    // Rows acted with several versions (a game-driven batch): the ratio is
+    // taken against the log-probabilities recorded when acting, so that it
+    // corrects for the lag each row saw; `behavior` (the current weights
+    // here) gives only the values for GAE and the value clip.
+    w.old_logp.assign(b.behavior_logp.begin(), b.behavior_logp.end());
   w.adv.resize(rows);
   w.ret.resize(rows);
   w.valid.resize(rows);
@@ -410,7 +416,7 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         return;
       }
       auto behavior = w.store->at(b.policy_version);
-      if (!behavior || w.opts.algo == algorithm::a3c)
+      if (!behavior || w.opts.algo == algorithm::a3c || b.behavior_recorded)
         behavior =
           std::make_shared<policy_snapshot>(policy_snapshot{w.version, w.current});
       learner_report rep;

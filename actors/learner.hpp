@@ -9,6 +9,14 @@
 // carries the batch's environment steps, so that the parameter server counts
 // learned batches together with the weights they changed.
 //
+// PPO's old log-probabilities and values come from the batch's policy
+// version (policy_store::at), or the current weights when the store no longer
+// keeps it. A batch with behavior_recorded (a game-driven batch, acted with
+// several versions) takes its old log-probabilities from behavior_logp as
+// recorded when acting, and its values (GAE, value clip) from the current
+// weights; A3C always uses the current weights; IMPALA uses behavior_logp
+// whenever the batch has it.
+//
 // Policy lag is the parameter server's version when the batch is learned
 // minus the version the batch was acted with; statistics lag is the latest
 // published statistics version minus the one the batch was normalized with.

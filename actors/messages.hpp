@@ -106,6 +106,10 @@ struct trajectory_batch {
   uint64_t policy_version = 0;     ///< policy version that chose the actions (oldest used)
   uint64_t stats_version = 0;      ///< statistics version used to normalize (0: none)
   bool normalized = false;         ///< observations are normalized
+  /// The rows were acted with several policy versions (a game-driven batch):
+  /// PPO takes its old log-probabilities from behavior_logp, not from
+  /// recomputing version policy_version (learner.hpp).
+  bool behavior_recorded = false;
 };
 
 template <class Inspector>
@@ -114,7 +118,7 @@ typename Inspector::result_type inspect(Inspector& f, trajectory_batch& x) {
            x.num_envs, x.steps, x.obs_dim, x.action_dim, x.observations, x.actions,
            x.behavior_logp, x.rewards, x.terminated, x.truncated, x.autoreset,
            x.episode_returns, x.episode_lengths, x.policy_version, x.stats_version,
-           x.normalized);
+           x.normalized, x.behavior_recorded);
 }
 
 /// Counters of one environment runner.
@@ -155,6 +159,12 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, env_runner_state& x) {
   return f(caf::meta::type_name("env_runner_state"), x.runner, x.env_id, x.env, x.gen,
            x.episode_return, x.episode_length, x.status);
+}
+
+/// Whether `s` is the state of a stand-in with nothing to restore (a
+/// game-driven feeder: no environments of its own); checkpoints leave it out.
+inline bool nothing_to_restore(const env_runner_state& s) {
+  return s.env.num_envs == 0;
 }
 
 // -- training: parameter server, learner, metrics ----------------------------

@@ -21,12 +21,25 @@ void policy_store::publish(uint64_t version, const float* params, const float* b
   std::copy(params, params + next->model.param_count(), next->model.params());
   if (buffers)
     std::copy(buffers, buffers + next->model.buffer_count(), next->model.buffers());
-  std::lock_guard<std::mutex> guard(mtx_);
-  if (!versions_.empty() && versions_.back()->version >= version && version != 0)
-    return;
-  versions_.push_back(std::move(next));
-  while (versions_.size() > history_)
-    versions_.pop_front();
+  std::shared_ptr<const policy_snapshot> published = next;
+  std::lock_guard<std::mutex> listening(listeners_mtx_);
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    if (!versions_.empty() && versions_.back()->version >= version && version != 0)
+      return;
+    versions_.push_back(std::move(next));
+    while (versions_.size() > history_)
+      versions_.pop_front();
+  }
+  listeners_.erase(std::remove_if(listeners_.begin(), listeners_.end(),
+                                  [&](const listener& l) { return !l(published); }),
+                   listeners_.end());
+}
+
+void policy_store::subscribe(listener l) {
+  std::lock_guard<std::mutex> listening(listeners_mtx_);
+  if (l(latest()))
+    listeners_.push_back(std::move(l));
 }
 
 std::shared_ptr<const policy_snapshot> policy_store::latest() const {

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "actors/env_runner.hpp"
 #include "learners/model.hpp"
@@ -40,8 +42,19 @@ public:
   /// Version `version`, or null when it is no longer kept.
   std::shared_ptr<const policy_snapshot> at(uint64_t version) const;
 
+  /// Called with each newly published version, in version order, on the
+  /// publisher's thread; returns false to be removed.
+  using listener = std::function<bool(const std::shared_ptr<const policy_snapshot>&)>;
+
+  /// Calls `l` with the newest version now, then with every version
+  /// published after (for readers that keep their own wait-free copy of the
+  /// latest version, such as a game agent's slots).
+  void subscribe(listener l);
+
 private:
   mutable std::mutex mtx_;
+  std::mutex listeners_mtx_; // serializes listener calls; taken before mtx_
+  std::vector<listener> listeners_;
   std::deque<std::shared_ptr<const policy_snapshot>> versions_; // oldest first
   size_t history_;
 };

@@ -272,11 +272,15 @@ cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs) {
     if (!r.actor)
       continue;
     self->request(r.actor, snapshot_wait, state_atom::value)
-      .receive([&](env_runner_state& st) { out.runners.push_back(std::move(st)); },
-               [&](caf::error& e) {
-                 if (e != caf::sec::request_receiver_down)
-                   skipped("runner '" + r.name + "'", e);
-               }); // a runner that failed meanwhile: its replacement starts fresh
+      .receive(
+        [&](env_runner_state& st) {
+          if (!nothing_to_restore(st)) // a game-driven feeder: nothing to save
+            out.runners.push_back(std::move(st));
+        },
+        [&](caf::error& e) {
+          if (e != caf::sec::request_receiver_down)
+            skipped("runner '" + r.name + "'", e);
+        }); // a runner that failed meanwhile: its replacement starts fresh
   }
   for (size_t i = 0; i < cs.learners.size(); ++i) {
     auto& l = cs.learners[i];

@@ -1,0 +1,73 @@
+// A latest-value slot between publishers and one reader: the triple buffer
+// of learners/stats_view.hpp, for any copy-assignable value (a
+// std::shared_ptr<const T> to an immutable snapshot, typically).
+//
+// The reader is wait-free: read() is one relaxed load and, when something new
+// was published, one atomic exchange; no lock, no retry, no allocation, no
+// destructor of a value runs on the reader's thread (a value the reader gives
+// up is released by the next publish that overwrites it). The writer takes a
+// mutex (publishers are serialized by it; the reader never touches it).
+//
+// One reader thread at a time: give every reader its own slot.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+
+namespace troupe::kernels {
+
+/// Latest-value buffer: publishers write, one reader reads the newest value.
+template <class T>
+class latest_value {
+public:
+  /// A slot whose value is `initial` until the first publish.
+  explicit latest_value(const T& initial = T{}) {
+    for (auto& b : buffers_)
+      b.value = initial;
+  }
+
+  latest_value(const latest_value&) = delete;
+  latest_value& operator=(const latest_value&) = delete;
+
+  /// The newest value. Wait-free; the reference stays valid and unchanged
+  /// until this reader's next read(). Never call from two threads at once.
+  const T& read() noexcept {
+    if (middle_.load(std::memory_order_relaxed) & fresh_bit) {
+      auto prev = middle_.exchange(front_, std::memory_order_acq_rel);
+      front_ = prev & index_mask;
+    }
+    return buffers_[front_].value;
+  }
+
+  /// Publishes `value` (assigned into the back buffer under the writer mutex,
+  /// releasing what that buffer held on the writer's thread).
+  template <class U>
+  void publish(U&& value) {
+    std::lock_guard<std::mutex> guard(writer_mutex_);
+    buffers_[back_].value = std::forward<U>(value);
+    auto prev = middle_.exchange(static_cast<uint8_t>(back_ | fresh_bit),
+                                 std::memory_order_acq_rel);
+    back_ = prev & index_mask;
+  }
+
+private:
+  static constexpr uint8_t fresh_bit = 0x4;
+  static constexpr uint8_t index_mask = 0x3;
+  // 64 bytes: the cache line of the x86-64 and ARM cores we run on.
+  static constexpr size_t cache_line = 64;
+
+  struct alignas(cache_line) slot {
+    T value;
+  };
+
+  std::array<slot, 3> buffers_;
+  alignas(cache_line) std::atomic<uint8_t> middle_{1}; // shared
+  alignas(cache_line) uint8_t front_ = 0;              // reader only
+  alignas(cache_line) uint8_t back_ = 2;               // writers only, under the mutex
+  std::mutex writer_mutex_;
+};
+
+} // namespace troupe::kernels
