@@ -506,3 +506,35 @@ TEST_CASE("a batch of callback envs with state callbacks restores bit for bit; w
   REQUIRE_FALSE(refused2);
   CHECK(contains(refused2.err().message, "can_save_state"));
 }
+
+TEST_CASE("a game that refuses a saved state fails restore_state naming the environment, "
+          "and the batch steps again only after a reset") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  REQUIRE(register_env(callback_registration(drift_spec("DriftRefuse-v0", true), [] {
+    auto cb = drift_callbacks(true);
+    cb.set_state = [](const double*, float*) -> status {
+      return make_error(errc::invalid_argument, "the level has no such position");
+    };
+    return cb;
+  })));
+  auto v = make_vector_env("DriftRefuse-v0", 3).value();
+  REQUIRE(unregister_env("DriftRefuse-v0"));
+  v->reset(seed);
+  std::vector<float> actions(3, 2.0f);
+  REQUIRE(v->step(actions.data()));
+  const auto saved = v->save_state();
+  REQUIRE(saved.with_state);
+  CHECK(v->check_state(saved)); // the values are fine; the game refuses them
+  auto refused = v->restore_state(saved);
+  REQUIRE_FALSE(refused);
+  CAPTURE(refused.err().message);
+  CHECK(contains(refused.err().message, "DriftRefuse-v0"));
+  CHECK(contains(refused.err().message, "environment 0"));
+  CHECK(contains(refused.err().message, "the level has no such position"));
+  auto early = v->step(actions.data());
+  REQUIRE_FALSE(early);
+  CHECK(contains(early.err().message, "before reset()"));
+  v->reset(seed + 1);
+  CHECK(v->step(actions.data()));
+}
