@@ -56,7 +56,7 @@ struct session::state {
   config cfg;
   session_options options;
   std::string resume_dir;
-  const envs::env_spec* env = nullptr;
+  std::shared_ptr<const envs::env_spec> env;
   learners::model_spec spec;
   learners::device_choice device;
   resume_point resume;
