@@ -715,6 +715,7 @@ void send_batch(feeder_actor* self) {
   st.status.env_steps += rows;
   st.status.episodes += b.episode_returns.size();
   self->send(st.consumer, std::move(b));
+  b = trajectory_batch{}; // fill() starts the next one
   st.columns = 0;
 }
 
@@ -736,7 +737,7 @@ void fill(feeder_actor* self) {
         return; // woken by the game's next queued segment
       ++st.columns;
     }
-    send_batch(self); // leaves st.batch moved from: empty observations
+    send_batch(self);
     ++st.sent_in_request;
     if (--st.remaining == 0) {
       st.collecting = false;

@@ -21,7 +21,9 @@
 // the statistics), the action, its log-probability under the policy that
 // chose it (the behavior policy: PPO's ratio and V-trace correct for the lag
 // with it) and that policy's version. Box actions are returned unclipped (as
-// sampled): the game clips them to its bounds.
+// sampled): the game clips them to its bounds. (report takes a mutex only
+// when an episode ends, to note its return for counters(); a call that
+// queues a segment wakes a waiting feeder with one message.)
 //
 // Thread contract. One thread per slot: calls for one slot never overlap.
 // Different slots may be driven from different threads at the same time.
@@ -57,7 +59,8 @@
 // the policy and statistics versions it was acted and normalized with may be
 // older than the learner's, which is what the recorded log-probabilities are
 // for. A slot whose thread stops calling stops contributing segments; the
-// other slots are not affected.
+// other slots are not affected. A feeder that ends (stopped, or replaced
+// with its learner) loses the segments of the batch it was assembling.
 //
 // Feeder side (spawn_game_feeder): an actor that stands in a learner's runner
 // slot. The learner asks it for batches, (collect_atom, n), as it asks an
@@ -152,7 +155,8 @@ public:
                 const float* final_obs = nullptr);
 
   /// Ends the agent: every later call on it fails (errc::unavailable); the
-  /// segments already queued stay for the feeders. Idempotent.
+  /// segments already queued stay for the feeders (a feeder waiting for more
+  /// waits until its learner stops). Idempotent.
   void close();
 
   /// Whether close() was called.

@@ -39,7 +39,8 @@ struct embed_bench_result {
   double seconds = 0;                 ///< wall time of the loop
 };
 
-/// Runs the benchmark (seconds: about train_env_steps / 100k on one core).
+/// Runs the benchmark: the game loop runs until the learner has spent
+/// train_env_steps (a few seconds per 100k steps on this machine).
 result<embed_bench_result> bench_embed(const embed_bench_options& opts);
 
 } // namespace troupe::actors

@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -809,4 +810,68 @@ TEST_CASE("the embedding benchmark runs a game-driven CartPole with a learner an
   REQUIRE(r.ok());
   CHECK(r->game_env_steps == 1000);
   CHECK(r->learned_env_steps == 0);
+}
+
+TEST_CASE("with block_when_full a call that completes a segment waits for space instead "
+          "of dropping, and drops after block_timeout when none comes") {
+  auto store = std::make_shared<policy_store>(make_model(5, 4, 2, {8}), 2);
+  game_agent_options opts;
+  opts.steps_per_segment = 2;
+  opts.queue_capacity = 1;
+  opts.block_when_full = true;
+  opts.block_timeout = std::chrono::milliseconds(1);
+  auto agent = make_agent(opts, store);
+  float obs[4] = {0.1f, 0.2f, 0.3f, 0.4f}, action = 0;
+  auto play = [&](size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+      REQUIRE(agent->act(0, obs, &action).ok());
+      REQUIRE(agent->report(0, 1.0, false, false).ok());
+    }
+  };
+  // Five acts complete two segments: the second finds the queue full and,
+  // with no one taking, is dropped after the bounded wait.
+  play(5);
+  auto c = agent->counters();
+  CHECK(c.segments == 1);
+  CHECK(c.dropped_segments == 1);
+  CHECK(c.dropped == 2);
+
+  // A consumer that takes segments while the game plays: with a wait long
+  // enough for it, nothing more is dropped.
+  auto waiting = game_agent::create(
+    [&] {
+      auto o = opts;
+      o.block_timeout = test::wait_limit;
+      return o;
+    }(),
+    store);
+  REQUIRE(waiting.ok());
+  agent = *waiting;
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> taken{0};
+  std::thread consumer([&] {
+    trajectory_batch b;
+    b.num_envs = 1;
+    b.steps = 2;
+    b.observations.resize(3 * 4);
+    b.actions.resize(2);
+    b.behavior_logp.resize(2);
+    b.rewards.resize(2);
+    b.terminated.resize(2);
+    b.truncated.resize(2);
+    b.autoreset.resize(2);
+    std::vector<float> raw(2 * 4);
+    while (!done.load() || taken.load() < agent->counters().segments)
+      if (agent->take_segment(b, 0, raw))
+        taken.fetch_add(1);
+      else
+        std::this_thread::yield();
+  });
+  play(41); // completes twenty segments
+  done.store(true);
+  consumer.join();
+  c = agent->counters();
+  CHECK(c.segments == 20);
+  CHECK(c.dropped == 0);
+  CHECK(taken.load() == 20);
 }
