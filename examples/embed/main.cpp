@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
   if (!final_progress)
     return fail("close", final_progress.err());
   std::printf("trained %llu env steps in %d corridors\n",
-              static_cast<unsigned long long>(final_progress->env_steps), rules.instances);
+              static_cast<unsigned long long>(final_progress->env_steps),
+              rules.instances);
 
   // Deployment: the trained policy without a session.
   auto policy = troupe::policy::load(run_dir);

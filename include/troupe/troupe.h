@@ -40,15 +40,15 @@ extern "C" {
 
 /** Result of every call; mirrors troupe::errc. */
 typedef enum troupe_status {
-  TROUPE_OK = 0,                  /**< success */
-  TROUPE_INVALID_ARGUMENT = 1,    /**< a value outside the documented range, a null or closed handle */
-  TROUPE_BAD_CONFIG = 2,          /**< a config file or override failed validation */
-  TROUPE_BAD_INPUT = 3,           /**< a data file is malformed */
-  TROUPE_NON_FINITE = 4,          /**< a NaN or infinity where finite numbers are required */
-  TROUPE_DIMENSION_MISMATCH = 5,  /**< sizes that must agree differ */
-  TROUPE_NOT_FOUND = 6,           /**< a named thing (env id, file, folder) does not exist */
-  TROUPE_IO_ERROR = 7,            /**< the operating system refused a read or write */
-  TROUPE_CORRUPT_FILE = 8,        /**< a file's checksum or structure is wrong */
+  TROUPE_OK = 0,               /**< success */
+  TROUPE_INVALID_ARGUMENT = 1, /**< a value out of range, a NULL or closed handle */
+  TROUPE_BAD_CONFIG = 2,       /**< a config file or override failed validation */
+  TROUPE_BAD_INPUT = 3,        /**< a data file is malformed */
+  TROUPE_NON_FINITE = 4,       /**< a NaN or infinity where finite numbers are required */
+  TROUPE_DIMENSION_MISMATCH = 5, /**< sizes that must agree differ */
+  TROUPE_NOT_FOUND = 6,    /**< a named thing (env id, file, folder) does not exist */
+  TROUPE_IO_ERROR = 7,     /**< the operating system refused a read or write */
+  TROUPE_CORRUPT_FILE = 8, /**< a file's checksum or structure is wrong */
   TROUPE_UNSUPPORTED_VERSION = 9, /**< ABI or file format version mismatch */
   TROUPE_DEVICE_ERROR = 10,       /**< CUDA or another device failed */
   TROUPE_UNAVAILABLE = 11         /**< not built in, not wired yet, or the peer is gone */
@@ -60,13 +60,15 @@ typedef struct troupe_policy troupe_policy;   /**< a deployed policy, no trainin
 
 /* -- library ------------------------------------------------------------- */
 
-/** The library's ABI version (compare with TROUPE_ABI_VERSION). Any thread, concurrent. */
+/** The library's ABI version (compare with TROUPE_ABI_VERSION). Any thread. */
 TROUPE_API int troupe_abi_version(void);
 
-/** The library's version, "MAJOR.MINOR.PATCH" (static storage). Any thread, concurrent. */
+/** The library's version, "MAJOR.MINOR.PATCH" (static storage). Any thread, concurrent.
+ */
 TROUPE_API const char* troupe_version(void);
 
-/** Stable short name of a status ("bad_config", ...; static storage). Any thread, concurrent. */
+/** Stable short name of a status ("bad_config", ...; static storage). Any thread,
+ * concurrent. */
 TROUPE_API const char* troupe_status_name(troupe_status status);
 
 /** Message of this thread's last failed call ("" if none); valid until this
@@ -116,10 +118,9 @@ typedef struct troupe_env_functions {
  *  is passed to every callback and must outlive the registration. Call
  *  before opening the sessions that use it, from one thread, while no
  *  session runs. */
-TROUPE_API troupe_status troupe_register_environment(int abi_version,
-                                                     const troupe_env_description* description,
-                                                     const troupe_env_functions* functions,
-                                                     void* user_data);
+TROUPE_API troupe_status
+troupe_register_environment(int abi_version, const troupe_env_description* description,
+                            const troupe_env_functions* functions, void* user_data);
 
 /** Removes a registration. Same thread rule as troupe_register_environment. */
 TROUPE_API troupe_status troupe_unregister_environment(const char* id);
@@ -149,14 +150,15 @@ typedef struct troupe_progress {
  *  opens nothing (TROUPE_BAD_CONFIG; the message names file:line, key,
  *  expected and given). Any thread. */
 TROUPE_API troupe_status troupe_session_open(int abi_version, const char* config_path,
-                                             const char* const* overrides, size_t n_overrides,
-                                             troupe_session** out);
+                                             const char* const* overrides,
+                                             size_t n_overrides, troupe_session** out);
 
 /** As troupe_session_open, from TOML text; name stands for the file in messages. */
 TROUPE_API troupe_status troupe_session_open_toml(int abi_version, const char* toml_text,
                                                   const char* name,
                                                   const char* const* overrides,
-                                                  size_t n_overrides, troupe_session** out);
+                                                  size_t n_overrides,
+                                                  troupe_session** out);
 
 /** Reopens a run folder to continue from its newest good checkpoint. */
 TROUPE_API troupe_status troupe_session_resume(int abi_version, const char* run_dir,
@@ -171,8 +173,8 @@ TROUPE_API troupe_status troupe_session_progress(const troupe_session* session,
                                                  troupe_progress* out);
 
 /** Writes a checkpoint now; its folder into path (size bytes). Any thread. */
-TROUPE_API troupe_status troupe_session_save_checkpoint(troupe_session* session, char* path,
-                                                        size_t size);
+TROUPE_API troupe_status troupe_session_save_checkpoint(troupe_session* session,
+                                                        char* path, size_t size);
 
 /** Asks training to stop; returns at once. Any thread, concurrent. */
 TROUPE_API troupe_status troupe_session_request_stop(troupe_session* session);
@@ -183,7 +185,8 @@ TROUPE_API troupe_status troupe_session_wait(troupe_session* session, int64_t ti
 
 /** Ends training (final checkpoint), waits for it and closes the session;
  *  *out (may be NULL) gets the final progress. Any thread, once. */
-TROUPE_API troupe_status troupe_session_close(troupe_session* session, troupe_progress* out);
+TROUPE_API troupe_status troupe_session_close(troupe_session* session,
+                                              troupe_progress* out);
 
 /** The run folder into buf (size bytes; "" before start). Any thread. */
 TROUPE_API troupe_status troupe_session_run_dir(const troupe_session* session, char* buf,
@@ -206,14 +209,16 @@ TROUPE_API troupe_status troupe_session_make_agent(troupe_session* session, size
                                                    const troupe_agent_options* options,
                                                    troupe_agent** out);
 
-/** Slots, floats per observation and per action (each out may be NULL). Any thread, concurrent. */
+/** Slots, floats per observation and per action (each out may be NULL). Any thread,
+ * concurrent. */
 TROUPE_API troupe_status troupe_agent_info(const troupe_agent* agent, size_t* slots,
                                            size_t* obs_dim, size_t* action_dim);
 
 /** The latest policy's action for slot's observation; never waits for
  *  training. One thread per slot; different slots concurrent. */
-TROUPE_API troupe_status troupe_agent_act(troupe_agent* agent, size_t slot, const float* obs,
-                                          size_t obs_size, float* action, size_t action_size);
+TROUPE_API troupe_status troupe_agent_act(troupe_agent* agent, size_t slot,
+                                          const float* obs, size_t obs_size,
+                                          float* action, size_t action_size);
 
 /** act for slots [first_slot, first_slot + count), rows one after another.
  *  The calling thread owns those slots for the call. */
@@ -224,8 +229,8 @@ TROUPE_API troupe_status troupe_agent_act_batch(troupe_agent* agent, size_t firs
 /** The outcome of slot's last action (terminated/truncated 0 or 1;
  *  final_obs: the observation ending a truncated episode, or NULL). Never
  *  blocks unless block_when_full. Same thread rule as troupe_agent_act. */
-TROUPE_API troupe_status troupe_agent_report(troupe_agent* agent, size_t slot, double reward,
-                                             int terminated, int truncated,
+TROUPE_API troupe_status troupe_agent_report(troupe_agent* agent, size_t slot,
+                                             double reward, int terminated, int truncated,
                                              const float* final_obs);
 
 /** Transitions dropped because training fell behind. Any thread, concurrent. */
@@ -262,8 +267,9 @@ TROUPE_API troupe_status troupe_policy_info_get(const troupe_policy* policy,
  *  obs_size must be obs_dim and action_size at least action_dim. Any thread,
  *  concurrent (but not with troupe_policy_close/free). */
 TROUPE_API troupe_status troupe_policy_act(const troupe_policy* policy, const float* obs,
-                                           size_t obs_size, float* action, size_t action_size,
-                                           int deterministic, uint64_t seed);
+                                           size_t obs_size, float* action,
+                                           size_t action_size, int deterministic,
+                                           uint64_t seed);
 
 /** Releases the model; later calls on the handle fail. One thread, after
  *  every other call on it returned. */

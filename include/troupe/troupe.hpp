@@ -71,15 +71,15 @@ std::vector<std::string> environment_ids();
 
 /// Where a session stands. Counters are 0 until the session reports them.
 struct progress {
-  uint64_t env_steps = 0;            ///< environment steps learned from
-  uint64_t updates = 0;              ///< batches learned
-  uint64_t episodes = 0;             ///< episodes finished
-  double return_mean_100 = 0;        ///< mean return of the last 100 episodes (NaN: none)
-  uint64_t policy_version = 0;       ///< parameter server version
-  uint64_t stats_version = 0;        ///< global statistics version
-  uint64_t transitions_dropped = 0;  ///< game-driven transitions dropped (queue full)
-  bool running = false;              ///< started and not finished
-  bool finished = false;             ///< training ended (limit reached, stopped or failed)
+  uint64_t env_steps = 0;           ///< environment steps learned from
+  uint64_t updates = 0;             ///< batches learned
+  uint64_t episodes = 0;            ///< episodes finished
+  double return_mean_100 = 0;       ///< mean return of the last 100 episodes (NaN: none)
+  uint64_t policy_version = 0;      ///< parameter server version
+  uint64_t stats_version = 0;       ///< global statistics version
+  uint64_t transitions_dropped = 0; ///< game-driven transitions dropped (queue full)
+  bool running = false;             ///< started and not finished
+  bool finished = false;            ///< training ended (limit reached, stopped or failed)
 };
 
 /// Options of a game-driven agent.
@@ -191,9 +191,9 @@ public:
   policy& operator=(policy&&) noexcept;
   ~policy();
 
-  size_t obs_dim() const noexcept;    ///< floats per observation
-  size_t action_dim() const noexcept; ///< floats per action (1 for Discrete)
-  bool discrete() const noexcept;     ///< Discrete action (index as a float) or Box
+  size_t obs_dim() const noexcept;     ///< floats per observation
+  size_t action_dim() const noexcept;  ///< floats per action (1 for Discrete)
+  bool discrete() const noexcept;      ///< Discrete action (index as a float) or Box
   size_t num_actions() const noexcept; ///< Discrete: number of actions; 0 for Box
   const std::string& source() const noexcept; ///< the policy file it was read from
 

@@ -68,10 +68,11 @@ troupe_status guarded(const char* call, F&& body) noexcept {
 troupe_status check_abi(const char* call, int abi_version) {
   if (abi_version == TROUPE_ABI_VERSION)
     return TROUPE_OK;
-  return fail(errc::unsupported_version,
-              fmt::format("{}: the caller was built for troupe ABI version {}; this library "
-                          "has ABI version {}",
-                          call, abi_version, TROUPE_ABI_VERSION));
+  return fail(
+    errc::unsupported_version,
+    fmt::format("{}: the caller was built for troupe ABI version {}; this library "
+                "has ABI version {}",
+                call, abi_version, TROUPE_ABI_VERSION));
 }
 
 troupe_status null_argument(const char* call, const char* name) {
@@ -79,12 +80,14 @@ troupe_status null_argument(const char* call, const char* name) {
 }
 
 troupe_status closed(const char* call, const char* what) {
-  return fail(errc::invalid_argument, fmt::format("{}: the {} handle is closed", call, what));
+  return fail(errc::invalid_argument,
+              fmt::format("{}: the {} handle is closed", call, what));
 }
 
 // Copies `text` into buf (size bytes); invalid_argument naming the sizes when it
 // does not fit (buf then holds "").
-troupe_status copy_out(const char* call, const std::string& text, char* buf, size_t size) {
+troupe_status copy_out(const char* call, const std::string& text, char* buf,
+                       size_t size) {
   if (buf == nullptr)
     return null_argument(call, "buf");
   if (text.size() + 1 > size) {
@@ -137,8 +140,8 @@ public:
   troupe::status step(const float* action, float* obs, double& reward, bool& terminated,
                       bool& truncated) override {
     int term = 0, trunc = 0;
-    int rc = table_->fns.step(instance_, table_->user_data, action, obs, &reward, &term,
-                              &trunc);
+    int rc =
+      table_->fns.step(instance_, table_->user_data, action, obs, &reward, &term, &trunc);
     if (rc != 0)
       return troupe::make_error(errc::unavailable, "the step callback returned {}", rc);
     terminated = term != 0;
@@ -197,7 +200,8 @@ size_t troupe_last_error_copy(char* buf, size_t size) {
 
 troupe_status troupe_register_environment(int abi_version,
                                           const troupe_env_description* d,
-                                          const troupe_env_functions* fns, void* user_data) {
+                                          const troupe_env_functions* fns,
+                                          void* user_data) {
   constexpr const char* call = "troupe_register_environment";
   return guarded(call, [&] {
     if (auto s = check_abi(call, abi_version); s != TROUPE_OK)
@@ -293,7 +297,6 @@ troupe_status open_with(const char* call, int abi_version, troupe_session** out,
   });
 }
 
-
 } // namespace
 
 troupe_status troupe_session_open(int abi_version, const char* config_path,
@@ -302,9 +305,11 @@ troupe_status troupe_session_open(int abi_version, const char* config_path,
   constexpr const char* call = "troupe_session_open";
   return open_with(call, abi_version, out, [&]() -> troupe::result<troupe::session> {
     if (config_path == nullptr)
-      return troupe::error{errc::invalid_argument, "troupe_session_open: config_path is NULL"};
+      return troupe::error{errc::invalid_argument,
+                           "troupe_session_open: config_path is NULL"};
     if (n_overrides > 0 && overrides == nullptr)
-      return troupe::error{errc::invalid_argument, "troupe_session_open: overrides is NULL"};
+      return troupe::error{errc::invalid_argument,
+                           "troupe_session_open: overrides is NULL"};
     return troupe::session::open(config_path, to_overrides(overrides, n_overrides));
   });
 }
@@ -331,9 +336,11 @@ troupe_status troupe_session_resume(int abi_version, const char* run_dir,
   constexpr const char* call = "troupe_session_resume";
   return open_with(call, abi_version, out, [&]() -> troupe::result<troupe::session> {
     if (run_dir == nullptr)
-      return troupe::error{errc::invalid_argument, "troupe_session_resume: run_dir is NULL"};
+      return troupe::error{errc::invalid_argument,
+                           "troupe_session_resume: run_dir is NULL"};
     if (n_overrides > 0 && overrides == nullptr)
-      return troupe::error{errc::invalid_argument, "troupe_session_resume: overrides is NULL"};
+      return troupe::error{errc::invalid_argument,
+                           "troupe_session_resume: overrides is NULL"};
     return troupe::session::resume(run_dir, to_overrides(overrides, n_overrides));
   });
 }
@@ -489,10 +496,11 @@ troupe_status troupe_agent_act(troupe_agent* a, size_t slot, const float* obs,
     if (action == nullptr)
       return null_argument(call, "action");
     if (obs_size != ag.obs_dim())
-      return fail(errc::dimension_mismatch,
-                  fmt::format("{}: slot {}: the observation has {} values; the agent takes "
-                              "obs_dim = {}",
-                              call, slot, obs_size, ag.obs_dim()));
+      return fail(
+        errc::dimension_mismatch,
+        fmt::format("{}: slot {}: the observation has {} values; the agent takes "
+                    "obs_dim = {}",
+                    call, slot, obs_size, ag.obs_dim()));
     if (action_size < ag.action_dim())
       return fail(errc::dimension_mismatch,
                   fmt::format("{}: slot {}: the action buffer holds {} values; the agent "

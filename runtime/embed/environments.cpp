@@ -34,13 +34,17 @@ namespace {
 // Checks a finished step of `id`: finite reward and observation.
 status check_outcome(const envs::env_spec& spec, const float* obs, double reward) {
   if (!std::isfinite(reward))
-    return make_error(errc::non_finite, "environment '{}': step returned reward {} (must "
-                      "be finite)", spec.id, reward);
+    return make_error(errc::non_finite,
+                      "environment '{}': step returned reward {} (must "
+                      "be finite)",
+                      spec.id, reward);
   const size_t dim = spec.observation_space.size();
   for (size_t i = 0; i < dim; ++i)
     if (!std::isfinite(obs[i]))
-      return make_error(errc::non_finite, "environment '{}': step returned observation "
-                        "value {} = {} (must be finite)", spec.id, i, obs[i]);
+      return make_error(errc::non_finite,
+                        "environment '{}': step returned observation "
+                        "value {} = {} (must be finite)",
+                        spec.id, i, obs[i]);
   return ok_status();
 }
 
@@ -67,10 +71,11 @@ public:
 
   result<envs::step_result> step(const float* action, float* obs) override {
     if (!ready_)
-      return make_error(errc::invalid_argument,
-                        "environment '{}': step before reset", spec_->id);
+      return make_error(errc::invalid_argument, "environment '{}': step before reset",
+                        spec_->id);
     envs::step_result out;
-    if (auto ok = inner_->step(action, obs, out.reward, out.terminated, out.truncated); !ok)
+    if (auto ok = inner_->step(action, obs, out.reward, out.terminated, out.truncated);
+        !ok)
       return make_error(ok.err().code, "environment '{}': step: {}", spec_->id,
                         ok.err().message);
     if (auto ok = check_outcome(*spec_, obs, out.reward); !ok)
@@ -81,9 +86,7 @@ public:
     return out;
   }
 
-  std::vector<double> state() const override {
-    return {static_cast<double>(episodes_)};
-  }
+  std::vector<double> state() const override { return {static_cast<double>(episodes_)}; }
 
   status set_state(const std::vector<double>& values, float* obs) override {
     return make_error(errc::unavailable,
@@ -239,19 +242,24 @@ const auto trampolines = make_table(std::make_index_sequence<max_registrations>{
 // The description as an env_spec; the error names the id, the field and the values.
 result<envs::env_spec> to_spec(const env_description& d) {
   auto bad = [&](const std::string& why) {
-    return make_error(errc::invalid_argument, "register_environment('{}'): {}", d.id, why);
+    return make_error(errc::invalid_argument, "register_environment('{}'): {}", d.id,
+                      why);
   };
   if (d.id.empty())
     return bad("the id is empty");
   if (d.obs_low.empty() || d.obs_low.size() != d.obs_high.size())
-    return bad(fmt::format("obs_low and obs_high must have the same non-zero size, got {} "
-                           "and {}", d.obs_low.size(), d.obs_high.size()));
+    return bad(
+      fmt::format("obs_low and obs_high must have the same non-zero size, got {} "
+                  "and {}",
+                  d.obs_low.size(), d.obs_high.size()));
   for (size_t i = 0; i < d.obs_low.size(); ++i)
-    if (std::isnan(d.obs_low[i]) || std::isnan(d.obs_high[i]) || d.obs_low[i] > d.obs_high[i])
+    if (std::isnan(d.obs_low[i]) || std::isnan(d.obs_high[i]) ||
+        d.obs_low[i] > d.obs_high[i])
       return bad(fmt::format("obs bounds {}: low {} must be <= high {}", i, d.obs_low[i],
                              d.obs_high[i]));
   if (d.max_episode_steps < 0)
-    return bad(fmt::format("max_episode_steps must be >= 0, got {}", d.max_episode_steps));
+    return bad(
+      fmt::format("max_episode_steps must be >= 0, got {}", d.max_episode_steps));
   envs::env_spec spec;
   spec.id = d.id;
   spec.observation_space = envs::space::box(d.obs_low, d.obs_high);
@@ -269,8 +277,8 @@ result<envs::env_spec> to_spec(const env_description& d) {
                              "non-zero size, got {} and {}",
                              d.action_low.size(), d.action_high.size()));
     for (size_t i = 0; i < d.action_low.size(); ++i)
-      if (!std::isfinite(d.action_low[i]) || !std::isfinite(d.action_high[i])
-          || d.action_low[i] > d.action_high[i])
+      if (!std::isfinite(d.action_low[i]) || !std::isfinite(d.action_high[i]) ||
+          d.action_low[i] > d.action_high[i])
         return bad(fmt::format("action bounds {}: low {} must be <= high {}, both finite",
                                i, d.action_low[i], d.action_high[i]));
     spec.action_space = envs::space::box(d.action_low, d.action_high);
@@ -285,7 +293,8 @@ status register_environment(const env_description& description,
   return embed::guarded_status("register_environment", [&]() -> status {
     if (!factory)
       return make_error(errc::invalid_argument,
-                        "register_environment('{}'): the factory is empty", description.id);
+                        "register_environment('{}'): the factory is empty",
+                        description.id);
     auto spec = to_spec(description);
     if (!spec)
       return spec.err();
@@ -306,8 +315,8 @@ status register_environment(const env_description& description,
                         "registered",
                         description.id, max_registrations);
     slots[free] = std::make_unique<slot>(slot{std::move(*spec), std::move(factory)});
-    auto added = envs::add_registration({&slots[free]->spec, trampolines.first[free],
-                                         trampolines.second[free]});
+    auto added = envs::add_registration(
+      {&slots[free]->spec, trampolines.first[free], trampolines.second[free]});
     if (!added) {
       slots[free].reset();
       return added;

@@ -21,7 +21,8 @@ inline error escaped(const char* call) noexcept {
   } catch (const std::exception& e) {
     return error{errc::unavailable, std::string(call) + ": internal error: " + e.what()};
   } catch (...) {
-    return error{errc::unavailable, std::string(call) + ": internal error (unknown exception)"};
+    return error{errc::unavailable,
+                 std::string(call) + ": internal error (unknown exception)"};
   }
 }
 

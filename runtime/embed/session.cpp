@@ -37,9 +37,9 @@ status check_opened(const runtime::config& cfg) {
 }
 
 error not_wired(const char* call) {
-  return error{errc::unavailable,
-               std::string(call) + ": not wired yet (needs the internal session or game "
-                                   "agent, which this build does not have)"};
+  return error{errc::unavailable, std::string(call) +
+                                    ": not wired yet (needs the internal session or game "
+                                    "agent, which this build does not have)"};
 }
 
 } // namespace
@@ -120,7 +120,8 @@ result<session> session::resume(const std::string& run_dir,
   return embed::guarded<session>("session::resume", [&]() -> result<session> {
     std::error_code ec;
     if (!std::filesystem::is_directory(run_dir, ec))
-      return make_error(errc::not_found, "session::resume: {}: not a run folder", run_dir);
+      return make_error(errc::not_found, "session::resume: {}: not a run folder",
+                        run_dir);
     // A resumed run continues with its own resolved config, as `troupe train --resume`.
     auto cfg = runtime::load_config(
       (std::filesystem::path(run_dir) / "config.toml").string(), overrides);
@@ -138,7 +139,8 @@ result<session> session::resume(const std::string& run_dir,
 status session::start() {
   return embed::guarded_status("session::start", [&]() -> status {
     if (!impl_)
-      return make_error(errc::invalid_argument, "session::start: the session was moved from");
+      return make_error(errc::invalid_argument,
+                        "session::start: the session was moved from");
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (impl_->closed)
       return make_error(errc::invalid_argument, "session::start: the session is closed");
@@ -192,41 +194,45 @@ status session::request_stop() {
 result<bool> session::wait(std::chrono::milliseconds timeout) {
   return embed::guarded<bool>("session::wait", [&]() -> result<bool> {
     if (!impl_)
-      return make_error(errc::invalid_argument, "session::wait: the session was moved from");
+      return make_error(errc::invalid_argument,
+                        "session::wait: the session was moved from");
     std::unique_lock<std::mutex> lock(impl_->mutex);
     if (!impl_->started)
-      return make_error(errc::invalid_argument, "session::wait: the session was not started");
+      return make_error(errc::invalid_argument,
+                        "session::wait: the session was not started");
     return impl_->changed.wait_for(lock, timeout, [&] { return impl_->finished; });
   });
 }
 
 result<troupe::progress> session::close() {
-  return embed::guarded<troupe::progress>("session::close", [&]() -> result<troupe::progress> {
-    if (!impl_)
-      return make_error(errc::invalid_argument, "session::close: the session was moved from");
-    {
+  return embed::guarded<troupe::progress>(
+    "session::close", [&]() -> result<troupe::progress> {
+      if (!impl_)
+        return make_error(errc::invalid_argument,
+                          "session::close: the session was moved from");
+      {
+        std::lock_guard<std::mutex> lock(impl_->mutex);
+        if (impl_->closed)
+          return make_error(errc::invalid_argument, "session::close: already closed");
+        impl_->closed = true;
+      }
+      // Without a stop request (not wired yet), close waits for training to
+      // reach its configured end; run_training writes the final checkpoint.
+      if (impl_->worker.joinable())
+        impl_->worker.join();
       std::lock_guard<std::mutex> lock(impl_->mutex);
-      if (impl_->closed)
-        return make_error(errc::invalid_argument, "session::close: already closed");
-      impl_->closed = true;
-    }
-    // Without a stop request (not wired yet), close waits for training to
-    // reach its configured end; run_training writes the final checkpoint.
-    if (impl_->worker.joinable())
-      impl_->worker.join();
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (impl_->outcome && !impl_->outcome->ok())
-      return impl_->outcome->err();
-    troupe::progress p;
-    p.finished = impl_->finished;
-    p.return_mean_100 = std::nan("");
-    if (impl_->outcome) {
-      p.env_steps = (*impl_->outcome)->env_steps;
-      p.updates = (*impl_->outcome)->updates;
-      p.return_mean_100 = (*impl_->outcome)->return_mean_100;
-    }
-    return p;
-  });
+      if (impl_->outcome && !impl_->outcome->ok())
+        return impl_->outcome->err();
+      troupe::progress p;
+      p.finished = impl_->finished;
+      p.return_mean_100 = std::nan("");
+      if (impl_->outcome) {
+        p.env_steps = (*impl_->outcome)->env_steps;
+        p.updates = (*impl_->outcome)->updates;
+        p.return_mean_100 = (*impl_->outcome)->return_mean_100;
+      }
+      return p;
+    });
 }
 
 std::string session::run_dir() const {
@@ -252,9 +258,15 @@ struct agent::impl {
 };
 
 agent::agent(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
-size_t agent::slots() const noexcept { return impl_ ? impl_->slots : 0; }
-size_t agent::obs_dim() const noexcept { return impl_ ? impl_->obs_dim : 0; }
-size_t agent::action_dim() const noexcept { return impl_ ? impl_->action_dim : 0; }
+size_t agent::slots() const noexcept {
+  return impl_ ? impl_->slots : 0;
+}
+size_t agent::obs_dim() const noexcept {
+  return impl_ ? impl_->obs_dim : 0;
+}
+size_t agent::action_dim() const noexcept {
+  return impl_ ? impl_->action_dim : 0;
+}
 
 status agent::act(size_t, const float*, float*) {
   return not_wired("agent::act");

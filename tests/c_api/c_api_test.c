@@ -14,13 +14,13 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                                     \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      ++failures;                                                                       \
-      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, \
-              #cond, troupe_last_error());                                              \
-    }                                                                                   \
+#define CHECK(cond)                                                                      \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      ++failures;                                                                        \
+      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__,  \
+              #cond, troupe_last_error());                                               \
+    }                                                                                    \
   } while (0)
 
 /* The message of the last call contains `part`. */
@@ -99,7 +99,8 @@ static void abi_and_names(void) {
   CHECK(troupe_abi_version() == TROUPE_ABI_VERSION);
   CHECK(strlen(troupe_version()) > 0);
   CHECK(strcmp(troupe_status_name(TROUPE_BAD_CONFIG), "bad_config") == 0);
-  CHECK(strcmp(troupe_status_name(TROUPE_UNSUPPORTED_VERSION), "unsupported_version") == 0);
+  CHECK(strcmp(troupe_status_name(TROUPE_UNSUPPORTED_VERSION), "unsupported_version") ==
+        0);
 
   CHECK(troupe_session_open_toml(TROUPE_ABI_VERSION + 7, "", "x.toml", NULL, 0, &s) ==
         TROUPE_UNSUPPORTED_VERSION);
@@ -319,8 +320,8 @@ static void not_wired(void) {
   troupe_session* s = NULL;
   troupe_agent* a = (troupe_agent*)0x1;
   char buf[256];
-  if (troupe_session_open_toml(TROUPE_ABI_VERSION, "[run]\nseed = 2\n", "plain.toml", NULL,
-                               0, &s) != TROUPE_OK) {
+  if (troupe_session_open_toml(TROUPE_ABI_VERSION, "[run]\nseed = 2\n", "plain.toml",
+                               NULL, 0, &s) != TROUPE_OK) {
     CHECK(!"opening a plain session");
     return;
   }

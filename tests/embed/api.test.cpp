@@ -149,8 +149,8 @@ TEST_CASE("register_environment refuses a taken id, bad bounds and an empty fact
   d.obs_low = {500, 0};
   auto bounds = troupe::register_environment(d, factory);
   REQUIRE_FALSE(bounds.ok());
-  CHECK(bounds.err().message.find("obs bounds 0: low 500 must be <= high 100")
-        != std::string::npos);
+  CHECK(bounds.err().message.find("obs bounds 0: low 500 must be <= high 100") !=
+        std::string::npos);
 
   d = walk_description(fresh_id("Sizes"));
   d.obs_high = {1};
@@ -210,7 +210,8 @@ TEST_CASE("a session trains a registered environment on its own thread and close
             return std::make_unique<walk>(context);
           }).ok());
   const std::string toml = fmt::format(
-    "[run]\nname = \"walk\"\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = 2\n"
+    "[run]\nname = \"walk\"\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = "
+    "2\n"
     "[env]\nid = \"{}\"\nnum_envs = 2\n"
     "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 1024\nnum_steps = 64\n",
     fresh_seed() % 1000, (dir.path / "runs").string(), id);
@@ -255,7 +256,8 @@ TEST_CASE("the calls that need the internal session or the game agent say they a
   auto agent = opened->make_agent(4);
   REQUIRE_FALSE(agent.ok());
   CHECK(agent.err().code == troupe::errc::unavailable);
-  CHECK(agent.err().message.find("session::make_agent: not wired yet") != std::string::npos);
+  CHECK(agent.err().message.find("session::make_agent: not wired yet") !=
+        std::string::npos);
   auto stop = opened->request_stop();
   CHECK(stop.err().code == troupe::errc::unavailable);
   auto saved = opened->save_checkpoint();

@@ -43,8 +43,8 @@ fs::path write_run_checkpoint(const fs::path& run, int updates,
   auto saved = troupe::learners::save_checkpoint((folder / "policy.safetensors").string(),
                                                  model, stats);
   REQUIRE_MESSAGE(saved.ok(), saved.err().message);
-  auto manifest = troupe::learners::write_checkpoint_manifest(folder.string(),
-                                                              {"policy.safetensors"});
+  auto manifest =
+    troupe::learners::write_checkpoint_manifest(folder.string(), {"policy.safetensors"});
   REQUIRE_MESSAGE(manifest.ok(), manifest.err().message);
   return folder;
 }
@@ -84,8 +84,8 @@ TEST_CASE("a loaded policy acts as the float64 reference and the internal model"
       CHECK(p->discrete() == a.discrete);
       CHECK(p->action_dim() == (a.discrete ? 1u : static_cast<size_t>(a.action_dim)));
       CHECK(p->num_actions() == (a.discrete ? static_cast<size_t>(a.action_dim) : 0u));
-      CHECK(fs::path(p->source()).filename() == (path == file ? file.filename()
-                                                              : "policy.safetensors"));
+      CHECK(fs::path(p->source()).filename() ==
+            (path == file ? file.filename() : "policy.safetensors"));
       for (int k = 0; k < 5; ++k) {
         auto obs = random_obs(a.obs_dim, rng);
         std::vector<double> obs64(obs.begin(), obs.end());
@@ -98,16 +98,15 @@ TEST_CASE("a loaded policy acts as the float64 reference and the internal model"
         REQUIRE(internal->model.evaluate(obs.data(), 1, internal_stats, out).ok());
         if (a.discrete) {
           float internal_action = -1;
-          troupe::learners::most_likely_categorical(out.logits.data(), 1,
-                                                    static_cast<size_t>(a.action_dim),
-                                                    &internal_action);
+          troupe::learners::most_likely_categorical(
+            out.logits.data(), 1, static_cast<size_t>(a.action_dim), &internal_action);
           CHECK(action[0] == internal_action);
           // The reference's argmax, unless two logits are within float32 noise.
           std::vector<double> sorted = want.logits;
           std::sort(sorted.rbegin(), sorted.rend());
           if (sorted[0] - sorted[1] > 1e-3 * (1 + std::fabs(sorted[0]))) {
-            auto best = std::max_element(want.logits.begin(), want.logits.end())
-                        - want.logits.begin();
+            auto best = std::max_element(want.logits.begin(), want.logits.end()) -
+                        want.logits.begin();
             CHECK(action[0] == static_cast<float>(best));
           }
         } else {
@@ -227,9 +226,10 @@ TEST_CASE("policy::load and act return errors naming the call, the rule and the 
   REQUIRE_FALSE(wrong.ok());
   CHECK(wrong.err().code == troupe::errc::dimension_mismatch);
   CHECK(wrong.err().message.find("policy::act") != std::string::npos);
-  CHECK(wrong.err().message.find(fmt::format("has {} values", longer.size()))
-        != std::string::npos);
-  CHECK(wrong.err().message.find(fmt::format("obs_dim = {}", a.obs_dim)) != std::string::npos);
+  CHECK(wrong.err().message.find(fmt::format("has {} values", longer.size())) !=
+        std::string::npos);
+  CHECK(wrong.err().message.find(fmt::format("obs_dim = {}", a.obs_dim)) !=
+        std::string::npos);
   CHECK(action == -7);
 
   const size_t at = rng() % obs.size();
@@ -240,8 +240,8 @@ TEST_CASE("policy::load and act return errors naming the call, the rule and the 
     auto non_finite = p->act(nan_obs.data(), nan_obs.size(), &action);
     REQUIRE_FALSE(non_finite.ok());
     CHECK(non_finite.err().code == troupe::errc::non_finite);
-    CHECK(non_finite.err().message.find(fmt::format("value {} is {}", at, bad_value))
-          != std::string::npos);
+    CHECK(non_finite.err().message.find(fmt::format("value {} is {}", at, bad_value)) !=
+          std::string::npos);
     CHECK(action == -7);
   }
 
