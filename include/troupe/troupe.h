@@ -122,7 +122,8 @@ TROUPE_API troupe_status
 troupe_register_environment(int abi_version, const troupe_env_description* description,
                             const troupe_env_functions* functions, void* user_data);
 
-/** Removes a registration. Same thread rule as troupe_register_environment. */
+/** Removes a registration. Same thread rule as troupe_register_environment.
+ *  Not wired yet in this build: TROUPE_UNAVAILABLE. */
 TROUPE_API troupe_status troupe_unregister_environment(const char* id);
 
 /** The registered ids, one per line, into buf (always NUL-terminated when
@@ -172,18 +173,21 @@ TROUPE_API troupe_status troupe_session_start(troupe_session* session);
 TROUPE_API troupe_status troupe_session_progress(const troupe_session* session,
                                                  troupe_progress* out);
 
-/** Writes a checkpoint now; its folder into path (size bytes). Any thread. */
+/** Writes a checkpoint now; its folder into path (size bytes). Any thread.
+ *  Not wired yet in this build: TROUPE_UNAVAILABLE. */
 TROUPE_API troupe_status troupe_session_save_checkpoint(troupe_session* session,
                                                         char* path, size_t size);
 
-/** Asks training to stop; returns at once. Any thread, concurrent. */
+/** Asks training to stop; returns at once. Any thread, concurrent.
+ *  Not wired yet in this build: TROUPE_UNAVAILABLE. */
 TROUPE_API troupe_status troupe_session_request_stop(troupe_session* session);
 
 /** Waits up to timeout_ms for training to end; *finished = 1 when it has. Any thread. */
 TROUPE_API troupe_status troupe_session_wait(troupe_session* session, int64_t timeout_ms,
                                              int* finished);
 
-/** Ends training (final checkpoint), waits for it and closes the session;
+/** Ends training (final checkpoint), waits for it and closes the session (in
+ *  this build it cannot stop a run early: it waits for the run's end);
  *  *out (may be NULL) gets the final progress. Any thread, once. */
 TROUPE_API troupe_status troupe_session_close(troupe_session* session,
                                               troupe_progress* out);
@@ -204,7 +208,8 @@ typedef struct troupe_agent_options {
   int block_when_full;   /**< 1: report blocks instead of dropping when full */
 } troupe_agent_options;
 
-/** An agent with `slots` slots; before troupe_session_start. options may be NULL. */
+/** An agent with `slots` slots; before troupe_session_start. options may be NULL.
+ *  Not wired yet in this build: TROUPE_UNAVAILABLE. */
 TROUPE_API troupe_status troupe_session_make_agent(troupe_session* session, size_t slots,
                                                    const troupe_agent_options* options,
                                                    troupe_agent** out);

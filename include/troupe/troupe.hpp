@@ -61,7 +61,8 @@ using environment_factory = std::function<std::unique_ptr<environment>()>;
 status register_environment(const env_description& description,
                             environment_factory factory);
 
-/// Removes an environment registered with register_environment.
+/// Removes an environment registered with register_environment. Not wired
+/// yet in this build: errc::unavailable.
 status unregister_environment(const std::string& id);
 
 /// The ids of every registered environment, built-in ones first.
@@ -110,28 +111,35 @@ public:
 
   session(session&&) noexcept;
   session& operator=(session&&) noexcept;
-  ~session(); ///< stops training and waits for it (no final checkpoint; use close())
+  /// Waits for a started run to end. In this build a run cannot be stopped
+  /// early (request_stop is not wired yet), so this waits for its configured end.
+  ~session();
 
   /// Starts training on the runtime's threads and returns at once.
   status start();
 
   /// A game-driven agent with `slots` slots; call before start().
+  /// Not wired yet in this build: errc::unavailable.
   result<agent> make_agent(size_t slots, agent_options options = {});
 
-  /// Where training stands now (wait-free for the caller).
+  /// Where training stands now; returns at once. In this build the counters
+  /// are filled in when the run has ended (running/finished always).
   troupe::progress progress() const;
 
-  /// Writes a checkpoint now; its folder.
+  /// Writes a checkpoint now; its folder. Not wired yet in this build:
+  /// errc::unavailable.
   result<std::string> save_checkpoint();
 
   /// Asks training to stop; returns at once (wait() or close() to join).
+  /// Not wired yet in this build: errc::unavailable.
   status request_stop();
 
   /// Waits up to `timeout` for training to end; true when it has.
   result<bool> wait(std::chrono::milliseconds timeout);
 
-  /// Stops training if needed, writes the final checkpoint, waits, and
-  /// returns the final progress. The session is closed afterwards.
+  /// Stops training if needed, waits for the run to write its final
+  /// checkpoint and returns the final progress; the session is closed
+  /// afterwards. In this build it cannot stop a run: it waits for its end.
   result<troupe::progress> close();
 
   /// The run folder (empty until start()).
