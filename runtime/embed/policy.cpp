@@ -1,0 +1,152 @@
+// troupe::policy: a checkpoint's policy acting without a session, as
+// `troupe eval` acts (runtime/cmd_eval.cpp) but for one observation at a
+// time from the embedder's thread.
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <troupe/troupe.hpp>
+
+#include "kernels/error.hpp"
+#include "kernels/rng.hpp"
+#include "learners/checkpoint.hpp"
+#include "learners/rollout.hpp"
+#include "runtime/embed/guard.hpp"
+
+namespace troupe {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* policy_file_name = "policy.safetensors";
+
+// The newest checkpoint folder of `run_dir` whose policy file reads back whole;
+// rejected ones are named in the error when none is left.
+result<std::string> newest_policy_file(const std::string& run_dir) {
+  auto found = learners::newest_good_checkpoint(
+    run_dir,
+    [](const std::string& folder) -> status {
+      auto p = learners::load_checkpoint((fs::path(folder) / policy_file_name).string());
+      if (!p)
+        return p.err();
+      return ok_status();
+    },
+    [](const std::string&) {});
+  if (!found)
+    return found.err();
+  return (fs::path(*found) / policy_file_name).string();
+}
+
+// `given` as a policy file, a checkpoint folder or a run folder.
+result<std::string> resolve_policy_path(const std::string& given) {
+  std::error_code ec;
+  fs::path p(given);
+  if (fs::is_regular_file(p, ec))
+    return given;
+  if (!fs::is_directory(p, ec))
+    return make_error(errc::not_found, "policy::load: {}: no such file or folder", given);
+  if (fs::is_regular_file(p / policy_file_name, ec))
+    return (p / policy_file_name).string();
+  if (fs::is_directory(p / "checkpoints", ec))
+    return newest_policy_file(p.string());
+  return make_error(errc::not_found,
+                    "policy::load: {}: a folder without {} or checkpoints/ (expected a "
+                    "policy file, a checkpoint folder or a run folder)",
+                    given, policy_file_name);
+}
+
+} // namespace
+
+struct policy::impl {
+  learners::policy_checkpoint checkpoint;
+  std::string source;
+};
+
+result<policy> policy::load(const std::string& path) {
+  return embed::guarded<policy>("policy::load", [&]() -> result<policy> {
+    auto file = resolve_policy_path(path);
+    if (!file)
+      return file.err();
+    auto loaded = learners::load_checkpoint(*file);
+    if (!loaded)
+      return loaded.err();
+    auto p = std::make_unique<impl>(impl{std::move(*loaded), *file});
+    return policy(std::move(p));
+  });
+}
+
+policy::policy(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+policy::policy(policy&&) noexcept = default;
+policy& policy::operator=(policy&&) noexcept = default;
+policy::~policy() = default;
+
+size_t policy::obs_dim() const noexcept {
+  return static_cast<size_t>(impl_->checkpoint.model.spec().obs_dim);
+}
+
+bool policy::discrete() const noexcept {
+  return impl_->checkpoint.model.spec().action == learners::action_kind::discrete;
+}
+
+size_t policy::action_dim() const noexcept {
+  return discrete() ? 1 : static_cast<size_t>(impl_->checkpoint.model.spec().act_dim);
+}
+
+size_t policy::num_actions() const noexcept {
+  return discrete() ? static_cast<size_t>(impl_->checkpoint.model.spec().n) : 0;
+}
+
+const std::string& policy::source() const noexcept {
+  return impl_->source;
+}
+
+status policy::act(const float* obs, size_t obs_size, float* action, bool deterministic,
+                   uint64_t seed) const {
+  return embed::guarded_status("policy::act", [&]() -> status {
+    if (!impl_)
+      return make_error(errc::invalid_argument, "policy::act: the policy was moved from");
+    if (obs == nullptr || action == nullptr)
+      return make_error(errc::invalid_argument, "policy::act: {} is null",
+                        obs == nullptr ? "obs" : "action");
+    const auto& spec = impl_->checkpoint.model.spec();
+    const auto dim = static_cast<size_t>(spec.obs_dim);
+    if (obs_size != dim)
+      return make_error(errc::dimension_mismatch,
+                        "policy::act: the observation has {} values; the policy ({}) "
+                        "takes obs_dim = {}",
+                        obs_size, impl_->source, dim);
+    for (size_t i = 0; i < dim; ++i)
+      if (!std::isfinite(obs[i]))
+        return make_error(errc::non_finite,
+                          "policy::act: observation value {} is {} (every value must be "
+                          "finite)",
+                          i, obs[i]);
+    // One output per thread: act() runs on several threads at once and
+    // allocates nothing after a thread's first call.
+    thread_local learners::policy_output out;
+    const auto* obs_stats = spec.obs_norm ? &impl_->checkpoint.obs_stats : nullptr;
+    if (auto ok = impl_->checkpoint.model.evaluate(obs, 1, obs_stats, out); !ok)
+      return ok;
+    const auto head = static_cast<size_t>(spec.head_dim());
+    // The learners' action selection (learners/rollout.hpp), as the runners act.
+    if (spec.action == learners::action_kind::discrete) {
+      if (deterministic) {
+        learners::most_likely_categorical(out.logits.data(), 1, head, action);
+      } else {
+        kernels::rng gen(seed);
+        learners::sample_categorical(out.logits.data(), 1, head, gen, action, nullptr);
+      }
+    } else if (deterministic) {
+      std::copy(out.mean.begin(), out.mean.begin() + head, action);
+    } else {
+      kernels::rng gen(seed);
+      learners::sample_gaussian(out.mean.data(), out.log_std.data(), 1, head, gen, action,
+                                nullptr);
+    }
+    return ok_status();
+  });
+}
+
+} // namespace troupe

@@ -1,0 +1,272 @@
+// The C++ embedding API around training: environments registered with a
+// context-carrying factory, sessions opened from configs (bad ones open
+// nothing), a short run on a registered environment, and the calls that
+// are not wired yet saying so.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include <fmt/format.h>
+
+#include <troupe/troupe.hpp>
+
+#include "envs/registry.hpp"
+#include "tests/temp_folder.hpp"
+
+namespace fs = std::filesystem;
+using troupe::test::fresh_seed;
+using troupe::test::temp_folder;
+
+namespace {
+
+// A walker on a line: action 1 steps right, 0 left; reward 1 on the goal at
+// +goal, which ends the episode. The context counts instances and steps.
+struct walk_context {
+  std::atomic<int> made{0};
+  std::atomic<int64_t> steps{0};
+  std::atomic<int64_t> resets{0};
+  float goal = 3;
+};
+
+class walk final : public troupe::environment {
+public:
+  explicit walk(walk_context& c) : c_(c) { ++c_.made; }
+  void reset(uint64_t seed, float* obs) override {
+    ++c_.resets;
+    x_ = static_cast<float>(seed % 3) - 1.0f;
+    obs[0] = x_;
+    obs[1] = c_.goal;
+  }
+  troupe::status step(const float* action, float* obs, double& reward, bool& terminated,
+                      bool& truncated) override {
+    ++c_.steps;
+    x_ += action[0] > 0.5f ? 1.0f : -1.0f;
+    obs[0] = x_;
+    obs[1] = c_.goal;
+    terminated = x_ >= c_.goal;
+    truncated = false;
+    reward = terminated ? 1.0 : 0.0;
+    return troupe::ok_status();
+  }
+
+private:
+  walk_context& c_;
+  float x_ = 0;
+};
+
+troupe::env_description walk_description(const std::string& id) {
+  troupe::env_description d;
+  d.id = id;
+  d.obs_low = {-100, -100};
+  d.obs_high = {100, 100};
+  d.num_actions = 2;
+  d.max_episode_steps = 20;
+  return d;
+}
+
+// An id no other case of this process registers.
+std::string fresh_id(const char* base) {
+  return fmt::format("{}{}-v0", base, fresh_seed() % 1000000);
+}
+
+} // namespace
+
+TEST_CASE("an environment registered with a factory is listed, made and stepped with its "
+          "context") {
+  walk_context context;
+  context.goal = 2;
+  const auto id = fresh_id("Walk");
+  auto ok = troupe::register_environment(
+    walk_description(id), [&context] { return std::make_unique<walk>(context); });
+  REQUIRE_MESSAGE(ok.ok(), ok.err().message);
+  auto ids = troupe::environment_ids();
+  CHECK(std::find(ids.begin(), ids.end(), id) != ids.end());
+  CHECK(ids.front() == "CartPole-v1"); // built-in ones first
+
+  auto env = troupe::envs::make_env(id);
+  REQUIRE(env.ok());
+  CHECK(context.made == 1);
+  float obs[2], first[2];
+  // The adapter derives the episode's seed from the reset seed: the same
+  // seed starts the same episode.
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  (*env)->reset(seed, first);
+  (*env)->reset(seed, obs);
+  CHECK(obs[0] == first[0]);
+  CHECK((obs[0] == -1.0f || obs[0] == 0.0f || obs[0] == 1.0f));
+  CHECK(obs[1] == 2.0f);
+  const int start = static_cast<int>(obs[0]);
+  // Walk right until the goal: terminated with reward 1 after goal - x steps.
+  float right = 1;
+  int steps = 0;
+  troupe::envs::step_result out;
+  do {
+    auto s = (*env)->step(&right, obs);
+    REQUIRE_MESSAGE(s.ok(), s.err().message);
+    out = *s;
+    ++steps;
+  } while (!out.terminated && steps < 10);
+  CHECK(out.terminated);
+  CHECK(out.reward == 1.0);
+  CHECK(obs[0] == 2.0f);
+  CHECK(steps == 2 - start);
+  CHECK(context.steps == steps);
+
+  // The batch form: one instance per environment, time limit and autoreset.
+  auto batch = troupe::envs::make_vector_env(id, 3, 1);
+  REQUIRE(batch.ok());
+  CHECK(context.made == 4);
+  (*batch)->reset(11);
+  std::vector<float> left(3, 0.0f);
+  for (int t = 0; t < 20; ++t)
+    REQUIRE((*batch)->step(left.data()).ok());
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK((*batch)->truncated()[i] == 1); // walking left never reaches the goal
+    CHECK((*batch)->terminated()[i] == 0);
+  }
+  REQUIRE((*batch)->step(left.data()).ok());
+  for (size_t i = 0; i < 3; ++i)
+    CHECK((*batch)->autoreset()[i] == 1);
+}
+
+TEST_CASE("register_environment refuses a taken id, bad bounds and an empty factory") {
+  walk_context context;
+  auto factory = [&context] { return std::make_unique<walk>(context); };
+
+  auto taken = troupe::register_environment(walk_description("CartPole-v1"), factory);
+  REQUIRE_FALSE(taken.ok());
+  CHECK(taken.err().code == troupe::errc::invalid_argument);
+  CHECK(taken.err().message.find("'CartPole-v1'") != std::string::npos);
+  CHECK(taken.err().message.find("already registered") != std::string::npos);
+
+  auto d = walk_description(fresh_id("BadBounds"));
+  d.obs_low = {500, 0};
+  auto bounds = troupe::register_environment(d, factory);
+  REQUIRE_FALSE(bounds.ok());
+  CHECK(bounds.err().message.find("obs bounds 0: low 500 must be <= high 100") !=
+        std::string::npos);
+
+  d = walk_description(fresh_id("Sizes"));
+  d.obs_high = {1};
+  auto sizes = troupe::register_environment(d, factory);
+  REQUIRE_FALSE(sizes.ok());
+  CHECK(sizes.err().message.find("got 2 and 1") != std::string::npos);
+
+  d = walk_description(fresh_id("BoxNoBounds"));
+  d.num_actions = 0;
+  auto box = troupe::register_environment(d, factory);
+  REQUIRE_FALSE(box.ok());
+  CHECK(box.err().message.find("action_low and action_high") != std::string::npos);
+
+  auto empty = troupe::register_environment(walk_description(fresh_id("Empty")), {});
+  REQUIRE_FALSE(empty.ok());
+  CHECK(empty.err().message.find("the factory is empty") != std::string::npos);
+
+  // Nothing of the refused ones was registered.
+  auto ids = troupe::environment_ids();
+  for (auto& id : ids)
+    CHECK(id.rfind("BadBounds", 0) != 0);
+}
+
+TEST_CASE("a bad config opens no session and the error names file:line and the key") {
+  temp_folder dir("embed-config");
+  auto path = dir.path / "bad.toml";
+  std::ofstream(path) << "[run]\nseed = 1\n\n[algo]\nlearning_rate = -3.0\n";
+  auto opened = troupe::session::open(path.string());
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.err().code == troupe::errc::bad_config);
+  CHECK(opened.err().message.find(path.string() + ":5") != std::string::npos);
+  CHECK(opened.err().message.find("algo.learning_rate") != std::string::npos);
+  CHECK(opened.err().message.find("-3") != std::string::npos);
+
+  auto text = troupe::session::open_toml("[env]\nid = \"NoSuchGame-v9\"\n", "game.toml");
+  REQUIRE_FALSE(text.ok());
+  CHECK(text.err().code == troupe::errc::bad_config);
+  CHECK(text.err().message.find("game.toml:2") != std::string::npos);
+  CHECK(text.err().message.find("env.id") != std::string::npos);
+  CHECK(text.err().message.find("NoSuchGame-v9") != std::string::npos);
+
+  auto missing = troupe::session::open((dir.path / "missing.toml").string());
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.err().message.find("missing.toml") != std::string::npos);
+
+  auto no_run = troupe::session::resume((dir.path / "no-run").string());
+  REQUIRE_FALSE(no_run.ok());
+  CHECK(no_run.err().code == troupe::errc::not_found);
+}
+
+TEST_CASE("a session trains a registered environment on its own thread and closes with "
+          "a final checkpoint") {
+  temp_folder dir("embed-session");
+  walk_context context;
+  const auto id = fresh_id("SessionWalk");
+  REQUIRE(troupe::register_environment(walk_description(id), [&context] {
+            return std::make_unique<walk>(context);
+          }).ok());
+  const std::string toml = fmt::format(
+    "[run]\nname = \"walk\"\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = "
+    "2\n"
+    "[env]\nid = \"{}\"\nnum_envs = 2\n"
+    "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 1024\nnum_steps = 64\n",
+    fresh_seed() % 1000, (dir.path / "runs").string(), id);
+  auto opened = troupe::session::open_toml(toml, "walk.toml");
+  REQUIRE_MESSAGE(opened.ok(), (opened ? std::string() : opened.err().message));
+  auto& s = *opened;
+  CHECK_FALSE(s.progress().running);
+  CHECK_FALSE(s.progress().finished);
+  auto w = s.wait(std::chrono::milliseconds(0));
+  CHECK_FALSE(w.ok()); // not started
+
+  REQUIRE(s.start().ok());
+  auto again = s.start();
+  CHECK(again.err().message.find("already started") != std::string::npos);
+  // Bounded: the run is 1024 steps; 300 s covers a loaded machine many times over.
+  auto finished = s.wait(std::chrono::seconds(300));
+  REQUIRE(finished.ok());
+  REQUIRE_MESSAGE(*finished, "training did not end within 300 s");
+  auto closed = s.close();
+  REQUIRE_MESSAGE(closed.ok(), (closed ? std::string() : closed.err().message));
+  CHECK(closed->finished);
+  CHECK(closed->env_steps >= 1024);
+  // Every step training counted stepped the game or reset it (next-step autoreset).
+  CHECK(context.steps > 0);
+  CHECK(static_cast<uint64_t>(context.steps + context.resets) >= closed->env_steps);
+  CHECK(context.made >= 2);
+  const auto run = fs::path(s.run_dir());
+  CHECK(run.parent_path() == dir.path / "runs");
+  // The final checkpoint is a deployable policy for this environment.
+  auto p = troupe::policy::load(run.string());
+  REQUIRE_MESSAGE(p.ok(), (p ? std::string() : p.err().message));
+  CHECK(p->obs_dim() == 2);
+  CHECK(p->num_actions() == 2);
+  auto closed_again = s.close();
+  CHECK(closed_again.err().message.find("already closed") != std::string::npos);
+}
+
+TEST_CASE("the calls that need the internal session or the game agent say they are not "
+          "wired yet") {
+  auto opened = troupe::session::open_toml("[run]\nseed = 3\n", "plain.toml");
+  REQUIRE_MESSAGE(opened.ok(), (opened ? std::string() : opened.err().message));
+  auto agent = opened->make_agent(4);
+  REQUIRE_FALSE(agent.ok());
+  CHECK(agent.err().code == troupe::errc::unavailable);
+  CHECK(agent.err().message.find("session::make_agent: not wired yet") !=
+        std::string::npos);
+  auto stop = opened->request_stop();
+  CHECK(stop.err().code == troupe::errc::unavailable);
+  auto saved = opened->save_checkpoint();
+  CHECK(saved.err().code == troupe::errc::unavailable);
+  auto unreg = troupe::unregister_environment("CartPole-v1");
+  CHECK(unreg.err().code == troupe::errc::unavailable);
+  // Closing a session that never started trains nothing.
+  auto closed = opened->close();
+  REQUIRE(closed.ok());
+  CHECK(closed->env_steps == 0);
+  CHECK_FALSE(closed->running);
+}

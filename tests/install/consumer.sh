@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Installs the build into a temporary prefix, then builds and runs the
+# out-of-tree consumer examples/embed against it: with find_package(troupe)
+# (C++ and C programs) and with pkg-config (the C program). Fails with a
+# message naming the step and the file.
+#
+# usage: consumer.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1
+src=$2
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/troupe-install-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+fail() { echo "consumer.sh: $*" >&2; exit 1; }
+
+cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" ||
+  { cat "$tmp/install.log" >&2; fail "cmake --install $build failed"; }
+libdir=$(cd "$prefix" && ls -d lib*/cmake/troupe | head -n 1 | cut -d/ -f1)
+for f in include/troupe/troupe.hpp include/troupe/troupe.h include/troupe/error.hpp \
+         "$libdir/libtroupe.so" "$libdir/libtroupe.a" "$libdir/cmake/troupe/troupeConfig.cmake" \
+         "$libdir/cmake/troupe/troupeConfigVersion.cmake" \
+         "$libdir/cmake/troupe/troupeTargets.cmake" "$libdir/pkgconfig/troupe.pc" bin/troupe; do
+  [ -e "$prefix/$f" ] || fail "the install lacks $f"
+done
+# The installed headers are the public ones only: no internal header leaks in.
+if grep -l '#include "' "$prefix"/include/troupe/*; then
+  fail "an installed header includes a project-internal header"
+fi
+# The shared library exports the C API and hides the layers. (nm writes to
+# files: grep -q closing a pipe early would fail the pipeline under pipefail.)
+nm -D --defined-only "$prefix/$libdir/libtroupe.so" >"$tmp/symbols.txt"
+nm -D --defined-only -C "$prefix/$libdir/libtroupe.so" >"$tmp/symbols_demangled.txt"
+grep -q ' T troupe_policy_act$' "$tmp/symbols.txt" ||
+  fail "libtroupe.so does not export troupe_policy_act"
+grep -q ' T troupe::policy::load(' "$tmp/symbols_demangled.txt" ||
+  fail "libtroupe.so does not export troupe::policy::load"
+if grep -q 'troupe::learners::' "$tmp/symbols_demangled.txt"; then
+  fail "libtroupe.so exports internal symbols (troupe::learners::...)"
+fi
+
+# find_package(troupe): configure, build and run outside the source tree.
+cmake -S "$src/examples/embed" -B "$tmp/embed" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release >"$tmp/configure.log" 2>&1 ||
+  { cat "$tmp/configure.log" >&2; fail "configuring examples/embed against $prefix"; }
+cmake --build "$tmp/embed" >"$tmp/build.log" 2>&1 ||
+  { cat "$tmp/build.log" >&2; fail "building examples/embed"; }
+"$tmp/embed/embed_cpp" "$tmp/runs" >"$tmp/cpp.out" 2>"$tmp/cpp.err" ||
+  { cat "$tmp/cpp.out" "$tmp/cpp.err" >&2; fail "embed_cpp failed"; }
+cat "$tmp/cpp.out"
+run_dir=$(tail -n 1 "$tmp/cpp.out")
+[ -d "$run_dir/checkpoints" ] || fail "embed_cpp's last line is not a run folder: $run_dir"
+grep -q '^trained [0-9]* env steps' "$tmp/cpp.out" || fail "embed_cpp did not train"
+out=$("$tmp/embed/embed_c" "$run_dir" 0.0 3.0) || fail "embed_c failed: $out"
+echo "$out"
+[[ $out == "obs_dim 2, discrete, action "[01] ]] || fail "embed_c printed '$out'"
+out=$("$tmp/embed/embed_c_static" "$run_dir" 0.0 3.0) || fail "embed_c_static failed: $out"
+[[ $out == "obs_dim 2, discrete, action "[01] ]] || fail "embed_c_static printed '$out'"
+ldd "$tmp/embed/embed_c_static" >"$tmp/static_ldd.txt"
+if grep -q 'libtroupe\.so' "$tmp/static_ldd.txt"; then
+  fail "embed_c_static links libtroupe.so instead of libtroupe.a"
+fi
+# A wrong observation length is an error with the library's message.
+if "$tmp/embed/embed_c" "$run_dir" 1 2 3 2>"$tmp/c.err"; then
+  fail "embed_c accepted 3 values for obs_dim 2"
+fi
+grep -q 'has 3 values' "$tmp/c.err" || fail "embed_c's error: $(cat "$tmp/c.err")"
+
+# A version the package does not provide is refused.
+mkdir -p "$tmp/v9"
+cat >"$tmp/v9/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.18)
+project(v9 LANGUAGES CXX)
+find_package(troupe 9.0 REQUIRED)
+CM
+if cmake -S "$tmp/v9" -B "$tmp/v9/build" -DCMAKE_PREFIX_PATH="$prefix" \
+  >"$tmp/v9.log" 2>&1; then
+  fail "find_package(troupe 9.0) succeeded against $(grep Version "$build/troupe.pc")"
+fi
+
+# pkg-config: the C program built by hand.
+export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
+cc -std=c99 -Wall -Wextra -pedantic -Werror "$src/examples/embed/main.c" \
+  $(pkg-config --cflags --libs troupe) -o "$tmp/embed_c_pc" ||
+  fail "building examples/embed/main.c with pkg-config"
+out=$("$tmp/embed_c_pc" "$run_dir" 0.0 3.0) || fail "embed_c (pkg-config) failed"
+[[ $out == "obs_dim 2, discrete, action "[01] ]] || fail "embed_c (pkg-config) printed '$out'"
+echo "consumer.sh: the installed troupe builds and runs both consumers"
