@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -16,16 +17,25 @@ namespace troupe::runtime {
 
 namespace {
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+// Levenshtein distance of a and b, or any value above `bound` once it is
+// sure to exceed it. The rows are reused between calls (an unknown key is
+// measured against every name of the schema).
+size_t edit_distance(const std::string& a, const std::string& b, size_t bound) {
+  thread_local std::vector<size_t> prev, cur;
+  prev.resize(b.size() + 1);
+  cur.resize(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j)
     prev[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
+    size_t row_min = cur[0];
     for (size_t j = 1; j <= b.size(); ++j) {
       size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+      row_min = std::min(row_min, cur[j]);
     }
+    if (row_min > bound)
+      return bound + 1; // no later row gets smaller
     std::swap(prev, cur);
   }
   return prev[b.size()];
@@ -61,36 +71,62 @@ const char* type_name(value_type t) {
   return "?";
 }
 
-std::vector<std::string> all_names() {
-  std::vector<std::string> out;
-  for (auto& s : schema())
-    out.push_back(s.name());
-  return out;
+// The schema's names ("section.key"), its sections in order, and an index
+// from name to option, built once: every key of a file is looked up, and an
+// unknown one is compared with every name.
+struct schema_index {
+  std::vector<std::string> names;
+  std::vector<std::string> sections;
+  std::unordered_map<std::string, const option_spec*> by_name;
+};
+
+const schema_index& index() {
+  static const schema_index idx = [] {
+    schema_index out;
+    for (auto& s : schema()) {
+      out.names.push_back(s.name());
+      out.by_name.emplace(s.name(), &s);
+      if (std::find(out.sections.begin(), out.sections.end(), s.section) ==
+          out.sections.end())
+        out.sections.push_back(s.section);
+    }
+    return out;
+  }();
+  return idx;
 }
 
-std::vector<std::string> all_sections() {
-  std::vector<std::string> out;
-  for (auto& s : schema())
-    if (std::find(out.begin(), out.end(), s.section) == out.end())
-      out.push_back(s.section);
-  return out;
+const std::vector<std::string>& all_names() {
+  return index().names;
+}
+
+const std::vector<std::string>& all_sections() {
+  return index().sections;
 }
 
 } // namespace
 
 std::string nearest(const std::string& name,
                     const std::vector<std::string>& candidates) {
-  std::string best;
+  const size_t limit = std::max<size_t>(2, name.size() / 3);
+  const std::string* best = nullptr;
   size_t best_d = std::string::npos;
   for (auto& c : candidates) {
-    auto d = edit_distance(name, c);
-    if (d < best_d) {
+    // The distance is at least the difference in length: a candidate that
+    // cannot come within the limit, or beat the best so far, is skipped, and
+    // a distance is computed only as far as it could still matter. The
+    // result is as before: the first nearest name within the limit.
+    const size_t gap =
+      c.size() > name.size() ? c.size() - name.size() : name.size() - c.size();
+    if (gap > limit || gap >= best_d)
+      continue;
+    const size_t bound = std::min(limit, best_d - 1);
+    auto d = edit_distance(name, c, bound);
+    if (d <= bound && d < best_d) {
       best_d = d;
-      best = c;
+      best = &c;
     }
   }
-  size_t limit = std::max<size_t>(2, name.size() / 3);
-  return best_d <= limit ? best : std::string{};
+  return best && best_d <= limit ? *best : std::string{};
 }
 
 std::string option_spec::expectation() const {
@@ -112,10 +148,9 @@ std::string option_spec::expectation() const {
 }
 
 const option_spec* find_option(const std::string& name) {
-  for (auto& s : schema())
-    if (s.name() == name)
-      return &s;
-  return nullptr;
+  auto& by_name = index().by_name;
+  auto i = by_name.find(name);
+  return i == by_name.end() ? nullptr : i->second;
 }
 
 namespace {
@@ -178,9 +213,10 @@ std::string to_toml(const value& v) {
 // -- config ------------------------------------------------------------------
 
 config::config() {
-  for (auto& s : schema()) {
-    values_[s.name()] = s.default_value;
-    origins_[s.name()] = "default";
+  const auto& names = all_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    values_.emplace(names[i], schema()[i].default_value);
+    origins_.emplace(names[i], "default");
   }
 }
 
@@ -224,12 +260,14 @@ void config::set(const std::string& name, value v, std::string origin) {
 std::string config::to_toml() const {
   std::string out;
   std::string section;
-  for (auto& s : schema()) {
+  const auto& names = all_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& s = schema()[i];
     if (s.section != section) {
       out += fmt::format("{}[{}]\n", section.empty() ? "" : "\n", s.section);
       section = s.section;
     }
-    out += fmt::format("{} = {}\n", s.key, runtime::to_toml(at(s.name())));
+    out += fmt::format("{} = {}\n", s.key, runtime::to_toml(at(names[i])));
   }
   return out;
 }
@@ -329,7 +367,7 @@ std::string place(const std::string& path, const toml::source_region& src) {
 
 void check_table(const toml::table& root, const std::string& path, config& cfg,
                  std::vector<std::string>& problems) {
-  const auto sections = all_sections();
+  const auto& sections = all_sections();
   for (auto&& [section_key, section_node] : root) {
     std::string section{section_key.str()};
     auto where = place(path, section_key.source());

@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -220,4 +222,59 @@ TEST_CASE("troupe check prints the resolved config, or every error with exit sta
   r = run_troupe(fmt::format("check '{}' --sett a=b", good), dir);
   CHECK(r.status == 2);
   CHECK(r.err.find("did you mean '--set'") != std::string::npos);
+}
+
+namespace {
+
+// Levenshtein distance, the full table: the reference for nearest().
+size_t full_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i)
+    d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j)
+    d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j)
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+  return d[a.size()][b.size()];
+}
+
+} // namespace
+
+TEST_CASE("nearest gives the first candidate at the smallest edit distance within the "
+          "limit, as a full search does") {
+  const uint64_t seed = troupe::test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  auto word = [&](size_t max_len) {
+    std::string w(rng() % (max_len + 1), 'a');
+    for (auto& c : w)
+      c = static_cast<char>('a' + rng() % 3); // few letters: many near ties
+    return w;
+  };
+  size_t found = 0;
+  for (int round = 0; round < 2000; ++round) {
+    const std::string name = word(12);
+    std::vector<std::string> candidates(1 + rng() % 12);
+    for (auto& c : candidates)
+      c = word(14);
+    const size_t limit = std::max<size_t>(2, name.size() / 3);
+    std::string expected;
+    size_t best = std::string::npos;
+    for (auto& c : candidates)
+      if (auto d = full_distance(name, c); d < best) {
+        best = d;
+        expected = c;
+      }
+    if (best > limit)
+      expected.clear();
+    found += !expected.empty();
+    CAPTURE(name);
+    CHECK(nearest(name, candidates) == expected);
+  }
+  CHECK(found > 0); // the case with a hint was exercised
+  CHECK(nearest("algo.learning_rat", {"algo.lr", "algo.learning_rate"}) ==
+        "algo.learning_rate");
+  CHECK(nearest("zzzzzzzz", {"algo.lr", "run.seed"}).empty());
 }
