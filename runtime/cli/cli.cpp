@@ -40,7 +40,7 @@ const std::vector<command>& commands() {
      cmd_env_replay},
     {{"policy", "act"}, "--checkpoint FILE --obs FILE.csv [--json]",
      "print a checkpoint's deterministic outputs for observations", cmd_policy_act},
-    {{"bench"}, "AREA [--json] (areas: stats, envs, learner)",
+    {{"bench"}, "AREA [--json] (areas: stats, envs, learner, embed)",
      "measure throughput and latency; see docs/benchmarks.md", cmd_bench},
     {{"version"}, "", "print the version", cmd_version},
     {{"help"}, "", "list the commands", cmd_help},

@@ -17,6 +17,7 @@ constexpr bench_area areas[] = {
   {"stats", bench_stats},
   {"envs", bench_envs},
   {"learner", bench_learner},
+  {"embed", bench_embed},
 };
 
 } // namespace

@@ -32,6 +32,7 @@ int cmd_version(const args_t& args);
 int bench_stats(const args_t& args);   // runtime/cli/bench_stats.cpp
 int bench_envs(const args_t& args);    // runtime/cli/bench_envs.cpp
 int bench_learner(const args_t& args); // runtime/cli/bench_learner.cpp
+int bench_embed(const args_t& args);   // runtime/cli/bench_embed.cpp
 
 /// Prints `message` to stderr prefixed with "troupe: " and returns `status`.
 int fail(int status, const std::string& message);

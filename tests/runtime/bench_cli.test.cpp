@@ -1,6 +1,7 @@
 // `troupe bench learner --json`: one row per PPO case, V-trace shape and
 // acting size, each with a positive finite rate; `troupe bench stats --json`:
-// view reads by kind; bad options exit 2. The JSON is parsed (nlohmann-json)
+// view reads by kind; `troupe bench embed --json`: act() latency and env
+// step counts that add up; bad options exit 2. The JSON is parsed (nlohmann-json)
 // and checked for its keys, their order and their values.
 #include <doctest/doctest.h>
 
@@ -124,4 +125,54 @@ TEST_CASE(
   auto bad = run_troupe("bench stats --reads 5", dir);
   CHECK(bad.status == 2);
   CHECK(bad.err.find("reads") != std::string::npos);
+}
+
+TEST_CASE("bench embed --json reports act() latency percentiles in order, env step counts "
+          "that add up and the rates they imply") {
+  temp_folder dir("bench-embed-cli");
+  auto r = run_troupe("bench embed --json --steps 4096 --slots 3 --seed 5", dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const auto out = parse_json(r.out);
+  REQUIRE(out.is_object());
+  CHECK(keys_of(out) ==
+        std::vector<std::string>{"slots", "act_p50_us", "act_p99_us", "act_max_us",
+                                 "act_samples", "game_env_steps", "game_env_steps_per_s",
+                                 "learned_env_steps", "learned_env_steps_per_s", "dropped",
+                                 "episodes", "return_mean_100", "seconds"});
+  CHECK(out.at("slots") == 3);
+  const double p50 = out.at("act_p50_us").get<double>(),
+               p99 = out.at("act_p99_us").get<double>(),
+               max = out.at("act_max_us").get<double>();
+  CHECK(std::isfinite(max));
+  CHECK(p50 >= 0);
+  // Rounded to 3 and 1 decimals: the order holds up to the rounding.
+  CHECK(p50 <= p99);
+  CHECK(p99 <= max + 0.05);
+  const auto samples = out.at("act_samples").get<uint64_t>();
+  const auto game = out.at("game_env_steps").get<uint64_t>();
+  const auto learned = out.at("learned_env_steps").get<uint64_t>();
+  const auto dropped = out.at("dropped").get<uint64_t>();
+  const double seconds = out.at("seconds").get<double>();
+  CHECK(samples > 0);
+  CHECK(samples <= game); // every timed act() is one env step of the game
+  CHECK(learned >= 4096); // the learner spent its budget
+  // What the learner learned from and what was dropped came from the game.
+  CHECK(learned + dropped <= game);
+  REQUIRE(seconds > 0);
+  // The rates are the counts over the loop's seconds (both rounded).
+  const double game_rate = out.at("game_env_steps_per_s").get<double>();
+  const double learned_rate = out.at("learned_env_steps_per_s").get<double>();
+  CHECK(std::isfinite(game_rate));
+  CHECK(game_rate == doctest::Approx(static_cast<double>(game) / seconds).epsilon(0.01));
+  CHECK(learned_rate ==
+        doctest::Approx(static_cast<double>(learned) / seconds).epsilon(0.01));
+  CHECK(out.at("episodes").get<uint64_t>() > 0);
+
+  auto bad = run_troupe("bench embed --steps 5", dir);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--steps") != std::string::npos);
+  auto unknown = run_troupe("bench embed --frames 5", dir);
+  CHECK(unknown.status == 2);
+  CHECK(unknown.err.find("frames") != std::string::npos);
 }

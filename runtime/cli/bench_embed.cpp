@@ -1,0 +1,73 @@
+// `troupe bench embed [--json] [--steps N] [--slots N]`: the game-driven form
+// measured (actors::bench_embed): CartPoles stepped on the calling thread act
+// through a game agent while one PPO learner trains from their transitions.
+// Reports act() latency (p50, p99, max), the env steps per second the game
+// loop made and the learner learned from, and the transitions dropped.
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "actors/game_bench.hpp"
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
+#include "runtime/json.hpp"
+
+namespace troupe::runtime {
+
+int bench_embed(const args_t& args) {
+  std::vector<arg_spec> specs{
+    {"json", false, false, "print one JSON object instead of a table"},
+    {"steps", true, false, "env steps the learner trains on (default 200000)"},
+    {"slots", true, false, "CartPoles in the game loop, one agent slot each (default 4)"},
+    {"seed", true, false, "seed of the model, slots and environments (default 1)"}};
+  auto parsed = parse_args("bench embed", args, specs);
+  if (!parsed)
+    return fail(exit_bad_input, parsed.err().message);
+  actors::embed_bench_options opts;
+  auto steps = parsed->get_int("steps", 200000, 1000, int64_t{1} << 40);
+  if (!steps)
+    return fail(exit_bad_input, steps.err().message);
+  auto slots = parsed->get_int("slots", 4, 1, 4096);
+  if (!slots)
+    return fail(exit_bad_input, slots.err().message);
+  auto seed = parsed->get_int("seed", 1, 0, int64_t{1} << 62);
+  if (!seed)
+    return fail(exit_bad_input, seed.err().message);
+  opts.train_env_steps = static_cast<uint64_t>(*steps);
+  opts.slots = static_cast<size_t>(*slots);
+  opts.seed = static_cast<uint64_t>(*seed);
+  auto r = actors::bench_embed(opts);
+  if (!r)
+    return fail(exit_failure, fmt::format("bench embed: {}", r.err().message));
+  if (parsed->flag("json")) {
+    runtime::json out;
+    out["slots"] = opts.slots;
+    out["act_p50_us"] = rounded(r->act_p50_us, 3);
+    out["act_p99_us"] = rounded(r->act_p99_us, 3);
+    out["act_max_us"] = rounded(r->act_max_us, 1);
+    out["act_samples"] = r->act_samples;
+    out["game_env_steps"] = r->game_env_steps;
+    out["game_env_steps_per_s"] = rounded(r->game_env_steps_per_s, 1);
+    out["learned_env_steps"] = r->learned_env_steps;
+    out["learned_env_steps_per_s"] = rounded(r->learned_env_steps_per_s, 1);
+    out["dropped"] = r->dropped;
+    out["episodes"] = r->episodes;
+    out["return_mean_100"] = rounded(r->return_mean_100, 2);
+    out["seconds"] = rounded(r->seconds, 3);
+    std::fputs(json_line(out).c_str(), stdout);
+    return 0;
+  }
+  fmt::print("game-driven CartPole, {} slots, one PPO learner, {:.1f} s\n", opts.slots,
+             r->seconds);
+  fmt::print("act() latency over {} calls: p50 {:.2f} us, p99 {:.2f} us, max {:.1f} us\n",
+             r->act_samples, r->act_p50_us, r->act_p99_us, r->act_max_us);
+  fmt::print("game loop: {} env steps, {:.0f} per s\n", r->game_env_steps,
+             r->game_env_steps_per_s);
+  fmt::print("learned:   {} env steps, {:.0f} per s\n", r->learned_env_steps,
+             r->learned_env_steps_per_s);
+  fmt::print("transitions dropped: {}; episodes {}; mean return (last 100) {:.1f}\n",
+             r->dropped, r->episodes, r->return_mean_100);
+  return 0;
+}
+
+} // namespace troupe::runtime
