@@ -51,7 +51,7 @@ typedef enum troupe_status {
   TROUPE_CORRUPT_FILE = 8, /**< a file's checksum or structure is wrong */
   TROUPE_UNSUPPORTED_VERSION = 9, /**< ABI or file format version mismatch */
   TROUPE_DEVICE_ERROR = 10,       /**< CUDA or another device failed */
-  TROUPE_UNAVAILABLE = 11         /**< not built in, not wired yet, or the peer is gone */
+  TROUPE_UNAVAILABLE = 11         /**< not built in, not started, closed, or the peer is gone */
 } troupe_status;
 
 typedef struct troupe_session troupe_session; /**< a training run */
@@ -122,8 +122,8 @@ TROUPE_API troupe_status
 troupe_register_environment(int abi_version, const troupe_env_description* description,
                             const troupe_env_functions* functions, void* user_data);
 
-/** Removes a registration. Same thread rule as troupe_register_environment.
- *  Not wired yet in this build: TROUPE_UNAVAILABLE. */
+/** Removes a registration (TROUPE_NOT_FOUND for an unknown id; built-in ids
+ *  are refused). Same thread rule as troupe_register_environment. */
 TROUPE_API troupe_status troupe_unregister_environment(const char* id);
 
 /** The registered ids, one per line, into buf (always NUL-terminated when
@@ -174,20 +174,19 @@ TROUPE_API troupe_status troupe_session_progress(const troupe_session* session,
                                                  troupe_progress* out);
 
 /** Writes a checkpoint now; its folder into path (size bytes). Any thread.
- *  Not wired yet in this build: TROUPE_UNAVAILABLE. */
+ *  TROUPE_INVALID_ARGUMENT before start and after training ended. */
 TROUPE_API troupe_status troupe_session_save_checkpoint(troupe_session* session,
                                                         char* path, size_t size);
 
-/** Asks training to stop; returns at once. Any thread, concurrent.
- *  Not wired yet in this build: TROUPE_UNAVAILABLE. */
+/** Asks training to stop; returns at once. Any thread, concurrent. */
 TROUPE_API troupe_status troupe_session_request_stop(troupe_session* session);
 
 /** Waits up to timeout_ms for training to end; *finished = 1 when it has. Any thread. */
 TROUPE_API troupe_status troupe_session_wait(troupe_session* session, int64_t timeout_ms,
                                              int* finished);
 
-/** Ends training (final checkpoint), waits for it and closes the session (in
- *  this build it cannot stop a run early: it waits for the run's end);
+/** Stops training if it runs, writes the final checkpoint, waits for it and
+ *  closes the session;
  *  *out (may be NULL) gets the final progress. Any thread, once. */
 TROUPE_API troupe_status troupe_session_close(troupe_session* session,
                                               troupe_progress* out);
@@ -204,12 +203,12 @@ TROUPE_API void troupe_session_free(troupe_session* session);
 
 /** Options of an agent (zero-initialize for the defaults). */
 typedef struct troupe_agent_options {
-  size_t queue_capacity; /**< transitions buffered toward training; 0: the config's */
+  size_t queue_capacity; /**< transitions buffered toward training (rounded up to whole segments of algo.num_steps); 0: 64 segments */
   int block_when_full;   /**< 1: report blocks instead of dropping when full */
 } troupe_agent_options;
 
-/** An agent with `slots` slots; before troupe_session_start. options may be NULL.
- *  Not wired yet in this build: TROUPE_UNAVAILABLE. */
+/** An agent with `slots` slots; before troupe_session_start, once. Its calls
+ *  answer TROUPE_UNAVAILABLE until the session has started. options may be NULL. */
 TROUPE_API troupe_status troupe_session_make_agent(troupe_session* session, size_t slots,
                                                    const troupe_agent_options* options,
                                                    troupe_agent** out);

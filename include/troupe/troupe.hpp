@@ -61,8 +61,9 @@ using environment_factory = std::function<std::unique_ptr<environment>()>;
 status register_environment(const env_description& description,
                             environment_factory factory);
 
-/// Removes an environment registered with register_environment. Not wired
-/// yet in this build: errc::unavailable.
+/// Removes an environment registered with register_environment; sessions
+/// already open keep the environments they made. errc::not_found for an
+/// unknown id; built-in environments cannot be removed.
 status unregister_environment(const std::string& id);
 
 /// The ids of every registered environment, built-in ones first.
@@ -85,7 +86,7 @@ struct progress {
 
 /// Options of a game-driven agent.
 struct agent_options {
-  size_t queue_capacity = 0;    ///< transitions buffered toward training; 0: the config's
+  size_t queue_capacity = 0;    ///< transitions buffered toward training (whole segments of algo.num_steps); 0: 64 segments
   bool block_when_full = false; ///< block report() instead of dropping when full
 };
 
@@ -111,27 +112,29 @@ public:
 
   session(session&&) noexcept;
   session& operator=(session&&) noexcept;
-  /// Waits for a started run to end. In this build a run cannot be stopped
-  /// early (request_stop is not wired yet), so this waits for its configured end.
+  /// Closes a session that was not closed (stops training and writes the
+  /// final checkpoint; the result is dropped).
   ~session();
 
-  /// Starts training on the runtime's threads and returns at once.
+  /// Starts training on the runtime's threads and returns at once (with an
+  /// agent: once the agent answers act()).
   status start();
 
-  /// A game-driven agent with `slots` slots; call before start().
-  /// Not wired yet in this build: errc::unavailable.
+  /// A game-driven agent with `slots` slots; call before start(), once. Its
+  /// feeders take the learners' runner slots: the learners learn from what
+  /// the game reports instead of from environments the runtime steps.
   result<agent> make_agent(size_t slots, agent_options options = {});
 
-  /// Where training stands now; returns at once. In this build the counters
-  /// are filled in when the run has ended (running/finished always).
+  /// Where training stands now; returns at once (the counters are refreshed
+  /// a few times per second; the policy version and drops are read at the call).
   troupe::progress progress() const;
 
-  /// Writes a checkpoint now; its folder. Not wired yet in this build:
-  /// errc::unavailable.
+  /// Writes a checkpoint now (the periodic ones' format); its folder. An
+  /// error before start() and after training ended.
   result<std::string> save_checkpoint();
 
-  /// Asks training to stop; returns at once (wait() or close() to join).
-  /// Not wired yet in this build: errc::unavailable.
+  /// Asks training to stop after the batches under way; returns at once
+  /// (wait() or close() to join). Any thread.
   status request_stop();
 
   /// Waits up to `timeout` for training to end; true when it has.
@@ -139,7 +142,7 @@ public:
 
   /// Stops training if needed, waits for the run to write its final
   /// checkpoint and returns the final progress; the session is closed
-  /// afterwards. In this build it cannot stop a run: it waits for its end.
+  /// afterwards. A session never started returns zero counters.
   result<troupe::progress> close();
 
   /// The run folder (empty until start()).

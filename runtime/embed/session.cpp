@@ -1,26 +1,29 @@
-// troupe::session and troupe::agent over the runtime of today.
+// troupe::session and troupe::agent: the public face of runtime::session
+// (runtime/session.hpp) and of the game-driven agent (actors/game_agent.hpp).
 //
-// TODO(integrator): this is a stand-in until runtime/session.hpp (helper
-// "split") and actors/game_agent.hpp (helper "agent") are merged. Here a
-// session validates its config with runtime's loader and runs
-// runtime::run_training on a thread it owns; the calls that need the
-// internal session (request_stop, save_checkpoint, live progress counters)
-// and every agent call return errc::unavailable "not wired yet".
+// A session made with make_agent() puts a game feeder in every runner slot of
+// the cast (runtime/cast.hpp's seam): the learners then learn from the
+// segments the game's slots report instead of from environment runners. The
+// game agent itself needs the policy store and the statistics keeper, which
+// exist only once the cast is built, so it is created by the first runner
+// slot the supervisor fills, and start() waits (bounded) until it exists:
+// when start() returns, act() answers.
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include <troupe/troupe.hpp>
 
+#include "actors/game_agent.hpp"
 #include "envs/registry.hpp"
 #include "kernels/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/embed/guard.hpp"
-#include "runtime/train.hpp"
+#include "runtime/session.hpp"
 
 namespace troupe {
 
@@ -36,11 +39,8 @@ status check_opened(const runtime::config& cfg) {
   return ok_status();
 }
 
-error not_wired(const char* call) {
-  return error{errc::unavailable, std::string(call) +
-                                    ": not wired yet (needs the internal session or game "
-                                    "agent, which this build does not have)"};
-}
+// How long start() waits for the cast to make the game agent.
+constexpr std::chrono::seconds agent_wait{120};
 
 } // namespace
 
@@ -48,44 +48,211 @@ const char* version() noexcept {
   return TROUPE_VERSION_STRING;
 }
 
+// -- agent ------------------------------------------------------------------------
+
+// The agent a session hands out before the cast exists: the game agent is
+// filled in by the first runner slot (see the file comment). act() and
+// report() load the pointer once (acquire) and call it: no lock.
+struct agent::impl {
+  size_t slots = 0, obs_dim = 0, action_dim = 0;
+  std::string env_id; // named in the batches
+  agent_options options;
+  std::atomic<actors::game_agent*> live{nullptr};
+  std::mutex mutex; // guards held and the condition
+  std::condition_variable ready;
+  std::shared_ptr<actors::game_agent> held; // keeps `live` alive
+  std::string failure;                      // why it could not be made
+
+  actors::game_agent* get() const noexcept { return live.load(std::memory_order_acquire); }
+};
+
+namespace {
+
+error not_ready(const char* call) {
+  return error{errc::unavailable,
+               std::string(call) +
+                 ": the agent's session has not started (call session::start() first)"};
+}
+
+} // namespace
+
+agent::agent(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
+size_t agent::slots() const noexcept {
+  return impl_ ? impl_->slots : 0;
+}
+size_t agent::obs_dim() const noexcept {
+  return impl_ ? impl_->obs_dim : 0;
+}
+size_t agent::action_dim() const noexcept {
+  return impl_ ? impl_->action_dim : 0;
+}
+
+status agent::act(size_t slot, const float* obs, float* action) {
+  if (!impl_)
+    return error{errc::invalid_argument, "agent::act: the agent was moved from"};
+  auto* a = impl_->get();
+  if (!a)
+    return not_ready("agent::act");
+  try {
+    return a->act(slot, obs, action);
+  } catch (...) {
+    return embed::escaped("agent::act");
+  }
+}
+
+status agent::act_batch(size_t first_slot, size_t count, const float* obs, float* actions) {
+  if (!impl_)
+    return error{errc::invalid_argument, "agent::act_batch: the agent was moved from"};
+  auto* a = impl_->get();
+  if (!a)
+    return not_ready("agent::act_batch");
+  try {
+    return a->act_batch(first_slot, count, obs, actions);
+  } catch (...) {
+    return embed::escaped("agent::act_batch");
+  }
+}
+
+status agent::report(size_t slot, double reward, bool terminated, bool truncated,
+                     const float* final_obs) {
+  if (!impl_)
+    return error{errc::invalid_argument, "agent::report: the agent was moved from"};
+  auto* a = impl_->get();
+  if (!a)
+    return not_ready("agent::report");
+  try {
+    return a->report(slot, reward, terminated, truncated, final_obs);
+  } catch (...) {
+    return embed::escaped("agent::report");
+  }
+}
+
+uint64_t agent::dropped() const noexcept {
+  if (!impl_)
+    return 0;
+  auto* a = impl_->get();
+  return a ? a->dropped() : 0;
+}
+
 // -- session ----------------------------------------------------------------------
 
 struct session::impl {
   runtime::config cfg;
   std::string resume_dir;
-
-  std::mutex mutex;
-  std::condition_variable changed;
-  bool started = false;
-  bool finished = false;
+  std::optional<runtime::session> inner; // from start() on
+  std::shared_ptr<agent::impl> game;     // make_agent's, or null
   bool closed = false;
-  std::optional<result<runtime::training_result>> outcome;
-  std::thread worker;
+  std::mutex mutex; // one call at a time on the session's state (not progress)
 
-  ~impl() {
-    if (worker.joinable())
-      worker.join();
-  }
-
-  troupe::progress snapshot() {
-    std::lock_guard<std::mutex> lock(mutex);
+  troupe::progress convert(const runtime::progress_info& in) const {
     troupe::progress p;
-    p.running = started && !finished;
-    p.finished = finished;
-    p.return_mean_100 = std::nan("");
-    if (outcome && outcome->ok()) {
-      p.env_steps = (*outcome)->env_steps;
-      p.updates = (*outcome)->updates;
-      p.return_mean_100 = (*outcome)->return_mean_100;
+    p.env_steps = in.env_steps;
+    p.updates = in.updates;
+    p.episodes = in.episodes;
+    p.return_mean_100 = in.return_mean_100;
+    p.policy_version = in.policy_version;
+    p.stats_version = in.stats_version;
+    p.transitions_dropped = in.transitions_dropped;
+    p.running = in.running;
+    p.finished = in.finished;
+    if (game) {
+      if (auto* a = game->get()) {
+        // The game's own episodes (the metrics see only those of segments
+        // that were learned from) and its drops.
+        const auto c = a->counters();
+        p.episodes = c.episodes;
+        p.return_mean_100 = c.episodes ? c.return_mean_100 : std::nan("");
+        p.transitions_dropped = c.dropped;
+      }
     }
     return p;
+  }
+
+  // A session over `cfg`, checked as far as it can be before start(): the
+  // id is registered, and the internal session accepts the config (the
+  // model, the resume point), so that a bad config opens nothing.
+  static result<session> opened(runtime::config cfg, std::string resume_dir) {
+    if (auto ok = check_opened(cfg); !ok)
+      return ok.err();
+    auto probe = runtime::session::open(cfg, resume_dir);
+    if (!probe)
+      return probe.err();
+    auto p = std::make_unique<impl>();
+    p->cfg = std::move(cfg);
+    p->resume_dir = std::move(resume_dir);
+    return session(std::move(p));
+  }
+
+  // The runner-slot factory of a game-driven session: the first slot makes
+  // the game agent, every slot (and every restart) gets a feeder over it.
+  runtime::runner_slot_factory feeder_factory() {
+    std::shared_ptr<agent::impl> g = game;
+    return [g](caf::actor_system& sys, const runtime::runner_slot& slot) -> caf::actor {
+      std::shared_ptr<actors::game_agent> made;
+      {
+        std::unique_lock<std::mutex> lock(g->mutex);
+        if (!g->held) {
+          std::vector<std::shared_ptr<learners::stats_view>> views;
+          if (slot.obs_norm) {
+            auto subscribed = actors::subscribe_agent_views(
+              sys, slot.request.keeper, "obs", static_cast<size_t>(slot.spec.obs_dim),
+              g->slots);
+            if (!subscribed) {
+              g->failure = subscribed.err().message;
+              g->ready.notify_all();
+              return caf::actor{};
+            }
+            views = std::move(*subscribed);
+          }
+          actors::game_agent_options o;
+          o.name = "agent";
+          o.env_id = g->env_id;
+          o.slots = g->slots;
+          o.steps_per_segment = slot.steps_per_batch;
+          if (g->options.queue_capacity > 0)
+            o.queue_capacity = std::max<size_t>(
+              1, (g->options.queue_capacity + slot.steps_per_batch - 1) /
+                   slot.steps_per_batch);
+          o.block_when_full = g->options.block_when_full;
+          o.seed = slot.seed;
+          o.obs_epsilon = slot.obs_epsilon;
+          o.obs_clip = slot.obs_clip;
+          auto created = actors::game_agent::create(o, slot.store, std::move(views));
+          if (!created) {
+            g->failure = created.err().message;
+            g->ready.notify_all();
+            return caf::actor{};
+          }
+          g->held = std::move(*created);
+          g->live.store(g->held.get(), std::memory_order_release);
+          g->ready.notify_all();
+        }
+        made = g->held;
+      }
+      actors::game_feeder_options fo;
+      fo.name = slot.request.name;
+      fo.num_envs = slot.envs;
+      return actors::spawn_game_feeder(sys, fo, made, slot.request.consumer,
+                                       slot.request.keeper);
+    };
   }
 };
 
 session::session(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 session::session(session&&) noexcept = default;
 session& session::operator=(session&&) noexcept = default;
-session::~session() = default;
+session::~session() {
+  if (!impl_)
+    return;
+  try {
+    if (impl_->inner && !impl_->closed) {
+      (void)impl_->inner->close();
+      if (impl_->game && impl_->game->held)
+        impl_->game->held->close();
+    }
+  } catch (...) {
+  }
+}
 
 result<session> session::open(const std::string& config_path,
                               const std::vector<std::string>& overrides) {
@@ -93,11 +260,7 @@ result<session> session::open(const std::string& config_path,
     auto cfg = runtime::load_config(config_path, overrides);
     if (!cfg)
       return cfg.err();
-    if (auto ok = check_opened(*cfg); !ok)
-      return ok.err();
-    auto p = std::make_unique<impl>();
-    p->cfg = std::move(*cfg);
-    return session(std::move(p));
+    return impl::opened(std::move(*cfg), {});
   });
 }
 
@@ -107,11 +270,7 @@ result<session> session::open_toml(const std::string& toml_text, const std::stri
     auto cfg = runtime::parse_config(toml_text, name, overrides);
     if (!cfg)
       return cfg.err();
-    if (auto ok = check_opened(*cfg); !ok)
-      return ok.err();
-    auto p = std::make_unique<impl>();
-    p->cfg = std::move(*cfg);
-    return session(std::move(p));
+    return impl::opened(std::move(*cfg), {});
   });
 }
 
@@ -127,80 +286,140 @@ result<session> session::resume(const std::string& run_dir,
       (std::filesystem::path(run_dir) / "config.toml").string(), overrides);
     if (!cfg)
       return cfg.err();
-    if (auto ok = check_opened(*cfg); !ok)
-      return ok.err();
-    auto p = std::make_unique<impl>();
-    p->cfg = std::move(*cfg);
-    p->resume_dir = run_dir;
-    return session(std::move(p));
+    return impl::opened(std::move(*cfg), run_dir);
+  });
+}
+
+namespace {
+
+error moved_from(const char* call) {
+  return error{errc::invalid_argument, std::string(call) + ": the session was moved from"};
+}
+
+} // namespace
+
+result<agent> session::make_agent(size_t slots, agent_options options) {
+  return embed::guarded<agent>("session::make_agent", [&]() -> result<agent> {
+    if (!impl_)
+      return moved_from("session::make_agent");
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->closed)
+      return make_error(errc::invalid_argument, "session::make_agent: the session is closed");
+    if (impl_->inner)
+      return make_error(errc::invalid_argument,
+                        "session::make_agent: call it before start() (the agent's "
+                        "feeders take the learners' runner slots when the cast is built)");
+    if (impl_->game)
+      return make_error(errc::invalid_argument,
+                        "session::make_agent: this session already has an agent of {} slots",
+                        impl_->game->slots);
+    if (slots == 0 || slots > (1u << 20))
+      return make_error(errc::invalid_argument,
+                        "session::make_agent: slots must be in [1, 1048576], got {}", slots);
+    auto spec = envs::find_spec(impl_->cfg.get_string("env.id"));
+    if (!spec)
+      return spec.err();
+    auto g = std::make_shared<agent::impl>();
+    g->slots = slots;
+    g->obs_dim = (*spec)->observation_space.size();
+    g->action_dim = (*spec)->action_space.kind == envs::space_kind::discrete
+                      ? 1
+                      : (*spec)->action_space.size();
+    g->env_id = (*spec)->id;
+    g->options = options;
+    impl_->game = g;
+    return agent(g);
   });
 }
 
 status session::start() {
   return embed::guarded_status("session::start", [&]() -> status {
     if (!impl_)
-      return make_error(errc::invalid_argument,
-                        "session::start: the session was moved from");
+      return moved_from("session::start");
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (impl_->closed)
       return make_error(errc::invalid_argument, "session::start: the session is closed");
-    if (impl_->started)
+    if (impl_->inner)
       return make_error(errc::invalid_argument, "session::start: already started");
-    impl_->started = true;
-    impl* self = impl_.get();
-    // TODO(integrator): runtime/session.hpp replaces this thread (and the
-    // process-wide signal handlers run_training installs while it runs).
-    impl_->worker = std::thread([self] {
-      result<runtime::training_result> out = error{};
-      try {
-        out = runtime::run_training(self->cfg, self->resume_dir);
-      } catch (...) {
-        out = embed::escaped("session (training thread)");
+    runtime::session_options so;
+    if (impl_->game) {
+      const auto learners = static_cast<size_t>(impl_->cfg.get_int("algo.num_learners"));
+      so.cast.runner_factories.assign(learners, impl_->feeder_factory());
+    }
+    auto inner = runtime::session::open(impl_->cfg, impl_->resume_dir, std::move(so));
+    if (!inner)
+      return inner.err();
+    if (auto s = inner->start(); !s.ok())
+      return s;
+    impl_->inner.emplace(std::move(*inner));
+    if (impl_->game) {
+      // act() answers once start() returns: wait for the cast to make the agent.
+      auto& g = *impl_->game;
+      std::unique_lock<std::mutex> wait_lock(g.mutex);
+      const bool made = g.ready.wait_for(wait_lock, agent_wait, [&] {
+        return g.held != nullptr || !g.failure.empty();
+      });
+      if (!made || !g.held) {
+        std::string why = made ? g.failure
+                               : fmt::format("the cast made no agent within {} s",
+                                             agent_wait.count());
+        wait_lock.unlock();
+        impl_->inner->request_stop();
+        (void)impl_->inner->close();
+        impl_->closed = true;
+        return make_error(errc::unavailable, "session::start: {}", why);
       }
-      std::lock_guard<std::mutex> lock(self->mutex);
-      self->outcome = std::move(out);
-      self->finished = true;
-      self->changed.notify_all();
-    });
+    }
     return ok_status();
   });
-}
-
-result<agent> session::make_agent(size_t slots, agent_options options) {
-  // TODO(integrator): actors/game_agent.hpp (helper "agent").
-  return not_wired("session::make_agent");
 }
 
 troupe::progress session::progress() const {
   if (!impl_)
     return {};
   try {
-    return impl_->snapshot();
+    if (!impl_->inner) {
+      troupe::progress p;
+      p.return_mean_100 = std::nan("");
+      return p;
+    }
+    return impl_->convert(impl_->inner->progress());
   } catch (...) {
     return {};
   }
 }
 
 result<std::string> session::save_checkpoint() {
-  // TODO(integrator): the internal session's checkpoint call.
-  return not_wired("session::save_checkpoint");
+  return embed::guarded<std::string>("session::save_checkpoint", [&]() -> result<std::string> {
+    if (!impl_)
+      return moved_from("session::save_checkpoint");
+    if (!impl_->inner)
+      return make_error(errc::invalid_argument,
+                        "session::save_checkpoint: the session was not started");
+    return impl_->inner->save_checkpoint();
+  });
 }
 
 status session::request_stop() {
-  // TODO(integrator): the internal session's stop (no signal handler).
-  return not_wired("session::request_stop");
+  return embed::guarded_status("session::request_stop", [&]() -> status {
+    if (!impl_)
+      return moved_from("session::request_stop");
+    if (!impl_->inner)
+      return make_error(errc::invalid_argument,
+                        "session::request_stop: the session was not started");
+    impl_->inner->request_stop();
+    return ok_status();
+  });
 }
 
 result<bool> session::wait(std::chrono::milliseconds timeout) {
   return embed::guarded<bool>("session::wait", [&]() -> result<bool> {
     if (!impl_)
-      return make_error(errc::invalid_argument,
-                        "session::wait: the session was moved from");
-    std::unique_lock<std::mutex> lock(impl_->mutex);
-    if (!impl_->started)
+      return moved_from("session::wait");
+    if (!impl_->inner)
       return make_error(errc::invalid_argument,
                         "session::wait: the session was not started");
-    return impl_->changed.wait_for(lock, timeout, [&] { return impl_->finished; });
+    return impl_->inner->wait(timeout);
   });
 }
 
@@ -208,29 +427,28 @@ result<troupe::progress> session::close() {
   return embed::guarded<troupe::progress>(
     "session::close", [&]() -> result<troupe::progress> {
       if (!impl_)
-        return make_error(errc::invalid_argument,
-                          "session::close: the session was moved from");
-      {
-        std::lock_guard<std::mutex> lock(impl_->mutex);
-        if (impl_->closed)
-          return make_error(errc::invalid_argument, "session::close: already closed");
-        impl_->closed = true;
-      }
-      // Without a stop request (not wired yet), close waits for training to
-      // reach its configured end; run_training writes the final checkpoint.
-      if (impl_->worker.joinable())
-        impl_->worker.join();
+        return moved_from("session::close");
       std::lock_guard<std::mutex> lock(impl_->mutex);
-      if (impl_->outcome && !impl_->outcome->ok())
-        return impl_->outcome->err();
+      if (impl_->closed)
+        return make_error(errc::invalid_argument, "session::close: already closed");
+      impl_->closed = true;
       troupe::progress p;
-      p.finished = impl_->finished;
       p.return_mean_100 = std::nan("");
-      if (impl_->outcome) {
-        p.env_steps = (*impl_->outcome)->env_steps;
-        p.updates = (*impl_->outcome)->updates;
-        p.return_mean_100 = (*impl_->outcome)->return_mean_100;
-      }
+      if (!impl_->inner)
+        return p; // never started: nothing trained, nothing written
+      auto last = impl_->convert(impl_->inner->progress());
+      auto done = impl_->inner->close();
+      if (impl_->game && impl_->game->held)
+        impl_->game->held->close();
+      if (!done)
+        return done.err();
+      p = last;
+      p.env_steps = done->env_steps;
+      p.updates = done->updates;
+      if (!impl_->game)
+        p.return_mean_100 = done->return_mean_100;
+      p.running = false;
+      p.finished = true;
       return p;
     });
 }
@@ -239,49 +457,12 @@ std::string session::run_dir() const {
   if (!impl_)
     return {};
   try {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (impl_->outcome && impl_->outcome->ok())
-      return (*impl_->outcome)->run_dir;
-    if (!impl_->resume_dir.empty())
-      return impl_->resume_dir;
+    if (impl_->inner)
+      return impl_->inner->run_dir();
+    return impl_->resume_dir;
   } catch (...) {
   }
   return {};
-}
-
-// -- agent ------------------------------------------------------------------------
-
-// TODO(integrator): actors/game_agent.hpp (helper "agent"); no agent can be
-// made in this build, so these are reached only through a moved-from handle.
-struct agent::impl {
-  size_t slots = 0, obs_dim = 0, action_dim = 0;
-};
-
-agent::agent(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
-size_t agent::slots() const noexcept {
-  return impl_ ? impl_->slots : 0;
-}
-size_t agent::obs_dim() const noexcept {
-  return impl_ ? impl_->obs_dim : 0;
-}
-size_t agent::action_dim() const noexcept {
-  return impl_ ? impl_->action_dim : 0;
-}
-
-status agent::act(size_t, const float*, float*) {
-  return not_wired("agent::act");
-}
-
-status agent::act_batch(size_t, size_t, const float*, float*) {
-  return not_wired("agent::act_batch");
-}
-
-status agent::report(size_t, double, bool, bool, const float*) {
-  return not_wired("agent::report");
-}
-
-uint64_t agent::dropped() const noexcept {
-  return 0;
 }
 
 } // namespace troupe

@@ -316,21 +316,35 @@ static void policy_calls(const char* run_dir) {
   troupe_policy_free(p);
 }
 
-static void not_wired(void) {
+/* The agent of a session not yet started answers with errors, never a
+ * crash; the session's stop and checkpoint calls need a started session;
+ * built-in environments cannot be unregistered. */
+static void agent_before_start(void) {
   troupe_session* s = NULL;
-  troupe_agent* a = (troupe_agent*)0x1;
+  troupe_agent* a = NULL;
+  size_t slots = 0, obs_dim = 0, action_dim = 0;
+  float obs[4] = {0, 0, 0, 0}, action = 0;
   char buf[256];
-  if (troupe_session_open_toml(TROUPE_ABI_VERSION, "[run]\nseed = 2\n", "plain.toml",
-                               NULL, 0, &s) != TROUPE_OK) {
-    CHECK(!"opening a plain session");
+  if (troupe_session_open_toml(TROUPE_ABI_VERSION,
+                               "[env]\nid = \"CartPole-v1\"\n", "game.toml", NULL, 0,
+                               &s) != TROUPE_OK) {
+    CHECK(!"opening a CartPole session");
     return;
   }
-  CHECK(troupe_session_make_agent(s, 4, NULL, &a) == TROUPE_UNAVAILABLE);
-  CHECK(a == NULL);
-  CHECK_MESSAGE("not wired yet");
-  CHECK(troupe_session_request_stop(s) == TROUPE_UNAVAILABLE);
-  CHECK(troupe_session_save_checkpoint(s, buf, sizeof buf) == TROUPE_UNAVAILABLE);
-  CHECK(troupe_unregister_environment("CartPole-v1") == TROUPE_UNAVAILABLE);
+  CHECK(troupe_session_make_agent(s, 4, NULL, &a) == TROUPE_OK);
+  CHECK(a != NULL);
+  CHECK(troupe_agent_info(a, &slots, &obs_dim, &action_dim) == TROUPE_OK);
+  CHECK(slots == 4 && obs_dim == 4 && action_dim == 1);
+  CHECK(troupe_agent_act(a, 0, obs, 4, &action, 1) == TROUPE_UNAVAILABLE);
+  CHECK_MESSAGE("has not started");
+  CHECK(troupe_agent_act(a, 0, obs, 3, &action, 1) == TROUPE_DIMENSION_MISMATCH);
+  CHECK_MESSAGE("obs_dim = 4");
+  CHECK(troupe_session_request_stop(s) == TROUPE_INVALID_ARGUMENT);
+  CHECK_MESSAGE("not started");
+  CHECK(troupe_session_save_checkpoint(s, buf, sizeof buf) == TROUPE_INVALID_ARGUMENT);
+  CHECK(troupe_unregister_environment("CartPole-v1") != TROUPE_OK);
+  CHECK_MESSAGE("CartPole-v1");
+  troupe_agent_free(a);
   troupe_session_free(s);
 }
 
@@ -343,7 +357,7 @@ int main(void) {
   abi_and_names();
   bad_config();
   null_handles();
-  not_wired();
+  agent_before_start();
   if (train_walker(&context, id, sizeof id, run_dir, sizeof run_dir))
     policy_calls(run_dir);
   if (failures == 0) {

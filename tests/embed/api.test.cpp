@@ -1,7 +1,7 @@
 // The C++ embedding API around training: environments registered with a
 // context-carrying factory, sessions opened from configs (bad ones open
-// nothing), a short run on a registered environment, and the calls that
-// are not wired yet saying so.
+// nothing), a short run on a registered environment, checkpoints and stop on
+// request, unregistering.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -249,22 +249,68 @@ TEST_CASE("a session trains a registered environment on its own thread and close
   CHECK(closed_again.err().message.find("already closed") != std::string::npos);
 }
 
-TEST_CASE("the calls that need the internal session or the game agent say they are not "
-          "wired yet") {
-  auto opened = troupe::session::open_toml("[run]\nseed = 3\n", "plain.toml");
+TEST_CASE("a running session saves a checkpoint on request and stops on request") {
+  temp_folder dir("embed-stop");
+  const std::string toml = fmt::format(
+    "[run]\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = 0\n"
+    "[env]\nid = \"CartPole-v1\"\nnum_envs = 2\n"
+    "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 100000000\n"
+    "num_steps = 32\n",
+    fresh_seed() % 1000, (dir.path / "runs").string());
+  auto opened = troupe::session::open_toml(toml, "stop.toml");
   REQUIRE_MESSAGE(opened.ok(), (opened ? std::string() : opened.err().message));
-  auto agent = opened->make_agent(4);
-  REQUIRE_FALSE(agent.ok());
-  CHECK(agent.err().code == troupe::errc::unavailable);
-  CHECK(agent.err().message.find("session::make_agent: not wired yet") !=
-        std::string::npos);
-  auto stop = opened->request_stop();
-  CHECK(stop.err().code == troupe::errc::unavailable);
-  auto saved = opened->save_checkpoint();
-  CHECK(saved.err().code == troupe::errc::unavailable);
-  auto unreg = troupe::unregister_environment("CartPole-v1");
-  CHECK(unreg.err().code == troupe::errc::unavailable);
+  troupe::session s = std::move(*opened);
+  // Before start: errors, not crashes.
+  CHECK(s.request_stop().err().message.find("not started") != std::string::npos);
+  CHECK(s.save_checkpoint().err().message.find("not started") != std::string::npos);
+  REQUIRE(s.start().ok());
+  // Bounded: updates rise within a few seconds; 300 s covers a loaded machine.
+  bool learning = false;
+  for (int i = 0; i < 3000 && !learning; ++i) {
+    learning = s.progress().updates >= 2;
+    if (!learning)
+      (void)s.wait(std::chrono::milliseconds(100));
+  }
+  REQUIRE_MESSAGE(learning, "no 2 updates within 300 s of start()");
+  auto saved = s.save_checkpoint();
+  REQUIRE_MESSAGE(saved.ok(), (saved ? std::string() : saved.err().message));
+  CHECK(fs::exists(fs::path(*saved) / "manifest.txt"));
+  CHECK(fs::path(*saved).parent_path().parent_path() == fs::path(s.run_dir()));
+  REQUIRE(s.request_stop().ok());
+  auto ended = s.wait(std::chrono::seconds(300));
+  REQUIRE(ended.ok());
+  REQUIRE_MESSAGE(*ended, "training did not stop within 300 s of request_stop()");
+  auto closed = s.close();
+  REQUIRE_MESSAGE(closed.ok(), (closed ? std::string() : closed.err().message));
+  CHECK(closed->finished);
+  CHECK(closed->updates >= 2);
+  CHECK(closed->env_steps < 100000000u);
+  // The run's folder resumes.
+  auto resumed = troupe::session::resume(s.run_dir());
+  CHECK_MESSAGE(resumed.ok(), (resumed ? std::string() : resumed.err().message));
+}
+
+TEST_CASE("unregister_environment removes an embedder's id and refuses built-in and "
+          "unknown ones") {
+  walk_context context;
+  const std::string id = fmt::format("Unreg{}-v0", fresh_seed() % 100000);
+  REQUIRE(troupe::register_environment(walk_description(id),
+                                       [&] { return std::make_unique<walk>(context); })
+            .ok());
+  auto ids = troupe::environment_ids();
+  CHECK(std::find(ids.begin(), ids.end(), id) != ids.end());
+  REQUIRE(troupe::unregister_environment(id).ok());
+  ids = troupe::environment_ids();
+  CHECK(std::find(ids.begin(), ids.end(), id) == ids.end());
+  auto again = troupe::unregister_environment(id);
+  CHECK(again.err().code == troupe::errc::not_found);
+  CHECK(again.err().message.find(id) != std::string::npos);
+  auto builtin = troupe::unregister_environment("CartPole-v1");
+  CHECK_FALSE(builtin.ok());
+  CHECK(builtin.err().message.find("CartPole-v1") != std::string::npos);
   // Closing a session that never started trains nothing.
+  auto opened = troupe::session::open_toml("[run]\nseed = 3\n", "plain.toml");
+  REQUIRE(opened.ok());
   auto closed = opened->close();
   REQUIRE(closed.ok());
   CHECK(closed->env_steps == 0);

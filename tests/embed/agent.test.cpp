@@ -1,0 +1,112 @@
+// The game-driven form through the public C++ API: a session's agent acts
+// and reports from the test's own loop (CartPole stepped by the caller), its
+// errors name the call, slot, rule and value, and the learners learn from
+// what the game reports.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <troupe/troupe.hpp>
+
+#include "envs/registry.hpp"
+#include "tests/seed.hpp"
+#include "tests/temp_folder.hpp"
+
+namespace fs = std::filesystem;
+using troupe::test::fresh_seed;
+using troupe::test::temp_folder;
+
+namespace {
+
+std::string game_config(const temp_folder& dir, uint64_t seed) {
+  return fmt::format("[run]\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = 0\n"
+                     "[env]\nid = \"CartPole-v1\"\nnum_envs = 2\n"
+                     "[algo]\nname = \"ppo\"\nmode = \"sync\"\n"
+                     "total_env_steps = 100000000\nnum_steps = 16\n",
+                     seed, (dir.path / "runs").string());
+}
+
+bool contains(const troupe::status& s, const std::string& text) {
+  return !s.ok() && s.err().message.find(text) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("a game-driven session acts from the caller's loop and learns from what it "
+          "reports") {
+  temp_folder dir("embed-agent");
+  auto opened = troupe::session::open_toml(game_config(dir, fresh_seed() % 1000), "game.toml");
+  REQUIRE_MESSAGE(opened.ok(), (opened ? std::string() : opened.err().message));
+  troupe::session s = std::move(*opened);
+  constexpr size_t slots = 3;
+  auto made = s.make_agent(slots);
+  REQUIRE_MESSAGE(made.ok(), (made ? std::string() : made.err().message));
+  troupe::agent agent = *made;
+  CHECK(agent.slots() == slots);
+  CHECK(agent.obs_dim() == 4);
+  CHECK(agent.action_dim() == 1);
+  CHECK(contains(s.make_agent(2).err(), "already has an agent of 3 slots"));
+
+  float obs[4] = {0, 0, 0, 0}, action = -1;
+  // Before start(): the agent says so.
+  CHECK(contains(agent.act(0, obs, &action), "has not started"));
+  REQUIRE(s.start().ok());
+  CHECK(contains(s.make_agent(2).err(), "before start()"));
+
+  // Errors name the call, the slot and the value; the agent goes on.
+  CHECK(contains(agent.act(slots, obs, &action), "slot"));
+  float bad[4] = {0, std::numeric_limits<float>::quiet_NaN(), 0, 0};
+  CHECK(contains(agent.act(0, bad, &action), "nan"));
+  CHECK_FALSE(agent.report(1, 1.0, false, false).ok()); // no act before it
+
+  // The game: CartPole stepped by the caller, one environment per slot.
+  std::vector<std::unique_ptr<troupe::envs::env>> games;
+  std::vector<std::vector<float>> o(slots, std::vector<float>(4));
+  for (size_t i = 0; i < slots; ++i) {
+    auto e = troupe::envs::make_env("CartPole-v1");
+    REQUIRE(e.ok());
+    games.push_back(std::move(*e));
+    games[i]->reset(100 + i, o[i].data());
+  }
+  uint64_t acted = 0;
+  bool learned = false;
+  // Bounded: 3 updates need a few thousand steps; 2 million is far beyond.
+  for (uint64_t step = 0; step < 2000000 && !learned; ++step) {
+    const size_t i = step % slots;
+    REQUIRE(agent.act(i, o[i].data(), &action).ok());
+    ++acted;
+    auto r = games[i]->step(&action, o[i].data());
+    REQUIRE(r.ok());
+    float final_obs[4];
+    std::copy(o[i].begin(), o[i].end(), final_obs);
+    REQUIRE(agent.report(i, r->reward, r->terminated, r->truncated, final_obs).ok());
+    if (r->terminated || r->truncated)
+      games[i]->reset(o[i].data());
+    if (step % 512 == 0)
+      learned = s.progress().updates >= 3;
+  }
+  REQUIRE_MESSAGE(learned, "the learners made no 3 updates from 2 million game steps");
+  const auto p = s.progress();
+  CHECK(p.running);
+  CHECK(p.episodes > 0);
+  CHECK(std::isfinite(p.return_mean_100));
+  CHECK(p.policy_version >= 3);
+  CHECK(p.transitions_dropped == agent.dropped());
+
+  auto closed = s.close();
+  REQUIRE_MESSAGE(closed.ok(), (closed ? std::string() : closed.err().message));
+  CHECK(closed->updates >= 3);
+  CHECK(closed->env_steps <= acted);
+  // After close the agent refuses, naming why.
+  CHECK_FALSE(agent.act(0, o[0].data(), &action).ok());
+  // The final checkpoint is a policy the game can ship.
+  auto shipped = troupe::policy::load(s.run_dir());
+  REQUIRE_MESSAGE(shipped.ok(), (shipped ? std::string() : shipped.err().message));
+  CHECK(shipped->obs_dim() == 4);
+}
