@@ -379,9 +379,9 @@ int main(int argc, char** argv) {
 
   seconds = now_s() - start;
   memset(&p, 0, sizeof p);
-  troupe_session_progress(session, &p);
   troupe_agent_free(agent); /* agents before their session */
-  if ((s = troupe_session_close(session, NULL)) != TROUPE_OK && rc == 0)
+  /* Stops training, writes the final checkpoint and gives the final progress. */
+  if ((s = troupe_session_close(session, &p)) != TROUPE_OK && rc == 0)
     rc = failed("troupe_session_close", s);
   troupe_session_free(session);
 
@@ -397,7 +397,7 @@ int main(int argc, char** argv) {
   printf("policy version %llu, updates %llu, transitions dropped %llu\n",
          (unsigned long long)p.policy_version, (unsigned long long)p.updates,
          (unsigned long long)p.transitions_dropped);
-  printf("mean round return of the last %zu rounds: %.2f (random play: about -6)\n",
+  printf("mean round return of the last %zu rounds: %.2f (random play: about -7)\n",
          n_history, mean);
   free(lanes);
   free(round_return);

@@ -257,7 +257,6 @@ int main(int argc, char** argv) {
   }
 
   const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
-  const auto p = session.progress();
   double mean = NAN;
   if (!last_returns.empty()) {
     mean = 0;
@@ -269,7 +268,9 @@ int main(int argc, char** argv) {
   const double p50 = percentile(latency_us, 0.50), p99 = percentile(latency_us, 0.99);
   const double max =
     latency_us.empty() ? NAN : *std::max_element(latency_us.begin(), latency_us.end());
+  // close() stops training, writes the final checkpoint and gives the final progress.
   auto closed = session.close();
+  const troupe::progress p = closed.ok() ? *closed : session.progress();
   std::printf("\nframes %ld in %.1f s (%s)\n", frame, seconds,
               o.unthrottled ? "unthrottled" : "60 per second");
   std::printf("act() latency over %zu calls: p50 %.2f us, p99 %.2f us, max %.1f us\n",
@@ -279,7 +280,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(p.policy_version),
               static_cast<unsigned long long>(p.updates),
               static_cast<unsigned long long>(p.transitions_dropped));
-  std::printf("mean round return of the last %zu rounds: %.2f (random play: about -6)\n",
+  std::printf("mean round return of the last %zu rounds: %.2f (random play: about -7)\n",
               last_returns.size(), mean);
   if (!closed.ok()) {
     std::fprintf(stderr, "game_loop: %s\n", closed.err().message.c_str());

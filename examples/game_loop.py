@@ -313,10 +313,10 @@ def main():
                 deadline += period
             frame += 1
         seconds = time.perf_counter() - start
-        lib.troupe_session_progress(session, C.byref(progress))
     finally:
         lib.troupe_agent_free(agent)  # agents before their session
-        closed = lib.troupe_session_close(session, None)
+        # Stops training, writes the final checkpoint and gives the final progress.
+        closed = lib.troupe_session_close(session, C.byref(progress))
         lib.troupe_session_free(session)
     check(lib, "troupe_session_close", closed)
     latency_us.sort()
@@ -330,7 +330,7 @@ def main():
     print(f"policy version {progress.policy_version}, updates {progress.updates}, "
           f"transitions dropped {progress.transitions_dropped}")
     print(f"mean round return of the last {len(last_returns)} rounds: {mean:.2f} "
-          "(random play: about -6)")
+          "(random play: about -7)")
     return 0
 
 
