@@ -227,7 +227,7 @@ def main():
     ap.add_argument("--library", default=None)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--frames", type=int, default=0)
-    ap.add_argument("--lanes", type=int, default=8)
+    ap.add_argument("--lanes", type=int, default=32)
     ap.add_argument("--unthrottled", action="store_true")
     ap.add_argument("--no-draw", action="store_true")
     ap.add_argument("--output-dir", default="runs")
@@ -248,10 +248,10 @@ def main():
     out_dir = o.output_dir.replace("\\", "\\\\").replace('"', '\\"')
     config = ("[run]\nname = \"catcher_game_loop_py\"\nseed = 7\ndevice = \"cpu\"\n"
               f"output_dir = \"{out_dir}\"\ncheckpoint_every_updates = 0\n"
-              "[env]\nid = \"Catcher-v0\"\nnum_envs = 8\n"
+              "[env]\nid = \"Catcher-v0\"\nnum_envs = 4\n"
               "[algo]\nname = \"ppo\"\nmode = \"async\"\ntotal_env_steps = 100000000\n"
-              "num_steps = 64\nlearning_rate = 5e-4\nanneal_lr = false\n"
-              "num_minibatches = 4\nupdate_epochs = 4\n")
+              "num_steps = 32\nlearning_rate = 1e-3\nanneal_lr = false\n"
+              "num_minibatches = 2\nupdate_epochs = 4\n")
     session, agent = C.c_void_p(), C.c_void_p()
     check(lib, "troupe_session_open_toml",
           lib.troupe_session_open_toml(ABI_VERSION, config.encode(), b"game_loop_py.toml",
