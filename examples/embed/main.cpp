@@ -1,11 +1,14 @@
 // An embedder's program: registers its own environment (a corridor where the
-// agent walks to a goal), trains it from a config held in the program, and
-// deploys the trained policy. Prints the run folder on its last line.
+// agent walks to a goal), trains it from a config held in the program with
+// the runtime driving, then again from its own loop (the game drives: an
+// agent acts and reports), and deploys the first run's trained policy.
+// Prints the run folder on its last line.
 //
 // usage: embed_cpp OUTPUT_DIR
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <troupe/troupe.hpp>
 
@@ -98,6 +101,52 @@ int main(int argc, char** argv) {
   std::printf("trained %llu env steps in %d corridors\n",
               static_cast<unsigned long long>(final_progress->env_steps),
               rules.instances);
+
+  // The game drives: the program's own loop steps four corridors and asks an
+  // agent for every action; training learns from what it reports.
+  auto game = troupe::session::open_toml(config, "corridor_game.toml",
+                                         {"run.name=\"corridor_game\"",
+                                          "algo.total_env_steps=100000000"});
+  if (!game)
+    return fail("open (game)", game.err());
+  auto agent = game->make_agent(4);
+  if (!agent)
+    return fail("make_agent", agent.err());
+  if (auto ok = game->start(); !ok)
+    return fail("start (game)", ok.err());
+  corridor_rules game_rules;
+  std::vector<corridor> lanes(4, corridor(game_rules));
+  std::vector<float> obs(4 * 2);
+  std::vector<int> elapsed(4, 0);
+  for (size_t i = 0; i < lanes.size(); ++i)
+    lanes[i].reset(i, &obs[2 * i]);
+  uint64_t steps = 0;
+  // Bounded: two updates need 256 reported steps per learner batch.
+  while (game->progress().updates < 2 && steps < 2000000) {
+    for (size_t i = 0; i < lanes.size(); ++i, ++steps) {
+      float action = 0;
+      if (auto ok = agent->act(i, &obs[2 * i], &action); !ok)
+        return fail("agent::act", ok.err());
+      double reward = 0;
+      bool terminated = false, truncated = false;
+      (void)lanes[i].step(&action, &obs[2 * i], reward, terminated, truncated);
+      if (!terminated && ++elapsed[i] == 25)
+        truncated = true; // the game's own time limit
+      float final_obs[2] = {obs[2 * i], obs[2 * i + 1]};
+      if (auto ok = agent->report(i, reward, terminated, truncated, final_obs); !ok)
+        return fail("agent::report", ok.err());
+      if (terminated || truncated) {
+        lanes[i].reset(steps, &obs[2 * i]);
+        elapsed[i] = 0;
+      }
+    }
+  }
+  auto game_progress = game->close();
+  if (!game_progress)
+    return fail("close (game)", game_progress.err());
+  std::printf("game-driven: %llu updates from %llu steps of the program's loop\n",
+              static_cast<unsigned long long>(game_progress->updates),
+              static_cast<unsigned long long>(steps));
 
   // Deployment: the trained policy without a session.
   auto policy = troupe::policy::load(run_dir);

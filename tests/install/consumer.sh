@@ -50,6 +50,8 @@ cat "$tmp/cpp.out"
 run_dir=$(tail -n 1 "$tmp/cpp.out")
 [ -d "$run_dir/checkpoints" ] || fail "embed_cpp's last line is not a run folder: $run_dir"
 grep -q '^trained [0-9]* env steps' "$tmp/cpp.out" || fail "embed_cpp did not train"
+grep -q '^game-driven: [1-9][0-9]* updates' "$tmp/cpp.out" ||
+  fail "embed_cpp did not train from its own loop"
 out=$("$tmp/embed/embed_c" "$run_dir" 0.0 3.0) || fail "embed_c failed: $out"
 echo "$out"
 [[ $out == "obs_dim 2, discrete, action "[01] ]] || fail "embed_c printed '$out'"
