@@ -1,7 +1,7 @@
 // The game-driven form through the public C++ API: a session's agent acts
 // and reports from the test's own loop (CartPole stepped by the caller), its
-// errors name the call, slot, rule and value, and the learners learn from
-// what the game reports.
+// errors name the call, slot, rule and value, the learners learn from what
+// the game reports, and a slot whose thread stops calling stalls nothing.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -64,6 +64,9 @@ TEST_CASE("a game-driven session acts from the caller's loop and learns from wha
   float bad[4] = {0, std::numeric_limits<float>::quiet_NaN(), 0, 0};
   CHECK(contains(agent.act(0, bad, &action), "nan"));
   CHECK_FALSE(agent.report(1, 1.0, false, false).ok()); // no act before it
+  REQUIRE(agent.act(1, obs, &action).ok());
+  CHECK(contains(agent.act(1, obs, &action), "report")); // act twice without report
+  REQUIRE(agent.report(1, 1.0, false, false).ok());
 
   // The game: CartPole stepped by the caller, one environment per slot.
   std::vector<std::unique_ptr<troupe::envs::env>> games;
@@ -76,9 +79,14 @@ TEST_CASE("a game-driven session acts from the caller's loop and learns from wha
   }
   uint64_t acted = 0;
   bool learned = false;
+  // The last slot's "game thread" acts once and then stops calling (it never
+  // reports): the other slots' transitions must keep training going.
+  const size_t stalled = slots - 1;
+  REQUIRE(agent.act(stalled, o[stalled].data(), &action).ok());
+  ++acted;
   // Bounded: 3 updates need a few thousand steps; 2 million is far beyond.
   for (uint64_t step = 0; step < 2000000 && !learned; ++step) {
-    const size_t i = step % slots;
+    const size_t i = step % (slots - 1);
     REQUIRE(agent.act(i, o[i].data(), &action).ok());
     ++acted;
     auto r = games[i]->step(&action, o[i].data());
