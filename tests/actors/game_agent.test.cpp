@@ -344,7 +344,10 @@ TEST_CASE("game agent segments match a float64 reference: normalized and raw "
   REQUIRE(completed.size() >= 8);
 
   for (size_t q = 0; q < completed.size(); ++q) {
-    const auto [s, k] = completed[q];
+    // Plain names, not a structured binding: doctest's CAPTURE is a lambda,
+    // and clang 14 cannot capture structured bindings.
+    const auto s = completed[q].first;
+    const auto k = completed[q].second;
     CAPTURE(q);
     CAPTURE(s);
     CAPTURE(k);

@@ -96,7 +96,11 @@ void check_jsonl_matches_csv(const fs::path& run_dir) {
     REQUIRE(parsed.size() == header.size());
     REQUIRE(cells.size() == header.size());
     size_t k = 0;
-    for (auto& [key, value] : parsed.items()) {
+    for (auto& item : parsed.items()) {
+      // Not a structured binding: CAPTURE is a lambda, and clang 14 cannot
+      // capture structured bindings.
+      const std::string key = item.key();
+      const auto& value = item.value();
       CAPTURE(key);
       CHECK(key == header[k]);
       if (cells[k] == "nan")
