@@ -603,4 +603,38 @@ newest_good_checkpoint(const std::string& run_dir,
                     run_dir, all.size(), list);
 }
 
+result<std::string> resolve_policy_file(const std::string& given,
+                                        const std::function<void(const std::string&)>& report) {
+  namespace fs = std::filesystem;
+  constexpr const char* policy_file_name = "policy.safetensors";
+  std::error_code ec;
+  fs::path p(given);
+  if (fs::is_regular_file(p, ec))
+    return given;
+  if (!fs::is_directory(p, ec))
+    return make_error(errc::not_found, "{}: no such file or folder", given);
+  if (fs::is_regular_file(p / policy_file_name, ec))
+    return (p / policy_file_name).string();
+  if (!fs::is_directory(p / "checkpoints", ec))
+    return make_error(errc::not_found,
+                      "{}: a folder without {} or checkpoints/ (expected a policy file, a "
+                      "checkpoint folder or a run folder)",
+                      given, policy_file_name);
+  auto found = newest_good_checkpoint(
+    p.string(),
+    [&](const std::string& folder) -> status {
+      auto policy = load_checkpoint((fs::path(folder) / policy_file_name).string());
+      if (!policy)
+        return policy.err();
+      return ok_status();
+    },
+    [&](const std::string& why) {
+      if (report)
+        report(why);
+    });
+  if (!found)
+    return found.err();
+  return (fs::path(*found) / policy_file_name).string();
+}
+
 } // namespace troupe::learners

@@ -107,4 +107,12 @@ newest_good_checkpoint(const std::string& run_dir,
                        const std::function<status(const std::string&)>& check,
                        const std::function<void(const std::string&)>& report);
 
+/// The policy file that `given` names: a policy file itself, a checkpoint
+/// folder (its policy.safetensors) or a run folder (the newest checkpoint
+/// whose manifest and policy file read back whole, as newest_good_checkpoint;
+/// each one passed over goes to `report`, which may be empty). errc::not_found
+/// naming `given` when it is none of these.
+result<std::string> resolve_policy_file(const std::string& given,
+                                        const std::function<void(const std::string&)>& report);
+
 } // namespace troupe::learners

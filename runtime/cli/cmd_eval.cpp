@@ -24,49 +24,6 @@ namespace troupe::runtime {
 
 namespace {
 
-namespace fs = std::filesystem;
-
-constexpr const char* policy_file_name = "policy.safetensors";
-
-// -- finding the policy file ---------------------------------------------------
-
-
-// The newest checkpoint of a run folder whose policy file reads back whole
-// (the lookup `troupe train --resume` uses; a damaged one is reported and
-// the one before it taken).
-result<std::string> newest_checkpoint(const fs::path& run_dir) {
-  auto found = learners::newest_good_checkpoint(
-    run_dir.string(),
-    [](const std::string& folder) -> status {
-      auto policy = learners::load_checkpoint((fs::path(folder) / policy_file_name).string());
-      if (!policy)
-        return policy.err();
-      return ok_status();
-    },
-    [](const std::string& why) { std::fprintf(stderr, "troupe: %s\n", why.c_str()); });
-  if (!found)
-    return found.err();
-  return (fs::path(*found) / policy_file_name).string();
-}
-
-// CHECKPOINT as a policy file, a checkpoint folder or a run folder.
-result<std::string> resolve_policy_path(const std::string& given) {
-  std::error_code ec;
-  fs::path p(given);
-  if (fs::is_regular_file(p, ec))
-    return given;
-  if (!fs::is_directory(p, ec))
-    return make_error(errc::not_found, "{}: no such file or folder", given);
-  if (fs::is_regular_file(p / policy_file_name, ec))
-    return (p / policy_file_name).string();
-  if (fs::is_directory(p / "checkpoints", ec))
-    return newest_checkpoint(p);
-  return make_error(errc::not_found,
-                    "{}: a folder without {} or checkpoints/ (expected a policy file, a "
-                    "checkpoint folder or a run folder)",
-                    given, policy_file_name);
-}
-
 // -- matching policy and environment -------------------------------------------
 
 std::string describe_head(const learners::model_spec& spec) {
@@ -232,7 +189,9 @@ int cmd_eval(const args_t& args) {
   options.seed = static_cast<uint64_t>(*seed);
   options.stochastic = parsed->flag("stochastic");
 
-  auto policy_path = resolve_policy_path(parsed->positional[0]);
+  auto policy_path = learners::resolve_policy_file(
+    parsed->positional[0],
+    [](const std::string& why) { std::fprintf(stderr, "troupe: %s\n", why.c_str()); });
   if (!policy_path)
     return fail(exit_bad_input, policy_path.err().message);
   auto policy = learners::load_checkpoint(*policy_path);

@@ -16,49 +16,6 @@
 
 namespace troupe {
 
-namespace {
-
-namespace fs = std::filesystem;
-
-constexpr const char* policy_file_name = "policy.safetensors";
-
-// The newest checkpoint folder of `run_dir` whose policy file reads back whole;
-// rejected ones are named in the error when none is left.
-result<std::string> newest_policy_file(const std::string& run_dir) {
-  auto found = learners::newest_good_checkpoint(
-    run_dir,
-    [](const std::string& folder) -> status {
-      auto p = learners::load_checkpoint((fs::path(folder) / policy_file_name).string());
-      if (!p)
-        return p.err();
-      return ok_status();
-    },
-    [](const std::string&) {});
-  if (!found)
-    return found.err();
-  return (fs::path(*found) / policy_file_name).string();
-}
-
-// `given` as a policy file, a checkpoint folder or a run folder.
-result<std::string> resolve_policy_path(const std::string& given) {
-  std::error_code ec;
-  fs::path p(given);
-  if (fs::is_regular_file(p, ec))
-    return given;
-  if (!fs::is_directory(p, ec))
-    return make_error(errc::not_found, "policy::load: {}: no such file or folder", given);
-  if (fs::is_regular_file(p / policy_file_name, ec))
-    return (p / policy_file_name).string();
-  if (fs::is_directory(p / "checkpoints", ec))
-    return newest_policy_file(p.string());
-  return make_error(errc::not_found,
-                    "policy::load: {}: a folder without {} or checkpoints/ (expected a "
-                    "policy file, a checkpoint folder or a run folder)",
-                    given, policy_file_name);
-}
-
-} // namespace
-
 struct policy::impl {
   learners::policy_checkpoint checkpoint;
   std::string source;
@@ -66,9 +23,9 @@ struct policy::impl {
 
 result<policy> policy::load(const std::string& path) {
   return embed::guarded<policy>("policy::load", [&]() -> result<policy> {
-    auto file = resolve_policy_path(path);
+    auto file = learners::resolve_policy_file(path, {});
     if (!file)
-      return file.err();
+      return error{file.err().code, "policy::load: " + file.err().message};
     auto loaded = learners::load_checkpoint(*file);
     if (!loaded)
       return loaded.err();
