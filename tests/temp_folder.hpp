@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <random>
 #include <fstream>
 #include <string>
 
@@ -12,6 +13,13 @@
 
 namespace troupe::test {
 
+/// A random name part (not fresh_seed: a replayed seed must not make two
+/// folders share a name).
+inline uint64_t unique_suffix() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) | device();
+}
+
 /// A temporary folder, removed with everything in it at scope exit.
 struct temp_folder {
   std::filesystem::path path;  ///< where the folder is
@@ -19,7 +27,7 @@ struct temp_folder {
   /// Creates `<tmp>/troupe-PREFIX-<random>`; the prefix says which test made it.
   explicit temp_folder(const std::string& prefix) {
     path = std::filesystem::temp_directory_path()
-           / fmt::format("troupe-{}-{}", prefix, fresh_seed());
+           / fmt::format("troupe-{}-{:016x}", prefix, unique_suffix());
     std::filesystem::create_directories(path);
   }
   ~temp_folder() {

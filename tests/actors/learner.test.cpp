@@ -17,17 +17,10 @@
 #include "kernels/rng.hpp"
 #include "learners/rollout.hpp"
 #include "tests/actors/ask.hpp"
+#include "tests/seed.hpp"
 
 using namespace troupe;
-
-namespace {
-
-uint64_t fresh_seed() {
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) | device();
-}
-
-} // namespace
+using troupe::test::fresh_seed;
 
 TEST_CASE("GAE over an autoreset batch matches a per-environment float64 recursion that "
           "bootstraps truncations and cuts at episode ends") {

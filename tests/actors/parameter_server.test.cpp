@@ -17,16 +17,13 @@
 #include "actors/parameter_server.hpp"
 #include "tests/actors/ask.hpp"
 #include "tests/actors/stepped.hpp"
+#include "tests/seed.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
+using troupe::test::fresh_seed;
 
 namespace {
-
-uint64_t fresh_seed() {
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) | device();
-}
 
 struct server_fixture {
   caf::actor_system_config cfg;

@@ -13,14 +13,12 @@
 #include "kernels/normalize.hpp"
 #include "kernels/policy_heads.hpp"
 #include "tests/skip.hpp"
+#include "tests/seed.hpp"
 
 using namespace troupe::kernels;
+using troupe::test::fresh_seed;
 
 namespace {
-
-uint64_t fresh_seed() {
-  return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-}
 
 std::vector<float> random_floats(size_t n, std::mt19937_64& rng, float scale = 1.0f) {
   std::normal_distribution<float> normal(0.0f, scale);

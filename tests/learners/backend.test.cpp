@@ -7,14 +7,12 @@
 #include <doctest/doctest.h>
 
 #include "tests/skip.hpp"
+#include "tests/seed.hpp"
 
 using namespace troupe::learners;
+using troupe::test::fresh_seed;
 
 namespace {
-
-uint64_t fresh_seed() {
-  return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-}
 
 struct host_batch {
   std::vector<float> obs, box_actions, old_logp, adv, ret, old_v;

@@ -2,6 +2,7 @@
 // differences of the loss in float64, for every loss, head, activation and
 // normalization mode.
 #include "learners/losses.hpp"
+#include "tests/seed.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,12 +14,9 @@
 #include <doctest/doctest.h>
 
 using namespace troupe::learners;
+using troupe::test::fresh_seed;
 
 namespace {
-
-uint64_t fresh_seed() {
-  return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-}
 
 struct check_result {
   size_t checked = 0;

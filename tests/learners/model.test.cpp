@@ -1,4 +1,5 @@
 #include "learners/model.hpp"
+#include "tests/seed.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,12 +8,9 @@
 #include <doctest/doctest.h>
 
 using namespace troupe::learners;
+using troupe::test::fresh_seed;
 
 namespace {
-
-uint64_t fresh_seed() {
-  return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-}
 
 model_spec discrete_spec(std::vector<int64_t> hidden, batch_norm_mode bn) {
   model_spec s;

@@ -1,4 +1,5 @@
 #include "learners/optimizer.hpp"
+#include "tests/seed.hpp"
 
 #include <cmath>
 #include <random>
@@ -6,14 +7,7 @@
 #include <doctest/doctest.h>
 
 using namespace troupe::learners;
-
-namespace {
-
-uint64_t fresh_seed() {
-  return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-}
-
-} // namespace
+using troupe::test::fresh_seed;
 
 TEST_CASE("Adam follows PyTorch's update with bias correction and eps after the root") {
   auto seed = fresh_seed();
