@@ -15,6 +15,9 @@ std::string error_message(caf::actor_system& sys, const caf::error& e) {
 
 void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<moments_delta>("moments_delta");
+  cfg.add_message_type<delta_ack>("delta_ack");
+  cfg.add_message_type<delta_acks>("delta_acks");
+  cfg.add_message_type<delta_outbox_status>("delta_outbox_status");
   cfg.add_message_type<stream_decl>("stream_decl");
   cfg.add_message_type<stream_status>("stream_status");
   cfg.add_message_type<learners::stats_snapshot>("stats_snapshot");

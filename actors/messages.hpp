@@ -27,23 +27,86 @@ using save_atom = caf::atom_constant<caf::atom("save")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using publish_atom = caf::atom_constant<caf::atom("publish")>;
 using sync_atom = caf::atom_constant<caf::atom("sync")>;
+using ack_atom = caf::atom_constant<caf::atom("ack")>;
+using fence_atom = caf::atom_constant<caf::atom("fence")>;
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
 
 // -- statistics --------------------------------------------------------------
 
 /// The moments of one batch (never a worker's accumulated state), sent by a
-/// worker to the statistics keeper.
+/// worker to the statistics keeper. A sequenced delta (incarnation != 0)
+/// covers the sender's sequence numbers [seq_first, seq_last] of its stream
+/// (one batch: seq_first == seq_last; a resend merges several into one); the
+/// keeper merges it at most once and in order per (worker, incarnation,
+/// stream). Incarnation 0 is unsequenced: merged as it comes, never
+/// deduplicated (in-process senders that talk to the keeper directly).
 struct moments_delta {
   std::string stream;       ///< name of the statistics stream, e.g. "obs"
-  std::string worker;       ///< who computed it, named in rejection logs
+  std::string worker;       ///< who computed it (host/sender name), named in logs
   uint64_t count = 0;       ///< samples in the batch
   std::vector<double> mean; ///< per-dimension batch mean
   std::vector<double> m2;   ///< per-dimension sum of squared deviations
+  uint64_t incarnation = 0; ///< random nonzero id of the sender's life; 0: unsequenced
+  uint64_t seq_first = 0;   ///< first sequence number covered (from 1)
+  uint64_t seq_last = 0;    ///< last sequence number covered (>= seq_first)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, moments_delta& x) {
-  return f(caf::meta::type_name("moments_delta"), x.stream, x.worker, x.count,
-           x.mean, x.m2);
+  return f(caf::meta::type_name("moments_delta"), x.stream, x.worker, x.count, x.mean,
+           x.m2, x.incarnation, x.seq_first, x.seq_last);
+}
+
+/// The keeper's cumulative acknowledgement of one sender's stream: every
+/// sequence number up to `last` of (worker, incarnation, stream) is merged.
+struct delta_ack {
+  std::string worker;       ///< sender name
+  uint64_t incarnation = 0; ///< sender incarnation
+  std::string stream;       ///< stream name
+  uint64_t last = 0;        ///< last merged sequence number (0: none)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delta_ack& x) {
+  return f(caf::meta::type_name("delta_ack"), x.worker, x.incarnation, x.stream, x.last);
+}
+
+/// Every stream's cumulative ack of one (worker, incarnation): the answer to
+/// (ack_atom, worker, incarnation) and (fence_atom, worker, incarnation).
+struct delta_acks {
+  std::string worker;       ///< sender name
+  uint64_t incarnation = 0; ///< sender incarnation
+  bool fenced = false;      ///< the incarnation is fenced: nothing more merges
+  std::map<std::string, uint64_t> last; ///< stream -> last merged sequence number
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delta_acks& x) {
+  return f(caf::meta::type_name("delta_acks"), x.worker, x.incarnation, x.fenced, x.last);
+}
+
+/// Counters of a delta outbox (actors/delta_outbox.hpp).
+struct delta_outbox_status {
+  std::string worker;       ///< the host's sender name
+  uint64_t incarnation = 0; ///< current incarnation (a new one after each reconnect)
+  uint64_t received = 0;    ///< deltas received from local senders
+  uint64_t sent = 0;        ///< deltas sent to the keeper (resends included)
+  uint64_t resent = 0;      ///< merged resends sent at reconnects
+  uint64_t unacked = 0;     ///< sent deltas not yet acknowledged, all streams
+  uint64_t held = 0; ///< streams with merged deltas held back (window full or offline)
+  uint64_t acked_samples = 0; ///< samples the keeper acknowledged as merged
+  uint64_t acked_deltas = 0;  ///< local deltas the keeper acknowledged as merged
+  bool connected = false;     ///< a keeper is set and no reconnect is under way
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delta_outbox_status& x) {
+  return f(caf::meta::type_name("delta_outbox_status"), x.worker, x.incarnation,
+           x.received, x.sent, x.resent, x.unacked, x.held, x.acked_samples,
+           x.acked_deltas, x.connected);
 }
 
 /// A stream's declaration: name, dimension and mode.
@@ -69,12 +132,18 @@ struct stream_status {
   uint64_t published = 0;   ///< version of the latest published snapshot
   uint64_t rejected = 0;    ///< deltas rejected
   std::map<std::string, uint64_t> rejected_by_worker; ///< worker -> rejected deltas
+  uint64_t duplicates = 0; ///< sequenced deltas dropped as already merged
+  std::map<std::string, uint64_t> duplicates_by_worker; ///< worker -> duplicates
+  uint64_t out_of_order = 0; ///< dropped: not starting right after the last merged one
+  uint64_t fenced = 0;       ///< dropped: from a fenced incarnation
+  std::map<std::string, uint64_t> fenced_by_worker; ///< worker -> fenced drops
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_status& x) {
-  return f(caf::meta::type_name("stream_status"), x.name, x.dim, x.version,
-           x.count, x.published, x.rejected, x.rejected_by_worker);
+  return f(caf::meta::type_name("stream_status"), x.name, x.dim, x.version, x.count,
+           x.published, x.rejected, x.rejected_by_worker, x.duplicates,
+           x.duplicates_by_worker, x.out_of_order, x.fenced, x.fenced_by_worker);
 }
 
 // -- environment runner ------------------------------------------------------
@@ -179,7 +248,10 @@ using row_atom = caf::atom_constant<caf::atom("row")>;
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
 using runner_atom = caf::atom_constant<caf::atom("runner")>;
 
-/// One learner's gradient for the parameter server.
+/// One learner's gradient for the parameter server. With incarnation != 0 the
+/// server applies it at most once per (worker, incarnation, learner, sequence)
+/// and refuses it once (worker, incarnation) is fenced; incarnation 0 is
+/// unsequenced (in-process learners).
 struct gradient_update {
   std::string learner;       ///< who computed it
   uint64_t base_version = 0; ///< version of the weights it was computed on
@@ -188,12 +260,16 @@ struct gradient_update {
   std::vector<float> grad;   ///< param_count numbers
   std::vector<float> buffers; ///< local batch norm: the learner's running stats (may be empty)
   uint64_t batch_env_steps = 0; ///< on a batch's last gradient: the batch's env steps
+  std::string worker{};         ///< host/sender name (empty: the learner's name)
+  uint64_t incarnation = 0; ///< random nonzero id of the sender's life; 0: unsequenced
+  uint64_t sequence = 0;    ///< 1, 2, 3... per (worker, incarnation, learner)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_update& x) {
   return f(caf::meta::type_name("gradient_update"), x.learner, x.base_version, x.samples,
-           x.learning_rate, x.grad, x.buffers, x.batch_env_steps);
+           x.learning_rate, x.grad, x.buffers, x.batch_env_steps, x.worker, x.incarnation,
+           x.sequence);
 }
 
 /// The parameter server's weights at one version.
@@ -201,15 +277,20 @@ struct weights_reply {
   uint64_t version = 0;       ///< optimizer steps applied
   bool applied = true;        ///< false when the gradient was dropped as stale
   bool draining = false;      ///< the run is stopping: nothing is applied any more
-  bool rejected = false;      ///< the gradient held a non-finite number: not applied
+  bool rejected =
+    false; ///< the gradient held a non-finite number, or was fenced: not applied
   std::vector<float> params;  ///< flat parameters
   std::vector<float> buffers; ///< flat buffers (batch-norm running statistics)
+  bool duplicate =
+    false; ///< its (worker, incarnation, learner, sequence) was seen: not applied again
+  bool fenced =
+    false; ///< its (worker, incarnation) is fenced: refused (rejected is set too)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, weights_reply& x) {
   return f(caf::meta::type_name("weights_reply"), x.version, x.applied, x.draining,
-           x.rejected, x.params, x.buffers);
+           x.rejected, x.params, x.buffers, x.duplicate, x.fenced);
 }
 
 /// Counters of the parameter server.
@@ -223,13 +304,19 @@ struct parameter_server_status {
   uint64_t env_steps = 0; ///< their environment steps: the counters a checkpoint keeps
   uint64_t rejected = 0;  ///< gradients rejected for a non-finite number (never applied)
   std::map<std::string, uint64_t> rejected_by_learner; ///< the same, by learner name
+  uint64_t duplicates = 0; ///< sequenced gradients seen before: not applied again
+  uint64_t fenced = 0;     ///< gradients refused from a fenced incarnation
+  std::map<std::string, uint64_t> fenced_by_worker;   ///< the same, by worker name
+  std::map<std::string, uint64_t> rejected_by_worker; ///< non-finite ones, by worker name
+  uint64_t members = 0; ///< sync: learners the step under way waits for
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, parameter_server_status& x) {
   return f(caf::meta::type_name("parameter_server_status"), x.version, x.received,
            x.applied, x.dropped, x.max_staleness_seen, x.batches, x.env_steps, x.rejected,
-           x.rejected_by_learner);
+           x.rejected_by_learner, x.duplicates, x.fenced, x.fenced_by_worker,
+           x.rejected_by_worker, x.members);
 }
 
 /// Everything the parameter server owns, for checkpoints.

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -17,6 +20,9 @@ namespace {
 // sync mode: one learner's gradient waiting for the step to complete.
 struct pending_gradient {
   std::string learner;
+  std::string worker;
+  uint64_t incarnation = 0;
+  uint64_t sequence = 0;
   caf::typed_response_promise<weights_reply> promise;
   uint64_t samples = 0;
   double learning_rate = 0;
@@ -35,6 +41,16 @@ struct server_state {
   // sync mode: the step being gathered, at most one gradient per learner name
   std::vector<pending_gradient> pending;
   std::vector<float> step_grad;
+  // sync membership: the learners a step waits for. Until num_learners names
+  // were seen, a new name takes one of the `unnamed` places; later a new name
+  // (or a join) takes part from the next step, its gradient held meanwhile.
+  std::set<std::string> members;
+  uint64_t unnamed = 0;
+  std::set<std::string> joining;
+  std::vector<pending_gradient> next_step;
+  // At most once: highest sequence seen per (worker, incarnation, learner).
+  std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t> seen;
+  std::set<std::pair<std::string, uint64_t>> fenced;
   uint64_t logged_drops = 0;
   uint64_t logged_rejects = 0;
   bool draining = false; // stopping: answer at once, apply nothing
@@ -43,8 +59,28 @@ struct server_state {
 using server_actor = caf::stateful_actor<server_state>;
 
 weights_reply current(const server_state& st, bool applied) {
-  return weights_reply{st.counters.version, applied,   st.draining, false,
-                       st.params,           st.buffers};
+  return weights_reply{st.counters.version, applied,    st.draining, false,
+                       st.params,           st.buffers, false,       false};
+}
+
+const std::string& worker_of(const gradient_update& g) {
+  return g.worker.empty() ? g.learner : g.worker;
+}
+
+// sync: how many gradients the step under way waits for.
+uint64_t expected(const server_state& st) {
+  return st.members.size() + st.unnamed;
+}
+
+// sync: the count-weighted mean of the pending gradients, applied once;
+// every waiting learner is answered with the new version. Then the learners
+// that joined meanwhile become members and their held gradients open the
+// next step.
+void complete_step(server_state& st);
+
+void maybe_complete(server_state& st) {
+  if (!st.pending.empty() && st.pending.size() >= expected(st))
+    complete_step(st);
 }
 
 // A batch is counted when its last gradient is applied or dropped (not while
@@ -84,6 +120,41 @@ std::string first_non_finite(const gradient_update& g) {
   return {};
 }
 
+void complete_step(server_state& s) {
+  // The count-weighted mean, in double.
+  double total = 0, lr = 0;
+  for (auto& q : s.pending) {
+    total += static_cast<double>(q.samples);
+    lr += q.learning_rate;
+  }
+  lr /= static_cast<double>(s.pending.size());
+  std::vector<double> sum(s.params.size(), 0.0);
+  for (auto& q : s.pending) {
+    const double w = static_cast<double>(q.samples);
+    for (size_t i = 0; i < sum.size(); ++i)
+      sum[i] += w * q.grad[i];
+  }
+  s.step_grad.resize(sum.size());
+  for (size_t i = 0; i < sum.size(); ++i)
+    s.step_grad[i] = static_cast<float>(sum[i] / total);
+  install_buffers(s, s.pending.back().buffers); // the last to arrive, as before
+  apply(s, s.step_grad, lr);
+  s.counters.applied += s.pending.size();
+  for (auto& q : s.pending)
+    count_batch(s, q.batch_env_steps);
+  auto reply = current(s, true);
+  auto waiting = std::move(s.pending);
+  s.pending.clear();
+  for (auto& q : waiting)
+    q.promise.deliver(reply);
+  for (auto& name : s.joining)
+    s.members.insert(name);
+  s.joining.clear();
+  s.pending = std::move(s.next_step);
+  s.next_step.clear();
+  maybe_complete(s);
+}
+
 caf::behavior parameter_server(server_actor* self, parameter_server_options opts,
                                std::vector<float> params, std::vector<float> buffers,
                                std::shared_ptr<policy_store> store) {
@@ -94,6 +165,7 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
   st.buffers = std::move(buffers);
   st.store = std::move(store);
   st.adam = std::make_unique<learners::adam_optimizer>(st.params.size(), st.opts.adam);
+  st.unnamed = st.opts.num_learners;
   return {
     [self](gradient_update& g) -> caf::result<weights_reply> {
       auto& s = self->state;
@@ -109,11 +181,37 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       s.counters.max_staleness_seen = std::max(s.counters.max_staleness_seen, staleness);
       if (s.draining)
         return current(s, false);
+      if (g.incarnation != 0) {
+        const auto& worker = worker_of(g);
+        if (s.fenced.count({worker, g.incarnation})) {
+          s.counters.fenced += 1;
+          s.counters.fenced_by_worker[worker] += 1;
+          if (s.counters.fenced_by_worker[worker] <= 5)
+            write_log(s.opts.log,
+                      fmt::format("parameter server: refused a gradient from '{}' of "
+                                  "worker '{}': its incarnation {:#x} is fenced",
+                                  g.learner, worker, g.incarnation));
+          auto reply = current(s, false);
+          reply.rejected = reply.fenced = true;
+          return reply;
+        }
+        // Learners send in order and wait for each answer: a sequence at or
+        // below the highest seen is a resend of one handled already.
+        auto& high = s.seen[std::make_tuple(worker, g.incarnation, g.learner)];
+        if (g.sequence <= high) {
+          s.counters.duplicates += 1;
+          auto reply = current(s, false);
+          reply.duplicate = true;
+          return reply;
+        }
+        high = g.sequence;
+      }
       // A NaN or infinity would pass the clipping test (a NaN norm compares
       // false) and poison Adam's moments for good: rejected, never applied.
       if (const auto bad = first_non_finite(g); !bad.empty()) {
         s.counters.rejected += 1;
         s.counters.rejected_by_learner[g.learner] += 1;
+        s.counters.rejected_by_worker[worker_of(g)] += 1;
         if (s.logged_rejects++ < 5)
           write_log(
             s.opts.log,
@@ -151,10 +249,34 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       // queued before the supervisor saw it die): the orphan is answered,
       // unapplied, and the replacement's takes its place.
       auto promise = self->make_response_promise<weights_reply>();
-      pending_gradient p{
-        g.learner,           promise,           std::max<uint64_t>(g.samples, 1),
-        g.learning_rate,     g.batch_env_steps, std::move(g.grad),
-        std::move(g.buffers)};
+      pending_gradient p{g.learner,         worker_of(g),
+                         g.incarnation,     g.sequence,
+                         promise,           std::max<uint64_t>(g.samples, 1),
+                         g.learning_rate,   g.batch_env_steps,
+                         std::move(g.grad), std::move(g.buffers)};
+      if (!s.members.count(p.learner)) {
+        if (s.unnamed > 0 && !s.joining.count(p.learner)) {
+          s.unnamed -= 1;
+          s.members.insert(p.learner);
+        } else if (s.pending.empty()) {
+          // No step under way: a new learner takes part at once.
+          s.joining.erase(p.learner);
+          s.members.insert(p.learner);
+        } else {
+          // A step is under way: it takes part from the next one.
+          s.joining.insert(p.learner);
+          auto held = std::find_if(
+            s.next_step.begin(), s.next_step.end(),
+            [&](const pending_gradient& q) { return q.learner == p.learner; });
+          if (held != s.next_step.end()) {
+            held->promise.deliver(current(s, false));
+            *held = std::move(p);
+          } else {
+            s.next_step.push_back(std::move(p));
+          }
+          return promise;
+        }
+      }
       auto same =
         std::find_if(s.pending.begin(), s.pending.end(),
                      [&](const pending_gradient& q) { return q.learner == p.learner; });
@@ -168,35 +290,66 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       } else {
         s.pending.push_back(std::move(p));
       }
-      if (s.pending.size() < s.opts.num_learners)
-        return promise;
-      // Every learner is in: the count-weighted mean, in double.
-      double total = 0, lr = 0;
-      for (auto& q : s.pending) {
-        total += static_cast<double>(q.samples);
-        lr += q.learning_rate;
-      }
-      lr /= static_cast<double>(s.pending.size());
-      std::vector<double> sum(s.params.size(), 0.0);
-      for (auto& q : s.pending) {
-        const double w = static_cast<double>(q.samples);
-        for (size_t i = 0; i < sum.size(); ++i)
-          sum[i] += w * q.grad[i];
-      }
-      s.step_grad.resize(sum.size());
-      for (size_t i = 0; i < sum.size(); ++i)
-        s.step_grad[i] = static_cast<float>(sum[i] / total);
-      install_buffers(s, s.pending.back().buffers); // the last to arrive, as before
-      apply(s, s.step_grad, lr);
-      s.counters.applied += s.pending.size();
-      for (auto& q : s.pending)
-        count_batch(s, q.batch_env_steps);
-      auto reply = current(s, true);
-      auto waiting = std::move(s.pending);
-      s.pending.clear();
-      for (auto& q : waiting)
-        q.promise.deliver(reply);
+      maybe_complete(s);
       return promise;
+    },
+    [self](leave_atom, const std::string& learner) -> uint64_t {
+      // The learner's host is lost (or it ended): the step under way
+      // completes with the rest; its own waiting gradient is answered unapplied.
+      auto& s = self->state;
+      if (s.members.erase(learner) == 0 && !s.joining.erase(learner) && s.unnamed > 0)
+        s.unnamed -= 1; // one of the learners that never sent a gradient
+      s.joining.erase(learner);
+      for (auto* list : {&s.pending, &s.next_step}) {
+        auto it =
+          std::find_if(list->begin(), list->end(),
+                       [&](const pending_gradient& q) { return q.learner == learner; });
+        if (it != list->end()) {
+          it->promise.deliver(current(s, false));
+          list->erase(it);
+        }
+      }
+      maybe_complete(s);
+      return expected(s);
+    },
+    [self](join_atom, const std::string& learner) -> uint64_t {
+      // A new learner: it takes part from the next step, never the one under way.
+      auto& s = self->state;
+      if (!s.members.count(learner)) {
+        if (s.pending.empty())
+          s.members.insert(learner);
+        else
+          s.joining.insert(learner);
+      }
+      return expected(s);
+    },
+    [self](fence_atom, const std::string& worker, uint64_t incarnation) -> uint64_t {
+      // A lost host's incarnation: its later gradients are refused; one
+      // waiting in a sync step is answered refused and leaves the step.
+      auto& s = self->state;
+      if (s.fenced.insert({worker, incarnation}).second)
+        write_log(s.opts.log,
+                  fmt::format("parameter server: fenced worker '{}' incarnation {:#x}: "
+                              "its later gradients are refused",
+                              worker, incarnation));
+      uint64_t refused = 0;
+      for (auto* list : {&s.pending, &s.next_step}) {
+        for (auto it = list->begin(); it != list->end();) {
+          if (it->worker == worker && it->incarnation == incarnation) {
+            auto reply = current(s, false);
+            reply.rejected = reply.fenced = true;
+            it->promise.deliver(std::move(reply));
+            s.counters.fenced += 1;
+            s.counters.fenced_by_worker[worker] += 1;
+            it = list->erase(it);
+            ++refused;
+          } else {
+            ++it;
+          }
+        }
+      }
+      maybe_complete(s);
+      return refused;
     },
     [self](weights_atom) { return current(self->state, true); },
     [self](stop_atom) {
@@ -208,8 +361,15 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       for (auto& p : s.pending)
         p.promise.deliver(reply);
       s.pending.clear();
+      for (auto& p : s.next_step)
+        p.promise.deliver(reply);
+      s.next_step.clear();
     },
-    [self](status_atom) { return self->state.counters; },
+    [self](status_atom) {
+      auto out = self->state.counters;
+      out.members = expected(self->state);
+      return out;
+    },
     [self](state_atom) {
       auto& s = self->state;
       parameter_server_state out;

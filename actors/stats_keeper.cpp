@@ -104,10 +104,22 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
     },
     [self](const moments_delta& d) {
       auto& st = self->state;
-      if (auto ok = st.streams.merge(d); !ok) {
+      delta_outcome outcome = delta_outcome::merged;
+      if (auto ok = st.streams.merge(d, &outcome); !ok) {
         on_rejected(self, d, ok.err());
         return;
       }
+      if (d.incarnation != 0 && outcome != delta_outcome::fenced) {
+        // A cumulative ack to the sender, also for a duplicate (its earlier
+        // ack may be what was lost) and a gap (tells it where to resend from).
+        if (auto sender = caf::actor_cast<caf::actor>(self->current_sender())) {
+          auto acks = st.streams.acks_of({d.worker, d.incarnation});
+          self->send(sender,
+                     delta_ack{d.worker, d.incarnation, d.stream, acks.last[d.stream]});
+        }
+      }
+      if (outcome != delta_outcome::merged)
+        return;
       auto& pub = st.pubs[d.stream];
       if (++pub.unpublished_merges >= st.opts.publish_every_merges) {
         publish(self, d.stream);
@@ -163,6 +175,20 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
       return caf::ok_atom::value;
     },
     [](sync_atom) { return sync_atom::value; },
+    [self](ack_atom, const std::string& worker, uint64_t incarnation) {
+      return self->state.streams.acks_of({worker, incarnation});
+    },
+    [self](fence_atom, const std::string& worker, uint64_t incarnation) {
+      auto& st = self->state;
+      if (!st.streams.is_fenced({worker, incarnation}))
+        write_log(
+          st.opts.log,
+          fmt::format("troupe stats_keeper: fenced worker '{}' incarnation {:#x}: "
+                      "its later deltas are dropped",
+                      worker, incarnation));
+      st.streams.fence({worker, incarnation});
+      return st.streams.acks_of({worker, incarnation});
+    },
   };
 }
 

@@ -73,7 +73,9 @@ std::ptrdiff_t first_non_finite(const std::vector<double>& xs) {
 
 } // namespace
 
-status stats_streams::merge(const moments_delta& d) {
+status stats_streams::merge(const moments_delta& d, delta_outcome* outcome) {
+  if (outcome)
+    *outcome = delta_outcome::merged;
   auto i = streams_.find(d.stream);
   if (i == streams_.end()) {
     ++rejected_unknown_;
@@ -109,6 +111,38 @@ status stats_streams::merge(const moments_delta& d) {
         return reject(errc::invalid_argument,
                       fmt::format("m2[{}] must be >= 0, got {}", j, d.m2[j]));
   }
+  uint64_t* last = nullptr;
+  if (d.incarnation != 0) {
+    if (d.seq_first == 0 || d.seq_last < d.seq_first)
+      return reject(errc::invalid_argument,
+                    fmt::format("sequence range [{}, {}] of incarnation {:#x} is not a "
+                                "range of numbers from 1",
+                                d.seq_first, d.seq_last, d.incarnation));
+    auto drop = [&](delta_outcome why) -> status {
+      if (outcome)
+        *outcome = why;
+      return {};
+    };
+    if (fenced_.count({d.worker, d.incarnation})) {
+      ++s.fenced;
+      ++s.fenced_by_worker[d.worker];
+      return drop(delta_outcome::fenced);
+    }
+    auto found = last_merged_.find(std::make_tuple(d.worker, d.incarnation, d.stream));
+    const uint64_t prev = found == last_merged_.end() ? 0 : found->second;
+    if (d.seq_last <= prev) {
+      ++s.duplicates;
+      ++s.duplicates_by_worker[d.worker];
+      return drop(delta_outcome::duplicate);
+    }
+    if (d.seq_first != prev + 1) {
+      ++s.out_of_order;
+      return drop(delta_outcome::out_of_order);
+    }
+    last = &last_merged_[std::make_tuple(d.worker, d.incarnation, d.stream)];
+  }
+  if (last)
+    *last = d.seq_last;
   if (s.mode == stats_mode::cumulative) {
     kernels::merge(s.acc.count, s.acc.mean.data(), s.acc.m2.data(), d.count,
                    d.mean.data(), d.m2.data(), s.dim());
@@ -176,6 +210,24 @@ result<stream_status> stats_streams::status_of(const std::string& name) const {
   out.count = s->acc.count;
   out.rejected = s->rejected;
   out.rejected_by_worker = s->rejected_by_worker;
+  out.duplicates = s->duplicates;
+  out.duplicates_by_worker = s->duplicates_by_worker;
+  out.out_of_order = s->out_of_order;
+  out.fenced = s->fenced;
+  out.fenced_by_worker = s->fenced_by_worker;
+  return out;
+}
+
+delta_acks stats_streams::acks_of(const sender_id& sender) const {
+  delta_acks out;
+  out.worker = sender.first;
+  out.incarnation = sender.second;
+  out.fenced = is_fenced(sender);
+  for (auto i = last_merged_.lower_bound({sender.first, sender.second, std::string{}});
+       i != last_merged_.end() && std::get<0>(i->first) == sender.first &&
+       std::get<1>(i->first) == sender.second;
+       ++i)
+    out.last[std::get<2>(i->first)] = i->second;
   return out;
 }
 
@@ -281,6 +333,23 @@ status stats_streams::save(const std::string& path) const {
     payload.put_doubles(s.acc.mean);
     payload.put_doubles(s.mode == stats_mode::ema ? s.ema_var : s.acc.m2);
     payload.put<uint64_t>(s.rejected);
+    payload.put<uint64_t>(s.duplicates);
+    payload.put<uint64_t>(s.out_of_order);
+    payload.put<uint64_t>(s.fenced);
+  }
+  // Version 2: the sender table, so that a resumed keeper still drops a
+  // reconnecting sender's resends of what it merged before the save.
+  payload.put<uint64_t>(last_merged_.size());
+  for (auto& [key, last] : last_merged_) {
+    payload.put_string(std::get<0>(key));
+    payload.put<uint64_t>(std::get<1>(key));
+    payload.put_string(std::get<2>(key));
+    payload.put<uint64_t>(last);
+  }
+  payload.put<uint64_t>(fenced_.size());
+  for (auto& [worker, incarnation] : fenced_) {
+    payload.put_string(worker);
+    payload.put<uint64_t>(incarnation);
   }
   writer file;
   file.out.append(file_magic, sizeof(file_magic));
@@ -306,10 +375,10 @@ status stats_streams::load(const std::string& path) {
     return corrupt("wrong magic (expected a troupe statistics file)");
   reader r{bytes, sizeof(file_magic)};
   auto version = r.get<uint32_t>();
-  if (version != file_version)
+  if (version != 1 && version != file_version)
     return make_error(errc::unsupported_version,
                       "{}: statistics file format version {}, this troupe reads "
-                      "version {}",
+                      "versions 1 to {}",
                       path, version, file_version);
   auto payload_size = r.get<uint64_t>();
   if (payload_size > bytes.size() - head
@@ -345,6 +414,11 @@ status stats_streams::load(const std::string& path) {
       s.acc.m2 = std::move(second);
     }
     s.rejected = p.get<uint64_t>();
+    if (version >= 2) {
+      s.duplicates = p.get<uint64_t>();
+      s.out_of_order = p.get<uint64_t>();
+      s.fenced = p.get<uint64_t>();
+    }
     if (!p.ok)
       break;
     if (s.name.empty() || dim == 0 || !s.acc.well_formed())
@@ -361,9 +435,46 @@ status stats_streams::load(const std::string& path) {
     if (!loaded.emplace(s.name, std::move(s)).second)
       return corrupt("a stream name appears twice");
   }
+  std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t> table;
+  std::set<sender_id> fenced;
+  if (version >= 2 && p.ok) {
+    // Each entry takes at least 28 bytes: a count beyond that is corrupt.
+    auto entries = p.get<uint64_t>();
+    if (entries > payload.size() / 28)
+      return corrupt(fmt::format("sender table of {} entries in a payload of {} bytes",
+                                 entries, payload.size()));
+    for (uint64_t k = 0; k < entries && p.ok; ++k) {
+      auto worker = p.get_string(4096);
+      auto incarnation = p.get<uint64_t>();
+      auto stream = p.get_string(4096);
+      auto last = p.get<uint64_t>();
+      if (!p.ok)
+        break;
+      if (incarnation == 0 || last == 0 || !loaded.count(stream))
+        return corrupt(fmt::format("sender table entry ('{}', {:#x}, '{}', {}): zero "
+                                   "incarnation or sequence, or unknown stream",
+                                   worker, incarnation, stream, last));
+      if (!table.emplace(std::make_tuple(worker, incarnation, stream), last).second)
+        return corrupt("a sender table entry appears twice");
+    }
+    auto n_fenced = p.get<uint64_t>();
+    if (n_fenced > payload.size() / 12)
+      return corrupt(fmt::format("{} fenced senders in a payload of {} bytes", n_fenced,
+                                 payload.size()));
+    for (uint64_t k = 0; k < n_fenced && p.ok; ++k) {
+      auto worker = p.get_string(4096);
+      auto incarnation = p.get<uint64_t>();
+      if (!p.ok)
+        break;
+      if (incarnation == 0 || !fenced.emplace(worker, incarnation).second)
+        return corrupt("a fenced sender with incarnation 0 or listed twice");
+    }
+  }
   if (!p.ok || p.pos != payload.size())
     return corrupt("payload structure does not match its size");
   streams_ = std::move(loaded);
+  last_merged_ = std::move(table);
+  fenced_ = std::move(fenced);
   return {};
 }
 

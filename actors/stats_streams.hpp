@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -39,15 +42,34 @@ struct stats_stream {
   std::vector<double> ema_var;            ///< ema only: running population variance
   uint64_t rejected = 0;                  ///< deltas rejected
   std::map<std::string, uint64_t> rejected_by_worker;
+  uint64_t duplicates = 0; ///< sequenced deltas dropped as already merged
+  std::map<std::string, uint64_t> duplicates_by_worker;
+  uint64_t out_of_order = 0; ///< dropped: gap or partial overlap
+  uint64_t fenced = 0;       ///< dropped: fenced incarnation
+  std::map<std::string, uint64_t> fenced_by_worker;
 
   size_t dim() const noexcept { return acc.dim(); }
 };
 
-/// The set of streams a statistics keeper owns.
+/// What happened to a delta that passed validation.
+enum class delta_outcome {
+  merged,       ///< merged (and, if sequenced, acknowledged)
+  duplicate,    ///< sequenced, every number it covers was merged already: dropped
+  out_of_order, ///< sequenced, does not start right after the last merged one: dropped
+  fenced,       ///< its incarnation is fenced: dropped
+};
+
+/// One sender of sequenced deltas: (worker, incarnation).
+using sender_id = std::pair<std::string, uint64_t>;
+
+/// The set of streams a statistics keeper owns, and the per-sender table of
+/// sequenced deltas (last merged sequence per (worker, incarnation, stream),
+/// and the fenced incarnations).
 class stats_streams {
 public:
-  /// Format version of the state file written by save().
-  static constexpr uint32_t file_version = 1;
+  /// Format version of the state file written by save() (2: with the sender
+  /// table; version 1 files still load, with an empty table).
+  static constexpr uint32_t file_version = 2;
 
   /// Declares a stream; declaring an existing stream again with the same
   /// dimension and mode is a no-op, with another one an error.
@@ -57,7 +79,21 @@ public:
   /// zero count, a negative m2 or a non-finite number rejects the delta: it
   /// is counted (per stream and per worker), nothing is merged, and the error
   /// names the worker, the stream, the rule and the value.
-  status merge(const moments_delta& delta);
+  /// A sequenced delta (incarnation != 0) merges only when its range starts
+  /// right after the last merged sequence of its (worker, incarnation,
+  /// stream); otherwise it is dropped and counted as a duplicate (nothing
+  /// new), out of order (a gap or a partial overlap: the sender's resend
+  /// fills it) or fenced. `outcome`, when given, says which.
+  status merge(const moments_delta& delta, delta_outcome* outcome = nullptr);
+
+  /// The last merged sequence of every stream of `sender`.
+  delta_acks acks_of(const sender_id& sender) const;
+
+  /// Fences `sender`: every later delta of it is dropped and counted.
+  void fence(const sender_id& sender) { fenced_.insert(sender); }
+
+  /// Whether `sender` is fenced.
+  bool is_fenced(const sender_id& sender) const { return fenced_.count(sender) > 0; }
 
   /// The current snapshot of a stream (var is the population variance; 1
   /// before anything is merged, so that normalizing with it is the identity).
@@ -87,8 +123,19 @@ public:
   /// inconsistent payload) the current streams are left unchanged.
   troupe::status load(const std::string& path);
 
+  /// The per-sender table: (worker, incarnation, stream) -> last merged sequence.
+  const std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t>&
+  sequences() const noexcept {
+    return last_merged_;
+  }
+
+  /// The fenced senders.
+  const std::set<sender_id>& fenced() const noexcept { return fenced_; }
+
 private:
   std::unordered_map<std::string, stats_stream> streams_;
+  std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t> last_merged_;
+  std::set<sender_id> fenced_;
   uint64_t rejected_unknown_ = 0;
 };
 

@@ -73,6 +73,10 @@ void stats_seeds(const fs::path& out, const fs::path& tmp) {
   must(s.merge({"obs", "w", 5, {0.1, -0.2, 3.0}, {1.0, 2.0, 0.5}}), "merge obs");
   must(s.merge({"ret", "w", 4, {2.0}, {8.0}}), "merge ret");
   must(s.merge({"ret", "w", 2, {1.0}, {1.0}}), "merge ret");
+  // Version 2's sender table and fenced incarnations.
+  must(s.merge({"obs", "host", 3, {0.0, 1.0, 2.0}, {0.5, 0.5, 0.5}, 0x9e3779b9u, 1, 2}),
+       "merge sequenced obs");
+  s.fence({"lost", 0x1234u});
   const auto path = tmp / "stats.bin";
   must(s.save(path.string()), "save stats");
   const std::string file = read(path);

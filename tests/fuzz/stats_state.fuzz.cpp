@@ -104,15 +104,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   TROUPE_FUZZ_EXPECT(reloaded.ok(), "a saved state does not load: {}",
                      reloaded ? std::string{} : reloaded.err().message);
   TROUPE_FUZZ_EXPECT(again.names() == streams.names(), "the stream names changed");
+  TROUPE_FUZZ_EXPECT(again.sequences() == streams.sequences() &&
+                       again.fenced() == streams.fenced(),
+                     "the sender table changed when saved and loaded");
   for (auto& name : streams.names()) {
     const stats_stream* a = streams.find(name);
     const stats_stream* b = again.find(name);
-    TROUPE_FUZZ_EXPECT(a->mode == b->mode && a->version == b->version
-                         && a->acc.count == b->acc.count && a->acc.mean == b->acc.mean
-                         && a->momentum == b->momentum && a->rejected == b->rejected
-                         && (a->mode == stats_mode::ema ? a->ema_var == b->ema_var
-                                                        : a->acc.m2 == b->acc.m2),
-                       "stream '{}' changed when saved and loaded", name);
+    TROUPE_FUZZ_EXPECT(
+      a->mode == b->mode && a->version == b->version && a->acc.count == b->acc.count &&
+        a->acc.mean == b->acc.mean && a->momentum == b->momentum &&
+        a->rejected == b->rejected && a->duplicates == b->duplicates &&
+        a->out_of_order == b->out_of_order && a->fenced == b->fenced &&
+        (a->mode == stats_mode::ema ? a->ema_var == b->ema_var : a->acc.m2 == b->acc.m2),
+      "stream '{}' changed when saved and loaded", name);
     moments_delta d;
     d.stream = name;
     d.worker = "fuzz";
