@@ -1,0 +1,352 @@
+// Black-box tests of a run across processes: a coordinator (`troupe train
+// --listen 127.0.0.1:0`) and worker processes (`troupe worker`) on loopback.
+// Every child is killed and reaped by its owner's destructor, also when a
+// check fails; every wait polls a condition with a bound.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_support.hpp"
+#include "tests/seed.hpp"
+#include "tests/temp_folder.hpp"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using namespace troupe::test;
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// One `troupe` child process with stdout and stderr in files; killed (SIGKILL)
+// and reaped by the destructor when still running.
+class child {
+public:
+  child(const std::vector<std::string>& args, const fs::path& out, const fs::path& err,
+        const std::vector<std::string>& extra_env = {})
+      : out_(out), err_(err) {
+    std::vector<std::string> argv_s = {TROUPE_BINARY};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e)
+      if (std::string(*e).rfind("TROUPE_CLUSTER_TOKEN=", 0) != 0)
+        env_s.emplace_back(*e);
+    env_s.insert(env_s.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> envp;
+    for (auto& e : env_s)
+      envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    const int rc = posix_spawn(&pid_, TROUPE_BINARY, &actions, nullptr, argv.data(),
+                               envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE_MESSAGE(rc == 0, "cannot start " << TROUPE_BINARY);
+  }
+  ~child() {
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+
+  /// Whether it still runs (reaps it when it has ended).
+  bool running() {
+    if (reaped_)
+      return false;
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      reaped_ = true;
+      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      return false;
+    }
+    return true;
+  }
+  /// Sends `sig`.
+  void signal(int sig) { ::kill(pid_, sig); }
+  /// SIGKILL, then reaped.
+  void kill_now() {
+    ::kill(pid_, SIGKILL);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    reaped_ = true;
+    status_ = -1;
+  }
+  /// Its exit status once ended (-1: by a signal).
+  int status() const { return status_; }
+  std::string out() const { return read_text(out_); }
+  std::string err() const { return read_text(err_); }
+
+private:
+  pid_t pid_ = 0;
+  bool reaped_ = false;
+  int status_ = -2;
+  fs::path out_, err_;
+};
+
+// Polls `cond` until it holds or `limit` passes; false then.
+bool poll_until(const std::function<bool()>& cond, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // polling interval
+  }
+  return true;
+}
+
+// The small async CartPole PPO config of these tests: no local learner.
+std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total) {
+  return dir.write("cluster.toml", fmt::format(R"([run]
+name = "cluster"
+seed = {}
+device = "cpu"
+output_dir = "{}"
+log_every_updates = 1
+checkpoint_every_updates = 0
+
+[env]
+id = "CartPole-v1"
+num_envs = 4
+
+[algo]
+name = "ppo"
+mode = "async"
+num_learners = 0
+runners_per_learner = 1
+total_env_steps = {}
+num_steps = 128
+learning_rate = 2.5e-4
+num_minibatches = 4
+update_epochs = 4
+max_staleness = 8
+
+[cluster]
+heartbeat_ms = 200
+timeout_ms = 2000
+)",
+                                       seed, (dir.path / "runs").string(), total));
+}
+
+// The coordinator's run folder, once its cluster.json exists.
+fs::path wait_for_run(const temp_folder& dir, child& coord) {
+  fs::path run;
+  const bool ok = poll_until(
+    [&] {
+      std::error_code ec;
+      if (!coord.running())
+        return true;
+      for (auto& e : fs::directory_iterator(dir.path / "runs", ec))
+        if (fs::exists(e.path() / "cluster.json"))
+          run = e.path();
+      return !run.empty();
+    },
+    std::chrono::seconds(120));
+  INFO("coordinator stderr: " << coord.err());
+  REQUIRE_MESSAGE(ok, "no cluster.json within 120 s");
+  REQUIRE_MESSAGE(!run.empty(), "the coordinator ended before writing cluster.json");
+  return run;
+}
+
+std::string address_of(const fs::path& run) {
+  auto j = nlohmann::json::parse(read_text(run / "cluster.json"));
+  REQUIRE(j.at("host").get<std::string>() == "127.0.0.1");
+  REQUIRE(j.at("run").get<std::string>() == run.filename().string());
+  const auto port = j.at("port").get<unsigned>();
+  REQUIRE(port > 0);
+  return fmt::format("127.0.0.1:{}", port);
+}
+
+// The named column of metrics.csv's last row; NaN when none yet.
+std::map<std::string, double> last_metrics(const fs::path& run) {
+  std::map<std::string, double> out;
+  auto lines = lines_of(read_text(run / "metrics.csv"));
+  if (lines.size() < 2)
+    return out;
+  std::vector<std::string> header, cells;
+  auto split = [](const std::string& s) {
+    std::vector<std::string> v;
+    std::stringstream ss(s);
+    std::string c;
+    while (std::getline(ss, c, ','))
+      v.push_back(c);
+    return v;
+  };
+  header = split(lines.front());
+  cells = split(lines.back());
+  if (cells.size() != header.size())
+    return out; // a row being written
+  for (size_t i = 0; i < header.size(); ++i)
+    out[header[i]] = std::strtod(cells[i].c_str(), nullptr);
+  return out;
+}
+
+double metric(const fs::path& run, const std::string& name) {
+  auto m = last_metrics(run);
+  auto it = m.find(name);
+  return it == m.end() ? NAN : it->second;
+}
+
+const std::string token_env = "TROUPE_CLUSTER_TOKEN=test-token-7f3a9c1e55d04b2b";
+
+} // namespace
+
+TEST_CASE("a coordinator and two workers train CartPole PPO async past a 100-episode "
+          "mean return of 200") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1", "--heartbeat-ms", "200",
+            "--timeout-ms", "2000"},
+           dir.path / "w1.out", dir.path / "w1.err", {token_env});
+  child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2", "--heartbeat-ms", "200",
+            "--timeout-ms", "2000"},
+           dir.path / "w2.out", dir.path / "w2.err", {token_env});
+  const bool learned = poll_until(
+    [&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
+    std::chrono::seconds(240));
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stderr: " << w1.err()
+                              << "\nw2 stderr: " << w2.err());
+  REQUIRE_MESSAGE(coord.running(), "the coordinator ended early");
+  REQUIRE_MESSAGE(learned, "no 100-episode mean return above 200 within 240 s");
+  CHECK(metric(run, "hosts") == 2);
+  CHECK(metric(run, "hosts_lost") == 0);
+  // The coordinator stops on SIGTERM; its workers are told and leave.
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running() && !w1.running() && !w2.running(); },
+                     std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
+  CHECK(w1.status() == 0);
+  CHECK(w2.status() == 0);
+  const auto log = coord.err();
+  CHECK(log.find("host w1 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("host w2 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("lost host") == std::string::npos);
+}
+
+TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on "
+          "learning with the other") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1", "--heartbeat-ms", "200",
+            "--timeout-ms", "2000"},
+           dir.path / "w1.out", dir.path / "w1.err", {token_env});
+  child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2", "--heartbeat-ms", "200",
+            "--timeout-ms", "2000"},
+           dir.path / "w2.out", dir.path / "w2.err", {token_env});
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stderr: " << w1.err()
+                              << "\nw2 stderr: " << w2.err());
+  // Both hosts take part before one is killed.
+  REQUIRE(poll_until([&] { return !coord.running() || metric(run, "hosts") == 2; },
+                     std::chrono::seconds(120)));
+  REQUIRE(poll_until([&] { return !coord.running() || metric(run, "updates") >= 10; },
+                     std::chrono::seconds(120)));
+  w2.kill_now();
+  REQUIRE(poll_until(
+    [&] { return !coord.running() || coord.err().find("lost host w2") != std::string::npos; },
+    std::chrono::seconds(60)));
+  const double updates_at_loss = metric(run, "updates");
+  const bool learned = poll_until(
+    [&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
+    std::chrono::seconds(240));
+  REQUIRE_MESSAGE(coord.running(), "the coordinator ended early");
+  REQUIRE_MESSAGE(learned, "no 100-episode mean return above 200 within 240 s");
+  CHECK(metric(run, "updates") > updates_at_loss);
+  CHECK(metric(run, "hosts") == 1);
+  CHECK(metric(run, "hosts_lost") == 1);
+  const auto log = coord.err();
+  CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("it hosted learners w2.learner0 (1 runners each)") != std::string::npos);
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running() && !w1.running(); },
+                     std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
+  CHECK(w1.status() == 0);
+}
+
+TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinator logs "
+          "the peer's address") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, 1, 2000000);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  const auto name = run.filename().string();
+  SUBCASE("a wrong token") {
+    child w({"worker", "--connect", addr, "--run", name, "--name", "intruder",
+             "--reconnect-s", "5"},
+            dir.path / "w.out", dir.path / "w.err", {"TROUPE_CLUSTER_TOKEN=not-the-token"});
+    REQUIRE(poll_until([&] { return !w.running(); }, std::chrono::seconds(60)));
+    INFO("worker stderr: " << w.err() << "\ncoordinator stderr: " << coord.err());
+    CHECK(w.status() == 1);
+    CHECK(w.err().find("'intruder' could not join the run at " + addr) != std::string::npos);
+    CHECK(w.err().find("wrong token") != std::string::npos);
+    CHECK(coord.err().find("refused a join from 127.0.0.1:") != std::string::npos);
+    CHECK(coord.err().find("(worker 'intruder'): wrong token") != std::string::npos);
+  }
+  SUBCASE("no token") {
+    child w({"worker", "--connect", addr, "--run", name, "--name", "anonymous",
+             "--reconnect-s", "5"},
+            dir.path / "w.out", dir.path / "w.err");
+    REQUIRE(poll_until([&] { return !w.running(); }, std::chrono::seconds(60)));
+    INFO("worker stderr: " << w.err());
+    CHECK(w.status() == 1);
+    CHECK(w.err().find("no token: set the environment variable TROUPE_CLUSTER_TOKEN") !=
+          std::string::npos);
+  }
+  SUBCASE("the right token for another run") {
+    // The middleman's handshake refuses another run's app identifier.
+    child w({"worker", "--connect", addr, "--run", name + "-other", "--name", "stray",
+             "--reconnect-s", "1"},
+            dir.path / "w.out", dir.path / "w.err", {token_env});
+    REQUIRE(poll_until([&] { return !w.running(); }, std::chrono::seconds(60)));
+    INFO("worker stderr: " << w.err());
+    CHECK(w.status() == 1);
+    CHECK(w.err().find("cannot reach the coordinator at " + addr) != std::string::npos);
+  }
+  CHECK(coord.running());
+  CHECK(metric(run, "hosts") != 1); // nobody joined (NaN before any row, else 0)
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running(); }, std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
+}
