@@ -36,6 +36,7 @@ struct cast_state {
   uint64_t restarts = 0;
   size_t alive = 0;
   bool stopping = false;
+  bool budget_spent = false; // end_on_done: the metrics actor said so
   bool ready = false; // the owner has the keeper, the server and the metrics actor
   std::string failure;
 };
@@ -356,8 +357,10 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
       check_flag();
     },
     [&](done_atom) {
-      if (hold)
+      if (hold && !cs.stopping) {
+        cs.budget_spent = true;
         stop_run(self, cs);
+      }
       check_flag();
       running = still_running();
     },
@@ -405,7 +408,8 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
       self->demonitor(r.actor);
       self->send_exit(r.actor, caf::exit_reason::user_shutdown);
     }
-  self->send(owner, done_atom::value, cs.stopping && cs.failure.empty(), cs.failure);
+  self->send(owner, done_atom::value,
+             cs.stopping && !cs.budget_spent && cs.failure.empty(), cs.failure);
 }
 
 void supervisor_loop(caf::blocking_actor* self, supervisor_options opts) {

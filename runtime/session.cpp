@@ -286,6 +286,7 @@ std::string session::state::open_gate(const cast_handles& h) {
   go.cast.server = h.server;
   go.cast.metrics = h.metrics;
   go.store = store;
+  go.runners_per_learner = static_cast<uint64_t>(cfg.get_int("algo.runners_per_learner"));
   gate = cluster::spawn_gate(*sys, std::move(go));
   auto port = sys->middleman().publish(gate, listen.port, listen.host.c_str(), false);
   if (!port)
@@ -499,8 +500,10 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
   if (!final_ckpt)
     std::fprintf(stderr, "troupe: final checkpoint failed: %s\n",
                  final_ckpt.err().message.c_str());
-  if (gate)
+  if (gate) {
+    (void)system.middleman().unpublish(gate);
     self->send_exit(gate, caf::exit_reason::user_shutdown);
+  }
   self->send_exit(handles.metrics, caf::exit_reason::user_shutdown);
   self->send_exit(handles.server, caf::exit_reason::user_shutdown);
   self->send_exit(handles.keeper, caf::exit_reason::user_shutdown);

@@ -116,7 +116,8 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   h.info.name = req.name;
   h.info.incarnation = req.incarnation;
   h.info.address = address;
-  h.info.runners_per_learner = req.runners_per_learner;
+  h.info.runners_per_learner =
+    req.runners_per_learner > 0 ? req.runners_per_learner : st->opts.runners_per_learner;
   for (uint64_t i = 0; i < req.learners; ++i)
     h.info.learners.push_back(fmt::format("{}.learner{}", req.name, i));
   welcome w;
@@ -147,6 +148,15 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
 }
 
 caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st) {
+  // The middleman may hold the published gate past its end: its handles to
+  // the keeper, the server and the metrics actor go when it ends, so that
+  // those can be destroyed (the actor system waits for them).
+  self->attach_functor([st] {
+    st->opts.cast = actors::shared_actors{};
+    st->opts.store.reset();
+    st->hosts.clear();
+    st->stop_waiters.clear();
+  });
   self->set_down_handler([self, st](caf::down_msg& down) {
     auto it = st->hosts.find(down.source);
     if (it == st->hosts.end())

@@ -37,6 +37,7 @@ struct gate_options {
   actors::shared_actors cast;                 ///< keeper, server, metrics
   std::shared_ptr<actors::policy_store> store; ///< where the server publishes versions
   uint64_t learners_per_host_max = 64;        ///< a join asking for more is refused
+  uint64_t runners_per_learner = 1;           ///< the run's, for a join that asks 0
   actors::log_sink log;                       ///< joins, refusals, losses; default stderr
 };
 
