@@ -395,10 +395,11 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
                  error_message(self->system(), msg.reason));
       running = still_running();
     },
-    caf::after(poll) >> [&] {
-      check_flag();
-      running = still_running();
-    });
+    caf::after(poll) >>
+      [&] {
+        check_flag();
+        running = still_running();
+      });
   // Every learner has ended: the owner gets the cast's last random states for
   // its final checkpoint, and the runners go; the keeper, the server and the
   // metrics actor stay for that checkpoint.

@@ -127,8 +127,8 @@ result<session> session::open(const config& cfg, std::string resume_dir,
     return at_key(cfg, "run.device", device.err());
   st->device = *device;
   if (const auto& listen = cfg.get_string("cluster.listen"); !listen.empty()) {
-    auto ep = cluster::parse_endpoint(listen, cfg.origin("cluster.listen") +
-                                                ": cluster.listen");
+    auto ep =
+      cluster::parse_endpoint(listen, cfg.origin("cluster.listen") + ": cluster.listen");
     if (!ep)
       return ep.err();
     st->listen = *ep;
@@ -214,8 +214,8 @@ status session::start() {
     s.sys_cfg = std::make_unique<caf::actor_system_config>();
     actors::register_messages(*s.sys_cfg);
     if (s.node) {
-      s.node->app_identifier = cluster::app_identifier(
-        std::filesystem::path(s.run_dir).filename().string());
+      s.node->app_identifier =
+        cluster::app_identifier(std::filesystem::path(s.run_dir).filename().string());
       cluster::register_cluster_messages(*s.sys_cfg);
       cluster::configure_node(*s.sys_cfg, *s.node);
     }

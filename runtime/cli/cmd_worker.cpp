@@ -61,7 +61,8 @@ int cmd_worker(const args_t& args) {
   o.reconnect_s = static_cast<uint64_t>(*reconnect);
   if (auto d = parsed->get("device")) {
     if (*d != "auto" && *d != "cpu" && *d != "cuda")
-      return fail(exit_bad_input, "--device: expected auto, cpu or cuda, got '" + *d + "'");
+      return fail(exit_bad_input,
+                  "--device: expected auto, cpu or cuda, got '" + *d + "'");
     o.device = *d;
   }
   if (auto n = parsed->get("name")) {
@@ -73,8 +74,9 @@ int cmd_worker(const args_t& args) {
     o.name = std::string(host) + "-" + std::to_string(::getpid());
   }
   if (o.name.empty() || o.name.find_first_of(" \t\n,") != std::string::npos)
-    return fail(exit_bad_input, "--name: a non-empty name without spaces or commas, got '" +
-                                  o.name + "'");
+    return fail(exit_bad_input,
+                "--name: a non-empty name without spaces or commas, got '" + o.name +
+                  "'");
   const int status = cluster::run_worker(o);
   // The worker's actors may wait on a coordinator that is gone: the process
   // ends here without waiting for them.

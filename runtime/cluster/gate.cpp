@@ -163,11 +163,11 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       return;
     auto info = std::move(it->second.info);
     st->hosts.erase(it);
-    const bool left = st->stopping && (!down.reason || down.reason == caf::exit_reason::normal ||
-                                       down.reason == caf::exit_reason::user_shutdown);
+    // Once the run ends every host goes, however its connection closes.
+    const bool left = st->stopping;
     if (left) {
-      actors::write_log(st->opts.log, fmt::format("cluster: host {} ({}) left", info.name,
-                                                  info.address));
+      actors::write_log(
+        st->opts.log, fmt::format("cluster: host {} ({}) left", info.name, info.address));
     } else {
       st->lost += 1;
       actors::write_log(
@@ -197,8 +197,9 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
         .then(
           [self, st, req, rp](const caf::node_id&, const std::string& host,
                               uint16_t port) mutable {
-            admit(self, st, req, host.empty() ? std::string{"unknown"}
-                                              : fmt::format("{}:{}", host, port),
+            admit(self, st, req,
+                  host.empty() ? std::string{"unknown"}
+                               : fmt::format("{}:{}", host, port),
                   rp);
           },
           [self, st, req, rp](caf::error&) mutable {

@@ -32,13 +32,13 @@ namespace troupe::cluster {
 
 /// Settings of the gate.
 struct gate_options {
-  std::string token;                          ///< the run's shared secret
-  std::string config_toml;                    ///< the run's resolved config
-  actors::shared_actors cast;                 ///< keeper, server, metrics
+  std::string token;                           ///< the run's shared secret
+  std::string config_toml;                     ///< the run's resolved config
+  actors::shared_actors cast;                  ///< keeper, server, metrics
   std::shared_ptr<actors::policy_store> store; ///< where the server publishes versions
-  uint64_t learners_per_host_max = 64;        ///< a join asking for more is refused
-  uint64_t runners_per_learner = 1;           ///< the run's, for a join that asks 0
-  actors::log_sink log;                       ///< joins, refusals, losses; default stderr
+  uint64_t learners_per_host_max = 64;         ///< a join asking for more is refused
+  uint64_t runners_per_learner = 1;            ///< the run's, for a join that asks 0
+  actors::log_sink log; ///< joins, refusals, losses; default stderr
 };
 
 /// A host of the run as the gate knew it when it was lost.

@@ -49,11 +49,11 @@ typename Inspector::result_type inspect(Inspector& f, policy_push& x) {
 
 /// The coordinator's answer to an accepted join.
 struct welcome {
-  std::string config_toml;                ///< the run's resolved config
-  uint64_t host_index = 0;                ///< joins so far, from 0 (seeds differ per host)
-  caf::actor keeper;                      ///< the statistics keeper
-  caf::actor server;                      ///< the parameter server
-  caf::actor metrics;                     ///< the metrics actor
+  std::string config_toml; ///< the run's resolved config
+  uint64_t host_index = 0; ///< joins so far, from 0 (seeds differ per host)
+  caf::actor keeper;       ///< the statistics keeper
+  caf::actor server;       ///< the parameter server
+  caf::actor metrics;      ///< the metrics actor
   std::vector<std::string> learner_names; ///< the names its learners must use
   policy_push weights;                    ///< the newest policy version
 };

@@ -66,10 +66,11 @@ result<endpoint> parse_endpoint(const std::string& text, const std::string& what
   const auto port_text = text.substr(colon + 1);
   char* end = nullptr;
   const unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
-  if (*end != '\0' || port > 65535 || port_text.find_first_not_of("0123456789") !=
-                                        std::string::npos)
-    return make_error(errc::bad_input, "{}: the port must be 0 to 65535, got '{}' in '{}'",
-                      what, port_text, text);
+  if (*end != '\0' || port > 65535 ||
+      port_text.find_first_not_of("0123456789") != std::string::npos)
+    return make_error(errc::bad_input,
+                      "{}: the port must be 0 to 65535, got '{}' in '{}'", what,
+                      port_text, text);
   e.port = static_cast<uint16_t>(port);
   return e;
 }

@@ -19,9 +19,9 @@ constexpr const char* token_variable = "TROUPE_CLUSTER_TOKEN";
 
 /// The middleman's settings of one node.
 struct node_settings {
-  uint64_t heartbeat_ms = 500;  ///< middleman.heartbeat-interval
-  uint64_t timeout_ms = 3000;   ///< middleman.connection-timeout
-  std::string app_identifier;   ///< middleman.app-identifiers (one entry)
+  uint64_t heartbeat_ms = 500; ///< middleman.heartbeat-interval
+  uint64_t timeout_ms = 3000;  ///< middleman.connection-timeout
+  std::string app_identifier;  ///< middleman.app-identifiers (one entry)
 };
 
 /// The app identifier of run `run` (the name of the coordinator's run
@@ -47,7 +47,7 @@ void configure_node(caf::actor_system_config& cfg, const node_settings& s);
 
 /// A HOST:PORT pair.
 struct endpoint {
-  std::string host; ///< name or address
+  std::string host;  ///< name or address
   uint16_t port = 0; ///< 0: any free port (listening only)
 };
 

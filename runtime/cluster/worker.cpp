@@ -159,16 +159,17 @@ int run_worker(const worker_options& opts) {
     .receive([&](welcome& x) { w = std::move(x); },
              [&](caf::error& e) { refused = actors::error_message(*sys, e); });
   if (!w)
-    return fail_with(fmt::format("'{}' could not join the run at {}: {}", opts.name,
-                                 where, refused));
+    return fail_with(
+      fmt::format("'{}' could not join the run at {}: {}", opts.name, where, refused));
 
   // -- the cast of this host ---------------------------------------------------
   auto cfg = runtime::parse_config(w->config_toml, "the config of the run at " + where);
   if (!cfg)
     return fail_with(cfg.err().message);
-  const uint64_t rpl = opts.runners_per_learner > 0
-                         ? opts.runners_per_learner
-                         : static_cast<uint64_t>(cfg->get_int("algo.runners_per_learner"));
+  const uint64_t rpl =
+    opts.runners_per_learner > 0
+      ? opts.runners_per_learner
+      : static_cast<uint64_t>(cfg->get_int("algo.runners_per_learner"));
   cfg->set("algo.num_learners", static_cast<int64_t>(opts.learners), "troupe worker");
   cfg->set("algo.runners_per_learner", static_cast<int64_t>(rpl), "troupe worker");
   if (!opts.device.empty())
@@ -249,14 +250,16 @@ int run_worker(const worker_options& opts) {
           failure = "the supervisor ended: " + actors::error_message(*sys, down.reason);
         }
       },
-      caf::after(std::chrono::milliseconds(200)) >> [&] {
-        if (std::chrono::steady_clock::now() >= stop_deadline) {
-          std::fprintf(stderr, "troupe: worker %s: the learners did not end within %lld "
-                               "s of the run's end; leaving\n",
-                       opts.name.c_str(), static_cast<long long>(stop_timeout.count()));
-          done = true;
-        }
-      });
+      caf::after(std::chrono::milliseconds(200)) >>
+        [&] {
+          if (std::chrono::steady_clock::now() >= stop_deadline) {
+            std::fprintf(stderr,
+                         "troupe: worker %s: the learners did not end within %lld "
+                         "s of the run's end; leaving\n",
+                         opts.name.c_str(), static_cast<long long>(stop_timeout.count()));
+            done = true;
+          }
+        });
   }
   if (gate_lost && !stop_asked)
     return fail_with(fmt::format("{}: lost the coordinator at {} ({}); a coordinator "

@@ -37,7 +37,8 @@ namespace {
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
 }
 
 // One `troupe` child process with stdout and stderr in files; killed (SIGKILL)
@@ -46,7 +47,7 @@ class child {
 public:
   child(const std::vector<std::string>& args, const fs::path& out, const fs::path& err,
         const std::vector<std::string>& extra_env = {})
-      : out_(out), err_(err) {
+    : out_(out), err_(err) {
     std::vector<std::string> argv_s = {TROUPE_BINARY};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -64,12 +65,12 @@ public:
     envp.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    const int rc = posix_spawn(&pid_, TROUPE_BINARY, &actions, nullptr, argv.data(),
-                               envp.data());
+    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int rc =
+      posix_spawn(&pid_, TROUPE_BINARY, &actions, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     REQUIRE_MESSAGE(rc == 0, "cannot start " << TROUPE_BINARY);
   }
@@ -129,7 +130,8 @@ bool poll_until(const std::function<bool()>& cond, std::chrono::seconds limit) {
 
 // The small async CartPole PPO config of these tests: no local learner.
 std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total) {
-  return dir.write("cluster.toml", fmt::format(R"([run]
+  return dir.write("cluster.toml",
+                   fmt::format(R"([run]
 name = "cluster"
 seed = {}
 device = "cpu"
@@ -157,7 +159,7 @@ max_staleness = 8
 heartbeat_ms = 200
 timeout_ms = 2000
 )",
-                                       seed, (dir.path / "runs").string(), total));
+                               seed, (dir.path / "runs").string(), total));
 }
 
 // The coordinator's run folder, once its cluster.json exists.
@@ -231,15 +233,15 @@ TEST_CASE("a coordinator and two workers train CartPole PPO async past a 100-epi
               dir.path / "coord.err", {token_env});
   const auto run = wait_for_run(dir, coord);
   const auto addr = address_of(run);
-  child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1", "--heartbeat-ms", "200",
-            "--timeout-ms", "2000"},
+  child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1",
+            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
            dir.path / "w1.out", dir.path / "w1.err", {token_env});
-  child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2", "--heartbeat-ms", "200",
-            "--timeout-ms", "2000"},
+  child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2",
+            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
            dir.path / "w2.out", dir.path / "w2.err", {token_env});
-  const bool learned = poll_until(
-    [&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
-    std::chrono::seconds(240));
+  const bool learned =
+    poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
+               std::chrono::seconds(240));
   INFO("coordinator stderr: " << coord.err() << "\nw1 stderr: " << w1.err()
                               << "\nw2 stderr: " << w2.err());
   REQUIRE_MESSAGE(coord.running(), "the coordinator ended early");
@@ -267,11 +269,11 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
               dir.path / "coord.err", {token_env});
   const auto run = wait_for_run(dir, coord);
   const auto addr = address_of(run);
-  child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1", "--heartbeat-ms", "200",
-            "--timeout-ms", "2000"},
+  child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1",
+            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
            dir.path / "w1.out", dir.path / "w1.err", {token_env});
-  child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2", "--heartbeat-ms", "200",
-            "--timeout-ms", "2000"},
+  child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2",
+            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
            dir.path / "w2.out", dir.path / "w2.err", {token_env});
   INFO("coordinator stderr: " << coord.err() << "\nw1 stderr: " << w1.err()
                               << "\nw2 stderr: " << w2.err());
@@ -282,12 +284,14 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
                      std::chrono::seconds(120)));
   w2.kill_now();
   REQUIRE(poll_until(
-    [&] { return !coord.running() || coord.err().find("lost host w2") != std::string::npos; },
+    [&] {
+      return !coord.running() || coord.err().find("lost host w2") != std::string::npos;
+    },
     std::chrono::seconds(60)));
   const double updates_at_loss = metric(run, "updates");
-  const bool learned = poll_until(
-    [&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
-    std::chrono::seconds(240));
+  const bool learned =
+    poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
+               std::chrono::seconds(240));
   REQUIRE_MESSAGE(coord.running(), "the coordinator ended early");
   REQUIRE_MESSAGE(learned, "no 100-episode mean return above 200 within 240 s");
   CHECK(metric(run, "updates") > updates_at_loss);
@@ -315,11 +319,13 @@ TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinato
   SUBCASE("a wrong token") {
     child w({"worker", "--connect", addr, "--run", name, "--name", "intruder",
              "--reconnect-s", "5"},
-            dir.path / "w.out", dir.path / "w.err", {"TROUPE_CLUSTER_TOKEN=not-the-token"});
+            dir.path / "w.out", dir.path / "w.err",
+            {"TROUPE_CLUSTER_TOKEN=not-the-token"});
     REQUIRE(poll_until([&] { return !w.running(); }, std::chrono::seconds(60)));
     INFO("worker stderr: " << w.err() << "\ncoordinator stderr: " << coord.err());
     CHECK(w.status() == 1);
-    CHECK(w.err().find("'intruder' could not join the run at " + addr) != std::string::npos);
+    CHECK(w.err().find("'intruder' could not join the run at " + addr) !=
+          std::string::npos);
     CHECK(w.err().find("wrong token") != std::string::npos);
     CHECK(coord.err().find("refused a join from 127.0.0.1:") != std::string::npos);
     CHECK(coord.err().find("(worker 'intruder'): wrong token") != std::string::npos);
@@ -349,4 +355,67 @@ TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinato
   coord.signal(SIGTERM);
   REQUIRE(poll_until([&] { return !coord.running(); }, std::chrono::seconds(120)));
   CHECK(coord.status() == 0);
+}
+
+TEST_CASE("a coordinator refuses a config it cannot run across processes, naming the key") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, 1, 2048);
+  struct bad {
+    std::string args, env, message;
+  };
+  const std::vector<bad> cases = {
+    {"--listen 127.0.0.1:0", "", "cluster.token: a run across processes needs a token"},
+    {"--listen 127.0.0.1:0 --set algo.mode='\"sync\"'", token_env,
+     "algo.mode: a run across processes trains async only in this version, got 'sync'"},
+    {"--listen 127.0.0.1", token_env, "cluster.listen: expected HOST:PORT, got '127.0.0.1'"},
+    {"--listen 127.0.0.1:70000", token_env, "the port must be 0 to 65535, got '70000'"},
+    {"", token_env,
+     "algo.num_learners: 0 learners only on the coordinator of a run across processes"},
+    {"--listen 127.0.0.1:0 --set cluster.timeout_ms=400 --set cluster.heartbeat_ms=500",
+     token_env, "cluster.timeout_ms must be larger than cluster.heartbeat_ms (500), got 400"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    auto r = run_command(fmt::format("env -u TROUPE_CLUSTER_TOKEN {} timeout -k 10 {} '{}' "
+                                     "train '{}' {}",
+                                     c.env, troupe_command_limit_s, TROUPE_BINARY, cfg,
+                                     c.args),
+                         dir);
+    CAPTURE(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(!fs::exists(dir.path / "runs")); // nothing started, nothing written
+  }
+}
+
+TEST_CASE("troupe worker refuses bad arguments before it connects") {
+  temp_folder dir("troupe-cluster");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+    {"worker --run r", "usage: troupe worker --connect HOST:PORT --run RUN"},
+    {"worker --connect 127.0.0.1:1", "usage: troupe worker --connect HOST:PORT --run RUN"},
+    {"worker --connect 127.0.0.1:0 --run r", "--connect: the port must be the coordinator's"},
+    {"worker --connect localhost --run r", "--connect: expected HOST:PORT, got 'localhost'"},
+    {"worker --connect 127.0.0.1:1 --run r --learners 65", "learners"},
+    {"worker --connect 127.0.0.1:1 --run r --device tpu",
+     "--device: expected auto, cpu or cuda, got 'tpu'"},
+    {"worker --connect 127.0.0.1:1 --run r --name 'a b'", "--name: a non-empty name"},
+    {"worker --connect 127.0.0.1:1 --run r --timeout-ms 100 --heartbeat-ms 200",
+     "--timeout-ms must be larger than --heartbeat-ms"},
+  };
+  for (const auto& [args, message] : cases) {
+    CAPTURE(args);
+    auto r = run_troupe(args, dir);
+    CAPTURE(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+  }
+  // Nothing listens there: bounded retries, then status 1 and why.
+  auto r = run_command(fmt::format("TROUPE_CLUSTER_TOKEN=t timeout -k 10 {} '{}' worker "
+                                   "--connect 127.0.0.1:1 --run r --reconnect-s 0",
+                                   troupe_command_limit_s, TROUPE_BINARY),
+                       dir);
+  CAPTURE(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("cannot reach the coordinator at 127.0.0.1:1 (run r) within 0 s") !=
+        std::string::npos);
 }
