@@ -44,7 +44,7 @@ constexpr auto ready_timeout = std::chrono::seconds(120);
 constexpr auto snapshot_timeout = std::chrono::seconds(300);
 // How long the coordinator of a run across processes waits, once training
 // has ended, for its workers to leave before the final checkpoint.
-constexpr auto workers_leave_timeout = std::chrono::seconds(30);
+constexpr auto workers_leave_timeout = std::chrono::seconds(20);
 
 // "FILE:LINE: key: message" for an error caused by the value of `key`.
 error at_key(const config& cfg, const std::string& key, const error& e) {

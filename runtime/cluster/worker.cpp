@@ -30,7 +30,7 @@ namespace {
 // end their batches once the run has ended.
 constexpr auto join_timeout = std::chrono::seconds(30);
 constexpr auto connect_retry = std::chrono::milliseconds(250);
-constexpr auto stop_timeout = std::chrono::seconds(30);
+constexpr auto stop_timeout = std::chrono::seconds(10);
 
 // The host's policy store, set once the welcome has told the model's shape;
 // versions pushed before that are kept (the newest) and published then.

@@ -242,8 +242,11 @@ TEST_CASE("a coordinator and two workers train CartPole PPO async past a 100-epi
   const bool learned =
     poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
                std::chrono::seconds(240));
-  INFO("coordinator stderr: " << coord.err() << "\nw1 stderr: " << w1.err()
-                              << "\nw2 stderr: " << w2.err());
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stdout: " << w1.out()
+                              << "\nw1 stderr: " << w1.err() << "\nw2 stdout: " << w2.out()
+                              << "\nw2 stderr: " << w2.err() << "\nrunning: coordinator "
+                              << coord.running() << ", w1 " << w1.running() << ", w2 "
+                              << w2.running());
   REQUIRE_MESSAGE(coord.running(), "the coordinator ended early");
   REQUIRE_MESSAGE(learned, "no 100-episode mean return above 200 within 240 s");
   CHECK(metric(run, "hosts") == 2);
@@ -275,8 +278,11 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
   child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2",
             "--heartbeat-ms", "200", "--timeout-ms", "2000"},
            dir.path / "w2.out", dir.path / "w2.err", {token_env});
-  INFO("coordinator stderr: " << coord.err() << "\nw1 stderr: " << w1.err()
-                              << "\nw2 stderr: " << w2.err());
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stdout: " << w1.out()
+                              << "\nw1 stderr: " << w1.err() << "\nw2 stdout: " << w2.out()
+                              << "\nw2 stderr: " << w2.err() << "\nrunning: coordinator "
+                              << coord.running() << ", w1 " << w1.running() << ", w2 "
+                              << w2.running());
   // Both hosts take part before one is killed.
   REQUIRE(poll_until([&] { return !coord.running() || metric(run, "hosts") == 2; },
                      std::chrono::seconds(120)));
