@@ -37,7 +37,9 @@ const char* const metrics_columns[] = {"wall_time_s",
                                        "dropped_gradients",
                                        "runner_restarts",
                                        "non_finite",
-                                       "gradients_rejected"};
+                                       "gradients_rejected",
+                                       "hosts",
+                                       "hosts_lost"};
 
 const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
 
@@ -68,6 +70,8 @@ struct metrics_state {
   uint64_t restarts = 0;
   uint64_t non_finite = 0;
   uint64_t rejected = 0;
+  uint64_t hosts = 0;      // worker processes joined and not lost (cluster runs)
+  uint64_t hosts_lost = 0; // worker processes lost so far
   std::map<std::string, uint64_t> non_finite_by_learner;
   bool done_sent = false;
   uint64_t last_row_updates = UINT64_MAX;
@@ -199,6 +203,8 @@ void write_row(metrics_state& st) {
   add(st.restarts);
   add(st.non_finite);
   add(st.rejected);
+  add(st.hosts);
+  add(st.hosts_lost);
   TROUPE_CHECK(column == metrics_column_count, "metrics row has {} values for {} columns",
                column, metrics_column_count);
   if (st.csv && !append_line(st.csv, line))
@@ -322,6 +328,10 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
         s.done_sent = true;
         self->send(s.coordinator, done_atom::value);
       }
+    },
+    [self](hosts_atom, uint64_t hosts, uint64_t lost) {
+      self->state.hosts = hosts;
+      self->state.hosts_lost = lost;
     },
     [self](row_atom) {
       auto& s = self->state;

@@ -8,6 +8,8 @@
 //   learner_report           -> (none)
 //   (row_atom)               -> metrics_counters   writes a row now (the final one)
 //   (state_atom)             -> metrics_counters   for checkpoints
+//   (hosts_atom, uint64_t hosts, uint64_t lost)  worker processes of a run
+//                               across processes (joined and alive, lost so far)
 //   (status_atom)            -> std::string        the first failed open or write of
 //                               metrics.csv or metrics.jsonl (path and the system's
 //                               reason); empty when none. On such a failure it also
@@ -24,6 +26,8 @@
 #include "actors/messages.hpp"
 
 namespace troupe::actors {
+
+using hosts_atom = caf::atom_constant<caf::atom("hosts")>;
 
 /// The columns of metrics.csv, in order.
 extern const char* const metrics_columns[];

@@ -36,6 +36,7 @@ struct cast_state {
   uint64_t restarts = 0;
   size_t alive = 0;
   bool stopping = false;
+  bool budget_spent = false; // end_on_done: the metrics actor said so
   bool ready = false; // the owner has the keeper, the server and the metrics actor
   std::string failure;
 };
@@ -57,7 +58,8 @@ void stop_run(caf::blocking_actor* self, cast_state& cs) {
   for (auto& l : cs.learners)
     if (l.alive)
       self->send(l.actor, stop_atom::value);
-  if (cs.server)
+  // Another process's server drains when its own run stops.
+  if (cs.server && !cs.opts.cast.existing)
     self->send(cs.server, stop_atom::value);
 }
 
@@ -120,10 +122,22 @@ std::string spawn_learner_at(caf::blocking_actor* self, cast_state& cs, size_t l
   return {};
 }
 
+std::string start_learners_and_runners(caf::blocking_actor* self, cast_state& cs);
+
 // Spawns the cast in dependency order; the problem that stopped it, or empty.
 std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
   auto& sys = self->system();
   auto& plan = cs.opts.cast;
+  if (plan.existing) {
+    // A worker process: the coordinator's actors, watched so that losing
+    // them ends this cast.
+    cs.keeper = plan.existing->keeper;
+    cs.server = plan.existing->server;
+    cs.metrics = plan.existing->metrics;
+    for (auto& a : {cs.keeper, cs.server, cs.metrics})
+      self->monitor(a);
+    return start_learners_and_runners(self, cs);
+  }
   cs.keeper = spawn_stats_keeper(sys, plan.keeper);
   self->monitor(cs.keeper);
   if (!plan.keeper_state.empty())
@@ -144,6 +158,12 @@ std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
       return why;
   cs.metrics = spawn_metrics(sys, plan.metrics, caf::actor_cast<caf::actor>(self));
   self->monitor(cs.metrics);
+  return start_learners_and_runners(self, cs);
+}
+
+// Spawns the learners, then their runners; the problem that stopped it, or empty.
+std::string start_learners_and_runners(caf::blocking_actor* self, cast_state& cs) {
+  auto& plan = cs.opts.cast;
   for (size_t li = 0; li < plan.learners.size(); ++li) {
     learner_entry l;
     l.name = plan.learners[li].options.name;
@@ -312,9 +332,10 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
   if (auto why = start_cast(self, cs); !why.empty()) {
     write_log(cs.opts.log, fmt::format("supervisor: the run could not start: {}", why));
     stop_runners_and_learners(self, cs);
-    for (auto& a : {cs.keeper, cs.server, cs.metrics})
-      if (a)
-        self->send_exit(a, caf::exit_reason::user_shutdown);
+    if (!cs.opts.cast.existing)
+      for (auto& a : {cs.keeper, cs.server, cs.metrics})
+        if (a)
+          self->send_exit(a, caf::exit_reason::user_shutdown);
     self->send(owner, done_atom::value, false, why);
     return;
   }
@@ -325,14 +346,28 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
     if (cs.opts.stop_flag && cs.opts.stop_flag->load() != 0)
       stop_run(self, cs);
   };
-  bool running = cs.alive > 0;
+  // With learners elsewhere (end_on_done) the run goes on until it stops.
+  const bool hold = cs.opts.cast.end_on_done;
+  auto still_running = [&] { return cs.alive > 0 || (hold && !cs.stopping); };
+  bool running = still_running();
   self->receive_while([&] { return running; })(
     [&](ckpt_atom, uint64_t updates) {
       if (!cs.stopping)
         self->send(owner, ckpt_atom::value, updates);
       check_flag();
     },
-    [&](done_atom) { check_flag(); }, [&](stop_atom) { stop_run(self, cs); },
+    [&](done_atom) {
+      if (hold && !cs.stopping) {
+        cs.budget_spent = true;
+        stop_run(self, cs);
+      }
+      check_flag();
+      running = still_running();
+    },
+    [&](stop_atom) {
+      stop_run(self, cs);
+      running = still_running();
+    },
     [&](learner_state& st) {
       for (size_t i = 0; i < cs.learners.size(); ++i)
         if (cs.learners[i].name == st.learner)
@@ -351,15 +386,20 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
     },
     [&](caf::down_msg& down) {
       on_down(self, cs, down);
-      running = cs.alive > 0;
       check_flag();
+      running = still_running();
     },
     [&](caf::exit_msg& msg) {
       fail_run(self, cs,
                "the supervisor was told to exit: " +
                  error_message(self->system(), msg.reason));
+      running = still_running();
     },
-    caf::after(poll) >> check_flag);
+    caf::after(poll) >>
+      [&] {
+        check_flag();
+        running = still_running();
+      });
   // Every learner has ended: the owner gets the cast's last random states for
   // its final checkpoint, and the runners go; the keeper, the server and the
   // metrics actor stay for that checkpoint.
@@ -369,7 +409,8 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
       self->demonitor(r.actor);
       self->send_exit(r.actor, caf::exit_reason::user_shutdown);
     }
-  self->send(owner, done_atom::value, cs.stopping && cs.failure.empty(), cs.failure);
+  self->send(owner, done_atom::value,
+             cs.stopping && !cs.budget_spent && cs.failure.empty(), cs.failure);
 }
 
 void supervisor_loop(caf::blocking_actor* self, supervisor_options opts) {
@@ -384,7 +425,7 @@ void supervisor_loop(caf::blocking_actor* self, supervisor_options opts) {
     // owner sees this actor end; once it has the keeper, the server and the
     // metrics actor (ready_atom), it writes a final checkpoint from them.
     stop_runners_and_learners(self, cs);
-    if (!cs.ready)
+    if (!cs.ready && !cs.opts.cast.existing)
       for (auto& a : {cs.keeper, cs.server, cs.metrics})
         if (a)
           self->send_exit(a, caf::exit_reason::user_shutdown);

@@ -25,7 +25,8 @@
 // Messages it handles:
 //   (ckpt_atom, uint64_t updates)  from the metrics actor: forwarded to the owner
 //   (done_atom)                    from the metrics actor: budget spent (the
-//                                  learners end by themselves)
+//                                  learners end by themselves; with
+//                                  cast_plan::end_on_done the run stops)
 //   (stop_atom)                    stop the run: learners stop after their
 //                                  batch, the parameter server drains
 //   (status_atom) -> supervisor_status
@@ -81,6 +82,15 @@ struct learner_plan {
   std::shared_ptr<step_budget> budget; ///< the steps it may collect
 };
 
+/// The statistics keeper, parameter server and metrics actor of a run that
+/// exist already (a worker process of a run across processes: they live in
+/// the coordinator's process).
+struct shared_actors {
+  caf::actor keeper;  ///< the statistics keeper
+  caf::actor server;  ///< the parameter server
+  caf::actor metrics; ///< the metrics actor
+};
+
 /// Everything the supervisor spawns.
 struct cast_plan {
   stats_keeper_options keeper;         ///< the statistics keeper
@@ -100,6 +110,14 @@ struct cast_plan {
   runner_factory make_runner; ///< spawns runners (learner_options::num_runners each)
   uint64_t max_runner_restarts = 3;  ///< per runner; one more failure ends the run
   uint64_t max_learner_restarts = 2; ///< per learner; one more failure ends the run
+  /// Set: use these instead of spawning a keeper, a server and a metrics
+  /// actor; the keeper's state, the streams and the server's state of this
+  /// plan are then ignored, and the supervisor never stops or ends them.
+  std::optional<shared_actors> existing;
+  /// Learners elsewhere share the budget (the coordinator of a run across
+  /// processes): the run goes on with no local learner alive, and ends when
+  /// the metrics actor says the budget is spent (done_atom) or on a stop.
+  bool end_on_done = false;
 };
 
 /// Settings of a supervisor.

@@ -125,8 +125,8 @@ void add_algo(std::vector<option_spec>& out) {
                         "training stops after this many environment steps"));
   out.push_back(opt_int("algo", "max_staleness", 4, 0, int_max,
                         "async: gradients computed on weights more than this many versions old are dropped"));
-  out.push_back(opt_int("algo", "num_learners", 1, 1, 64,
-                        "learner actors; each owns its environment runners"));
+  out.push_back(opt_int("algo", "num_learners", 1, 0, 64,
+                        "learner actors of this process, each with its environment runners (0: only on the coordinator of a run across processes, whose workers host the learners)"));
   out.push_back(opt_int("algo", "runners_per_learner", 1, 1, 64,
                         "environment runners feeding each learner"));
   out.push_back(opt_int("algo", "num_steps", 128, 1, 1048576,
@@ -200,6 +200,24 @@ void add_model(std::vector<option_spec>& out) {
                           true, false));
 }
 
+void add_cluster(std::vector<option_spec>& out) {
+  out.push_back(opt_string("cluster", "listen", "", {},
+                           "HOST:PORT the coordinator of a run across processes listens "
+                           "on (port 0 picks a free one); empty: a run in one process "
+                           "(troupe train --listen sets it)"));
+  out.push_back(opt_string("cluster", "token", "", {},
+                           "shared secret a worker must present to join; empty: "
+                           "the environment variable TROUPE_CLUSTER_TOKEN"));
+  out.push_back(opt_int("cluster", "heartbeat_ms", 500, 10, 3600000,
+                        "interval of the middleman's heartbeats between nodes"));
+  out.push_back(opt_int("cluster", "timeout_ms", 3000, 50, 86400000,
+                        "a node silent for this long is dropped as lost (set on every "
+                        "node; larger than heartbeat_ms)"));
+  out.push_back(opt_int("cluster", "reconnect_s", 60, 0, 86400,
+                        "how long a worker keeps trying to reach its coordinator before "
+                        "it exits with status 1"));
+}
+
 std::vector<option_spec> build_schema() {
   std::vector<option_spec> out;
   add_run(out);
@@ -207,6 +225,7 @@ std::vector<option_spec> build_schema() {
   add_model(out);
   add_env(out);
   add_algo(out);
+  add_cluster(out);
   return out;
 }
 

@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <exception>
 #include <mutex>
@@ -9,6 +11,7 @@
 #include <thread>
 
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
 #include <fmt/format.h>
 
 #include "actors/messages.hpp"
@@ -19,6 +22,10 @@
 #include "learners/stats_view.hpp"
 #include "runtime/ask.hpp"
 #include "runtime/checkpoint_files.hpp"
+#include "runtime/cluster/gate.hpp"
+#include "runtime/cluster/messages.hpp"
+#include "runtime/cluster/node.hpp"
+#include "runtime/json.hpp"
 #include "runtime/resume.hpp"
 #include "runtime/run_folder.hpp"
 
@@ -35,6 +42,9 @@ constexpr auto progress_ask_timeout = std::chrono::seconds(2);
 // the runners' and learners' states (each answers between two batches).
 constexpr auto ready_timeout = std::chrono::seconds(120);
 constexpr auto snapshot_timeout = std::chrono::seconds(300);
+// How long the coordinator of a run across processes waits, once training
+// has ended, for its workers to leave before the final checkpoint.
+constexpr auto workers_leave_timeout = std::chrono::seconds(20);
 
 // "FILE:LINE: key: message" for an error caused by the value of `key`.
 error at_key(const config& cfg, const std::string& key, const error& e) {
@@ -60,6 +70,11 @@ struct session::state {
   learners::model_spec spec;
   learners::device_choice device;
   resume_point resume;
+  // The coordinator of a run across processes (cluster.listen set).
+  std::optional<cluster::node_settings> node;
+  cluster::endpoint listen;
+  std::string token;
+  caf::actor gate;
 
   // Created by start(); the system is destroyed by close() after the driver
   // thread and every caller's scoped actor are gone.
@@ -85,6 +100,7 @@ struct session::state {
   void drive(actors::cast_plan plan);
   result<training_result> drive_run(caf::scoped_actor& self, actors::cast_plan plan);
   void refresh_progress(caf::scoped_actor& self);
+  std::string open_gate(const cast_handles& h);
   result<std::string> checkpoint_with(caf::scoped_actor& self,
                                       const actors::cast_snapshot& snap);
 };
@@ -110,6 +126,32 @@ result<session> session::open(const config& cfg, std::string resume_dir,
   if (!device)
     return at_key(cfg, "run.device", device.err());
   st->device = *device;
+  if (const auto& listen = cfg.get_string("cluster.listen"); !listen.empty()) {
+    auto ep =
+      cluster::parse_endpoint(listen, cfg.origin("cluster.listen") + ": cluster.listen");
+    if (!ep)
+      return ep.err();
+    st->listen = *ep;
+    auto token = cluster::run_token(cfg);
+    if (!token)
+      return token.err();
+    st->token = *token;
+    // The app identifier follows from the run folder's name (start()).
+    auto node = cluster::node_settings_from(cfg, std::string{});
+    if (!node)
+      return node.err();
+    st->node = *node;
+    if (cfg.get_string("algo.mode") != "async")
+      return make_error(errc::bad_config,
+                        "{}: algo.mode: a run across processes trains async only in "
+                        "this version, got '{}'",
+                        cfg.origin("algo.mode"), cfg.get_string("algo.mode"));
+  } else if (cfg.get_int("algo.num_learners") == 0) {
+    return make_error(errc::bad_config,
+                      "{}: algo.num_learners: 0 learners only on the coordinator of a "
+                      "run across processes (cluster.listen or troupe train --listen)",
+                      cfg.origin("algo.num_learners"));
+  }
   if (!st->resume_dir.empty()) {
     auto point = read_resume_point(st->resume_dir, st->spec, cfg.get_string("env.id"));
     if (!point)
@@ -171,12 +213,19 @@ status session::start() {
     }
     s.sys_cfg = std::make_unique<caf::actor_system_config>();
     actors::register_messages(*s.sys_cfg);
+    if (s.node) {
+      s.node->app_identifier =
+        cluster::app_identifier(std::filesystem::path(s.run_dir).filename().string());
+      cluster::register_cluster_messages(*s.sys_cfg);
+      cluster::configure_node(*s.sys_cfg, *s.node);
+    }
     s.sys_cfg->set("scheduler.max-threads",
                    static_cast<size_t>(s.cfg.get_int("run.threads")));
     s.sys_cfg->set("logger.verbosity", caf::atom("quiet"));
     s.sys = std::make_unique<caf::actor_system>(*s.sys_cfg);
     auto built = build_cast(*s.sys, s.cfg, s.spec, *s.env, s.device.kind, s.run_dir,
                             s.resume, s.options.cast);
+    built.plan.end_on_done = s.node.has_value(); // workers' learners count too
     s.handles.spec = built.spec;
     s.handles.env_id = built.env_id;
     s.handles.algo = built.algo;
@@ -225,6 +274,48 @@ result<std::string> session::state::checkpoint_with(caf::scoped_actor& self,
   if (dir)
     prune_checkpoints(run_dir, static_cast<size_t>(cfg.get_int("run.keep_checkpoints")));
   return dir;
+}
+
+// Spawns and publishes the gate, writes cluster.json and prints the address;
+// the problem, or empty.
+std::string session::state::open_gate(const cast_handles& h) {
+  cluster::gate_options go;
+  go.token = token;
+  go.config_toml = cfg.to_toml();
+  go.cast.keeper = h.keeper;
+  go.cast.server = h.server;
+  go.cast.metrics = h.metrics;
+  go.store = store;
+  go.runners_per_learner = static_cast<uint64_t>(cfg.get_int("algo.runners_per_learner"));
+  gate = cluster::spawn_gate(*sys, std::move(go));
+  auto port = sys->middleman().publish(gate, listen.port, listen.host.c_str(), false);
+  if (!port)
+    return fmt::format("cluster.listen {}:{}: cannot listen there: {}", listen.host,
+                       listen.port, actors::error_message(*sys, port.error()));
+  const std::string run = std::filesystem::path(run_dir).filename().string();
+  json j;
+  j["host"] = listen.host;
+  j["port"] = *port;
+  j["run"] = run;
+  const auto path = std::filesystem::path(run_dir) / "cluster.json";
+  const auto tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump() << "\n";
+    out.flush();
+    if (!out)
+      return fmt::format("cannot write {}", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec)
+    return fmt::format("cannot rename {} to {}: {}", tmp, path.string(), ec.message());
+  std::printf("troupe: coordinator of run %s listening on %s:%u; join with: troupe "
+              "worker --connect %s:%u --run %s\n",
+              run.c_str(), listen.host.c_str(), static_cast<unsigned>(*port),
+              listen.host.c_str(), static_cast<unsigned>(*port), run.c_str());
+  std::fflush(stdout);
+  return {};
 }
 
 void session::state::refresh_progress(caf::scoped_actor& self) {
@@ -313,6 +404,19 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
         std::printf("troupe: run folder %s; learners on %s (%s)\n", run_dir.c_str(),
                     learners::to_string(device.kind), device.reason.c_str());
         std::fflush(stdout);
+        if (node) {
+          cast_handles h;
+          {
+            std::lock_guard<std::mutex> lock(mtx);
+            h = handles;
+          }
+          if (auto why = open_gate(h); !why.empty()) {
+            std::fprintf(stderr, "troupe: %s; stopping the run\n", why.c_str());
+            if (failure.empty())
+              failure = why;
+            self->send(sup, actors::stop_atom::value);
+          }
+        }
         // A first checkpoint at once, so that a run killed at any moment resumes.
         if (resume.checkpoint.empty())
           periodic_checkpoint();
@@ -322,7 +426,8 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
       [&](actors::done_atom, bool interrupted, std::string& why) {
         done = true;
         stopping = interrupted;
-        failure = why;
+        if (failure.empty()) // a gate that could not open came first
+          failure = why;
       },
       [&](caf::down_msg& down) {
         if (down.source != sup.address() || done)
@@ -336,6 +441,16 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
       refresh_progress(self);
       last_refresh = std::chrono::steady_clock::now();
     }
+  }
+  // Workers are told the run ends and leave before the final checkpoint, so
+  // that their last gradients reach the server (bounded).
+  if (gate) {
+    self->request(gate, workers_leave_timeout, actors::stop_atom::value)
+      .receive([](caf::ok_atom) {},
+               [&](caf::error& e) {
+                 std::fprintf(stderr, "troupe: not every worker left: %s\n",
+                              actors::error_message(system, e).c_str());
+               });
   }
   if (!is_ready) {
     // Nothing started (a resume whose statistics file does not load, ...).
@@ -385,6 +500,10 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
   if (!final_ckpt)
     std::fprintf(stderr, "troupe: final checkpoint failed: %s\n",
                  final_ckpt.err().message.c_str());
+  if (gate) {
+    (void)system.middleman().unpublish(gate);
+    self->send_exit(gate, caf::exit_reason::user_shutdown);
+  }
   self->send_exit(handles.metrics, caf::exit_reason::user_shutdown);
   self->send_exit(handles.server, caf::exit_reason::user_shutdown);
   self->send_exit(handles.keeper, caf::exit_reason::user_shutdown);
@@ -497,6 +616,7 @@ result<training_result> session::close() {
       std::lock_guard<std::mutex> lock(s.mtx);
       s.handles.keeper = s.handles.server = s.handles.metrics = caf::actor{};
       s.supervisor = caf::actor{};
+      s.gate = caf::actor{};
     }
     s.sys.reset();
     s.sys_cfg.reset();

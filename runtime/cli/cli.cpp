@@ -17,8 +17,14 @@ int cmd_help(const args_t&);
 
 const std::vector<command>& commands() {
   static const std::vector<command> table = {
-    {{"train"}, "CONFIG [--set section.key=value ...] [--resume RUN_DIR]",
+    {{"train"},
+     "CONFIG [--set section.key=value ...] [--resume RUN_DIR] [--listen HOST:PORT]",
      "train from a config file into a run folder (metrics, checkpoints, curve)", cmd_train},
+    {{"worker"},
+     "--connect HOST:PORT --run RUN [--learners N] [--runners-per-learner M] "
+     "[--device D] [--name NAME]",
+     "join a run across processes: host learners and runners for its coordinator",
+     cmd_worker},
     {{"eval"}, "CHECKPOINT [--env ID] [--episodes N] [--seed S] [--stochastic] [--json]",
      "run evaluation episodes with a checkpoint's policy", cmd_eval},
     {{"plot"}, "RUN_DIR... [--out FILE]",

@@ -1,4 +1,5 @@
-// `troupe train CONFIG [--set section.key=value ...] [--resume RUN_DIR]`.
+// `troupe train CONFIG [--set section.key=value ...] [--resume RUN_DIR]
+// [--listen HOST:PORT]`.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -74,6 +75,9 @@ int cmd_train(const args_t& args) {
   const std::vector<arg_spec> specs = {
     {"set", true, true, "override one option: --set section.key=value"},
     {"resume", true, false, "continue RUN_DIR from its newest complete checkpoint"},
+    {"listen", true, false,
+     "coordinate a run across processes: workers join at HOST:PORT (port 0: any "
+     "free one; sets cluster.listen)"},
   };
   auto parsed = parse_args("train", args, specs);
   if (!parsed)
@@ -85,7 +89,7 @@ int cmd_train(const args_t& args) {
   if (parsed->positional.empty() && !resume)
     return fail(exit_bad_input,
                 "usage: troupe train CONFIG [--set section.key=value ...] "
-                "[--resume RUN_DIR]\n" +
+                "[--resume RUN_DIR] [--listen HOST:PORT]\n" +
                   describe_args(specs));
   // A resumed run continues with its own resolved config (overrides still apply).
   std::string path = parsed->positional.empty() ? std::string{} : parsed->positional[0];
@@ -97,6 +101,8 @@ int cmd_train(const args_t& args) {
   auto cfg = load_config(path, parsed->all("set"));
   if (!cfg)
     return fail(exit_bad_input, cfg.err().message);
+  if (auto listen = parsed->get("listen"))
+    cfg->set("cluster.listen", *listen, "--listen");
   auto out = train_until_done(*cfg, resume ? *resume : std::string{});
   // The learning curves, when the run got as far as writing metrics.
   if (!out.second.empty() &&

@@ -23,6 +23,7 @@ int cmd_env_list(const args_t& args);        // runtime/cli/cmd_env.cpp
 int cmd_env_replay(const args_t& args);      // runtime/cli/cmd_env.cpp
 int cmd_policy_act(const args_t& args);      // runtime/cli/cmd_policy.cpp
 int cmd_train(const args_t& args);           // runtime/cli/cmd_train.cpp
+int cmd_worker(const args_t& args);          // runtime/cli/cmd_worker.cpp
 int cmd_eval(const args_t& args);            // runtime/cli/cmd_eval.cpp
 int cmd_plot(const args_t& args);            // runtime/cli/cmd_plot.cpp
 int cmd_bench(const args_t& args);           // runtime/cli/cmd_bench.cpp

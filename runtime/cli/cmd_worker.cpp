@@ -1,0 +1,88 @@
+// `troupe worker --connect HOST:PORT --run RUN [--learners N] [--runners-per-learner M]
+// [--device D] [--name NAME] [--heartbeat-ms MS] [--timeout-ms MS]
+// [--reconnect-s S]`: joins a run across processes (docs/cluster.md).
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
+#include "runtime/cli/args.hpp"
+#include "runtime/cli/commands.hpp"
+#include "runtime/cluster/worker.hpp"
+
+namespace troupe::runtime {
+
+int cmd_worker(const args_t& args) {
+  const std::vector<arg_spec> specs = {
+    {"connect", true, false, "HOST:PORT of the coordinator (its cluster.json)"},
+    {"run", true, false, "the run's name (cluster.json's \"run\"): its app identifier"},
+    {"learners", true, false, "learners this worker hosts (default 1)"},
+    {"runners-per-learner", true, false,
+     "runners per learner (default: the run's algo.runners_per_learner)"},
+    {"device", true, false, "auto, cpu or cuda (default: the run's run.device)"},
+    {"name", true, false, "its name in the run (default: HOSTNAME-PID)"},
+    {"heartbeat-ms", true, false, "the run's cluster.heartbeat_ms (default 500)"},
+    {"timeout-ms", true, false, "the run's cluster.timeout_ms (default 3000)"},
+    {"reconnect-s", true, false,
+     "how long to keep trying to reach the coordinator (default 60)"},
+  };
+  auto parsed = parse_args("worker", args, specs);
+  if (!parsed)
+    return fail(exit_bad_input, parsed.err().message);
+  auto connect = parsed->get("connect");
+  auto run = parsed->get("run");
+  if (!connect || !run || run->empty() || !parsed->positional.empty())
+    return fail(exit_bad_input,
+                "usage: troupe worker --connect HOST:PORT --run RUN [--learners N] "
+                "[--runners-per-learner M] [--device D] [--name NAME]\n" +
+                  describe_args(specs) +
+                  "The token comes from the environment variable TROUPE_CLUSTER_TOKEN.");
+  cluster::worker_options o;
+  auto ep = cluster::parse_endpoint(*connect, "--connect");
+  if (!ep)
+    return fail(exit_bad_input, ep.err().message);
+  if (ep->port == 0)
+    return fail(exit_bad_input, "--connect: the port must be the coordinator's, not 0");
+  o.connect = *ep;
+  o.run = *run;
+  auto learners = parsed->get_int("learners", 1, 0, 64);
+  auto runners = parsed->get_int("runners-per-learner", 0, 0, 64);
+  auto heartbeat = parsed->get_int("heartbeat-ms", 500, 10, 3600000);
+  auto timeout = parsed->get_int("timeout-ms", 3000, 50, 86400000);
+  auto reconnect = parsed->get_int("reconnect-s", 60, 0, 86400);
+  for (auto* r : {&learners, &runners, &heartbeat, &timeout, &reconnect})
+    if (!*r)
+      return fail(exit_bad_input, r->err().message);
+  if (*timeout <= *heartbeat)
+    return fail(exit_bad_input, "--timeout-ms must be larger than --heartbeat-ms");
+  o.learners = static_cast<uint64_t>(*learners);
+  o.runners_per_learner = static_cast<uint64_t>(*runners);
+  o.heartbeat_ms = static_cast<uint64_t>(*heartbeat);
+  o.timeout_ms = static_cast<uint64_t>(*timeout);
+  o.reconnect_s = static_cast<uint64_t>(*reconnect);
+  if (auto d = parsed->get("device")) {
+    if (*d != "auto" && *d != "cpu" && *d != "cuda")
+      return fail(exit_bad_input,
+                  "--device: expected auto, cpu or cuda, got '" + *d + "'");
+    o.device = *d;
+  }
+  if (auto n = parsed->get("name")) {
+    o.name = *n;
+  } else {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0)
+      std::snprintf(host, sizeof host, "worker");
+    o.name = std::string(host) + "-" + std::to_string(::getpid());
+  }
+  if (o.name.empty() || o.name.find_first_of(" \t\n,") != std::string::npos)
+    return fail(exit_bad_input,
+                "--name: a non-empty name without spaces or commas, got '" + o.name +
+                  "'");
+  const int status = cluster::run_worker(o);
+  // The worker's actors may wait on a coordinator that is gone: the process
+  // ends here without waiting for them.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(status);
+}
+
+} // namespace troupe::runtime

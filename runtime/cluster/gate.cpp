@@ -1,0 +1,261 @@
+#include "runtime/cluster/gate.hpp"
+
+#include <chrono>
+#include <map>
+#include <vector>
+
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/messages.hpp"
+#include "actors/metrics.hpp"
+#include "runtime/cluster/messages.hpp"
+#include "runtime/cluster/node.hpp"
+
+namespace troupe::cluster {
+
+namespace {
+
+// How long the gate waits for the middleman's answer about a peer's
+// address, and for a host to take a policy version.
+constexpr auto address_timeout = std::chrono::seconds(2);
+constexpr auto push_timeout = std::chrono::seconds(10);
+
+struct host_entry {
+  caf::actor actor;
+  lost_host info;
+  uint64_t sent_version = 0; // newest version the host has or is being sent
+  bool in_flight = false;
+};
+
+struct gate_state {
+  gate_options opts;
+  std::map<caf::actor_addr, host_entry> hosts;
+  uint64_t joins = 0;
+  uint64_t lost = 0;
+  bool stopping = false;
+  std::vector<caf::typed_response_promise<caf::ok_atom>> stop_waiters;
+};
+
+void report_hosts(caf::event_based_actor* self, gate_state& st) {
+  if (st.opts.cast.metrics)
+    self->send(st.opts.cast.metrics, actors::hosts_atom::value,
+               static_cast<uint64_t>(st.hosts.size()), st.lost);
+}
+
+// Sends the newest version to the host at `addr` unless it has it or a push
+// is under way; the answer sends the next one if the server moved on.
+void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
+                 const caf::actor_addr& addr) {
+  auto it = st->hosts.find(addr);
+  if (it == st->hosts.end() || it->second.in_flight)
+    return;
+  auto snap = st->opts.store->latest();
+  if (!snap || snap->version <= it->second.sent_version)
+    return;
+  policy_push p;
+  p.version = snap->version;
+  p.params.assign(snap->model.params(), snap->model.params() + snap->model.param_count());
+  p.buffers.assign(snap->model.buffers(),
+                   snap->model.buffers() + snap->model.buffer_count());
+  it->second.in_flight = true;
+  it->second.sent_version = snap->version;
+  self->request(it->second.actor, push_timeout, std::move(p))
+    .then(
+      [self, st, addr](caf::ok_atom) {
+        if (auto h = st->hosts.find(addr); h != st->hosts.end()) {
+          h->second.in_flight = false;
+          push_newest(self, st, addr);
+        }
+      },
+      [st, addr](caf::error&) {
+        // A host that is lost: its down message follows.
+        if (auto h = st->hosts.find(addr); h != st->hosts.end())
+          h->second.in_flight = false;
+      });
+}
+
+std::string hosted(const lost_host& h) {
+  if (h.learners.empty())
+    return "no learners";
+  return fmt::format("learners {} ({} runners each)", fmt::join(h.learners, ", "),
+                     h.runners_per_learner);
+}
+
+// Checks a join and answers it; `address` is the peer's "HOST:PORT".
+void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
+           join_request& req, const std::string& address,
+           caf::typed_response_promise<welcome>& rp) {
+  auto refuse = [&](const std::string& why) {
+    actors::write_log(st->opts.log,
+                      fmt::format("cluster: refused a join from {} (worker '{}'): {}",
+                                  address, req.name, why));
+    rp.deliver(actors::to_caf_error(
+      make_error(errc::invalid_argument, "the coordinator refused the join: {}", why)));
+  };
+  if (req.protocol != protocol_version)
+    return refuse(fmt::format("it speaks protocol {}, this coordinator speaks {}",
+                              req.protocol, protocol_version));
+  if (!same_token(req.token, st->opts.token))
+    return refuse(req.token.empty() ? "no token given" : "wrong token");
+  if (st->stopping)
+    return refuse("the run is ending");
+  if (!req.host)
+    return refuse("no host actor in the join request");
+  if (req.name.empty())
+    return refuse("an empty worker name");
+  if (req.learners > st->opts.learners_per_host_max)
+    return refuse(fmt::format("it asks for {} learners, at most {} per host",
+                              req.learners, st->opts.learners_per_host_max));
+  for (auto& [a, h] : st->hosts)
+    if (h.info.name == req.name)
+      return refuse(fmt::format("a live host of the run is named '{}' already (from {})",
+                                req.name, h.info.address));
+  host_entry h;
+  h.actor = req.host;
+  h.info.name = req.name;
+  h.info.incarnation = req.incarnation;
+  h.info.address = address;
+  h.info.runners_per_learner =
+    req.runners_per_learner > 0 ? req.runners_per_learner : st->opts.runners_per_learner;
+  for (uint64_t i = 0; i < req.learners; ++i)
+    h.info.learners.push_back(fmt::format("{}.learner{}", req.name, i));
+  welcome w;
+  w.config_toml = st->opts.config_toml;
+  w.host_index = st->joins++;
+  w.keeper = st->opts.cast.keeper;
+  w.server = st->opts.cast.server;
+  w.metrics = st->opts.cast.metrics;
+  w.learner_names = h.info.learners;
+  auto snap = st->opts.store->latest();
+  w.weights.version = snap->version;
+  w.weights.params.assign(snap->model.params(),
+                          snap->model.params() + snap->model.param_count());
+  w.weights.buffers.assign(snap->model.buffers(),
+                           snap->model.buffers() + snap->model.buffer_count());
+  h.sent_version = snap->version;
+  actors::write_log(st->opts.log,
+                    fmt::format("cluster: host {} ({}) joined, incarnation {:016x}: {}, "
+                                "device {}",
+                                req.name, address, req.incarnation, hosted(h.info),
+                                req.device));
+  self->monitor(h.actor);
+  const auto addr = h.actor.address();
+  st->hosts.emplace(addr, std::move(h));
+  report_hosts(self, *st);
+  rp.deliver(std::move(w));
+  push_newest(self, st, addr); // the server may have moved on meanwhile
+}
+
+caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st) {
+  // The middleman may hold the published gate past its end: its handles to
+  // the keeper, the server and the metrics actor go when it ends, so that
+  // those can be destroyed (the actor system waits for them).
+  self->attach_functor([st] {
+    st->opts.cast = actors::shared_actors{};
+    st->opts.store.reset();
+    st->hosts.clear();
+    st->stop_waiters.clear();
+  });
+  self->set_down_handler([self, st](caf::down_msg& down) {
+    auto it = st->hosts.find(down.source);
+    if (it == st->hosts.end())
+      return;
+    auto info = std::move(it->second.info);
+    st->hosts.erase(it);
+    // Once the run ends every host goes, however its connection closes.
+    const bool left = st->stopping;
+    if (left) {
+      actors::write_log(
+        st->opts.log, fmt::format("cluster: host {} ({}) left", info.name, info.address));
+    } else {
+      st->lost += 1;
+      actors::write_log(
+        st->opts.log,
+        fmt::format("cluster: lost host {} ({}): it hosted {}; {} host(s) remain ({})",
+                    info.name, info.address, hosted(info), st->hosts.size(),
+                    actors::error_message(self->system(), down.reason)));
+      on_host_lost(self, st->opts.cast, info);
+    }
+    report_hosts(self, *st);
+    if (st->stopping && st->hosts.empty()) {
+      for (auto& rp : st->stop_waiters)
+        rp.deliver(caf::ok_atom::value);
+      st->stop_waiters.clear();
+    }
+  });
+  return {
+    [self, st](join_request& req) -> caf::result<welcome> {
+      auto rp = self->make_response_promise<welcome>();
+      caf::node_id node;
+      if (req.host)
+        node = req.host.node();
+      else if (auto& sender = self->current_sender())
+        node = sender->node();
+      auto mm = self->system().middleman().actor_handle();
+      self->request(mm, address_timeout, caf::get_atom::value, node)
+        .then(
+          [self, st, req, rp](const caf::node_id&, const std::string& host,
+                              uint16_t port) mutable {
+            admit(self, st, req,
+                  host.empty() ? std::string{"unknown"}
+                               : fmt::format("{}:{}", host, port),
+                  rp);
+          },
+          [self, st, req, rp](caf::error&) mutable {
+            admit(self, st, req, "unknown", rp);
+          });
+      return rp;
+    },
+    [self, st](actors::publish_atom, uint64_t) {
+      std::vector<caf::actor_addr> addrs;
+      for (auto& kv : st->hosts)
+        addrs.push_back(kv.first);
+      for (auto& a : addrs)
+        push_newest(self, st, a);
+    },
+    [self, st](actors::stop_atom) -> caf::result<caf::ok_atom> {
+      st->stopping = true;
+      for (auto& kv : st->hosts)
+        self->send(kv.second.actor, actors::stop_atom::value);
+      if (st->hosts.empty())
+        return caf::ok_atom::value;
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      st->stop_waiters.push_back(rp);
+      return rp;
+    },
+    [st](actors::status_atom) -> caf::result<uint64_t, uint64_t> {
+      return {static_cast<uint64_t>(st->hosts.size()), st->lost};
+    },
+  };
+}
+
+} // namespace
+
+void on_host_lost(caf::event_based_actor*, const actors::shared_actors&,
+                  const lost_host&) {
+  // Fencing hook (issue 11, item 5): tell the parameter server and the
+  // statistics keeper that host.name's incarnation host.incarnation is dead,
+  // so that its late gradients and deltas are refused. Their fence message
+  // belongs to the exactly-once work and is wired in here when it lands.
+}
+
+caf::actor spawn_gate(caf::actor_system& sys, gate_options opts) {
+  auto st = std::make_shared<gate_state>();
+  st->opts = std::move(opts);
+  auto store = st->opts.store;
+  auto g = sys.spawn(gate, st);
+  // Every new version is announced to the gate (on the server's thread; the
+  // gate reads the store itself and coalesces).
+  caf::actor_addr addr = g.address();
+  store->subscribe([addr](const std::shared_ptr<const actors::policy_snapshot>& s) {
+    auto a = caf::actor_cast<caf::actor>(addr);
+    if (!a)
+      return false;
+    caf::anon_send(a, actors::publish_atom::value, s->version);
+    return true;
+  });
+  return g;
+}
+
+} // namespace troupe::cluster

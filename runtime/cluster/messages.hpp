@@ -1,0 +1,71 @@
+// The messages of a run across processes (docs/cluster.md): a worker's join
+// request, the coordinator's welcome, and the policy versions the coordinator
+// pushes to each worker host. Plain structs with an `inspect` overload, like
+// actors/messages.hpp; register_cluster_messages adds them to a config.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+namespace troupe::cluster {
+
+/// Version of the join protocol; a worker of another version is refused.
+constexpr uint32_t protocol_version = 1;
+
+using join_atom = caf::atom_constant<caf::atom("join")>;
+
+/// A worker's request to join a run (sent to the coordinator's gate).
+struct join_request {
+  uint32_t protocol = 0;            ///< protocol_version of the worker
+  std::string name;                 ///< the worker's name (unique among live hosts)
+  uint64_t incarnation = 0;         ///< random, new at every start of a worker
+  uint64_t learners = 0;            ///< learners it will host
+  uint64_t runners_per_learner = 0; ///< runners per learner
+  std::string device;               ///< "auto", "cpu" or "cuda"
+  std::string token;                ///< the run's shared secret
+  caf::actor host;                  ///< its host actor: policy versions, stop
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, join_request& x) {
+  return f(caf::meta::type_name("join_request"), x.protocol, x.name, x.incarnation,
+           x.learners, x.runners_per_learner, x.device, x.token, x.host);
+}
+
+/// One policy version as raw float arrays (params, buffers).
+struct policy_push {
+  uint64_t version = 0;       ///< parameter server version
+  std::vector<float> params;  ///< flat parameters
+  std::vector<float> buffers; ///< flat buffers
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, policy_push& x) {
+  return f(caf::meta::type_name("policy_push"), x.version, x.params, x.buffers);
+}
+
+/// The coordinator's answer to an accepted join.
+struct welcome {
+  std::string config_toml; ///< the run's resolved config
+  uint64_t host_index = 0; ///< joins so far, from 0 (seeds differ per host)
+  caf::actor keeper;       ///< the statistics keeper
+  caf::actor server;       ///< the parameter server
+  caf::actor metrics;      ///< the metrics actor
+  std::vector<std::string> learner_names; ///< the names its learners must use
+  policy_push weights;                    ///< the newest policy version
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, welcome& x) {
+  return f(caf::meta::type_name("welcome"), x.config_toml, x.host_index, x.keeper,
+           x.server, x.metrics, x.learner_names, x.weights);
+}
+
+/// Registers the cluster's message types with `cfg` (after
+/// actors::register_messages).
+void register_cluster_messages(caf::actor_system_config& cfg);
+
+} // namespace troupe::cluster

@@ -1,0 +1,276 @@
+#include "runtime/cluster/worker.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/messages.hpp"
+#include "actors/supervisor.hpp"
+#include "envs/registry.hpp"
+#include "learners/backend.hpp"
+#include "runtime/cast.hpp"
+#include "runtime/cluster/messages.hpp"
+#include "runtime/config.hpp"
+#include "runtime/resume.hpp"
+
+namespace troupe::cluster {
+
+namespace {
+
+// How long one join request may take, how long the worker waits between two
+// attempts to reach the coordinator, and how long its learners may take to
+// end their batches once the run has ended.
+constexpr auto join_timeout = std::chrono::seconds(30);
+constexpr auto connect_retry = std::chrono::milliseconds(250);
+constexpr auto stop_timeout = std::chrono::seconds(10);
+
+// The host's policy store, set once the welcome has told the model's shape;
+// versions pushed before that are kept (the newest) and published then.
+struct host_cache {
+  std::mutex mtx;
+  std::shared_ptr<actors::policy_store> store;
+  std::optional<policy_push> pending;
+  std::string problem; // the first push that did not fit the model
+
+  void publish(const policy_push& p) {
+    auto latest = store->latest();
+    if (p.params.size() != latest->model.param_count() ||
+        p.buffers.size() != latest->model.buffer_count()) {
+      if (problem.empty())
+        problem = fmt::format("policy version {} has {} params and {} buffers, this "
+                              "worker's model {} and {}",
+                              p.version, p.params.size(), p.buffers.size(),
+                              latest->model.param_count(), latest->model.buffer_count());
+      return;
+    }
+    if (p.version > latest->version)
+      store->publish(p.version, p.params.data(), p.buffers.data());
+  }
+  void take(policy_push p) {
+    std::lock_guard<std::mutex> lock(mtx);
+    if (store)
+      publish(p);
+    else if (!pending || pending->version < p.version)
+      pending = std::move(p);
+  }
+  void set_store(std::shared_ptr<actors::policy_store> s) {
+    std::lock_guard<std::mutex> lock(mtx);
+    store = std::move(s);
+    if (pending)
+      publish(*pending);
+    pending.reset();
+  }
+};
+
+// The worker's host actor: takes the policy versions the gate pushes, and
+// passes the run's end on to the driver.
+caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cache> cache,
+                         caf::actor driver) {
+  return {
+    [cache](policy_push& p) {
+      cache->take(std::move(p));
+      return caf::ok_atom::value;
+    },
+    [self, driver](actors::stop_atom) { self->send(driver, actors::stop_atom::value); },
+  };
+}
+
+uint64_t random_incarnation() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+int fail_with(const std::string& message) {
+  std::fprintf(stderr, "troupe: worker: %s\n", message.c_str());
+  std::fflush(stderr);
+  return 1;
+}
+
+} // namespace
+
+int run_worker(const worker_options& opts) {
+  std::string token = opts.token;
+  if (token.empty())
+    if (const char* env = std::getenv(token_variable))
+      token = env;
+  if (token.empty())
+    return fail_with(fmt::format("no token: set the environment variable {} to the "
+                                 "run's cluster.token",
+                                 token_variable));
+  node_settings ns;
+  ns.heartbeat_ms = opts.heartbeat_ms;
+  ns.timeout_ms = opts.timeout_ms;
+  ns.app_identifier = app_identifier(opts.run);
+  const std::string where =
+    fmt::format("{}:{} (run {})", opts.connect.host, opts.connect.port, opts.run);
+
+  // Left running on return (see worker.hpp): released, never destroyed here.
+  auto sys_cfg = std::make_unique<caf::actor_system_config>();
+  actors::register_messages(*sys_cfg);
+  register_cluster_messages(*sys_cfg);
+  configure_node(*sys_cfg, ns);
+  sys_cfg->set("logger.verbosity", caf::atom("quiet"));
+  auto* sys = new caf::actor_system(*sys_cfg);
+  sys_cfg.release();
+
+  // -- reach the coordinator (bounded) ---------------------------------------
+  const auto deadline =
+    std::chrono::steady_clock::now() + std::chrono::seconds(opts.reconnect_s);
+  caf::actor gate;
+  for (;;) {
+    auto g = sys->middleman().remote_actor(opts.connect.host, opts.connect.port);
+    if (g) {
+      gate = *g;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      return fail_with(fmt::format("cannot reach the coordinator at {} within {} s "
+                                   "(--reconnect-s; a coordinator of another run "
+                                   "refuses the connection): {}",
+                                   where, opts.reconnect_s,
+                                   actors::error_message(*sys, g.error())));
+    std::this_thread::sleep_for(connect_retry); // back-off between attempts
+  }
+
+  // -- join ------------------------------------------------------------------
+  caf::scoped_actor self(*sys);
+  auto cache = std::make_shared<host_cache>();
+  auto host = sys->spawn(host_actor, cache, caf::actor_cast<caf::actor>(self));
+  join_request req;
+  req.protocol = protocol_version;
+  req.name = opts.name;
+  req.incarnation = random_incarnation();
+  req.learners = opts.learners;
+  req.runners_per_learner = opts.runners_per_learner;
+  req.device = opts.device.empty() ? "(the run's)" : opts.device;
+  req.token = token;
+  req.host = host;
+  std::optional<welcome> w;
+  std::string refused;
+  self->request(gate, join_timeout, std::move(req))
+    .receive([&](welcome& x) { w = std::move(x); },
+             [&](caf::error& e) { refused = actors::error_message(*sys, e); });
+  if (!w)
+    return fail_with(
+      fmt::format("'{}' could not join the run at {}: {}", opts.name, where, refused));
+
+  // -- the cast of this host ---------------------------------------------------
+  auto cfg = runtime::parse_config(w->config_toml, "the config of the run at " + where);
+  if (!cfg)
+    return fail_with(cfg.err().message);
+  const uint64_t rpl =
+    opts.runners_per_learner > 0
+      ? opts.runners_per_learner
+      : static_cast<uint64_t>(cfg->get_int("algo.runners_per_learner"));
+  cfg->set("algo.num_learners", static_cast<int64_t>(opts.learners), "troupe worker");
+  cfg->set("algo.runners_per_learner", static_cast<int64_t>(rpl), "troupe worker");
+  if (!opts.device.empty())
+    cfg->set("run.device", opts.device, "troupe worker --device");
+  // Each host's runners and learners draw their own random numbers.
+  const auto seed = static_cast<uint64_t>(cfg->get_int("run.seed"));
+  cfg->set("run.seed",
+           static_cast<int64_t>((seed + 104729 * (w->host_index + 1)) % 4294967296ull),
+           "troupe worker (per host)");
+  auto env = envs::find_spec(cfg->get_string("env.id"));
+  if (!env)
+    return fail_with(env.err().message);
+  auto spec = runtime::model_spec_for(*cfg, **env);
+  if (!spec)
+    return fail_with(spec.err().message);
+  auto device = learners::choose_device(cfg->get_string("run.device"));
+  if (!device)
+    return fail_with("--device: " + device.err().message);
+  auto built = runtime::build_cast(*sys, *cfg, *spec, **env, device->kind, std::string{},
+                                   runtime::resume_point{}, runtime::cast_options{});
+  auto& plan = built.plan;
+  if (w->learner_names.size() != plan.learners.size())
+    return fail_with(fmt::format("the coordinator named {} learners for the {} asked",
+                                 w->learner_names.size(), plan.learners.size()));
+  for (size_t i = 0; i < plan.learners.size(); ++i)
+    plan.learners[i].options.name = w->learner_names[i];
+  plan.existing = actors::shared_actors{w->keeper, w->server, w->metrics};
+  cache->take(std::move(w->weights));
+  cache->set_store(plan.store);
+  {
+    std::lock_guard<std::mutex> lock(cache->mtx);
+    if (!cache->problem.empty())
+      return fail_with(cache->problem);
+  }
+
+  // -- run until the coordinator ends the run ----------------------------------
+  auto stop_flag = std::make_shared<std::atomic<int>>(0);
+  actors::supervisor_options so;
+  so.cast = std::move(plan);
+  so.owner = caf::actor_cast<caf::actor>(self);
+  so.stop_flag = stop_flag;
+  auto sup = actors::spawn_supervisor(*sys, std::move(so));
+  self->monitor(gate);
+  self->monitor(sup);
+  bool done = false, stop_asked = false, gate_lost = false;
+  std::string failure, gate_reason;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  while (!done) {
+    self->receive(
+      [&](actors::ready_atom, caf::actor&, caf::actor&, caf::actor&) {
+        std::printf("troupe: worker %s joined the run at %s: learners %s, %llu runners "
+                    "each, on %s\n",
+                    opts.name.c_str(), where.c_str(),
+                    fmt::format("{}", fmt::join(w->learner_names, ", ")).c_str(),
+                    static_cast<unsigned long long>(rpl),
+                    learners::to_string(device->kind));
+        std::fflush(stdout);
+      },
+      [&](actors::ckpt_atom, uint64_t) {}, [&](actors::cast_snapshot&) {},
+      [&](actors::done_atom, bool, std::string& why) {
+        done = true;
+        failure = why;
+      },
+      [&](actors::stop_atom) {
+        if (!stop_asked) {
+          stop_asked = true;
+          stop_flag->store(1);
+          stop_deadline = std::chrono::steady_clock::now() + stop_timeout;
+        }
+      },
+      [&](caf::down_msg& down) {
+        if (down.source == gate.address()) {
+          gate_lost = true;
+          gate_reason = actors::error_message(*sys, down.reason);
+          done = true;
+        } else if (down.source == sup.address() && !done) {
+          done = true;
+          failure = "the supervisor ended: " + actors::error_message(*sys, down.reason);
+        }
+      },
+      caf::after(std::chrono::milliseconds(200)) >>
+        [&] {
+          if (std::chrono::steady_clock::now() >= stop_deadline) {
+            std::fprintf(stderr,
+                         "troupe: worker %s: the learners did not end within %lld "
+                         "s of the run's end; leaving\n",
+                         opts.name.c_str(), static_cast<long long>(stop_timeout.count()));
+            done = true;
+          }
+        });
+  }
+  if (gate_lost && !stop_asked)
+    return fail_with(fmt::format("{}: lost the coordinator at {} ({}); a coordinator "
+                                 "restart is not supported yet",
+                                 opts.name, where, gate_reason));
+  self->send_exit(host, caf::exit_reason::user_shutdown);
+  if (!failure.empty() && !stop_asked)
+    return fail_with(fmt::format("{}: {}", opts.name, failure));
+  std::printf("troupe: worker %s: the run ended\n", opts.name.c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+} // namespace troupe::cluster

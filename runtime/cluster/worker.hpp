@@ -1,0 +1,38 @@
+// A worker process of a run across processes (docs/cluster.md): it reaches
+// the coordinator's gate (bounded retries over reconnect_s), joins with its
+// name, a random incarnation, what it hosts and the token, then runs its
+// learners and their runners under a local supervisor that uses the
+// coordinator's keeper, parameter server and metrics actor. Its runners act
+// with a per-host policy store that the coordinator's gate feeds (host
+// actor); the run's end comes from the coordinator (stop_atom).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/cluster/node.hpp"
+
+namespace troupe::cluster {
+
+/// Settings of a worker.
+struct worker_options {
+  endpoint connect;                 ///< the coordinator's HOST:PORT
+  std::string run;                  ///< the run's name (cluster.json's "run")
+  std::string name;                 ///< its name in the run (unique among live hosts)
+  uint64_t learners = 1;            ///< learners it hosts
+  uint64_t runners_per_learner = 0; ///< 0: the run's algo.runners_per_learner
+  std::string device;               ///< empty: the run's run.device
+  std::string token;                ///< empty: TROUPE_CLUSTER_TOKEN
+  uint64_t heartbeat_ms = 500;      ///< as the coordinator's cluster.heartbeat_ms
+  uint64_t timeout_ms = 3000;       ///< as the coordinator's cluster.timeout_ms
+  uint64_t reconnect_s = 60;        ///< how long it tries to reach the coordinator
+};
+
+/// Runs a worker to its end and returns the process's exit status: 0 when
+/// the run ended, 1 (with a message on stderr) when it could not join or the
+/// coordinator was lost. The actor system is left running on return (a
+/// learner may wait on a coordinator that is gone): the caller ends the
+/// process with this status at once.
+int run_worker(const worker_options& opts);
+
+} // namespace troupe::cluster

@@ -1,0 +1,427 @@
+// Black-box tests of a run across processes: a coordinator (`troupe train
+// --listen 127.0.0.1:0`) and worker processes (`troupe worker`) on loopback.
+// Every child is killed and reaped by its owner's destructor, also when a
+// check fails; every wait polls a condition with a bound.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_support.hpp"
+#include "tests/seed.hpp"
+#include "tests/temp_folder.hpp"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using namespace troupe::test;
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
+}
+
+// One `troupe` child process with stdout and stderr in files; killed (SIGKILL)
+// and reaped by the destructor when still running.
+class child {
+public:
+  child(const std::vector<std::string>& args, const fs::path& out, const fs::path& err,
+        const std::vector<std::string>& extra_env = {})
+    : out_(out), err_(err) {
+    std::vector<std::string> argv_s = {TROUPE_BINARY};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e)
+      if (std::string(*e).rfind("TROUPE_CLUSTER_TOKEN=", 0) != 0)
+        env_s.emplace_back(*e);
+    env_s.insert(env_s.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> envp;
+    for (auto& e : env_s)
+      envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int rc =
+      posix_spawn(&pid_, TROUPE_BINARY, &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE_MESSAGE(rc == 0, "cannot start " << TROUPE_BINARY);
+  }
+  ~child() {
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+
+  /// Whether it still runs (reaps it when it has ended).
+  bool running() {
+    if (reaped_)
+      return false;
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      reaped_ = true;
+      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      return false;
+    }
+    return true;
+  }
+  /// Sends `sig`.
+  void signal(int sig) { ::kill(pid_, sig); }
+  /// SIGKILL, then reaped.
+  void kill_now() {
+    ::kill(pid_, SIGKILL);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    reaped_ = true;
+    status_ = -1;
+  }
+  /// Its exit status once ended (-1: by a signal).
+  int status() const { return status_; }
+  std::string out() const { return read_text(out_); }
+  std::string err() const { return read_text(err_); }
+
+private:
+  pid_t pid_ = 0;
+  bool reaped_ = false;
+  int status_ = -2;
+  fs::path out_, err_;
+};
+
+// Polls `cond` until it holds or `limit` passes; false then.
+bool poll_until(const std::function<bool()>& cond, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // polling interval
+  }
+  return true;
+}
+
+// The small async CartPole PPO config of these tests: no local learner.
+std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total) {
+  return dir.write("cluster.toml",
+                   fmt::format(R"([run]
+name = "cluster"
+seed = {}
+device = "cpu"
+output_dir = "{}"
+log_every_updates = 1
+checkpoint_every_updates = 0
+
+[env]
+id = "CartPole-v1"
+num_envs = 4
+
+[algo]
+name = "ppo"
+mode = "async"
+num_learners = 0
+runners_per_learner = 1
+total_env_steps = {}
+num_steps = 128
+learning_rate = 2.5e-4
+num_minibatches = 4
+update_epochs = 4
+max_staleness = 8
+
+[cluster]
+heartbeat_ms = 200
+timeout_ms = 2000
+)",
+                               seed, (dir.path / "runs").string(), total));
+}
+
+// The coordinator's run folder, once its cluster.json exists.
+fs::path wait_for_run(const temp_folder& dir, child& coord) {
+  fs::path run;
+  const bool ok = poll_until(
+    [&] {
+      std::error_code ec;
+      if (!coord.running())
+        return true;
+      for (auto& e : fs::directory_iterator(dir.path / "runs", ec))
+        if (fs::exists(e.path() / "cluster.json"))
+          run = e.path();
+      return !run.empty();
+    },
+    std::chrono::seconds(120));
+  INFO("coordinator stderr: " << coord.err());
+  REQUIRE_MESSAGE(ok, "no cluster.json within 120 s");
+  REQUIRE_MESSAGE(!run.empty(), "the coordinator ended before writing cluster.json");
+  return run;
+}
+
+std::string address_of(const fs::path& run) {
+  auto j = nlohmann::json::parse(read_text(run / "cluster.json"));
+  REQUIRE(j.at("host").get<std::string>() == "127.0.0.1");
+  REQUIRE(j.at("run").get<std::string>() == run.filename().string());
+  const auto port = j.at("port").get<unsigned>();
+  REQUIRE(port > 0);
+  return fmt::format("127.0.0.1:{}", port);
+}
+
+// The named column of metrics.csv's last row; NaN when none yet.
+std::map<std::string, double> last_metrics(const fs::path& run) {
+  std::map<std::string, double> out;
+  auto lines = lines_of(read_text(run / "metrics.csv"));
+  if (lines.size() < 2)
+    return out;
+  std::vector<std::string> header, cells;
+  auto split = [](const std::string& s) {
+    std::vector<std::string> v;
+    std::stringstream ss(s);
+    std::string c;
+    while (std::getline(ss, c, ','))
+      v.push_back(c);
+    return v;
+  };
+  header = split(lines.front());
+  cells = split(lines.back());
+  if (cells.size() != header.size())
+    return out; // a row being written
+  for (size_t i = 0; i < header.size(); ++i)
+    out[header[i]] = std::strtod(cells[i].c_str(), nullptr);
+  return out;
+}
+
+double metric(const fs::path& run, const std::string& name) {
+  auto m = last_metrics(run);
+  auto it = m.find(name);
+  return it == m.end() ? NAN : it->second;
+}
+
+const std::string token_env = "TROUPE_CLUSTER_TOKEN=test-token-7f3a9c1e55d04b2b";
+
+} // namespace
+
+TEST_CASE("a coordinator and two workers train CartPole PPO async past a 100-episode "
+          "mean return of 200") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1",
+            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
+           dir.path / "w1.out", dir.path / "w1.err", {token_env});
+  child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2",
+            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
+           dir.path / "w2.out", dir.path / "w2.err", {token_env});
+  const bool learned =
+    poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
+               std::chrono::seconds(240));
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stdout: " << w1.out()
+                              << "\nw1 stderr: " << w1.err() << "\nw2 stdout: " << w2.out()
+                              << "\nw2 stderr: " << w2.err() << "\nrunning: coordinator "
+                              << coord.running() << ", w1 " << w1.running() << ", w2 "
+                              << w2.running());
+  REQUIRE_MESSAGE(coord.running(), "the coordinator ended early");
+  REQUIRE_MESSAGE(learned, "no 100-episode mean return above 200 within 240 s");
+  CHECK(metric(run, "hosts") == 2);
+  CHECK(metric(run, "hosts_lost") == 0);
+  // The coordinator stops on SIGTERM; its workers are told and leave.
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running() && !w1.running() && !w2.running(); },
+                     std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
+  CHECK(w1.status() == 0);
+  CHECK(w2.status() == 0);
+  const auto log = coord.err();
+  CHECK(log.find("host w1 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("host w2 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("lost host") == std::string::npos);
+}
+
+TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on "
+          "learning with the other") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1",
+            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
+           dir.path / "w1.out", dir.path / "w1.err", {token_env});
+  child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2",
+            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
+           dir.path / "w2.out", dir.path / "w2.err", {token_env});
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stdout: " << w1.out()
+                              << "\nw1 stderr: " << w1.err() << "\nw2 stdout: " << w2.out()
+                              << "\nw2 stderr: " << w2.err() << "\nrunning: coordinator "
+                              << coord.running() << ", w1 " << w1.running() << ", w2 "
+                              << w2.running());
+  // Both hosts take part before one is killed.
+  REQUIRE(poll_until([&] { return !coord.running() || metric(run, "hosts") == 2; },
+                     std::chrono::seconds(120)));
+  REQUIRE(poll_until([&] { return !coord.running() || metric(run, "updates") >= 10; },
+                     std::chrono::seconds(120)));
+  w2.kill_now();
+  REQUIRE(poll_until(
+    [&] {
+      return !coord.running() || coord.err().find("lost host w2") != std::string::npos;
+    },
+    std::chrono::seconds(60)));
+  const double updates_at_loss = metric(run, "updates");
+  const bool learned =
+    poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
+               std::chrono::seconds(240));
+  REQUIRE_MESSAGE(coord.running(), "the coordinator ended early");
+  REQUIRE_MESSAGE(learned, "no 100-episode mean return above 200 within 240 s");
+  CHECK(metric(run, "updates") > updates_at_loss);
+  CHECK(metric(run, "hosts") == 1);
+  CHECK(metric(run, "hosts_lost") == 1);
+  const auto log = coord.err();
+  CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("it hosted learners w2.learner0 (1 runners each)") != std::string::npos);
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running() && !w1.running(); },
+                     std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
+  CHECK(w1.status() == 0);
+}
+
+TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinator logs "
+          "the peer's address") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, 1, 2000000);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  const auto name = run.filename().string();
+  SUBCASE("a wrong token") {
+    child w({"worker", "--connect", addr, "--run", name, "--name", "intruder",
+             "--reconnect-s", "5"},
+            dir.path / "w.out", dir.path / "w.err",
+            {"TROUPE_CLUSTER_TOKEN=not-the-token"});
+    REQUIRE(poll_until([&] { return !w.running(); }, std::chrono::seconds(60)));
+    INFO("worker stderr: " << w.err() << "\ncoordinator stderr: " << coord.err());
+    CHECK(w.status() == 1);
+    CHECK(w.err().find("'intruder' could not join the run at " + addr) !=
+          std::string::npos);
+    CHECK(w.err().find("wrong token") != std::string::npos);
+    CHECK(coord.err().find("refused a join from 127.0.0.1:") != std::string::npos);
+    CHECK(coord.err().find("(worker 'intruder'): wrong token") != std::string::npos);
+  }
+  SUBCASE("no token") {
+    child w({"worker", "--connect", addr, "--run", name, "--name", "anonymous",
+             "--reconnect-s", "5"},
+            dir.path / "w.out", dir.path / "w.err");
+    REQUIRE(poll_until([&] { return !w.running(); }, std::chrono::seconds(60)));
+    INFO("worker stderr: " << w.err());
+    CHECK(w.status() == 1);
+    CHECK(w.err().find("no token: set the environment variable TROUPE_CLUSTER_TOKEN") !=
+          std::string::npos);
+  }
+  SUBCASE("the right token for another run") {
+    // The middleman's handshake refuses another run's app identifier.
+    child w({"worker", "--connect", addr, "--run", name + "-other", "--name", "stray",
+             "--reconnect-s", "1"},
+            dir.path / "w.out", dir.path / "w.err", {token_env});
+    REQUIRE(poll_until([&] { return !w.running(); }, std::chrono::seconds(60)));
+    INFO("worker stderr: " << w.err());
+    CHECK(w.status() == 1);
+    CHECK(w.err().find("cannot reach the coordinator at " + addr) != std::string::npos);
+  }
+  CHECK(coord.running());
+  CHECK(metric(run, "hosts") != 1); // nobody joined (NaN before any row, else 0)
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running(); }, std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
+}
+
+TEST_CASE("a coordinator refuses a config it cannot run across processes, naming the key") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, 1, 2048);
+  struct bad {
+    std::string args, env, message;
+  };
+  const std::vector<bad> cases = {
+    {"--listen 127.0.0.1:0", "", "cluster.token: a run across processes needs a token"},
+    {"--listen 127.0.0.1:0 --set algo.mode='\"sync\"'", token_env,
+     "algo.mode: a run across processes trains async only in this version, got 'sync'"},
+    {"--listen 127.0.0.1", token_env, "cluster.listen: expected HOST:PORT, got '127.0.0.1'"},
+    {"--listen 127.0.0.1:70000", token_env, "the port must be 0 to 65535, got '70000'"},
+    {"", token_env,
+     "algo.num_learners: 0 learners only on the coordinator of a run across processes"},
+    {"--listen 127.0.0.1:0 --set cluster.timeout_ms=400 --set cluster.heartbeat_ms=500",
+     token_env, "cluster.timeout_ms must be larger than cluster.heartbeat_ms (500), got 400"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    auto r = run_command(fmt::format("env -u TROUPE_CLUSTER_TOKEN {} timeout -k 10 {} '{}' "
+                                     "train '{}' {}",
+                                     c.env, troupe_command_limit_s, TROUPE_BINARY, cfg,
+                                     c.args),
+                         dir);
+    CAPTURE(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(!fs::exists(dir.path / "runs")); // nothing started, nothing written
+  }
+}
+
+TEST_CASE("troupe worker refuses bad arguments before it connects") {
+  temp_folder dir("troupe-cluster");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+    {"worker --run r", "usage: troupe worker --connect HOST:PORT --run RUN"},
+    {"worker --connect 127.0.0.1:1", "usage: troupe worker --connect HOST:PORT --run RUN"},
+    {"worker --connect 127.0.0.1:0 --run r", "--connect: the port must be the coordinator's"},
+    {"worker --connect localhost --run r", "--connect: expected HOST:PORT, got 'localhost'"},
+    {"worker --connect 127.0.0.1:1 --run r --learners 65", "learners"},
+    {"worker --connect 127.0.0.1:1 --run r --device tpu",
+     "--device: expected auto, cpu or cuda, got 'tpu'"},
+    {"worker --connect 127.0.0.1:1 --run r --name 'a b'", "--name: a non-empty name"},
+    {"worker --connect 127.0.0.1:1 --run r --timeout-ms 100 --heartbeat-ms 200",
+     "--timeout-ms must be larger than --heartbeat-ms"},
+  };
+  for (const auto& [args, message] : cases) {
+    CAPTURE(args);
+    auto r = run_troupe(args, dir);
+    CAPTURE(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+  }
+  // Nothing listens there: bounded retries, then status 1 and why.
+  auto r = run_command(fmt::format("TROUPE_CLUSTER_TOKEN=t timeout -k 10 {} '{}' worker "
+                                   "--connect 127.0.0.1:1 --run r --reconnect-s 0",
+                                   troupe_command_limit_s, TROUPE_BINARY),
+                       dir);
+  CAPTURE(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("cannot reach the coordinator at 127.0.0.1:1 (run r) within 0 s") !=
+        std::string::npos);
+}
