@@ -155,6 +155,11 @@ bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
     return false;
   }
   gradient_update g{w.opts.name, w.version, samples, lr, w.grad, {}, 0};
+  if (w.opts.incarnation != 0 && w.opts.gradient_sequence) {
+    g.worker = w.opts.worker;
+    g.incarnation = w.opts.incarnation;
+    g.sequence = ++*w.opts.gradient_sequence;
+  }
   if (w.pushes_left > 0 && --w.pushes_left == 0)
     g.batch_env_steps = w.batch_env_steps;
   if (w.current.buffer_count() > 0) {

@@ -106,6 +106,15 @@ struct learner_options {
   /// them and sends each minibatch's layer moments to `keeper`.
   std::vector<std::shared_ptr<learners::stats_view>> batch_norm_views;
   caf::actor keeper;                           ///< receives batch-norm moment deltas
+  /// A learner on a worker of a run across processes: its gradients carry
+  /// (worker, incarnation, sequence 1, 2, ...), so that the parameter server
+  /// applies each at most once and refuses them once the incarnation is
+  /// fenced; incarnation 0: unsequenced (one process).
+  std::string worker;
+  uint64_t incarnation = 0; ///< the host's incarnation (see worker)
+  /// The last sequence number sent, shared with the learner's replacements
+  /// (a restarted learner goes on counting; required when incarnation != 0).
+  std::shared_ptr<std::atomic<uint64_t>> gradient_sequence;
   log_sink log;                                ///< default stderr
 };
 

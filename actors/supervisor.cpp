@@ -79,6 +79,7 @@ caf::actor spawn_runner(caf::blocking_actor* self, cast_state& cs, runner_entry&
   req.name = r.name;
   req.consumer = cs.learners[r.learner].actor;
   req.keeper = cs.keeper;
+  req.deltas = cs.opts.cast.deltas ? cs.opts.cast.deltas : cs.keeper;
   r.actor = cs.opts.cast.make_runner(req);
   if (!r.actor)
     return r.actor; // the factory has said why
@@ -98,7 +99,7 @@ std::string spawn_learner_at(caf::blocking_actor* self, cast_state& cs, size_t l
   auto& lp = plan.learners[li];
   auto& l = cs.learners[li];
   auto lo = lp.options;
-  lo.keeper = cs.keeper;
+  lo.keeper = plan.deltas ? plan.deltas : cs.keeper;
   lo.report_to = caf::actor_cast<caf::actor>(self);
   if (l.restarts > 0 && !cs.learner_states[li].learner.empty())
     lo.start_gen = cs.learner_states[li].gen;

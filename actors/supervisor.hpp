@@ -66,7 +66,9 @@ struct runner_request {
   uint64_t restarts = 0; ///< 0 for the first, k for the k-th replacement
   std::string name;      ///< "<learner name>.runner<index>"
   caf::actor consumer;   ///< its learner
-  caf::actor keeper;     ///< the statistics keeper
+  caf::actor keeper;     ///< the statistics keeper (views subscribe to it)
+  caf::actor deltas;     ///< where its moment deltas go: the keeper, or a
+                         ///< host's delta outbox
 };
 
 /// Spawns one environment runner; an invalid actor when it cannot (the
@@ -114,6 +116,10 @@ struct cast_plan {
   /// actor; the keeper's state, the streams and the server's state of this
   /// plan are then ignored, and the supervisor never stops or ends them.
   std::optional<shared_actors> existing;
+  /// Where the runners and learners send their moment deltas (a host's delta
+  /// outbox, actors/delta_outbox.hpp, on a worker of a run across
+  /// processes); null: the keeper itself.
+  caf::actor deltas;
   /// Learners elsewhere share the budget (the coordinator of a run across
   /// processes): the run goes on with no local learner alive, and ends when
   /// the metrics actor says the budget is spent (done_atom) or on a stop.

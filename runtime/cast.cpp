@@ -282,8 +282,8 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
       view = std::move(*v);
     }
     auto policy = actors::make_store_policy(store, num_steps);
-    return actors::spawn_env_runner(sys, ro, shared, policy, req.consumer, req.keeper,
-                                    view);
+    return actors::spawn_env_runner(sys, ro, shared, policy, req.consumer,
+                                    req.deltas ? req.deltas : req.keeper, view);
   };
   return out;
 }

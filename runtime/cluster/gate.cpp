@@ -19,6 +19,9 @@ namespace {
 // How long the gate waits for the middleman's answer about a peer's
 // address, and for a host to take a policy version.
 constexpr auto address_timeout = std::chrono::seconds(2);
+// Fencing a lost host at the keeper and the server (local actors: they answer
+// at once unless the run is ending).
+constexpr auto fence_timeout = std::chrono::seconds(10);
 constexpr auto push_timeout = std::chrono::seconds(10);
 
 struct host_entry {
@@ -175,7 +178,7 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
         fmt::format("cluster: lost host {} ({}): it hosted {}; {} host(s) remain ({})",
                     info.name, info.address, hosted(info), st->hosts.size(),
                     actors::error_message(self->system(), down.reason)));
-      on_host_lost(self, st->opts.cast, info);
+      on_host_lost(self, st->opts.cast, info, st->opts.log);
     }
     report_hosts(self, *st);
     if (st->stopping && st->hosts.empty()) {
@@ -232,12 +235,49 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
 
 } // namespace
 
-void on_host_lost(caf::event_based_actor*, const actors::shared_actors&,
-                  const lost_host&) {
-  // Fencing hook (issue 11, item 5): tell the parameter server and the
-  // statistics keeper that host.name's incarnation host.incarnation is dead,
-  // so that its late gradients and deltas are refused. Their fence message
-  // belongs to the exactly-once work and is wired in here when it lands.
+void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cast,
+                  const lost_host& host, const actors::log_sink& log) {
+  if (host.incarnation == 0)
+    return;
+  const std::string who =
+    fmt::format("host {} (incarnation {:016x})", host.name, host.incarnation);
+  if (cast.keeper)
+    gate
+      ->request(cast.keeper, fence_timeout, actors::fence_atom::value, host.name,
+                host.incarnation)
+      .then(
+        [log, who](const actors::delta_acks& acks) {
+          std::vector<std::string> streams;
+          for (auto& [stream, last] : acks.last)
+            streams.push_back(fmt::format("{} through delta {}", stream, last));
+          actors::write_log(
+            log,
+            fmt::format("cluster: fenced {} at the statistics keeper: merged {}", who,
+                        streams.empty() ? std::string{"nothing"}
+                                        : fmt::format("{}", fmt::join(streams, ", "))));
+        },
+        [gate, log, who](caf::error& e) {
+          actors::write_log(log,
+                            fmt::format("cluster: could not fence {} at the statistics "
+                                        "keeper: {}",
+                                        who, actors::error_message(gate->system(), e)));
+        });
+  if (cast.server)
+    gate
+      ->request(cast.server, fence_timeout, actors::fence_atom::value, host.name,
+                host.incarnation)
+      .then(
+        [log, who](uint64_t refused) {
+          actors::write_log(log, fmt::format("cluster: fenced {} at the parameter server "
+                                             "({} waiting gradient(s) refused)",
+                                             who, refused));
+        },
+        [gate, log, who](caf::error& e) {
+          actors::write_log(log,
+                            fmt::format("cluster: could not fence {} at the parameter "
+                                        "server: {}",
+                                        who, actors::error_message(gate->system(), e)));
+        });
 }
 
 caf::actor spawn_gate(caf::actor_system& sys, gate_options opts) {

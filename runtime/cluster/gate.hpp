@@ -50,12 +50,13 @@ struct lost_host {
   uint64_t runners_per_learner = 0;  ///< their runners each
 };
 
-/// Called by the gate when a host is lost, after logging and counting it.
-/// The fencing hook: this is where the lost incarnation is to be fenced at
-/// the parameter server and the statistics keeper (their fence message is
-/// not wired in yet, docs/cluster.md); today it does nothing more.
+/// Called by the gate when a host is lost, after logging and counting it:
+/// fences the host's incarnation at the statistics keeper and the parameter
+/// server (fence_atom), so that whatever that incarnation still sends (a
+/// frozen host that wakes, a message still on its way) is refused and
+/// counted, never merged or applied; logs what each answered.
 void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cast,
-                  const lost_host& host);
+                  const lost_host& host, const actors::log_sink& log);
 
 /// Spawns the gate (publish it with caf::io::publish).
 caf::actor spawn_gate(caf::actor_system& sys, gate_options opts);

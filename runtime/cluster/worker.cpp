@@ -5,13 +5,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/delta_outbox.hpp"
 #include "actors/messages.hpp"
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
@@ -83,11 +83,6 @@ caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cach
   };
 }
 
-uint64_t random_incarnation() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-}
-
 int fail_with(const std::string& message) {
   std::fprintf(stderr, "troupe: worker: %s\n", message.c_str());
   std::fflush(stderr);
@@ -147,7 +142,8 @@ int run_worker(const worker_options& opts) {
   join_request req;
   req.protocol = protocol_version;
   req.name = opts.name;
-  req.incarnation = random_incarnation();
+  req.incarnation = actors::random_incarnation();
+  const uint64_t incarnation = req.incarnation;
   req.learners = opts.learners;
   req.runners_per_learner = opts.runners_per_learner;
   req.device = opts.device.empty() ? "(the run's)" : opts.device;
@@ -188,14 +184,32 @@ int run_worker(const worker_options& opts) {
   auto device = learners::choose_device(cfg->get_string("run.device"));
   if (!device)
     return fail_with("--device: " + device.err().message);
+  const runtime::resume_point fresh_start; // a worker never resumes
   auto built = runtime::build_cast(*sys, *cfg, *spec, **env, device->kind, std::string{},
-                                   runtime::resume_point{}, runtime::cast_options{});
+                                   fresh_start, runtime::cast_options{});
   auto& plan = built.plan;
   if (w->learner_names.size() != plan.learners.size())
     return fail_with(fmt::format("the coordinator named {} learners for the {} asked",
                                  w->learner_names.size(), plan.learners.size()));
-  for (size_t i = 0; i < plan.learners.size(); ++i)
-    plan.learners[i].options.name = w->learner_names[i];
+  // Exactly once across the network (docs/cluster.md): the host's moment
+  // deltas go through one outbox that stamps them with (name, incarnation,
+  // sequence) and keeps them until the keeper acknowledges them; each
+  // learner's gradients carry the same identity and their own sequence. When
+  // the coordinator declares this host lost it fences the incarnation at the
+  // keeper and the parameter server, and whatever this process still sends
+  // is refused.
+  actors::delta_outbox_options oo;
+  oo.worker = opts.name;
+  oo.incarnation = incarnation;
+  auto outbox = actors::spawn_delta_outbox(*sys, oo, w->keeper);
+  plan.deltas = outbox;
+  for (size_t i = 0; i < plan.learners.size(); ++i) {
+    auto& lo = plan.learners[i].options;
+    lo.name = w->learner_names[i];
+    lo.worker = opts.name;
+    lo.incarnation = incarnation;
+    lo.gradient_sequence = std::make_shared<std::atomic<uint64_t>>(0);
+  }
   plan.existing = actors::shared_actors{w->keeper, w->server, w->metrics};
   cache->take(std::move(w->weights));
   cache->set_store(plan.store);
@@ -261,6 +275,7 @@ int run_worker(const worker_options& opts) {
           }
         });
   }
+  self->send_exit(outbox, caf::exit_reason::user_shutdown);
   if (gate_lost && !stop_asked)
     return fail_with(fmt::format("{}: lost the coordinator at {} ({}); a coordinator "
                                  "restart is not supported yet",

@@ -129,7 +129,8 @@ bool poll_until(const std::function<bool()>& cond, std::chrono::seconds limit) {
 }
 
 // The small async CartPole PPO config of these tests: no local learner.
-std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total) {
+std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total,
+                         bool obs_norm = false) {
   return dir.write("cluster.toml",
                    fmt::format(R"([run]
 name = "cluster"
@@ -155,11 +156,14 @@ num_minibatches = 4
 update_epochs = 4
 max_staleness = 8
 
+[model]
+obs_norm = {}
+
 [cluster]
 heartbeat_ms = 200
 timeout_ms = 2000
 )",
-                               seed, (dir.path / "runs").string(), total));
+                               seed, (dir.path / "runs").string(), total, obs_norm));
 }
 
 // The coordinator's run folder, once its cluster.json exists.
@@ -267,7 +271,8 @@ TEST_CASE("a coordinator and two workers train CartPole PPO async past a 100-epi
 TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on "
           "learning with the other") {
   temp_folder dir("troupe-cluster");
-  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000);
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000,
+                                /*obs_norm=*/true);
   child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
               dir.path / "coord.err", {token_env});
   const auto run = wait_for_run(dir, coord);
@@ -306,6 +311,12 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
   const auto log = coord.err();
   CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
   CHECK(log.find("it hosted learners w2.learner0 (1 runners each)") != std::string::npos);
+  // Its incarnation is fenced at the keeper (whose answer names the last of
+  // its observation deltas merged) and at the parameter server.
+  CHECK(log.find("fenced host w2 (incarnation ") != std::string::npos);
+  CHECK(log.find("at the statistics keeper: merged obs through delta ") != std::string::npos);
+  CHECK(log.find("at the parameter server (") != std::string::npos);
+  CHECK(log.find("could not fence") == std::string::npos);
   coord.signal(SIGTERM);
   REQUIRE(poll_until([&] { return !coord.running() && !w1.running(); },
                      std::chrono::seconds(120)));
