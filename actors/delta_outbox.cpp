@@ -107,6 +107,22 @@ delta_outbox_status status_of(const outbox_state& st) {
   return out;
 }
 
+// Forwards a stream declaration to the keeper and its answer to the sender.
+caf::result<uint64_t> forward_declare(outbox_actor* self, const std::string& stream,
+                                      caf::message declaration) {
+  auto& st = self->state;
+  if (!st.keeper)
+    return to_caf_error(make_error(errc::unavailable,
+                                   "delta outbox '{}': no keeper to declare stream '{}' "
+                                   "at (offline)",
+                                   st.opts.worker, stream));
+  auto rp = self->make_response_promise<uint64_t>();
+  self->request(st.keeper, st.opts.ask_timeout, std::move(declaration))
+    .then([rp](uint64_t dim) mutable { rp.deliver(dim); },
+          [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
+}
+
 caf::behavior delta_outbox(outbox_actor* self, delta_outbox_options opts,
                            caf::actor keeper) {
   auto& st = self->state;
@@ -118,6 +134,17 @@ caf::behavior delta_outbox(outbox_actor* self, delta_outbox_options opts,
   st.counters.incarnation =
     st.opts.incarnation != 0 ? st.opts.incarnation : random_incarnation();
   return {
+    // A sender that declares its stream (an environment runner does, before
+    // its first delta) talks to the keeper through the outbox too; both forms
+    // of the keeper's declare are forwarded.
+    [self](declare_atom a, stream_decl& decl) -> caf::result<uint64_t> {
+      const std::string name = decl.name;
+      return forward_declare(self, name, caf::make_message(a, std::move(decl)));
+    },
+    [self](declare_atom a, std::string& stream, uint64_t dim) -> caf::result<uint64_t> {
+      const std::string name = stream;
+      return forward_declare(self, name, caf::make_message(a, std::move(stream), dim));
+    },
     [self](moments_delta& d) {
       auto& st = self->state;
       st.counters.received += 1;

@@ -20,6 +20,7 @@
 // answers with no acks, and everything unacknowledged is resent.
 //
 // Messages it handles (types in actors/messages.hpp):
+//   (declare_atom, stream_decl)         -> uint64_t dim  forwarded to the keeper
 //   moments_delta                       -> (none)  stamped, forwarded, kept until acked
 //                                          (its worker/incarnation/sequence are replaced)
 //   delta_ack                           -> (none)  the keeper's pushed cumulative ack

@@ -277,9 +277,12 @@ int run_worker(const worker_options& opts) {
   }
   self->send_exit(outbox, caf::exit_reason::user_shutdown);
   if (gate_lost && !stop_asked)
-    return fail_with(fmt::format("{}: lost the coordinator at {} ({}); a coordinator "
-                                 "restart is not supported yet",
-                                 opts.name, where, gate_reason));
+    return fail_with(fmt::format(
+      "{}: lost the coordinator at {} ({}). If this worker was stopped or cut off "
+      "longer than the connection timeout, the coordinator has declared it lost and "
+      "refuses what it still sends; start it again to rejoin the run as a new "
+      "incarnation. A coordinator restart is not supported yet",
+      opts.name, where, gate_reason));
   self->send_exit(host, caf::exit_reason::user_shutdown);
   if (!failure.empty() && !stop_asked)
     return fail_with(fmt::format("{}: {}", opts.name, failure));

@@ -354,6 +354,40 @@ TEST_CASE("keeper actor: pushes cumulative acks, answers ack asks, and a fence r
   CHECK(fx.log[0].find("fenced worker 'h'") != std::string::npos);
 }
 
+TEST_CASE("an outbox forwards both forms of a stream declaration to its keeper and "
+          "fails one naming the stream when it has no keeper") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  system_fixture fx;
+  stats_keeper_options ko;
+  ko.log = fx.sink();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+  caf::scoped_actor self{*fx.sys};
+  delta_outbox_options oo;
+  oo.worker = "h";
+  oo.log = fx.sink();
+  auto outbox = spawn_delta_outbox(*fx.sys, oo, keeper);
+  const uint64_t dim = 1 + rng() % 7;
+  CHECK(ask<uint64_t>(self, outbox, declare_atom::value, std::string("obs"), dim) == dim);
+  CHECK(ask<uint64_t>(self, outbox, declare_atom::value,
+                      stream_decl{"bn", dim + 1, "cumulative", 0.99}) == dim + 1);
+  auto obs = ask<stream_status>(self, keeper, status_atom::value, std::string("obs"));
+  CHECK(obs.dim == dim);
+  auto bn = ask<stream_status>(self, keeper, status_atom::value, std::string("bn"));
+  CHECK(bn.dim == dim + 1);
+
+  auto offline = spawn_delta_outbox(*fx.sys, oo, caf::actor{});
+  std::string why;
+  self->request(offline, std::chrono::seconds(10), declare_atom::value, std::string("obs"),
+                dim)
+    .receive([&](uint64_t) { why = "answered"; },
+             [&](caf::error& e) { why = error_message(*fx.sys, e); });
+  CHECK(why.find("no keeper to declare stream 'obs'") != std::string::npos);
+  self->send_exit(offline, caf::exit_reason::user_shutdown);
+  self->send_exit(outbox, caf::exit_reason::user_shutdown);
+}
+
 // -- outboxes through chaos --------------------------------------------------
 
 TEST_CASE("outboxes through a forwarding actor that duplicates, delays, reorders and "

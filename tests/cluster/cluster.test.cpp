@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -225,6 +226,13 @@ double metric(const fs::path& run, const std::string& name) {
   return it == m.end() ? NAN : it->second;
 }
 
+// How many times the coordinator's log says host `name` joined.
+size_t joins_of(const std::string& log, const std::string& name) {
+  const std::regex joined("cluster: host " + name + R"( \(127\.0\.0\.1:[0-9]+\) joined)");
+  return static_cast<size_t>(std::distance(
+    std::sregex_iterator(log.begin(), log.end(), joined), std::sregex_iterator()));
+}
+
 const std::string token_env = "TROUPE_CLUSTER_TOKEN=test-token-7f3a9c1e55d04b2b";
 
 } // namespace
@@ -247,10 +255,10 @@ TEST_CASE("a coordinator and two workers train CartPole PPO async past a 100-epi
     poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
                std::chrono::seconds(240));
   INFO("coordinator stderr: " << coord.err() << "\nw1 stdout: " << w1.out()
-                              << "\nw1 stderr: " << w1.err() << "\nw2 stdout: " << w2.out()
-                              << "\nw2 stderr: " << w2.err() << "\nrunning: coordinator "
-                              << coord.running() << ", w1 " << w1.running() << ", w2 "
-                              << w2.running());
+                              << "\nw1 stderr: " << w1.err() << "\nw2 stdout: "
+                              << w2.out() << "\nw2 stderr: " << w2.err()
+                              << "\nrunning: coordinator " << coord.running() << ", w1 "
+                              << w1.running() << ", w2 " << w2.running());
   REQUIRE_MESSAGE(coord.running(), "the coordinator ended early");
   REQUIRE_MESSAGE(learned, "no 100-episode mean return above 200 within 240 s");
   CHECK(metric(run, "hosts") == 2);
@@ -284,10 +292,10 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
             "--heartbeat-ms", "200", "--timeout-ms", "2000"},
            dir.path / "w2.out", dir.path / "w2.err", {token_env});
   INFO("coordinator stderr: " << coord.err() << "\nw1 stdout: " << w1.out()
-                              << "\nw1 stderr: " << w1.err() << "\nw2 stdout: " << w2.out()
-                              << "\nw2 stderr: " << w2.err() << "\nrunning: coordinator "
-                              << coord.running() << ", w1 " << w1.running() << ", w2 "
-                              << w2.running());
+                              << "\nw1 stderr: " << w1.err() << "\nw2 stdout: "
+                              << w2.out() << "\nw2 stderr: " << w2.err()
+                              << "\nrunning: coordinator " << coord.running() << ", w1 "
+                              << w1.running() << ", w2 " << w2.running());
   // Both hosts take part before one is killed.
   REQUIRE(poll_until([&] { return !coord.running() || metric(run, "hosts") == 2; },
                      std::chrono::seconds(120)));
@@ -314,7 +322,8 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
   // Its incarnation is fenced at the keeper (whose answer names the last of
   // its observation deltas merged) and at the parameter server.
   CHECK(log.find("fenced host w2 (incarnation ") != std::string::npos);
-  CHECK(log.find("at the statistics keeper: merged obs through delta ") != std::string::npos);
+  CHECK(log.find("at the statistics keeper: merged obs through delta ") !=
+        std::string::npos);
   CHECK(log.find("at the parameter server (") != std::string::npos);
   CHECK(log.find("could not fence") == std::string::npos);
   coord.signal(SIGTERM);
@@ -322,6 +331,93 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
                      std::chrono::seconds(120)));
   CHECK(coord.status() == 0);
   CHECK(w1.status() == 0);
+}
+
+TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeout and "
+          "fenced, exits saying why when it wakes, and a worker started again under its "
+          "name joins the running training") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000,
+                                /*obs_norm=*/true);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  auto worker_args = [&](const std::string& name) {
+    return std::vector<std::string>{"worker",
+                                    "--connect",
+                                    addr,
+                                    "--run",
+                                    run.filename().string(),
+                                    "--name",
+                                    name,
+                                    "--heartbeat-ms",
+                                    "200",
+                                    "--timeout-ms",
+                                    "2000"};
+  };
+  child w1(worker_args("w1"), dir.path / "w1.out", dir.path / "w1.err", {token_env});
+  child w2(worker_args("w2"), dir.path / "w2.out", dir.path / "w2.err", {token_env});
+  INFO("coordinator stderr: " << coord.err());
+  INFO("w2 stderr: " << w2.err());
+  REQUIRE_MESSAGE(
+    poll_until([&] { return !coord.running() || metric(run, "hosts") == 2; },
+               std::chrono::seconds(120)),
+    "two hosts never trained together");
+  REQUIRE(coord.running());
+
+  w2.signal(SIGSTOP);
+  const bool fenced = poll_until(
+    [&] {
+      const auto log = coord.err();
+      return !coord.running() ||
+             (log.find("lost host w2") != std::string::npos &&
+              log.find("fenced host w2 (incarnation ") != std::string::npos &&
+              log.find("at the parameter server (") != std::string::npos);
+    },
+    std::chrono::seconds(60));
+  w2.signal(SIGCONT);
+  REQUIRE_MESSAGE(fenced,
+                  "the frozen worker was not declared lost and fenced within 60 s");
+  REQUIRE(coord.running());
+  REQUIRE_MESSAGE(poll_until([&] { return !w2.running(); }, std::chrono::seconds(60)),
+                  "the woken worker did not exit within 60 s");
+  CHECK(w2.status() == 1);
+  CHECK(w2.err().find("w2: lost the coordinator at " + addr) != std::string::npos);
+  CHECK(w2.err().find("start it again to rejoin") != std::string::npos);
+
+  // The same name again: a new incarnation joins the running training.
+  const double updates_before = metric(run, "updates");
+  child w2b(worker_args("w2"), dir.path / "w2b.out", dir.path / "w2b.err", {token_env});
+  INFO("w2 (again) stderr: " << w2b.err());
+  const bool rejoined = poll_until(
+    [&] {
+      if (!coord.running() || !w2b.running())
+        return true;
+      return joins_of(coord.err(), "w2") == 2 &&
+             w2b.out().find("troupe: worker w2 joined the run") != std::string::npos &&
+             metric(run, "hosts") == 2;
+    },
+    std::chrono::seconds(120));
+  REQUIRE_MESSAGE(rejoined, "the restarted worker did not join within 120 s");
+  REQUIRE(coord.running());
+  REQUIRE(w2b.running());
+  CHECK(metric(run, "hosts_lost") == 1);
+  const bool learned =
+    poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
+               std::chrono::seconds(240));
+  REQUIRE_MESSAGE(learned, "no 100-episode mean return above 200 within 240 s");
+  CHECK(metric(run, "updates") > updates_before);
+  CHECK(coord.err().find("could not fence") == std::string::npos);
+  // The runners declared their statistics stream through the host's outbox.
+  CHECK(w1.err().find("declaring stream") == std::string::npos);
+  CHECK(w2b.err().find("declaring stream") == std::string::npos);
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running() && !w1.running() && !w2b.running(); },
+                     std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
+  CHECK(w1.status() == 0);
+  CHECK(w2b.status() == 0);
 }
 
 TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinator logs "
@@ -374,7 +470,8 @@ TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinato
   CHECK(coord.status() == 0);
 }
 
-TEST_CASE("a coordinator refuses a config it cannot run across processes, naming the key") {
+TEST_CASE(
+  "a coordinator refuses a config it cannot run across processes, naming the key") {
   temp_folder dir("troupe-cluster");
   const auto cfg = write_config(dir, 1, 2048);
   struct bad {
@@ -384,20 +481,22 @@ TEST_CASE("a coordinator refuses a config it cannot run across processes, naming
     {"--listen 127.0.0.1:0", "", "cluster.token: a run across processes needs a token"},
     {"--listen 127.0.0.1:0 --set algo.mode='\"sync\"'", token_env,
      "algo.mode: a run across processes trains async only in this version, got 'sync'"},
-    {"--listen 127.0.0.1", token_env, "cluster.listen: expected HOST:PORT, got '127.0.0.1'"},
+    {"--listen 127.0.0.1", token_env,
+     "cluster.listen: expected HOST:PORT, got '127.0.0.1'"},
     {"--listen 127.0.0.1:70000", token_env, "the port must be 0 to 65535, got '70000'"},
     {"", token_env,
      "algo.num_learners: 0 learners only on the coordinator of a run across processes"},
     {"--listen 127.0.0.1:0 --set cluster.timeout_ms=400 --set cluster.heartbeat_ms=500",
-     token_env, "cluster.timeout_ms must be larger than cluster.heartbeat_ms (500), got 400"},
+     token_env,
+     "cluster.timeout_ms must be larger than cluster.heartbeat_ms (500), got 400"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.args);
-    auto r = run_command(fmt::format("env -u TROUPE_CLUSTER_TOKEN {} timeout -k 10 {} '{}' "
-                                     "train '{}' {}",
-                                     c.env, troupe_command_limit_s, TROUPE_BINARY, cfg,
-                                     c.args),
-                         dir);
+    auto r =
+      run_command(fmt::format("env -u TROUPE_CLUSTER_TOKEN {} timeout -k 10 {} '{}' "
+                              "train '{}' {}",
+                              c.env, troupe_command_limit_s, TROUPE_BINARY, cfg, c.args),
+                  dir);
     CAPTURE(r.err);
     CHECK(r.status == 2);
     CHECK(r.err.find(c.message) != std::string::npos);
@@ -409,9 +508,12 @@ TEST_CASE("troupe worker refuses bad arguments before it connects") {
   temp_folder dir("troupe-cluster");
   const std::vector<std::pair<std::string, std::string>> cases = {
     {"worker --run r", "usage: troupe worker --connect HOST:PORT --run RUN"},
-    {"worker --connect 127.0.0.1:1", "usage: troupe worker --connect HOST:PORT --run RUN"},
-    {"worker --connect 127.0.0.1:0 --run r", "--connect: the port must be the coordinator's"},
-    {"worker --connect localhost --run r", "--connect: expected HOST:PORT, got 'localhost'"},
+    {"worker --connect 127.0.0.1:1",
+     "usage: troupe worker --connect HOST:PORT --run RUN"},
+    {"worker --connect 127.0.0.1:0 --run r",
+     "--connect: the port must be the coordinator's"},
+    {"worker --connect localhost --run r",
+     "--connect: expected HOST:PORT, got 'localhost'"},
     {"worker --connect 127.0.0.1:1 --run r --learners 65", "learners"},
     {"worker --connect 127.0.0.1:1 --run r --device tpu",
      "--device: expected auto, cpu or cuda, got 'tpu'"},
