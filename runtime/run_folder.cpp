@@ -1,13 +1,16 @@
 #include "runtime/run_folder.hpp"
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/metrics.hpp"
 #include "learners/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -25,26 +28,70 @@ std::string timestamp() {
   return buf;
 }
 
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> cells;
+  std::istringstream in(line);
+  std::string cell;
+  while (std::getline(in, cell, ','))
+    cells.push_back(cell);
+  if (!line.empty() && line.back() == ',')
+    cells.emplace_back();
+  return cells;
+}
+
 // A resumed run forgets the rows written after its checkpoint (the killed
 // run's last moments), so that metrics.csv and metrics.jsonl stay monotonic.
+// A metrics.csv written by an older troupe, whose columns differ from today's,
+// is rewritten under today's header: each kept row's values move to the
+// column of the same name, columns it did not have read nan (as a value
+// not measured does), and columns
+// troupe no longer writes are dropped (the rows the resumed run appends then
+// line up with the header).
 void keep_rows_up_to(const std::string& path, uint64_t updates, bool csv) {
   std::ifstream in(path);
   if (!in)
     return;
   std::string line, kept;
   bool header = csv;
+  size_t updates_column = 2;
+  std::vector<long> source_of; // per current column: its index in the file, or -1
+  bool remap = false;
   while (std::getline(in, line)) {
     if (in.eof())
       break; // an unterminated last line: a row being written when killed
     uint64_t row_updates = 0;
     if (header) {
       header = false;
-    } else if (csv) {
-      std::istringstream cells(line);
-      std::string cell;
-      for (int i = 0; i < 3 && std::getline(cells, cell, ','); ++i) {
+      const auto names = split_csv_line(line);
+      std::string current;
+      for (size_t i = 0; i < actors::metrics_column_count; ++i) {
+        current += fmt::format("{}{}", i ? "," : "", actors::metrics_columns[i]);
+        auto at = std::find(names.begin(), names.end(), actors::metrics_columns[i]);
+        source_of.push_back(at == names.end() ? -1 : at - names.begin());
       }
-      row_updates = std::strtoull(cell.c_str(), nullptr, 10);
+      auto at = std::find(names.begin(), names.end(), "updates");
+      if (at != names.end())
+        updates_column = static_cast<size_t>(at - names.begin());
+      remap = line != current;
+      kept += current + "\n";
+      continue;
+    } else if (csv) {
+      const auto cells = split_csv_line(line);
+      if (updates_column >= cells.size())
+        continue; // not a row of this file's header
+      row_updates = std::strtoull(cells[updates_column].c_str(), nullptr, 10);
+      if (remap && row_updates <= updates) {
+        std::string row;
+        for (size_t i = 0; i < source_of.size(); ++i) {
+          if (i)
+            row += ',';
+          if (source_of[i] >= 0 && static_cast<size_t>(source_of[i]) < cells.size())
+            row += cells[static_cast<size_t>(source_of[i])];
+          else
+            row += "nan";
+        }
+        line = row;
+      }
     } else {
       // A line that is not a JSON object with a whole "updates" count is
       // dropped, as a row from after the checkpoint would be.

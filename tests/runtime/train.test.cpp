@@ -290,6 +290,57 @@ TEST_CASE("a run killed with SIGKILL after its first checkpoint resumes at the "
         std::stoull(counters.at("episodes")));
 }
 
+TEST_CASE("a run folder whose metrics.csv has an older troupe's columns resumes "
+          "under today's header with each old value in its named column") {
+  temp_folder dir("train-old-columns");
+  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                      "--set algo.total_env_steps=5120 "
+                                      "--set run.log_every_updates=1",
+                                      config_path()),
+                          dir);
+  INFO(first.err);
+  REQUIRE(first.status == 0);
+  auto run = only_run(dir.path / "out");
+  const auto today = lines_of(read_file(run / "metrics.csv"));
+  REQUIRE(today.size() >= 3);
+  const auto names = split(today[0], ',');
+  REQUIRE(names.size() >= 4);
+  // As an older troupe wrote it: the last two columns missing, the others in
+  // reverse order, and a column that troupe no longer writes.
+  std::vector<size_t> order;
+  for (size_t k = names.size() - 2; k-- > 0;)
+    order.push_back(k);
+  const auto old_rows = read_metrics(run);
+  {
+    std::ofstream csv(run / "metrics.csv", std::ios::trunc);
+    for (size_t k : order)
+      csv << names[k] << ',';
+    csv << "retired_column\n";
+    for (auto& r : old_rows) {
+      for (size_t k : order)
+        csv << r.at(names[k]) << ',';
+      csv << "7\n";
+    }
+  }
+  auto again = run_troupe(
+    fmt::format("train --resume '{}' --set algo.total_env_steps=10240", run.string()), dir);
+  INFO(again.err);
+  REQUIRE(again.status == 0);
+  const auto lines = lines_of(read_file(run / "metrics.csv"));
+  CHECK(lines[0] == today[0]);
+  auto rows = read_metrics(run); // every row has the header's cell count
+  REQUIRE(rows.size() > old_rows.size());
+  for (size_t i = 0; i < old_rows.size(); ++i) {
+    CAPTURE(i);
+    for (size_t k = 0; k < names.size(); ++k)
+      CHECK(rows[i].at(names[k]) ==
+            (k + 2 >= names.size() ? std::string("nan") : old_rows[i].at(names[k])));
+  }
+  CHECK(std::stoull(rows.back().at("env_steps")) == 10240);
+  for (size_t i = 1; i < rows.size(); ++i)
+    CHECK(std::stoull(rows[i].at("updates")) > std::stoull(rows[i - 1].at("updates")));
+}
+
 // Sends this process's stderr to a file while it lives; text() reads it.
 class stderr_capture {
 public:
