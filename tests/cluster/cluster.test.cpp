@@ -521,12 +521,13 @@ TEST_CASE("troupe worker refuses bad arguments before it connects") {
     {"worker --connect 127.0.0.1:1 --run r --timeout-ms 100 --heartbeat-ms 200",
      "--timeout-ms must be larger than --heartbeat-ms"},
   };
-  for (const auto& [args, message] : cases) {
+  for (const auto& c : cases) {
+    const std::string& args = c.first;
     CAPTURE(args);
     auto r = run_troupe(args, dir);
     CAPTURE(r.err);
     CHECK(r.status == 2);
-    CHECK(r.err.find(message) != std::string::npos);
+    CHECK(r.err.find(c.second) != std::string::npos);
   }
   // Nothing listens there: bounded retries, then status 1 and why.
   auto r = run_command(fmt::format("TROUPE_CLUSTER_TOKEN=t timeout -k 10 {} '{}' worker "
