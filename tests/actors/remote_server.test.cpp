@@ -26,6 +26,7 @@
 #include "actors/remote_wire.hpp"
 #include "learners/model.hpp"
 #include "tests/seed.hpp"
+#include "troupe_remote.h"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -486,4 +487,52 @@ TEST_CASE("binding an address in use fails, naming the address and the reason") 
   auto malformed = remote_server::bind(o, 2);
   REQUIRE_FALSE(malformed.ok());
   CHECK(malformed.err().message.find("cannot bind tcp://nowhere") != std::string::npos);
+}
+
+TEST_CASE("the C client (clients/c) opens a session, steps with outcomes and final "
+          "observations, is refused with the code, and closes") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  served s(make_agent(4, 64, seed));
+  char error[512] = "";
+  const std::string endpoint = s.server->endpoint();
+
+  // Spaces troupe does not train: refused with the message.
+  troupe_remote* wrong =
+    troupe_remote_open(endpoint.c_str(), "c-wrong", 2, 5, 2, 0, 10000, error, sizeof error);
+  CHECK(wrong == nullptr);
+  CHECK(std::string(error).find("holds 5 values") != std::string::npos);
+
+  troupe_remote* r =
+    troupe_remote_open(endpoint.c_str(), "c-client", 4, 4, 2, 0, 10000, error, sizeof error);
+  REQUIRE_MESSAGE(r != nullptr, error);
+  CHECK(troupe_remote_session(r) != 0);
+  uint32_t ids[4] = {0, 1, 2, 3};
+  float obs[16], actions[4];
+  for (float& x : obs)
+    x = std::uniform_real_distribution<float>(-0.1f, 0.1f)(gen);
+  uint64_t version = 99;
+  REQUIRE_MESSAGE(troupe_remote_step(r, 4, ids, obs, nullptr, nullptr, nullptr, actions,
+                                     &version, error, sizeof error) == TROUPE_REMOTE_OK,
+                  error);
+  CHECK(version == 0);
+  for (float a : actions)
+    CHECK((a == 0.0f || a == 1.0f));
+  double rewards[4] = {1, 1, 1, 1};
+  uint8_t flags[4] = {0, TROUPE_REMOTE_TERMINATED, 0, TROUPE_REMOTE_TRUNCATED};
+  float final_obs[8] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f};
+  REQUIRE_MESSAGE(troupe_remote_step(r, 4, ids, obs, rewards, flags, final_obs, actions,
+                                     &version, error, sizeof error) == TROUPE_REMOTE_OK,
+                  error);
+  CHECK(s.agent->counters().transitions == 4);
+  CHECK(s.agent->counters().episodes == 2);
+  REQUIRE(troupe_remote_ping(r, error, sizeof error) == TROUPE_REMOTE_OK);
+
+  obs[5] = std::nanf("");
+  CHECK(troupe_remote_step(r, 4, ids, obs, rewards, nullptr, nullptr, actions, &version,
+                           error, sizeof error) == TROUPE_REMOTE_ERROR);
+  CHECK(troupe_remote_last_code(r) == static_cast<uint32_t>(error_code::non_finite));
+  CHECK(std::string(error).find("observations must be finite") != std::string::npos);
+  troupe_remote_close(r);
 }
