@@ -24,6 +24,7 @@
 #include "actors/policy_store.hpp"
 #include "actors/remote_server.hpp"
 #include "actors/remote_wire.hpp"
+#include "clients/cpp/troupe_remote.hpp"
 #include "learners/model.hpp"
 #include "tests/seed.hpp"
 #include "troupe_remote.h"
@@ -535,4 +536,40 @@ TEST_CASE("the C client (clients/c) opens a session, steps with outcomes and fin
   CHECK(troupe_remote_last_code(r) == static_cast<uint32_t>(error_code::non_finite));
   CHECK(std::string(error).find("observations must be finite") != std::string::npos);
   troupe_remote_close(r);
+}
+
+TEST_CASE("the C++ client (clients/cpp) opens a session, steps, is refused with the code, "
+          "and closes") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  served s(make_agent(4, 64, seed));
+  troupe_client::session wrong;
+  auto refused = wrong.open(s.server->endpoint(), "cpp-wrong", 2, 4, troupe_client::box(3));
+  CHECK(refused.code == static_cast<int>(error_code::space_mismatch));
+  CHECK(refused.message.find("is Box(3); troupe trains Discrete(2)") != std::string::npos);
+
+  troupe_client::session c;
+  auto ok = c.open(s.server->endpoint(), "cpp-client", 3, 4, troupe_client::discrete(2));
+  REQUIRE_MESSAGE(ok, ok.message);
+  CHECK(c.id() != 0);
+  const std::vector<uint32_t> ids = {2, 0, 1};
+  std::vector<float> obs(12), actions;
+  for (float& x : obs)
+    x = std::uniform_real_distribution<float>(-0.1f, 0.1f)(gen);
+  ok = c.step(ids, obs, {}, {}, {}, actions);
+  REQUIRE_MESSAGE(ok, ok.message);
+  REQUIRE(actions.size() == 3);
+  for (float a : actions)
+    CHECK((a == 0.0f || a == 1.0f));
+  ok = c.step(ids, obs, {1.0, 2.0, 3.0}, {0, troupe_client::truncated, 0},
+              {0.5f, 0.5f, 0.5f, 0.5f}, actions);
+  REQUIRE_MESSAGE(ok, ok.message);
+  CHECK(s.agent->counters().transitions == 3);
+  CHECK(s.agent->counters().episodes == 1);
+  REQUIRE(c.ping());
+  obs[0] = INFINITY;
+  auto bad = c.step(ids, obs, {}, {}, {}, actions);
+  CHECK(bad.code == static_cast<int>(error_code::non_finite));
+  c.close();
 }
