@@ -10,12 +10,18 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -26,7 +32,9 @@
 #include "actors/remote_wire.hpp"
 #include "clients/cpp/troupe_remote.hpp"
 #include "learners/model.hpp"
+#include "tests/actors/ask.hpp"
 #include "tests/seed.hpp"
+#include "tests/skip.hpp"
 #include "troupe_remote.h"
 
 using namespace troupe;
@@ -500,13 +508,13 @@ TEST_CASE("the C client (clients/c) opens a session, steps with outcomes and fin
   const std::string endpoint = s.server->endpoint();
 
   // Spaces troupe does not train: refused with the message.
-  troupe_remote* wrong =
-    troupe_remote_open(endpoint.c_str(), "c-wrong", 2, 5, 2, 0, 10000, error, sizeof error);
+  troupe_remote* wrong = troupe_remote_open(endpoint.c_str(), "c-wrong", 2, 5, 2, 0,
+                                            10000, error, sizeof error);
   CHECK(wrong == nullptr);
   CHECK(std::string(error).find("holds 5 values") != std::string::npos);
 
-  troupe_remote* r =
-    troupe_remote_open(endpoint.c_str(), "c-client", 4, 4, 2, 0, 10000, error, sizeof error);
+  troupe_remote* r = troupe_remote_open(endpoint.c_str(), "c-client", 4, 4, 2, 0, 10000,
+                                        error, sizeof error);
   REQUIRE_MESSAGE(r != nullptr, error);
   CHECK(troupe_remote_session(r) != 0);
   uint32_t ids[4] = {0, 1, 2, 3};
@@ -538,16 +546,19 @@ TEST_CASE("the C client (clients/c) opens a session, steps with outcomes and fin
   troupe_remote_close(r);
 }
 
-TEST_CASE("the C++ client (clients/cpp) opens a session, steps, is refused with the code, "
-          "and closes") {
+TEST_CASE(
+  "the C++ client (clients/cpp) opens a session, steps, is refused with the code, "
+  "and closes") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
   served s(make_agent(4, 64, seed));
   troupe_client::session wrong;
-  auto refused = wrong.open(s.server->endpoint(), "cpp-wrong", 2, 4, troupe_client::box(3));
+  auto refused =
+    wrong.open(s.server->endpoint(), "cpp-wrong", 2, 4, troupe_client::box(3));
   CHECK(refused.code == static_cast<int>(error_code::space_mismatch));
-  CHECK(refused.message.find("is Box(3); troupe trains Discrete(2)") != std::string::npos);
+  CHECK(refused.message.find("is Box(3); troupe trains Discrete(2)") !=
+        std::string::npos);
 
   troupe_client::session c;
   auto ok = c.open(s.server->endpoint(), "cpp-client", 3, 4, troupe_client::discrete(2));
@@ -572,4 +583,80 @@ TEST_CASE("the C++ client (clients/cpp) opens a session, steps, is refused with 
   auto bad = c.step(ids, obs, {}, {}, {}, actions);
   CHECK(bad.code == static_cast<int>(error_code::non_finite));
   c.close();
+}
+
+TEST_CASE(
+  "a client process killed with SIGKILL mid-episode is dropped after timeout_ms: its "
+  "episodes are given up, none ends as terminal, its slots serve again") {
+  const char* python = "/usr/bin/python3";
+  if (access(python, X_OK) != 0 ||
+      std::system("/usr/bin/python3 -c 'import zmq, numpy' 2>/dev/null") != 0)
+    TROUPE_SKIP("needs Debian's python3 with pyzmq and NumPy (scripts/setup)");
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  remote_server_options o;
+  o.heartbeat_ms = 100;
+  o.timeout_ms = 1000;
+  served s(make_agent(4, 64, seed), o);
+  // The Python client: HELLO, a first STEP and three more, then it says so
+  // and waits to be killed.
+  const std::string script = R"(
+import sys, time
+sys.path.insert(0, sys.argv[2] + "/clients/python")
+import numpy as np
+from troupe_remote import Session
+s = Session(sys.argv[1], 4, 4, ("discrete", 2), client="doomed")
+s.hello()
+ids, obs, no = np.arange(4), np.zeros((4, 4), np.float32), np.zeros(4, bool)
+s.step(ids, obs, np.zeros(4), no, no)
+for _ in range(3):
+    s.step(ids, obs, np.ones(4), no, no)
+print("ready", flush=True)
+time.sleep(3600)
+)";
+  int out[2];
+  REQUIRE(pipe(out) == 0);
+  const std::string endpoint = s.server->endpoint();
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    execl(python, "python3", "-c", script.c_str(), endpoint.c_str(), TROUPE_SOURCE_DIR,
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  std::string said;
+  pollfd p{out[0], POLLIN, 0};
+  while (said.find("ready") == std::string::npos) {
+    if (poll(&p, 1, 60000) <= 0)
+      break;
+    char buf[64];
+    const ssize_t n = read(out[0], buf, sizeof buf);
+    if (n <= 0)
+      break;
+    said.append(buf, static_cast<size_t>(n));
+  }
+  const bool ready = said.find("ready") != std::string::npos;
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  close(out[0]);
+  REQUIRE_MESSAGE(ready, "the client did not say 'ready' within 60 s; it said: " << said);
+  CHECK(s.server->counters().envs_connected == 4);
+
+  test::wait_until([&] { return s.server->counters().sessions_dropped == 1; },
+                   "the server to drop the killed client's session after timeout_ms");
+  const auto c = s.agent->counters();
+  CHECK(c.abandoned == 12);         // three transitions of each of four environments
+  CHECK(c.abandoned_episodes == 4); // given up, not ended
+  CHECK(c.episodes == 0);           // nothing terminal (or truncated) was recorded
+  CHECK(c.segments == 0);           // nothing of it reaches the learners
+  CHECK(s.server->counters().envs_connected == 0);
+  CHECK(s.logged("client 'doomed'"));
+  CHECK(s.logged("ended (timeout)"));
+
+  zmq::context_t ctx;
+  client next(ctx, endpoint);
+  next.hello(4, "next"); // the four slots serve again
 }
