@@ -243,9 +243,9 @@ void add_remote(std::vector<option_spec>& out) {
                         "a client sends a STEP or PING at least this often (told in "
                         "WELCOME)"));
   out.push_back(opt_int("remote", "timeout_ms", 10000, 50, 86400000,
-                        "a session silent for this long is dropped: its episodes end "
-                        "truncated, its partial segments are discarded (larger than "
-                        "heartbeat_ms)"));
+                        "a session silent for this long is dropped: its episodes are given "
+                        "up, their unfinished segments discarded and counted (larger "
+                        "than heartbeat_ms)"));
   out.push_back(opt_int("remote", "max_errors", 16, 0, 1000000,
                         "malformed messages a session may send; the next one drops it"));
 }
