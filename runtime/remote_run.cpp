@@ -12,6 +12,7 @@
 
 #include "actors/game_agent.hpp"
 #include "envs/registry.hpp"
+#include "runtime/game_cast.hpp"
 
 namespace troupe::runtime {
 
@@ -46,61 +47,6 @@ bool same_spaces(const envs::env_spec& a, const envs::env_spec& b) {
          a.action_space.kind == b.action_space.kind &&
          a.action_space.n == b.action_space.n &&
          a.action_space.size() == b.action_space.size();
-}
-
-// The game agent the cast makes in its first runner slot (as the embedding
-// API's make_agent does, runtime/embed/session.cpp), and start()'s wait for it.
-struct agent_holder {
-  size_t slots = 0;
-  std::mutex mutex;
-  std::condition_variable ready;
-  std::shared_ptr<actors::game_agent> held;
-  std::string failure;
-};
-
-runner_slot_factory feeder_factory(std::shared_ptr<agent_holder> g) {
-  return [g](caf::actor_system& sys, const runner_slot& slot) -> caf::actor {
-    std::shared_ptr<actors::game_agent> made;
-    {
-      std::unique_lock<std::mutex> lock(g->mutex);
-      if (!g->held) {
-        std::vector<std::shared_ptr<learners::stats_view>> views;
-        if (slot.obs_norm) {
-          auto subscribed = actors::subscribe_agent_views(
-            sys, slot.request.keeper, "obs", static_cast<size_t>(slot.spec.obs_dim),
-            g->slots);
-          if (!subscribed) {
-            g->failure = subscribed.err().message;
-            g->ready.notify_all();
-            return caf::actor{};
-          }
-          views = std::move(*subscribed);
-        }
-        actors::game_agent_options o;
-        o.name = "remote";
-        o.env_id = remote_env_id;
-        o.slots = g->slots;
-        o.steps_per_segment = slot.steps_per_batch;
-        o.seed = slot.seed;
-        o.obs_epsilon = slot.obs_epsilon;
-        o.obs_clip = slot.obs_clip;
-        auto created = actors::game_agent::create(o, slot.store, std::move(views));
-        if (!created) {
-          g->failure = created.err().message;
-          g->ready.notify_all();
-          return caf::actor{};
-        }
-        g->held = std::move(*created);
-        g->ready.notify_all();
-      }
-      made = g->held;
-    }
-    actors::game_feeder_options fo;
-    fo.name = slot.request.name;
-    fo.num_envs = slot.envs;
-    return actors::spawn_game_feeder(sys, fo, made, slot.request.consumer,
-                                     slot.request.keeper);
-  };
 }
 
 } // namespace
@@ -139,7 +85,7 @@ status register_remote_env(const config& cfg) {
 
 struct remote_run::impl {
   config cfg;
-  std::shared_ptr<agent_holder> holder = std::make_shared<agent_holder>();
+  std::shared_ptr<game_agent_source> source = std::make_shared<game_agent_source>();
   std::unique_ptr<actors::remote_server> server;
   std::optional<session> inner;
   bool started = false, closed = false;
@@ -175,7 +121,9 @@ result<std::unique_ptr<remote_run>> remote_run::open(const config& cfg,
 
   auto p = std::make_unique<impl>();
   p->cfg = cfg;
-  p->holder->slots = static_cast<size_t>(max_envs);
+  p->source->slots = static_cast<size_t>(max_envs);
+  p->source->name = "remote";
+  p->source->env_id = remote_env_id;
   // The address first: a port in use stops the run before anything starts.
   actors::remote_server_options so;
   so.bind = cfg.get_string("remote.bind");
@@ -184,14 +132,14 @@ result<std::unique_ptr<remote_run>> remote_run::open(const config& cfg,
   so.heartbeat_ms = static_cast<uint32_t>(heartbeat);
   so.timeout_ms = static_cast<uint32_t>(timeout);
   so.max_errors = static_cast<uint32_t>(cfg.get_int("remote.max_errors"));
-  auto server = actors::remote_server::bind(so, p->holder->slots);
+  auto server = actors::remote_server::bind(so, p->source->slots);
   if (!server)
     return at_key(cfg, "remote.bind", server.err().message);
   p->server = std::move(*server);
 
   session_options opts;
   const auto learners = static_cast<size_t>(cfg.get_int("algo.num_learners"));
-  opts.cast.runner_factories.assign(learners, feeder_factory(p->holder));
+  opts.cast.runner_factories.assign(learners, game_feeder_factory(p->source));
   auto s = session::open(cfg, std::move(resume_dir), std::move(opts));
   if (!s)
     return s.err();
@@ -206,20 +154,10 @@ status remote_run::start() {
   m.started = true;
   if (auto ok = m.inner->start(); !ok)
     return ok;
-  std::shared_ptr<actors::game_agent> agent;
-  {
-    auto& g = *m.holder;
-    std::unique_lock<std::mutex> lock(g.mutex);
-    const bool made =
-      g.ready.wait_for(lock, agent_wait, [&] { return g.held || !g.failure.empty(); });
-    if (!made || !g.held)
-      return make_error(errc::unavailable, "remote run: {}",
-                        made ? g.failure
-                             : fmt::format("the cast made no game agent within {} s",
-                                           agent_wait.count()));
-    agent = g.held;
-  }
-  if (auto ok = m.server->start(agent); !ok)
+  auto agent = m.source->wait(agent_wait);
+  if (!agent)
+    return make_error(errc::unavailable, "remote run: {}", agent.err().message);
+  if (auto ok = m.server->start(*agent); !ok)
     return ok;
   std::printf("troupe: serving remote environments on %s (docs/protocol.md)\n",
               m.server->endpoint().c_str());
@@ -247,11 +185,7 @@ result<training_result> remote_run::close() {
   if (m.server)
     m.server->stop();
   auto out = m.inner->close();
-  std::shared_ptr<actors::game_agent> agent;
-  {
-    std::lock_guard<std::mutex> lock(m.holder->mutex);
-    agent = m.holder->held;
-  }
+  auto agent = m.source->agent();
   if (agent) {
     const auto c = agent->counters();
     std::printf("troupe: remote environments: %llu env steps served, %llu transitions "

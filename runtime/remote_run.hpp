@@ -1,8 +1,9 @@
 // Training environments served over ZeroMQ (env.id = "remote", the protocol
 // of docs/protocol.md): the [remote] section gives the spaces and the
 // server's settings; the run is the game-driven cast of the embedding API
-// (game feeders in every runner slot, one game agent of remote.max_envs
-// slots) with a remote server (actors/remote_server.hpp) driving the agent.
+// (runtime/game_cast.hpp: game feeders in every runner slot, one game agent of
+// remote.max_envs slots) with a remote server (actors/remote_server.hpp)
+// driving the agent.
 #pragma once
 
 #include <memory>
