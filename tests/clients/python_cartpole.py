@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """CTest: the Python client (clients/python) trains its NumPy CartPole through
 `troupe train` with env.id = "remote" to a 100-episode mean return above 200
-within a bounded number of environment steps.
+within a bounded number of environment steps; with CLIENT_BINARY, that
+program (clients/c/examples/cartpole.c) is the client instead, run as
+`CLIENT_BINARY ENDPOINT 16 MAX_ENV_STEPS 200`, and must exit 0.
 
-usage: python_cartpole.py TROUPE_BINARY SOURCE_DIR
+usage: python_cartpole.py TROUPE_BINARY SOURCE_DIR [CLIENT_BINARY]
 
 troupe binds a free loopback port (tcp://127.0.0.1:*) and prints it; the
 client connects there. Every wait is bounded and fails saying what it waited
@@ -22,19 +24,22 @@ import tempfile
 import threading
 import time
 
-try:
-    import numpy  # noqa: F401
-    import zmq  # noqa: F401
-except ImportError as e:
-    print(f"SKIP: the Python client needs pyzmq and NumPy ({e}); scripts/setup installs "
-          "python3-zmq and python3-numpy", flush=True)
-    sys.exit(77)
-
 TROUPE, SOURCE = sys.argv[1], sys.argv[2]
-sys.path.insert(0, os.path.join(SOURCE, "clients", "python"))
-sys.path.insert(0, os.path.join(SOURCE, "clients", "python", "examples"))
-import troupe_remote  # noqa: E402
-from cartpole import CartPole  # noqa: E402
+CLIENT = sys.argv[3] if len(sys.argv) > 3 else None
+CLIENT_LIMIT_S = 300      # the C client's whole run
+
+if CLIENT is None:
+    try:
+        import numpy  # noqa: F401
+        import zmq  # noqa: F401
+    except ImportError as e:
+        print(f"SKIP: the Python client needs pyzmq and NumPy ({e}); scripts/setup "
+              "installs python3-zmq and python3-numpy", flush=True)
+        sys.exit(77)
+    sys.path.insert(0, os.path.join(SOURCE, "clients", "python"))
+    sys.path.insert(0, os.path.join(SOURCE, "clients", "python", "examples"))
+    import troupe_remote  # noqa: E402
+    from cartpole import CartPole  # noqa: E402
 
 ENVS = 16
 MAX_ENV_STEPS = 400_000   # the bound within which the mean must pass 200
@@ -80,6 +85,20 @@ def main():
             if m:
                 endpoint = m.group(1)
         print(f"troupe serves on {endpoint}", flush=True)
+
+        if CLIENT is not None:
+            try:
+                done = subprocess.run([CLIENT, endpoint, str(ENVS), str(MAX_ENV_STEPS),
+                                       str(TARGET)], capture_output=True, text=True,
+                                      timeout=CLIENT_LIMIT_S)
+            except subprocess.TimeoutExpired:
+                return fail(f"{CLIENT} did not end within {CLIENT_LIMIT_S} s", lines)
+            print(done.stdout + done.stderr, flush=True)
+            if done.returncode != 0:
+                return fail(f"expected {CLIENT} to reach a 100-episode mean above {TARGET} "
+                            f"within {MAX_ENV_STEPS} env steps (exit 0), got exit "
+                            f"{done.returncode}", lines)
+            return 0
 
         def stop(result):
             return result.episodes >= 100 and result.mean_return() > TARGET
