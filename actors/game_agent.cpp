@@ -78,6 +78,7 @@ struct alignas(64) slot_state {
   std::vector<double> exps;    // categorical sampling scratch
   learners::network_cache<float> cache;
   counter env_steps, transitions, segments, dropped, dropped_segments, episodes;
+  counter abandoned, abandoned_episodes;
 };
 
 // The slots, shared with the policy store's listener (which may outlive the
@@ -516,6 +517,33 @@ status game_agent::report(size_t slot, double reward, bool terminated, bool trun
   return ok_status();
 }
 
+status game_agent::abandon(size_t slot) {
+  auto& m = *impl_;
+  if (auto ok = m.check_slot("abandon", slot); !ok)
+    return ok;
+  auto& s = *m.slots->slots[slot];
+  segment& g = *s.seg;
+  s.abandoned.add(g.transitions);
+  if (s.episode_length > 0 || s.acted)
+    s.abandoned_episodes.add();
+  g.reset();
+  s.acted = false;
+  s.episode_return = 0;
+  s.episode_length = 0;
+  return ok_status();
+}
+
+uint64_t game_agent::abandoned() const noexcept {
+  uint64_t sum = 0;
+  for (auto& s : impl_->slots->slots)
+    sum += s->abandoned.get();
+  return sum;
+}
+
+uint64_t game_agent::policy_version() const noexcept {
+  return impl_->slots->version.load(std::memory_order_relaxed);
+}
+
 void game_agent::close() {
   auto& m = *impl_;
   m.is_closed.store(true, std::memory_order_release);
@@ -559,6 +587,8 @@ game_agent_counters game_agent::counters() const {
     c.dropped += s->dropped.get();
     c.dropped_segments += s->dropped_segments.get();
     c.episodes += s->episodes.get();
+    c.abandoned += s->abandoned.get();
+    c.abandoned_episodes += s->abandoned_episodes.get();
   }
   c.policy_version = m.slots->version.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> guard(m.returns_mtx);

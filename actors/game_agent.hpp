@@ -122,6 +122,8 @@ struct game_agent_counters {
   uint64_t episodes = 0;         ///< episodes ended (terminated or truncated)
   double return_mean_100 = 0;    ///< mean return of the last 100 (0 before any)
   uint64_t policy_version = 0;   ///< newest policy version published to the agent
+  uint64_t abandoned = 0;        ///< transitions discarded by abandon()
+  uint64_t abandoned_episodes = 0; ///< episodes given up by abandon()
 };
 
 /// The N-slot agent a game drives (see the file comment for the contract).
@@ -153,6 +155,21 @@ public:
   /// used only when the episode ends here.
   status report(size_t slot, double reward, bool terminated, bool truncated,
                 const float* final_obs = nullptr);
+
+  /// Gives the slot up mid-episode (its game went away): the episode in
+  /// progress ends without a terminal state and without an end of its own (its
+  /// return is not counted), the slot's unfinished segment is discarded (its
+  /// transitions counted in abandoned()), and a pending act is forgotten. The
+  /// next act of the slot starts a new episode in a fresh segment. Segments of
+  /// the episode already queued end where they end: bootstrapped, as any
+  /// segment cut mid-episode. A call on the slot (thread contract as act).
+  status abandon(size_t slot);
+
+  /// Transitions discarded by abandon().
+  uint64_t abandoned() const noexcept;
+
+  /// The newest policy version published to the agent (what its next act uses).
+  uint64_t policy_version() const noexcept;
 
   /// Ends the agent: every later call on it fails (errc::unavailable); the
   /// segments already queued stay for the feeders (a feeder waiting for more

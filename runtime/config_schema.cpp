@@ -218,6 +218,38 @@ void add_cluster(std::vector<option_spec>& out) {
                         "it exits with status 1"));
 }
 
+void add_remote(std::vector<option_spec>& out) {
+  out.push_back(opt_string("remote", "bind", "tcp://127.0.0.1:5555", {},
+                           "ZeroMQ endpoint the remote environment server (env.id = "
+                           "\"remote\", docs/protocol.md) binds its ROUTER socket to: "
+                           "tcp://HOST:PORT or ipc://PATH; loopback by default, another "
+                           "interface only when written here"));
+  out.push_back(opt_int("remote", "obs_dim", 4, 1, 1048576,
+                        "floats per observation the clients must send (their "
+                        "observation_space)"));
+  out.push_back(opt_int("remote", "num_actions", 2, 0, 16777216,
+                        "n of the clients' Discrete action space; 0: a Box action space "
+                        "of remote.action_dim floats"));
+  out.push_back(opt_int("remote", "action_dim", 1, 1, 1048576,
+                        "floats per action of a Box action space (remote.num_actions = "
+                        "0)"));
+  out.push_back(opt_int("remote", "max_envs", 256, 1, 1048576,
+                        "environments served at once, over all client sessions (a HELLO "
+                        "beyond it is refused with server_full)"));
+  out.push_back(opt_int("remote", "min_envs", 1, 1, 1048576,
+                        "environments that must have connected before the first session "
+                        "is welcomed (HELLOs wait until then); at most remote.max_envs"));
+  out.push_back(opt_int("remote", "heartbeat_ms", 1000, 10, 3600000,
+                        "a client sends a STEP or PING at least this often (told in "
+                        "WELCOME)"));
+  out.push_back(opt_int("remote", "timeout_ms", 10000, 50, 86400000,
+                        "a session silent for this long is dropped: its episodes are given "
+                        "up, their unfinished segments discarded and counted (larger "
+                        "than heartbeat_ms)"));
+  out.push_back(opt_int("remote", "max_errors", 16, 0, 1000000,
+                        "malformed messages a session may send; the next one drops it"));
+}
+
 std::vector<option_spec> build_schema() {
   std::vector<option_spec> out;
   add_run(out);
@@ -226,6 +258,7 @@ std::vector<option_spec> build_schema() {
   add_env(out);
   add_algo(out);
   add_cluster(out);
+  add_remote(out);
   return out;
 }
 

@@ -18,6 +18,7 @@ constexpr bench_area areas[] = {
   {"envs", bench_envs},
   {"learner", bench_learner},
   {"embed", bench_embed},
+  {"remote", bench_remote},
 };
 
 } // namespace

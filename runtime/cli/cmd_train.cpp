@@ -6,11 +6,14 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/cli/plot.hpp"
 #include "runtime/config.hpp"
+#include "runtime/remote_run.hpp"
 #include "runtime/session.hpp"
 
 namespace troupe::runtime {
@@ -43,13 +46,26 @@ struct stop_signals {
 // Runs a session to its end; SIGINT or SIGTERM stop it cleanly (a final
 // checkpoint, the result marked interrupted). Returns the result and the run
 // folder (empty when none was created).
+// With env.id = "remote" the session is a remote run's (runtime/remote_run.hpp):
+// its server is bound before anything starts and stops before the session closes.
 std::pair<result<training_result>, std::string>
 train_until_done(const config& cfg, const std::string& resume) {
-  auto s = session::open(cfg, resume);
-  if (!s)
-    return {s.err(), std::string{}};
+  std::unique_ptr<remote_run> remote;
+  std::optional<session> local;
+  if (is_remote(cfg)) {
+    auto r = remote_run::open(cfg, resume);
+    if (!r)
+      return {r.err(), std::string{}};
+    remote = std::move(*r);
+  } else {
+    auto opened = session::open(cfg, resume);
+    if (!opened)
+      return {opened.err(), std::string{}};
+    local.emplace(std::move(*opened));
+  }
+  session* s = remote ? &remote->training() : &*local;
   stop_signals handlers;
-  if (auto ok = s->start(); !ok)
+  if (auto ok = remote ? remote->start() : s->start(); !ok)
     return {ok.err(), s->run_dir()};
   bool stop_asked = false;
   for (;;) {
@@ -65,7 +81,7 @@ train_until_done(const config& cfg, const std::string& resume) {
       s->request_stop();
     }
   }
-  auto out = s->close();
+  auto out = remote ? remote->close() : s->close();
   return {std::move(out), s->run_dir()};
 }
 

@@ -34,6 +34,7 @@ int bench_stats(const args_t& args);   // runtime/cli/bench_stats.cpp
 int bench_envs(const args_t& args);    // runtime/cli/bench_envs.cpp
 int bench_learner(const args_t& args); // runtime/cli/bench_learner.cpp
 int bench_embed(const args_t& args);   // runtime/cli/bench_embed.cpp
+int bench_remote(const args_t& args);  // runtime/cli/bench_remote.cpp
 
 /// Prints `message` to stderr prefixed with "troupe: " and returns `status`.
 int fail(int status, const std::string& message);

@@ -2,7 +2,8 @@
 // (runtime/session.hpp) and of the game-driven agent (actors/game_agent.hpp).
 //
 // A session made with make_agent() puts a game feeder in every runner slot of
-// the cast (runtime/cast.hpp's seam): the learners then learn from the
+// the cast (runtime/cast.hpp's seam, through runtime/game_cast.hpp's factory,
+// which remote environments use too): the learners then learn from the
 // segments the game's slots report instead of from environment runners. The
 // game agent itself needs the policy store and the statistics keeper, which
 // exist only once the cast is built, so it is created by the first runner
@@ -23,6 +24,7 @@
 #include "kernels/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/embed/guard.hpp"
+#include "runtime/game_cast.hpp"
 #include "runtime/session.hpp"
 
 namespace troupe {
@@ -55,13 +57,10 @@ const char* version() noexcept {
 // report() load the pointer once (acquire) and call it: no lock.
 struct agent::impl {
   size_t slots = 0, obs_dim = 0, action_dim = 0;
-  std::string env_id; // named in the batches
-  agent_options options;
   std::atomic<actors::game_agent*> live{nullptr};
-  std::mutex mutex; // guards held and the condition
-  std::condition_variable ready;
-  std::shared_ptr<actors::game_agent> held; // keeps `live` alive
-  std::string failure;                      // why it could not be made
+  // What the cast makes the game agent with, and the agent once made
+  // (runtime/game_cast.hpp); it keeps `live` alive.
+  std::shared_ptr<runtime::game_agent_source> source;
 
   actors::game_agent* get() const noexcept { return live.load(std::memory_order_acquire); }
 };
@@ -182,60 +181,6 @@ struct session::impl {
     p->resume_dir = std::move(resume_dir);
     return session(std::move(p));
   }
-
-  // The runner-slot factory of a game-driven session: the first slot makes
-  // the game agent, every slot (and every restart) gets a feeder over it.
-  runtime::runner_slot_factory feeder_factory() {
-    std::shared_ptr<agent::impl> g = game;
-    return [g](caf::actor_system& sys, const runtime::runner_slot& slot) -> caf::actor {
-      std::shared_ptr<actors::game_agent> made;
-      {
-        std::unique_lock<std::mutex> lock(g->mutex);
-        if (!g->held) {
-          std::vector<std::shared_ptr<learners::stats_view>> views;
-          if (slot.obs_norm) {
-            auto subscribed = actors::subscribe_agent_views(
-              sys, slot.request.keeper, "obs", static_cast<size_t>(slot.spec.obs_dim),
-              g->slots);
-            if (!subscribed) {
-              g->failure = subscribed.err().message;
-              g->ready.notify_all();
-              return caf::actor{};
-            }
-            views = std::move(*subscribed);
-          }
-          actors::game_agent_options o;
-          o.name = "agent";
-          o.env_id = g->env_id;
-          o.slots = g->slots;
-          o.steps_per_segment = slot.steps_per_batch;
-          if (g->options.queue_capacity > 0)
-            o.queue_capacity = std::max<size_t>(
-              1, (g->options.queue_capacity + slot.steps_per_batch - 1) /
-                   slot.steps_per_batch);
-          o.block_when_full = g->options.block_when_full;
-          o.seed = slot.seed;
-          o.obs_epsilon = slot.obs_epsilon;
-          o.obs_clip = slot.obs_clip;
-          auto created = actors::game_agent::create(o, slot.store, std::move(views));
-          if (!created) {
-            g->failure = created.err().message;
-            g->ready.notify_all();
-            return caf::actor{};
-          }
-          g->held = std::move(*created);
-          g->live.store(g->held.get(), std::memory_order_release);
-          g->ready.notify_all();
-        }
-        made = g->held;
-      }
-      actors::game_feeder_options fo;
-      fo.name = slot.request.name;
-      fo.num_envs = slot.envs;
-      return actors::spawn_game_feeder(sys, fo, made, slot.request.consumer,
-                                       slot.request.keeper);
-    };
-  }
 };
 
 session::session(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -247,8 +192,9 @@ session::~session() {
   try {
     if (impl_->inner && !impl_->closed) {
       (void)impl_->inner->close();
-      if (impl_->game && impl_->game->held)
-        impl_->game->held->close();
+      if (impl_->game)
+        if (auto made = impl_->game->source->agent())
+          made->close();
     }
   } catch (...) {
   }
@@ -325,8 +271,18 @@ result<agent> session::make_agent(size_t slots, agent_options options) {
     g->action_dim = (*spec)->action_space.kind == envs::space_kind::discrete
                       ? 1
                       : (*spec)->action_space.size();
-    g->env_id = (*spec)->id;
-    g->options = options;
+    auto source = std::make_shared<runtime::game_agent_source>();
+    source->slots = slots;
+    source->name = "agent";
+    source->env_id = (*spec)->id;
+    source->queue_capacity_transitions = options.queue_capacity;
+    source->block_when_full = options.block_when_full;
+    std::weak_ptr<agent::impl> weak = g;
+    source->on_made = [weak](const std::shared_ptr<actors::game_agent>& made) {
+      if (auto handle = weak.lock())
+        handle->live.store(made.get(), std::memory_order_release);
+    };
+    g->source = std::move(source);
     impl_->game = g;
     return agent(g);
   });
@@ -344,7 +300,8 @@ status session::start() {
     runtime::session_options so;
     if (impl_->game) {
       const auto learners = static_cast<size_t>(impl_->cfg.get_int("algo.num_learners"));
-      so.cast.runner_factories.assign(learners, impl_->feeder_factory());
+      so.cast.runner_factories.assign(learners,
+                                      runtime::game_feeder_factory(impl_->game->source));
     }
     auto inner = runtime::session::open(impl_->cfg, impl_->resume_dir, std::move(so));
     if (!inner)
@@ -354,20 +311,12 @@ status session::start() {
     impl_->inner.emplace(std::move(*inner));
     if (impl_->game) {
       // act() answers once start() returns: wait for the cast to make the agent.
-      auto& g = *impl_->game;
-      std::unique_lock<std::mutex> wait_lock(g.mutex);
-      const bool made = g.ready.wait_for(wait_lock, agent_wait, [&] {
-        return g.held != nullptr || !g.failure.empty();
-      });
-      if (!made || !g.held) {
-        std::string why = made ? g.failure
-                               : fmt::format("the cast made no agent within {} s",
-                                             agent_wait.count());
-        wait_lock.unlock();
+      auto made = impl_->game->source->wait(agent_wait);
+      if (!made) {
         impl_->inner->request_stop();
         (void)impl_->inner->close();
         impl_->closed = true;
-        return make_error(errc::unavailable, "session::start: {}", why);
+        return make_error(errc::unavailable, "session::start: {}", made.err().message);
       }
     }
     return ok_status();
@@ -438,8 +387,9 @@ result<troupe::progress> session::close() {
         return p; // never started: nothing trained, nothing written
       auto last = impl_->convert(impl_->inner->progress());
       auto done = impl_->inner->close();
-      if (impl_->game && impl_->game->held)
-        impl_->game->held->close();
+      if (impl_->game)
+        if (auto made = impl_->game->source->agent())
+          made->close();
       if (!done)
         return done.err();
       p = last;

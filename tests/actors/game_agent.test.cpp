@@ -878,3 +878,71 @@ TEST_CASE("with block_when_full a call that completes a segment waits for space 
   CHECK(c.dropped == 0);
   CHECK(taken.load() == 20);
 }
+
+TEST_CASE("abandon discards a slot's unfinished segment, counts it, and the slot starts "
+          "a fresh episode in a fresh segment; other slots go on") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  auto store = std::make_shared<policy_store>(make_model(seed), 8);
+  game_agent_options o;
+  o.slots = 2;
+  o.steps_per_segment = 4;
+  auto agent = make_agent(o, store);
+  std::uniform_real_distribution<float> x(-0.1f, 0.1f);
+  auto obs = [&] { return std::vector<float>{x(gen), x(gen), x(gen), x(gen)}; };
+  float action = 0;
+  // Slot 0: three transitions and a pending act; slot 1: two transitions.
+  for (int t = 0; t < 3; ++t) {
+    REQUIRE(agent->act(0, obs().data(), &action).ok());
+    REQUIRE(agent->report(0, 1.0, false, false).ok());
+  }
+  REQUIRE(agent->act(0, obs().data(), &action).ok());
+  for (int t = 0; t < 2; ++t) {
+    REQUIRE(agent->act(1, obs().data(), &action).ok());
+    REQUIRE(agent->report(1, 1.0, false, false).ok());
+  }
+  REQUIRE(agent->abandon(0).ok());
+  CHECK(agent->abandoned() == 3);
+  CHECK(agent->counters().abandoned_episodes == 1);
+  CHECK(agent->counters().episodes == 0);
+  CHECK(has(failure(agent->report(0, 1.0, false, false), errc::invalid_argument),
+            "report without a preceding act"));
+  CHECK(has(failure(agent->abandon(2), errc::invalid_argument), "slot must be < 2"));
+
+  // Slot 0 again: four transitions of a fresh episode make one whole segment.
+  const std::vector<double> rewards = {10, 11, 12, 13};
+  for (double r : rewards) {
+    REQUIRE(agent->act(0, obs().data(), &action).ok());
+    REQUIRE(agent->report(0, r, false, false).ok());
+  }
+  REQUIRE(agent->act(0, obs().data(), &action).ok()); // completes the segment
+  CHECK(agent->counters().segments == 1);
+  trajectory_batch b;
+  b.num_envs = 1;
+  b.steps = 4;
+  b.observations.resize(5 * 4);
+  b.actions.resize(4);
+  b.behavior_logp.resize(4);
+  b.rewards.resize(4);
+  b.terminated.resize(4);
+  b.truncated.resize(4);
+  b.autoreset.resize(4);
+  b.policy_version = UINT64_MAX;
+  b.stats_version = UINT64_MAX;
+  std::vector<float> raw(4 * 4);
+  REQUIRE(agent->take_segment(b, 0, raw));
+  for (size_t t = 0; t < 4; ++t) {
+    CHECK(b.rewards[t] == static_cast<float>(rewards[t]));
+    CHECK(b.autoreset[t] == 0);
+  }
+  // Slot 1 was not touched: two more transitions and an act complete its segment.
+  for (int t = 0; t < 2; ++t) {
+    REQUIRE(agent->act(1, obs().data(), &action).ok());
+    REQUIRE(agent->report(1, 1.0, false, false).ok());
+  }
+  REQUIRE(agent->act(1, obs().data(), &action).ok());
+  CHECK(agent->counters().segments == 2);
+  agent->close();
+  CHECK(failure(agent->abandon(0), errc::unavailable).find("closed") != std::string::npos);
+}

@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "actors/remote_wire.hpp"
 #include "actors/runner_state_file.hpp"
 #include "actors/stats_streams.hpp"
 #include "envs/registry.hpp"
 #include "learners/safetensors.hpp"
+#include "tests/fuzz/remote_wire_input.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -131,6 +133,50 @@ void csv_seeds(const fs::path& out) {
 
 } // namespace
 
+// One message of each kind, for the shape the first three bytes choose
+// (tests/fuzz/remote_wire_input.hpp): 4 environments, obs_dim 3, and
+// Discrete(2) (b2 = 3) or Box(2) (b2 = 0x10).
+void remote_wire_seeds(const fs::path& out) {
+  namespace rw = actors::remote;
+  rw::header h;
+  h.sequence = 7;
+  h.session = 42;
+  for (uint8_t b2 : {uint8_t{3}, uint8_t{0x10}}) {
+    const auto in = fuzz::read_remote_wire_input(
+      std::vector<uint8_t>{3, 2, b2}.data(), 3);
+    const rw::env_shape& shape = in.shape;
+    const std::string tag = shape.discrete ? "discrete" : "box";
+    auto put = [&](const std::string& name, const std::vector<rw::frame>& frames) {
+      write(out / (tag + "_" + name), fuzz::write_remote_wire_input(3, 2, b2, frames));
+    };
+    rw::hello hello{"seed-client", shape};
+    put("hello", rw::encode_hello(h, hello));
+    rw::welcome w;
+    w.session = 42;
+    w.num_envs = shape.num_envs;
+    put("welcome", rw::encode_welcome(h, w));
+    rw::step st;
+    st.env_ids = {2, 0, 3};
+    st.obs = {0.1f, -0.2f, 0.3f, 1.0f, 2.0f, 3.0f, -1.5f, 0.0f, 4.25f};
+    st.rewards = {1.0, 0.0, -2.5};
+    st.flags = {0, rw::flag_terminated, rw::flag_truncated};
+    st.final_obs = {9.0f, 8.0f, 7.0f, 0.5f, 0.25f, 0.125f};
+    put("step", rw::encode_step(h, st));
+    rw::act a;
+    a.env_ids = {2, 0, 3};
+    a.actions = shape.discrete ? std::vector<float>{1, 0, 1}
+                               : std::vector<float>{0.5f, -0.5f, 1.0f, 0.0f, 2.0f, -2.0f};
+    a.policy_version = 12;
+    put("act", rw::encode_act(h, a, shape));
+    put("error", rw::encode_error(h, {rw::error_code::count_mismatch, "seed"}));
+    for (auto k : {rw::kind::ping, rw::kind::pong, rw::kind::close}) {
+      rw::header s = h;
+      s.type = k;
+      put(rw::to_string(k), rw::encode_signal(s));
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: fuzz_seeds DIR\n");
@@ -144,6 +190,7 @@ int main(int argc, char** argv) {
   stats_seeds(out / "stats_state", tmp);
   runner_state_seeds(out / "runner_state", tmp);
   csv_seeds(out / "csv");
+  remote_wire_seeds(out / "remote_wire");
   fs::remove_all(tmp);
   return 0;
 }

@@ -176,3 +176,35 @@ TEST_CASE("bench embed --json reports act() latency percentiles in order, env st
   CHECK(unknown.status == 2);
   CHECK(unknown.err.find("frames") != std::string::npos);
 }
+
+TEST_CASE("bench remote --json reports, per number of clients, the env steps through troupe "
+          "and through the raw ZeroMQ floor, and refuses a bad --clients") {
+  temp_folder dir("bench-remote-cli");
+  auto r = run_troupe("bench remote --json --seconds 1 --clients 1,2 --envs 8", dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const auto out = parse_json(r.out);
+  CHECK(keys_of(out) == std::vector<std::string>{"envs_per_message", "seconds", "runs"});
+  CHECK(out.at("envs_per_message") == 8);
+  const auto& runs = out.at("runs");
+  REQUIRE(runs.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& run = runs[i];
+    CHECK(keys_of(run) == std::vector<std::string>{"clients", "env_steps_per_s",
+                                                   "floor_env_steps_per_s",
+                                                   "ratio_to_floor", "env_steps"});
+    CHECK(run.at("clients") == i + 1);
+    const auto steps = run.at("env_steps").get<uint64_t>();
+    CHECK(steps > 0);
+    CHECK(steps % 8 == 0); // whole messages of 8 environments
+    const double rate = run.at("env_steps_per_s").get<double>();
+    const double floor = run.at("floor_env_steps_per_s").get<double>();
+    REQUIRE(floor > 0);
+    CHECK(run.at("ratio_to_floor").get<double>() ==
+          doctest::Approx(rate / floor).epsilon(0.01));
+  }
+  auto bad = run_troupe("bench remote --clients 1,x", dir);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--clients takes numbers in [1, 256] separated by commas, got 'x'") !=
+        std::string::npos);
+}

@@ -1,0 +1,540 @@
+#include "actors/remote_server.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <iterator>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+namespace troupe::actors {
+
+using namespace remote;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+// One client connection (a DEALER's routing id), with or without a session.
+struct connection {
+  std::string routing_id;
+  std::string peer = "?";   // the peer's address, when ZeroMQ knows it
+  std::string client = "?"; // the HELLO's name
+  uint64_t session = 0;     // 0: none yet
+  bool welcomed = false;    // false: the HELLO waits for min_envs
+  uint8_t minor = protocol_minor;
+  uint64_t hello_sequence = 0;
+  uint64_t last_sequence = 0;
+  bool any_sequence = false;
+  env_shape shape;            // num_envs: the session's N
+  std::vector<size_t> slots;  // env id -> agent slot
+  std::vector<uint8_t> acted; // env id -> an action is outstanding
+  uint32_t errors = 0;
+  clock_type::time_point last_heard;
+};
+
+// How a message left its connection.
+enum class outcome { keep, drop_session, forget };
+
+} // namespace
+
+struct remote_server::impl {
+  remote_server_options opts;
+  size_t slot_count = 0;
+  zmq::context_t context{1};
+  zmq::socket_t socket;
+  std::string endpoint;
+  std::shared_ptr<game_agent> agent;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  bool started = false;
+
+  std::unordered_map<std::string, connection> connections;
+  std::vector<size_t> free_slots; // a stack: the lowest slot on top
+  uint64_t next_session = 1;
+  uint64_t requested_envs = 0; // over sessions welcomed or waiting
+  bool min_reached = false;
+
+  mutable std::mutex counters_mtx;
+  remote_server_counters totals;
+
+  // Scratch of on_step.
+  std::vector<std::pair<size_t, size_t>> order; // (slot, position in the STEP)
+  std::vector<float> obs_run, act_run;
+
+  void log(const std::string& line) const { write_log(opts.log, "remote: " + line); }
+
+  std::string who(const connection& c) const {
+    return c.session
+             ? fmt::format("client '{}' at {} (session {})", c.client, c.peer, c.session)
+             : fmt::format("client '{}' at {}", c.client, c.peer);
+  }
+
+  void count(uint64_t remote_server_counters::*field, uint64_t k = 1) {
+    std::lock_guard<std::mutex> lock(counters_mtx);
+    totals.*field += k;
+  }
+
+  // -- sending ----------------------------------------------------------------------
+
+  void send(const std::string& routing_id, const std::vector<frame>& frames) {
+    try {
+      socket.send(zmq::buffer(routing_id),
+                  zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      for (size_t i = 0; i < frames.size(); ++i)
+        socket.send(zmq::buffer(frames[i]),
+                    i + 1 < frames.size()
+                      ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
+                      : zmq::send_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      log(fmt::format("cannot send to a client: {}", e.what()));
+    }
+  }
+
+  header reply_header(const connection& c, uint64_t sequence) const {
+    header h;
+    h.minor = c.minor;
+    h.sequence = sequence;
+    h.session = c.session;
+    return h;
+  }
+
+  void send_error(const connection& c, uint64_t sequence, error_code code,
+                  const std::string& message) {
+    send(c.routing_id,
+         encode_error(reply_header(c, sequence), error_reply{code, message}));
+  }
+
+  // -- sessions ---------------------------------------------------------------------
+
+  // Gives the session's slots up and back to the free list.
+  void end_session(connection& c, const char* why) {
+    if (c.session == 0)
+      return;
+    const uint64_t before = agent ? agent->abandoned() : 0;
+    for (size_t slot : c.slots) {
+      if (agent)
+        (void)agent->abandon(slot); // fails only once the agent is closed
+      free_slots.push_back(slot);
+    }
+    std::sort(free_slots.begin(), free_slots.end(), std::greater<size_t>());
+    const uint64_t discarded = agent ? agent->abandoned() - before : 0;
+    requested_envs -= c.shape.num_envs;
+    if (c.welcomed) {
+      std::lock_guard<std::mutex> lock(counters_mtx);
+      totals.envs_connected -= c.shape.num_envs;
+    }
+    log(fmt::format("{} ended ({}): {} environments left, {} transitions of unfinished "
+                    "segments discarded",
+                    who(c), why, c.shape.num_envs, discarded));
+    c.session = 0;
+    c.welcomed = false;
+    c.slots.clear();
+    c.acted.clear();
+  }
+
+  void welcome_session(connection& c) {
+    welcome w;
+    w.session = c.session;
+    w.minor = c.minor;
+    w.num_envs = c.shape.num_envs;
+    w.heartbeat_ms = opts.heartbeat_ms;
+    w.timeout_ms = opts.timeout_ms;
+    w.max_errors = opts.max_errors;
+    header h = reply_header(c, c.hello_sequence);
+    c.welcomed = true;
+    c.last_heard = clock_type::now(); // the wait for min_envs is not silence
+    {
+      std::lock_guard<std::mutex> lock(counters_mtx);
+      totals.sessions += 1;
+      totals.envs_connected += c.shape.num_envs;
+    }
+    send(c.routing_id, encode_welcome(h, w));
+    log(fmt::format("{} welcomed: {} environments (slots {}..), protocol 1.{}", who(c),
+                    c.shape.num_envs, c.slots.empty() ? 0 : c.slots.front(), c.minor));
+  }
+
+  // A refusal: counted for the client, logged, answered with ERROR; past the
+  // budget the session is dropped.
+  outcome refuse(connection& c, uint64_t sequence, error_code code, const error& e) {
+    c.errors += 1;
+    count(&remote_server_counters::errors);
+    log(fmt::format("{}: {}: {} (error {} of {} allowed)", who(c), to_string(code),
+                    e.message, c.errors, opts.max_errors));
+    send_error(c, sequence, code, e.message);
+    if (c.errors <= opts.max_errors)
+      return outcome::keep;
+    // The session ends before the client hears why: what it then sees is done.
+    const auto reply = encode_error(
+      reply_header(c, sequence),
+      error_reply{error_code::too_many_errors,
+                  fmt::format("more than {} malformed messages: the session is dropped",
+                              opts.max_errors)});
+    if (c.session) {
+      count(&remote_server_counters::sessions_dropped);
+      end_session(c, "too many errors");
+    }
+    send(c.routing_id, reply);
+    return outcome::forget;
+  }
+
+  outcome on_hello(connection& c, const header& h, const frame_view* frames, size_t n) {
+    error_code code = error_code::none;
+    auto m = decode_hello(h, frames, n, code);
+    if (!m)
+      return refuse(c, h.sequence, code, m.err());
+    c.client = m->client;
+    if (auto same = check_same_spaces(m->shape, opts.shape); !same)
+      return refuse(c, h.sequence, error_code::space_mismatch, same.err());
+    const uint32_t want = m->shape.num_envs;
+    if (want > free_slots.size()) {
+      // Not malformed: refused without counting against the client.
+      const std::string why =
+        fmt::format("HELLO message: {} environments asked, {} of remote.max_envs {} free",
+                    want, free_slots.size(), slot_count);
+      log(fmt::format("{}: server_full: {}", who(c), why));
+      send_error(c, h.sequence, error_code::server_full, why);
+      return outcome::keep;
+    }
+    c.session = next_session++;
+    c.minor = std::min(h.minor, protocol_minor);
+    c.hello_sequence = h.sequence;
+    c.last_sequence = h.sequence;
+    c.any_sequence = true;
+    c.shape = opts.shape;
+    c.shape.num_envs = want;
+    c.slots.clear();
+    for (uint32_t i = 0; i < want; ++i) {
+      c.slots.push_back(free_slots.back());
+      free_slots.pop_back();
+    }
+    c.acted.assign(want, 0);
+    requested_envs += want;
+    if (min_reached || requested_envs >= opts.min_envs) {
+      if (!min_reached) {
+        min_reached = true;
+        // Every HELLO that waited is welcomed now, in any order.
+        for (auto& [id, other] : connections)
+          if (other.session && !other.welcomed && &other != &c)
+            welcome_session(other);
+      }
+      welcome_session(c);
+    } else {
+      log(fmt::format("{} waits: {} of remote.min_envs {} environments have asked",
+                      who(c), requested_envs, opts.min_envs));
+    }
+    return outcome::keep;
+  }
+
+  outcome on_step(connection& c, const header& h, const frame_view* frames, size_t n) {
+    error_code code = error_code::none;
+    auto m = decode_step(h, frames, n, c.shape, code);
+    if (!m)
+      return refuse(c, h.sequence, code, m.err());
+    const size_t k = m->size();
+    const size_t od = opts.shape.obs_dim;
+    for (size_t i = 0; i < k; ++i) {
+      const uint32_t id = m->env_ids[i];
+      if (!c.acted[id] && (m->rewards[i] != 0 || m->flags[i] != 0))
+        return refuse(
+          c, h.sequence, error_code::bad_env_id,
+          error{errc::invalid_argument,
+                fmt::format("STEP message: env id {} has no action outstanding "
+                            "(its first STEP): its reward and flags must be 0, "
+                            "got reward {} flags 0x{:02x}",
+                            id, m->rewards[i], m->flags[i])});
+    }
+    // The outcomes of the previous actions.
+    size_t ended = 0;
+    for (size_t i = 0; i < k; ++i) {
+      const uint32_t id = m->env_ids[i];
+      const uint8_t f = m->flags[i];
+      const float* final_obs = f ? &m->final_obs[ended++ * od] : nullptr;
+      if (!c.acted[id])
+        continue;
+      auto ok = agent->report(c.slots[id], m->rewards[i], (f & flag_terminated) != 0,
+                              (f & flag_truncated) != 0, final_obs);
+      if (!ok)
+        return agent_failed(c, h, ok.err());
+      c.acted[id] = 0;
+    }
+    // The new actions, one forward pass per run of consecutive slots.
+    const size_t width = opts.shape.action_width();
+    act reply;
+    reply.env_ids = m->env_ids;
+    reply.actions.resize(k * width);
+    order.clear();
+    for (size_t i = 0; i < k; ++i)
+      order.emplace_back(c.slots[m->env_ids[i]], i);
+    std::sort(order.begin(), order.end());
+    for (size_t begin = 0; begin < order.size();) {
+      size_t end = begin + 1;
+      while (end < order.size() && order[end].first == order[end - 1].first + 1)
+        ++end;
+      const size_t count = end - begin;
+      obs_run.resize(count * od);
+      act_run.resize(count * width);
+      for (size_t j = 0; j < count; ++j) {
+        const size_t i = order[begin + j].second;
+        std::copy(&m->obs[i * od], &m->obs[(i + 1) * od], &obs_run[j * od]);
+      }
+      auto ok =
+        agent->act_batch(order[begin].first, count, obs_run.data(), act_run.data());
+      if (!ok)
+        return agent_failed(c, h, ok.err());
+      for (size_t j = 0; j < count; ++j) {
+        const size_t i = order[begin + j].second;
+        std::copy(&act_run[j * width], &act_run[(j + 1) * width],
+                  &reply.actions[i * width]);
+        c.acted[m->env_ids[i]] = 1;
+      }
+      begin = end;
+    }
+    reply.policy_version = agent->policy_version();
+    {
+      // Counted before the reply: a client that has its ACT sees it counted.
+      std::lock_guard<std::mutex> lock(counters_mtx);
+      totals.steps += 1;
+      totals.env_steps += k;
+    }
+    send(c.routing_id, encode_act(reply_header(c, h.sequence), reply, c.shape));
+    return outcome::keep;
+  }
+
+  // The agent refused a checked message: it is closed (the run ends), or a
+  // rule of the agent's that the decoder does not know.
+  outcome agent_failed(connection& c, const header& h, const error& e) {
+    if (e.code == errc::unavailable) {
+      send_error(c, h.sequence, error_code::server_closing,
+                 "the run is ending: " + e.message);
+      return outcome::keep;
+    }
+    return refuse(c, h.sequence, error_code::count_mismatch, e);
+  }
+
+  outcome on_message(std::vector<zmq::message_t>& parts) {
+    if (parts.empty())
+      return outcome::keep;
+    const std::string routing_id = parts[0].to_string();
+    auto [it, fresh] = connections.try_emplace(routing_id);
+    connection& c = it->second;
+    if (fresh) {
+      c.routing_id = routing_id;
+      if (parts.size() > 1) {
+        try {
+          c.peer = parts[1].gets("Peer-Address");
+        } catch (const zmq::error_t&) {
+          c.peer = "?"; // ipc:// and inproc:// have none
+        }
+      }
+    }
+    c.last_heard = clock_type::now();
+    std::vector<frame_view> views;
+    views.reserve(parts.size() - 1);
+    for (size_t i = 1; i < parts.size(); ++i)
+      views.push_back(
+        frame_view{static_cast<const uint8_t*>(parts[i].data()), parts[i].size()});
+    error_code code = error_code::none;
+    auto h = decode_header(views.data(), views.size(), code);
+    if (!h)
+      return refuse(c, 0, code, h.err());
+    if (auto ok = check_client_kind(h->type, c.session != 0, code); !ok)
+      return refuse(c, h->sequence, code, ok.err());
+    if (h->type != kind::hello) {
+      if (h->session != c.session)
+        return refuse(c, h->sequence, error_code::unknown_session,
+                      error{errc::invalid_argument,
+                            fmt::format("{} message: session {} is not this connection's "
+                                        "session {}",
+                                        to_string(h->type), h->session, c.session)});
+      if (c.any_sequence && h->sequence <= c.last_sequence)
+        return refuse(
+          c, h->sequence, error_code::bad_sequence,
+          error{errc::invalid_argument,
+                fmt::format("{} message: sequence {} must be above the "
+                            "previous message's {}",
+                            to_string(h->type), h->sequence, c.last_sequence)});
+      if (!c.welcomed)
+        return refuse(c, h->sequence, error_code::out_of_order,
+                      error{errc::invalid_argument,
+                            fmt::format("{} message: the session waits for WELCOME "
+                                        "(remote.min_envs {} not reached)",
+                                        to_string(h->type), opts.min_envs)});
+    }
+    switch (h->type) {
+    case kind::hello:
+      return on_hello(c, *h, views.data(), views.size());
+    case kind::step: {
+      auto out = on_step(c, *h, views.data(), views.size());
+      c.last_sequence = h->sequence;
+      return out;
+    }
+    case kind::ping:
+      if (auto ok = decode_signal(*h, views.size(), code); !ok)
+        return refuse(c, h->sequence, code, ok.err());
+      c.last_sequence = h->sequence;
+      {
+        header pong = reply_header(c, h->sequence);
+        pong.type = kind::pong;
+        send(c.routing_id, encode_signal(pong));
+      }
+      return outcome::keep;
+    case kind::close:
+      if (auto ok = decode_signal(*h, views.size(), code); !ok)
+        return refuse(c, h->sequence, code, ok.err());
+      count(&remote_server_counters::sessions_closed);
+      end_session(c, "closed by the client");
+      return outcome::forget;
+    default:
+      return outcome::keep; // check_client_kind refused the others
+    }
+  }
+
+  // Sessions silent for timeout_ms are dropped; connections without a session
+  // are forgotten after as long.
+  void drop_silent(clock_type::time_point now) {
+    const auto limit = std::chrono::milliseconds(opts.timeout_ms);
+    for (auto it = connections.begin(); it != connections.end();) {
+      connection& c = it->second;
+      const bool waiting = c.session && !c.welcomed;
+      if (waiting || now - c.last_heard <= limit) {
+        ++it;
+        continue;
+      }
+      if (c.session) {
+        const auto reply = encode_error(
+          reply_header(c, 0),
+          error_reply{error_code::timeout,
+                      fmt::format("nothing heard for more than remote.timeout_ms {}: the "
+                                  "session is dropped",
+                                  opts.timeout_ms)});
+        count(&remote_server_counters::sessions_dropped);
+        end_session(c, "timeout");
+        send(c.routing_id, reply);
+      }
+      it = connections.erase(it);
+    }
+  }
+
+  void serve() {
+    const auto tick =
+      std::chrono::milliseconds(std::min<uint32_t>(opts.heartbeat_ms, 100));
+    std::vector<zmq::message_t> parts;
+    while (!stopping.load(std::memory_order_acquire)) {
+      try {
+        zmq::pollitem_t item{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, tick);
+        for (;;) {
+          parts.clear();
+          auto got = zmq::recv_multipart(socket, std::back_inserter(parts),
+                                         zmq::recv_flags::dontwait);
+          if (!got)
+            break;
+          const std::string id = parts.empty() ? std::string{} : parts[0].to_string();
+          if (on_message(parts) == outcome::forget)
+            connections.erase(id);
+        }
+        drop_silent(clock_type::now());
+      } catch (const zmq::error_t& e) {
+        if (e.num() == ETERM)
+          return;
+        log(fmt::format("ZeroMQ error while serving (going on): {}", e.what()));
+      } catch (const std::exception& e) {
+        log(fmt::format("error while serving (going on): {}", e.what()));
+      }
+    }
+    // The run ends: every session is told.
+    for (auto& [id, c] : connections)
+      if (c.session) {
+        header h = reply_header(c, 0);
+        h.type = kind::close;
+        send(c.routing_id, encode_signal(h));
+        end_session(c, "the server stops");
+      }
+    connections.clear();
+  }
+};
+
+result<std::unique_ptr<remote_server>> remote_server::bind(remote_server_options opts,
+                                                           size_t slots) {
+  if (auto ok = check_shape(opts.shape); !ok)
+    return make_error(errc::invalid_argument, "remote server: {}", ok.err().message);
+  if (slots == 0 || slots > max_session_envs)
+    return make_error(errc::invalid_argument,
+                      "remote server: slots must be in [1, {}], got {}", max_session_envs,
+                      slots);
+  auto p = std::make_unique<impl>();
+  p->opts = std::move(opts);
+  p->slot_count = slots;
+  for (size_t i = slots; i-- > 0;)
+    p->free_slots.push_back(i);
+  try {
+    p->socket = zmq::socket_t(p->context, zmq::socket_type::router);
+    // A closing server gives its last CLOSE messages a moment, not forever.
+    p->socket.set(zmq::sockopt::linger, 200);
+    p->socket.bind(p->opts.bind);
+    p->endpoint = p->socket.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return make_error(errc::unavailable, "cannot bind {}: {}{}", p->opts.bind, e.what(),
+                      e.num() == EADDRINUSE ? " (another program or run uses this "
+                                              "address; choose another remote.bind)"
+                                            : "");
+  }
+  return std::unique_ptr<remote_server>(new remote_server(std::move(p)));
+}
+
+remote_server::remote_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+remote_server::~remote_server() {
+  stop();
+}
+
+std::string remote_server::endpoint() const {
+  return impl_->endpoint;
+}
+
+status remote_server::start(std::shared_ptr<game_agent> agent) {
+  auto& m = *impl_;
+  if (m.started)
+    return make_error(errc::invalid_argument, "remote server: started already");
+  if (!agent)
+    return make_error(errc::invalid_argument, "remote server: an agent is required");
+  if (agent->slots() != m.slot_count || agent->obs_dim() != m.opts.shape.obs_dim ||
+      agent->action_dim() != m.opts.shape.action_width())
+    return make_error(errc::dimension_mismatch,
+                      "remote server: the agent has {} slots, obs_dim {}, action_dim {}; "
+                      "the server serves {} slots, obs_dim {}, action width {}",
+                      agent->slots(), agent->obs_dim(), agent->action_dim(), m.slot_count,
+                      m.opts.shape.obs_dim, m.opts.shape.action_width());
+  m.agent = std::move(agent);
+  m.started = true;
+  m.thread = std::thread([&m] { m.serve(); });
+  return ok_status();
+}
+
+void remote_server::stop() {
+  if (!impl_)
+    return;
+  auto& m = *impl_;
+  m.stopping.store(true, std::memory_order_release);
+  if (m.thread.joinable())
+    m.thread.join();
+  try {
+    m.socket.close();
+    m.context.close();
+  } catch (const zmq::error_t& e) {
+    m.log(fmt::format("closing the socket: {}", e.what()));
+  }
+}
+
+remote_server_counters remote_server::counters() const {
+  std::lock_guard<std::mutex> lock(impl_->counters_mtx);
+  return impl_->totals;
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,201 @@
+#include "runtime/remote_run.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "actors/game_agent.hpp"
+#include "envs/registry.hpp"
+#include "runtime/game_cast.hpp"
+
+namespace troupe::runtime {
+
+namespace {
+
+// How long start() waits for the cast to make the game agent.
+constexpr std::chrono::seconds agent_wait{120};
+
+error at_key(const config& cfg, const std::string& key, const std::string& message) {
+  return error{errc::bad_config,
+               fmt::format("{}: {}: {}", cfg.origin(key), key, message)};
+}
+
+envs::env_spec remote_spec(const config& cfg) {
+  const auto shape = remote_shape(cfg);
+  envs::env_spec spec;
+  spec.id = remote_env_id;
+  spec.observation_space =
+    envs::space::box(shape.obs_dim, -std::numeric_limits<float>::infinity(),
+                     std::numeric_limits<float>::infinity());
+  // Box actions go to the clients as sampled (unclipped): the bounds are
+  // nominal, the client clips to its own.
+  spec.action_space = shape.discrete ? envs::space::discrete(shape.num_actions)
+                                     : envs::space::box(shape.action_dim, -1.0f, 1.0f);
+  spec.max_episode_steps = 1 << 30; // the clients end their episodes
+  spec.early_truncation = true;
+  return spec;
+}
+
+bool same_spaces(const envs::env_spec& a, const envs::env_spec& b) {
+  return a.observation_space.size() == b.observation_space.size() &&
+         a.action_space.kind == b.action_space.kind &&
+         a.action_space.n == b.action_space.n &&
+         a.action_space.size() == b.action_space.size();
+}
+
+} // namespace
+
+bool is_remote(const config& cfg) {
+  return cfg.get_string("env.id") == remote_env_id;
+}
+
+actors::remote::env_shape remote_shape(const config& cfg) {
+  actors::remote::env_shape s;
+  s.num_envs = static_cast<uint32_t>(cfg.get_int("remote.max_envs"));
+  s.obs_dim = static_cast<uint32_t>(cfg.get_int("remote.obs_dim"));
+  const auto n = cfg.get_int("remote.num_actions");
+  s.discrete = n > 0;
+  s.num_actions = static_cast<uint32_t>(n);
+  s.action_dim = s.discrete ? 1 : static_cast<uint32_t>(cfg.get_int("remote.action_dim"));
+  return s;
+}
+
+status register_remote_env(const config& cfg) {
+  const auto spec = remote_spec(cfg);
+  if (auto found = envs::find_spec(remote_env_id)) {
+    if (same_spaces(**found, spec))
+      return ok_status();
+    if (auto ok = envs::unregister_env(remote_env_id); !ok)
+      return ok;
+  }
+  envs::registration r;
+  r.spec = spec;
+  r.make = []() -> std::unique_ptr<envs::env> {
+    throw std::runtime_error("the environment 'remote' is served over ZeroMQ "
+                             "(docs/protocol.md); it cannot be made in-process");
+  };
+  return envs::register_env(std::move(r));
+}
+
+struct remote_run::impl {
+  config cfg;
+  std::shared_ptr<game_agent_source> source = std::make_shared<game_agent_source>();
+  std::unique_ptr<actors::remote_server> server;
+  std::optional<session> inner;
+  bool started = false, closed = false;
+};
+
+remote_run::remote_run(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+remote_run::~remote_run() {
+  if (impl_ && !impl_->closed)
+    (void)close();
+}
+
+result<std::unique_ptr<remote_run>> remote_run::open(const config& cfg,
+                                                     std::string resume_dir) {
+  if (!is_remote(cfg))
+    return at_key(cfg, "env.id",
+                  fmt::format("a remote run needs env.id = \"remote\", got \"{}\"",
+                              cfg.get_string("env.id")));
+  const auto min_envs = cfg.get_int("remote.min_envs");
+  const auto max_envs = cfg.get_int("remote.max_envs");
+  if (min_envs > max_envs)
+    return at_key(
+      cfg, "remote.min_envs",
+      fmt::format("must be at most remote.max_envs {}, got {}", max_envs, min_envs));
+  const auto heartbeat = cfg.get_int("remote.heartbeat_ms");
+  const auto timeout = cfg.get_int("remote.timeout_ms");
+  if (timeout <= heartbeat)
+    return at_key(
+      cfg, "remote.timeout_ms",
+      fmt::format("must be above remote.heartbeat_ms {}, got {}", heartbeat, timeout));
+  if (auto ok = register_remote_env(cfg); !ok)
+    return at_key(cfg, "env.id", ok.err().message);
+
+  auto p = std::make_unique<impl>();
+  p->cfg = cfg;
+  p->source->slots = static_cast<size_t>(max_envs);
+  p->source->name = "remote";
+  p->source->env_id = remote_env_id;
+  // The address first: a port in use stops the run before anything starts.
+  actors::remote_server_options so;
+  so.bind = cfg.get_string("remote.bind");
+  so.shape = remote_shape(cfg);
+  so.min_envs = static_cast<uint32_t>(min_envs);
+  so.heartbeat_ms = static_cast<uint32_t>(heartbeat);
+  so.timeout_ms = static_cast<uint32_t>(timeout);
+  so.max_errors = static_cast<uint32_t>(cfg.get_int("remote.max_errors"));
+  auto server = actors::remote_server::bind(so, p->source->slots);
+  if (!server)
+    return at_key(cfg, "remote.bind", server.err().message);
+  p->server = std::move(*server);
+
+  session_options opts;
+  const auto learners = static_cast<size_t>(cfg.get_int("algo.num_learners"));
+  opts.cast.runner_factories.assign(learners, game_feeder_factory(p->source));
+  auto s = session::open(cfg, std::move(resume_dir), std::move(opts));
+  if (!s)
+    return s.err();
+  p->inner.emplace(std::move(*s));
+  return std::unique_ptr<remote_run>(new remote_run(std::move(p)));
+}
+
+status remote_run::start() {
+  auto& m = *impl_;
+  if (m.started || m.closed)
+    return make_error(errc::invalid_argument, "remote run: started or closed already");
+  m.started = true;
+  if (auto ok = m.inner->start(); !ok)
+    return ok;
+  auto agent = m.source->wait(agent_wait);
+  if (!agent)
+    return make_error(errc::unavailable, "remote run: {}", agent.err().message);
+  if (auto ok = m.server->start(*agent); !ok)
+    return ok;
+  std::printf("troupe: serving remote environments on %s (docs/protocol.md)\n",
+              m.server->endpoint().c_str());
+  std::fflush(stdout);
+  return ok_status();
+}
+
+session& remote_run::training() {
+  return *impl_->inner;
+}
+
+actors::remote_server_counters remote_run::server_counters() const {
+  return impl_->server ? impl_->server->counters() : actors::remote_server_counters{};
+}
+
+std::string remote_run::endpoint() const {
+  return impl_->server ? impl_->server->endpoint() : std::string{};
+}
+
+result<training_result> remote_run::close() {
+  auto& m = *impl_;
+  if (m.closed)
+    return make_error(errc::invalid_argument, "remote run: closed already");
+  m.closed = true;
+  if (m.server)
+    m.server->stop();
+  auto out = m.inner->close();
+  auto agent = m.source->agent();
+  if (agent) {
+    const auto c = agent->counters();
+    std::printf("troupe: remote environments: %llu env steps served, %llu transitions "
+                "dropped (training behind), %llu discarded with sessions that ended\n",
+                static_cast<unsigned long long>(c.env_steps),
+                static_cast<unsigned long long>(c.dropped),
+                static_cast<unsigned long long>(c.abandoned));
+    agent->close();
+  }
+  return out;
+}
+
+} // namespace troupe::runtime
