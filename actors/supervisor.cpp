@@ -157,7 +157,11 @@ std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
     if (auto why = ask<uint64_t>(self, cs.server, state_atom::value, *plan.server_state);
         !why.empty())
       return why;
-  cs.metrics = spawn_metrics(sys, plan.metrics, caf::actor_cast<caf::actor>(self));
+  auto metrics_opts = plan.metrics;
+  metrics_opts.keeper = cs.keeper;
+  metrics_opts.server = cs.server;
+  cs.metrics =
+    spawn_metrics(sys, std::move(metrics_opts), caf::actor_cast<caf::actor>(self));
   self->monitor(cs.metrics);
   return start_learners_and_runners(self, cs);
 }

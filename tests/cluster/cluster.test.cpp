@@ -316,6 +316,11 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
   CHECK(metric(run, "updates") > updates_at_loss);
   CHECK(metric(run, "hosts") == 1);
   CHECK(metric(run, "hosts_lost") == 1);
+  // The keeper's and the server's counters of what they refused are columns
+  // of every row (how many depends on timing: a gradient of w2 on its way
+  // when it was fenced is refused and counted in gradients_rejected).
+  CHECK(metric(run, "deltas_duplicate") >= 0);
+  CHECK(metric(run, "gradients_rejected") >= 0);
   const auto log = coord.err();
   CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
   CHECK(log.find("it hosted learners w2.learner0 (1 runners each)") != std::string::npos);
