@@ -309,6 +309,7 @@ struct parameter_server_status {
   std::map<std::string, uint64_t> fenced_by_worker;   ///< the same, by worker name
   std::map<std::string, uint64_t> rejected_by_worker; ///< non-finite ones, by worker name
   uint64_t members = 0; ///< sync: learners the step under way waits for
+  std::map<std::string, uint64_t> applied_by_learner; ///< applied gradients, by learner
 };
 
 template <class Inspector>
@@ -316,7 +317,7 @@ typename Inspector::result_type inspect(Inspector& f, parameter_server_status& x
   return f(caf::meta::type_name("parameter_server_status"), x.version, x.received,
            x.applied, x.dropped, x.max_staleness_seen, x.batches, x.env_steps, x.rejected,
            x.rejected_by_learner, x.duplicates, x.fenced, x.fenced_by_worker,
-           x.rejected_by_worker, x.members);
+           x.rejected_by_worker, x.members, x.applied_by_learner);
 }
 
 /// Everything the parameter server owns, for checkpoints.

@@ -141,11 +141,6 @@ result<session> session::open(const config& cfg, std::string resume_dir,
     if (!node)
       return node.err();
     st->node = *node;
-    if (cfg.get_string("algo.mode") != "async")
-      return make_error(errc::bad_config,
-                        "{}: algo.mode: a run across processes trains async only in "
-                        "this version, got '{}'",
-                        cfg.origin("algo.mode"), cfg.get_string("algo.mode"));
   } else if (cfg.get_int("algo.num_learners") == 0) {
     return make_error(errc::bad_config,
                       "{}: algo.num_learners: 0 learners only on the coordinator of a "
@@ -451,6 +446,18 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
                  std::fprintf(stderr, "troupe: not every worker left: %s\n",
                               actors::error_message(system, e).c_str());
                });
+  }
+  if (gate && is_ready) {
+    // What each learner, local or remote, gave to the weights.
+    if (auto status = ask_for<actors::parameter_server_status>(
+          self, handles.server, progress_ask_timeout, actors::status_atom::value)) {
+      std::vector<std::string> parts;
+      for (auto& [learner, n] : status->applied_by_learner)
+        parts.push_back(fmt::format("{} {}", learner, n));
+      const std::string list =
+        parts.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(parts, ", "));
+      std::fprintf(stderr, "cluster: gradients applied by learner: %s\n", list.c_str());
+    }
   }
   if (!is_ready) {
     // Nothing started (a resume whose statistics file does not load, ...).

@@ -85,10 +85,42 @@ std::string hosted(const lost_host& h) {
                      h.runners_per_learner);
 }
 
+// Tells the parameter server that the learners of `host` join (or leave) its
+// sync steps; logs what it answers.
+void change_membership(caf::event_based_actor* gate, const actors::shared_actors& cast,
+                       const lost_host& host, bool joining, const actors::log_sink& log) {
+  if (!cast.server)
+    return;
+  for (auto& learner : host.learners) {
+    auto answered = [log, learner, joining](uint64_t members) {
+      actors::write_log(log, fmt::format("cluster: learner {} {} the parameter server's "
+                                         "sync steps; a step waits for {} learner(s)",
+                                         learner, joining ? "joins" : "leaves", members));
+    };
+    auto failed = [gate, log, learner](caf::error& e) {
+      actors::write_log(log,
+                        fmt::format("cluster: could not tell the parameter server "
+                                    "about learner {}: {}",
+                                    learner, actors::error_message(gate->system(), e)));
+    };
+    if (joining)
+      gate->request(cast.server, fence_timeout, actors::join_atom::value, learner)
+        .then(answered, failed);
+    else
+      gate->request(cast.server, fence_timeout, actors::leave_atom::value, learner)
+        .then(answered, failed);
+  }
+}
+
+void join_server(caf::event_based_actor* gate, const actors::shared_actors& cast,
+                 const lost_host& host, const actors::log_sink& log) {
+  change_membership(gate, cast, host, true, log);
+}
+
 // Checks a join and answers it; `address` is the peer's "HOST:PORT".
 void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
            join_request& req, const std::string& address,
-           caf::typed_response_promise<welcome>& rp) {
+           caf::typed_response_promise<welcome>& rp, std::vector<caf::actor> feed = {}) {
   auto refuse = [&](const std::string& why) {
     actors::write_log(st->opts.log,
                       fmt::format("cluster: refused a join from {} (worker '{}'): {}",
@@ -142,6 +174,9 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                                 "device {}",
                                 req.name, address, req.incarnation, hosted(h.info),
                                 req.device));
+  // Sync mode: the host's learners take part from the next step of the
+  // parameter server (async ignores membership).
+  join_server(self, st->opts.cast, h.info, st->opts.log);
   self->monitor(h.actor);
   const auto addr = h.actor.address();
   st->hosts.emplace(addr, std::move(h));
@@ -237,8 +272,10 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
 
 void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cast,
                   const lost_host& host, const actors::log_sink& log) {
-  if (host.incarnation == 0)
+  if (host.incarnation == 0) {
+    change_membership(gate, cast, host, false, log);
     return;
+  }
   const std::string who =
     fmt::format("host {} (incarnation {:016x})", host.name, host.incarnation);
   if (cast.keeper)
@@ -278,6 +315,9 @@ void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cas
                                         "server: {}",
                                         who, actors::error_message(gate->system(), e)));
         });
+  // Sync mode: the step under way completes with the learners still alive
+  // (the fence above answered their waiting gradients; this is handled after it).
+  change_membership(gate, cast, host, false, log);
 }
 
 caf::actor spawn_gate(caf::actor_system& sys, gate_options opts) {

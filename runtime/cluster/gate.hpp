@@ -54,7 +54,9 @@ struct lost_host {
 /// fences the host's incarnation at the statistics keeper and the parameter
 /// server (fence_atom), so that whatever that incarnation still sends (a
 /// frozen host that wakes, a message still on its way) is refused and
-/// counted, never merged or applied; logs what each answered.
+/// counted, never merged or applied; then tells the server that its learners
+/// leave (leave_atom: a sync step completes with the learners still alive);
+/// logs what each answered.
 void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cast,
                   const lost_host& host, const actors::log_sink& log);
 

@@ -129,11 +129,11 @@ bool poll_until(const std::function<bool()>& cond, std::chrono::seconds limit) {
   return true;
 }
 
-// The small async CartPole PPO config of these tests: no local learner.
+// The small CartPole PPO config of these tests (async unless `mode` says
+// sync): no local learner.
 std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total,
-                         bool obs_norm = false) {
-  return dir.write("cluster.toml",
-                   fmt::format(R"([run]
+                         bool obs_norm = false, const std::string& mode = "async") {
+  return dir.write("cluster.toml", fmt::format(R"([run]
 name = "cluster"
 seed = {}
 device = "cpu"
@@ -147,7 +147,7 @@ num_envs = 4
 
 [algo]
 name = "ppo"
-mode = "async"
+mode = "{}"
 num_learners = 0
 runners_per_learner = 1
 total_env_steps = {}
@@ -164,7 +164,8 @@ obs_norm = {}
 heartbeat_ms = 200
 timeout_ms = 2000
 )",
-                               seed, (dir.path / "runs").string(), total, obs_norm));
+                                               seed, (dir.path / "runs").string(), mode,
+                                               total, obs_norm));
 }
 
 // The coordinator's run folder, once its cluster.json exists.
@@ -231,6 +232,23 @@ size_t joins_of(const std::string& log, const std::string& name) {
   const std::regex joined("cluster: host " + name + R"( \(127\.0\.0\.1:[0-9]+\) joined)");
   return static_cast<size_t>(std::distance(
     std::sregex_iterator(log.begin(), log.end(), joined), std::sregex_iterator()));
+}
+
+// How many gradients of `learner` the parameter server applied, from the
+// coordinator's last words ("cluster: gradients applied by learner: ..."); -1
+// when it does not say.
+long applied_by(const std::string& log, const std::string& learner) {
+  const std::regex line(R"(cluster: gradients applied by learner: ([^\n]*))");
+  std::smatch m;
+  if (!std::regex_search(log, m, line))
+    return -1;
+  const std::regex entry(
+    "(^|, )" + std::regex_replace(learner, std::regex(R"(\.)"), R"(\.)") + " ([0-9]+)");
+  std::smatch e;
+  const std::string list = m[1].str();
+  if (!std::regex_search(list, e, entry))
+    return 0;
+  return std::stol(e[2].str());
 }
 
 const std::string token_env = "TROUPE_CLUSTER_TOKEN=test-token-7f3a9c1e55d04b2b";
@@ -323,6 +341,9 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
   CHECK(metric(run, "gradients_rejected") >= 0);
   const auto log = coord.err();
   CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
+  // w2 left the parameter server's (sync) membership after its fencing.
+  CHECK(log.find("cluster: learner w2.learner0 leaves the parameter server's sync "
+                 "steps") != std::string::npos);
   CHECK(log.find("it hosted learners w2.learner0 (1 runners each)") != std::string::npos);
   // Its incarnation is fenced at the keeper (whose answer names the last of
   // its observation deltas merged) and at the parameter server.
@@ -336,6 +357,85 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
                      std::chrono::seconds(120)));
   CHECK(coord.status() == 0);
   CHECK(w1.status() == 0);
+  CHECK(applied_by(coord.err(), "w1.learner0") > 0);
+  CHECK(applied_by(coord.err(), "w2.learner0") > 0);
+}
+
+TEST_CASE("sync mode across processes: a killed worker leaves the step, which completes "
+          "with the other, a worker that joins later takes part from the next step, and "
+          "the run ends at its budget") {
+  temp_folder dir("troupe-cluster");
+  // About 150 sync steps of 512 or 1024 steps: the late worker joins well
+  // before the end (it waits for nothing but its own start).
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 160000,
+                                /*obs_norm=*/true, "sync");
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  auto worker_args = [&](const std::string& name) {
+    return std::vector<std::string>{"worker",
+                                    "--connect",
+                                    addr,
+                                    "--run",
+                                    run.filename().string(),
+                                    "--name",
+                                    name,
+                                    "--heartbeat-ms",
+                                    "200",
+                                    "--timeout-ms",
+                                    "2000"};
+  };
+  child w1(worker_args("w1"), dir.path / "w1.out", dir.path / "w1.err", {token_env});
+  child w2(worker_args("w2"), dir.path / "w2.out", dir.path / "w2.err", {token_env});
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stderr: " << w1.err()
+                              << "\nw2 stderr: " << w2.err() << "\nrunning: coordinator "
+                              << coord.running() << ", w1 " << w1.running());
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !coord.running() ||
+                             (metric(run, "hosts") == 2 && metric(run, "updates") >= 6);
+                    },
+                    std::chrono::seconds(120)),
+                  "two hosts did not train together within 120 s");
+  REQUIRE(coord.running());
+  w2.kill_now();
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !coord.running() ||
+                             coord.err().find("learner w2.learner0 leaves") !=
+                               std::string::npos;
+                    },
+                    std::chrono::seconds(60)),
+                  "w2's learner did not leave the sync steps within 60 s");
+  REQUIRE(coord.running());
+  // The steps go on with w1 alone: no deadlock on the lost learner.
+  const double updates_at_loss = metric(run, "updates");
+  REQUIRE_MESSAGE(
+    poll_until(
+      [&] { return !coord.running() || metric(run, "updates") >= updates_at_loss + 4; },
+      std::chrono::seconds(60)),
+    "no sync step completed within 60 s after w2 was lost");
+  child w3(worker_args("w3"), dir.path / "w3.out", dir.path / "w3.err", {token_env});
+  INFO("w3 stderr: " << w3.err());
+  // The run ends by itself at its budget; every worker is told and leaves.
+  REQUIRE_MESSAGE(poll_until([&] { return !coord.running(); }, std::chrono::seconds(300)),
+                  "the sync run did not reach its budget within 300 s");
+  REQUIRE(
+    poll_until([&] { return !w1.running() && !w3.running(); }, std::chrono::seconds(60)));
+  CHECK(coord.status() == 0);
+  CHECK(w1.status() == 0);
+  CHECK(w3.status() == 0);
+  const auto log = coord.err();
+  CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("learner w3.learner0 joins the parameter server's sync steps") !=
+        std::string::npos);
+  CHECK(metric(run, "env_steps") >= 160000);
+  CHECK(metric(run, "hosts_lost") == 1);
+  // Every learner's gradients went into steps, the late one's too.
+  CHECK(applied_by(log, "w1.learner0") > 0);
+  CHECK(applied_by(log, "w2.learner0") > 0);
+  CHECK(applied_by(log, "w3.learner0") > 0);
 }
 
 TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeout and "
@@ -484,8 +584,6 @@ TEST_CASE(
   };
   const std::vector<bad> cases = {
     {"--listen 127.0.0.1:0", "", "cluster.token: a run across processes needs a token"},
-    {"--listen 127.0.0.1:0 --set algo.mode='\"sync\"'", token_env,
-     "algo.mode: a run across processes trains async only in this version, got 'sync'"},
     {"--listen 127.0.0.1", token_env,
      "cluster.listen: expected HOST:PORT, got '127.0.0.1'"},
     {"--listen 127.0.0.1:70000", token_env, "the port must be 0 to 65535, got '70000'"},
