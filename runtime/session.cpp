@@ -100,7 +100,7 @@ struct session::state {
   void drive(actors::cast_plan plan);
   result<training_result> drive_run(caf::scoped_actor& self, actors::cast_plan plan);
   void refresh_progress(caf::scoped_actor& self);
-  std::string open_gate(const cast_handles& h);
+  std::string open_gate(const cast_handles& h, const caf::actor& supervisor);
   result<std::string> checkpoint_with(caf::scoped_actor& self,
                                       const actors::cast_snapshot& snap);
 };
@@ -273,7 +273,8 @@ result<std::string> session::state::checkpoint_with(caf::scoped_actor& self,
 
 // Spawns and publishes the gate, writes cluster.json and prints the address;
 // the problem, or empty.
-std::string session::state::open_gate(const cast_handles& h) {
+std::string session::state::open_gate(const cast_handles& h,
+                                      const caf::actor& supervisor) {
   cluster::gate_options go;
   go.token = token;
   go.config_toml = cfg.to_toml();
@@ -281,6 +282,7 @@ std::string session::state::open_gate(const cast_handles& h) {
   go.cast.server = h.server;
   go.cast.metrics = h.metrics;
   go.store = store;
+  go.supervisor = supervisor;
   go.runners_per_learner = static_cast<uint64_t>(cfg.get_int("algo.runners_per_learner"));
   gate = cluster::spawn_gate(*sys, std::move(go));
   auto port = sys->middleman().publish(gate, listen.port, listen.host.c_str(), false);
@@ -405,7 +407,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
             std::lock_guard<std::mutex> lock(mtx);
             h = handles;
           }
-          if (auto why = open_gate(h); !why.empty()) {
+          if (auto why = open_gate(h, sup); !why.empty()) {
             std::fprintf(stderr, "troupe: %s; stopping the run\n", why.c_str());
             if (failure.empty())
               failure = why;

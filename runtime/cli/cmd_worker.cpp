@@ -1,5 +1,5 @@
 // `troupe worker --connect HOST:PORT --run RUN [--learners N] [--runners-per-learner M]
-// [--device D] [--name NAME] [--heartbeat-ms MS] [--timeout-ms MS]
+// [--runners R] [--device D] [--name NAME] [--heartbeat-ms MS] [--timeout-ms MS]
 // [--reconnect-s S]`: joins a run across processes (docs/cluster.md).
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +18,9 @@ int cmd_worker(const args_t& args) {
     {"learners", true, false, "learners this worker hosts (default 1)"},
     {"runners-per-learner", true, false,
      "runners per learner (default: the run's algo.runners_per_learner)"},
+    {"runners", true, false,
+     "with --learners 0: runners feeding the coordinator's learners (an "
+     "environment-only host)"},
     {"device", true, false, "auto, cpu or cuda (default: the run's run.device)"},
     {"name", true, false, "its name in the run (default: HOSTNAME-PID)"},
     {"heartbeat-ms", true, false, "the run's cluster.heartbeat_ms (default 500)"},
@@ -33,7 +36,8 @@ int cmd_worker(const args_t& args) {
   if (!connect || !run || run->empty() || !parsed->positional.empty())
     return fail(exit_bad_input,
                 "usage: troupe worker --connect HOST:PORT --run RUN [--learners N] "
-                "[--runners-per-learner M] [--device D] [--name NAME]\n" +
+                "[--runners-per-learner M | --learners 0 --runners R] [--device D] "
+                "[--name NAME]\n" +
                   describe_args(specs) +
                   "The token comes from the environment variable TROUPE_CLUSTER_TOKEN.");
   cluster::worker_options o;
@@ -46,16 +50,25 @@ int cmd_worker(const args_t& args) {
   o.run = *run;
   auto learners = parsed->get_int("learners", 1, 0, 64);
   auto runners = parsed->get_int("runners-per-learner", 0, 0, 64);
+  auto guest_runners = parsed->get_int("runners", 0, 0, 64);
   auto heartbeat = parsed->get_int("heartbeat-ms", 500, 10, 3600000);
   auto timeout = parsed->get_int("timeout-ms", 3000, 50, 86400000);
   auto reconnect = parsed->get_int("reconnect-s", 60, 0, 86400);
-  for (auto* r : {&learners, &runners, &heartbeat, &timeout, &reconnect})
+  for (auto* r : {&learners, &runners, &guest_runners, &heartbeat, &timeout, &reconnect})
     if (!*r)
       return fail(exit_bad_input, r->err().message);
   if (*timeout <= *heartbeat)
     return fail(exit_bad_input, "--timeout-ms must be larger than --heartbeat-ms");
   o.learners = static_cast<uint64_t>(*learners);
   o.runners_per_learner = static_cast<uint64_t>(*runners);
+  o.runners = static_cast<uint64_t>(*guest_runners);
+  if (o.runners > 0 && o.learners > 0)
+    return fail(exit_bad_input, "--runners: only with --learners 0 (an "
+                                "environment-only host); with learners, use "
+                                "--runners-per-learner");
+  if (o.learners == 0 && o.runners == 0)
+    return fail(exit_bad_input, "--learners 0: give --runners N (the runners of an "
+                                "environment-only host)");
   o.heartbeat_ms = static_cast<uint64_t>(*heartbeat);
   o.timeout_ms = static_cast<uint64_t>(*timeout);
   o.reconnect_s = static_cast<uint64_t>(*reconnect);

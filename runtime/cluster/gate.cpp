@@ -79,6 +79,9 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
 }
 
 std::string hosted(const lost_host& h) {
+  if (h.learners.empty() && h.guest_runners > 0)
+    return fmt::format("no learners, {} runners feeding the coordinator's learners",
+                       h.guest_runners);
   if (h.learners.empty())
     return "no learners";
   return fmt::format("learners {} ({} runners each)", fmt::join(h.learners, ", "),
@@ -139,6 +142,16 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
     return refuse("no host actor in the join request");
   if (req.name.empty())
     return refuse("an empty worker name");
+  if (req.guest_runners > 0 && req.learners > 0)
+    return refuse(fmt::format("it asks for {} learners and {} runners of its own: an "
+                              "environment-only host has no learners",
+                              req.learners, req.guest_runners));
+  if (req.guest_runners > st->opts.learners_per_host_max)
+    return refuse(fmt::format("it asks for {} runners, at most {} per host",
+                              req.guest_runners, st->opts.learners_per_host_max));
+  if (req.guest_runners > 0 && feed.empty())
+    return refuse("it hosts runners only, and the coordinator has no learner for them "
+                  "to feed (algo.num_learners = 0 on the coordinator)");
   if (req.learners > st->opts.learners_per_host_max)
     return refuse(fmt::format("it asks for {} learners, at most {} per host",
                               req.learners, st->opts.learners_per_host_max));
@@ -153,6 +166,7 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   h.info.address = address;
   h.info.runners_per_learner =
     req.runners_per_learner > 0 ? req.runners_per_learner : st->opts.runners_per_learner;
+  h.info.guest_runners = req.guest_runners;
   for (uint64_t i = 0; i < req.learners; ++i)
     h.info.learners.push_back(fmt::format("{}.learner{}", req.name, i));
   welcome w;
@@ -162,6 +176,8 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   w.server = st->opts.cast.server;
   w.metrics = st->opts.cast.metrics;
   w.learner_names = h.info.learners;
+  if (req.guest_runners > 0)
+    w.feed = std::move(feed);
   auto snap = st->opts.store->latest();
   w.weights.version = snap->version;
   w.weights.params.assign(snap->model.params(),
@@ -185,6 +201,23 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   push_newest(self, st, addr); // the server may have moved on meanwhile
 }
 
+// Admits a join; an environment-only host's after asking the supervisor for
+// the learners its runners will feed.
+void admit_with_feed(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
+                     join_request& req, const std::string& address,
+                     caf::typed_response_promise<welcome>& rp) {
+  if (req.guest_runners == 0 || req.learners > 0 || !st->opts.supervisor)
+    return admit(self, st, req, address, rp);
+  self->request(st->opts.supervisor, address_timeout, actors::learners_atom::value)
+    .then(
+      [self, st, req, address, rp](std::vector<caf::actor>& feed) mutable {
+        admit(self, st, req, address, rp, std::move(feed));
+      },
+      [self, st, req, address, rp](caf::error&) mutable {
+        admit(self, st, req, address, rp);
+      });
+}
+
 caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st) {
   // The middleman may hold the published gate past its end: its handles to
   // the keeper, the server and the metrics actor go when it ends, so that
@@ -192,6 +225,7 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
   self->attach_functor([st] {
     st->opts.cast = actors::shared_actors{};
     st->opts.store.reset();
+    st->opts.supervisor = nullptr;
     st->hosts.clear();
     st->stop_waiters.clear();
   });
@@ -235,13 +269,13 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
         .then(
           [self, st, req, rp](const caf::node_id&, const std::string& host,
                               uint16_t port) mutable {
-            admit(self, st, req,
-                  host.empty() ? std::string{"unknown"}
-                               : fmt::format("{}:{}", host, port),
-                  rp);
+            admit_with_feed(self, st, req,
+                            host.empty() ? std::string{"unknown"}
+                                         : fmt::format("{}:{}", host, port),
+                            rp);
           },
           [self, st, req, rp](caf::error&) mutable {
-            admit(self, st, req, "unknown", rp);
+            admit_with_feed(self, st, req, "unknown", rp);
           });
       return rp;
     },

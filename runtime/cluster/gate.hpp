@@ -2,11 +2,15 @@
 // one actor a worker reaches over the network. It checks a worker's join
 // (protocol version, token in constant time, a name no live host uses),
 // answers with the welcome (the resolved config, the keeper, server and
-// metrics handles, the learner names, the newest weights), monitors the
+// metrics handles, the learner names, the newest weights; for an
+// environment-only host, the coordinator's learners its runners feed),
+// monitors the
 // worker's host actor, and pushes each new policy version to every host (one
 // push in flight per host; a host that is behind gets the newest version,
-// never the ones in between). A lost host is logged ("lost host NAME
-// (ADDRESS): it hosted ..."), counted and handed to on_host_lost.
+// never the ones in between). A joining host's learners are announced to the
+// parameter server (join_atom: in sync mode they take part from the next
+// step). A lost host is logged ("lost host NAME (ADDRESS): it hosted ..."),
+// counted and handed to on_host_lost.
 //
 // Messages it handles:
 //   join_request -> welcome, or an error that says why it was refused
@@ -39,6 +43,9 @@ struct gate_options {
   uint64_t learners_per_host_max = 64;         ///< a join asking for more is refused
   uint64_t runners_per_learner = 1;            ///< the run's, for a join that asks 0
   actors::log_sink log; ///< joins, refusals, losses; default stderr
+  /// The coordinator's supervisor: asked for its learners (learners_atom)
+  /// when an environment-only host joins; null: such hosts are refused.
+  caf::actor supervisor;
 };
 
 /// A host of the run as the gate knew it when it was lost.
@@ -48,6 +55,7 @@ struct lost_host {
   std::string address;               ///< "HOST:PORT" of its connection, or "unknown"
   std::vector<std::string> learners; ///< the learners it hosted
   uint64_t runners_per_learner = 0;  ///< their runners each
+  uint64_t guest_runners = 0;        ///< an environment-only host: its runners
 };
 
 /// Called by the gate when a host is lost, after logging and counting it:

@@ -83,6 +83,11 @@ caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cach
   };
 }
 
+// The runners an environment-only host runs for the coordinator's learners.
+uint64_t req_guest_runners(const worker_options& opts) {
+  return opts.learners == 0 ? opts.runners : 0;
+}
+
 int fail_with(const std::string& message) {
   std::fprintf(stderr, "troupe: worker: %s\n", message.c_str());
   std::fflush(stderr);
@@ -146,6 +151,7 @@ int run_worker(const worker_options& opts) {
   const uint64_t incarnation = req.incarnation;
   req.learners = opts.learners;
   req.runners_per_learner = opts.runners_per_learner;
+  req.guest_runners = opts.learners == 0 ? opts.runners : 0;
   req.device = opts.device.empty() ? "(the run's)" : opts.device;
   req.token = token;
   req.host = host;
@@ -210,6 +216,13 @@ int run_worker(const worker_options& opts) {
     lo.incarnation = incarnation;
     lo.gradient_sequence = std::make_shared<std::atomic<uint64_t>>(0);
   }
+  if (req_guest_runners(opts) > 0) {
+    if (w->feed.empty())
+      return fail_with("the coordinator named no learner for this host's runners");
+    plan.guest_runners = req_guest_runners(opts);
+    plan.feed_learners = w->feed;
+    plan.guest_prefix = opts.name;
+  }
   plan.existing = actors::shared_actors{w->keeper, w->server, w->metrics};
   cache->take(std::move(w->weights));
   cache->set_store(plan.store);
@@ -234,6 +247,15 @@ int run_worker(const worker_options& opts) {
   while (!done) {
     self->receive(
       [&](actors::ready_atom, caf::actor&, caf::actor&, caf::actor&) {
+        if (req_guest_runners(opts) > 0) {
+          std::printf("troupe: worker %s joined the run at %s: %llu runners feeding "
+                      "%zu learner(s) of the coordinator\n",
+                      opts.name.c_str(), where.c_str(),
+                      static_cast<unsigned long long>(req_guest_runners(opts)),
+                      w->feed.size());
+          std::fflush(stdout);
+          return;
+        }
         std::printf("troupe: worker %s joined the run at %s: learners %s, %llu runners "
                     "each, on %s\n",
                     opts.name.c_str(), where.c_str(),

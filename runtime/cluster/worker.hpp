@@ -4,7 +4,9 @@
 // learners and their runners under a local supervisor that uses the
 // coordinator's keeper, parameter server and metrics actor. Its runners act
 // with a per-host policy store that the coordinator's gate feeds (host
-// actor); the run's end comes from the coordinator (stop_atom).
+// actor); the run's end comes from the coordinator (stop_atom). A worker
+// with no learners and `runners` > 0 is an environment-only host: its
+// runners feed the coordinator's learners (trajectory batches over the wire).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,7 @@ struct worker_options {
   std::string name;                 ///< its name in the run (unique among live hosts)
   uint64_t learners = 1;            ///< learners it hosts
   uint64_t runners_per_learner = 0; ///< 0: the run's algo.runners_per_learner
+  uint64_t runners = 0; ///< with learners = 0: runners feeding the coordinator's learners
   std::string device;               ///< empty: the run's run.device
   std::string token;                ///< empty: TROUPE_CLUSTER_TOKEN
   uint64_t heartbeat_ms = 500;      ///< as the coordinator's cluster.heartbeat_ms

@@ -438,6 +438,104 @@ TEST_CASE("sync mode across processes: a killed worker leaves the step, which co
   CHECK(applied_by(log, "w3.learner0") > 0);
 }
 
+TEST_CASE("an environment-only worker (--learners 0 --runners 2) feeds the "
+          "coordinator's IMPALA learner over the wire, and the learner goes on when "
+          "that host is killed") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = dir.write("impala.toml", fmt::format(R"([run]
+name = "envhost"
+seed = {}
+device = "cpu"
+output_dir = "{}"
+log_every_updates = 5
+checkpoint_every_updates = 0
+
+[env]
+id = "CartPole-v1"
+num_envs = 16
+
+[algo]
+name = "impala"
+mode = "async"
+num_learners = 1
+runners_per_learner = 1
+total_env_steps = 50000000
+num_steps = 32
+learning_rate = 2e-3
+max_staleness = 8
+
+[model]
+obs_norm = true
+
+[cluster]
+heartbeat_ms = 200
+timeout_ms = 2000
+)",
+                                                        troupe::test::fresh_seed() % 1000,
+                                                        (dir.path / "runs").string()));
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  child e1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "e1",
+            "--learners", "0", "--runners", "2", "--heartbeat-ms", "200", "--timeout-ms",
+            "2000"},
+           dir.path / "e1.out", dir.path / "e1.err", {token_env});
+  INFO("coordinator stderr: " << coord.err() << "\ne1 stdout: " << e1.out()
+                              << "\ne1 stderr: " << e1.err() << "\nrunning: coordinator "
+                              << coord.running() << ", e1 " << e1.running());
+  // Both guest runners' batches reach the coordinator's learner and are learned.
+  const bool fed = poll_until(
+    [&] {
+      const auto log = coord.err();
+      return !coord.running() || !e1.running() ||
+             (log.find("first batch from guest runner 'e1.runner0'") !=
+                std::string::npos &&
+              log.find("first batch from guest runner 'e1.runner1'") !=
+                std::string::npos);
+    },
+    std::chrono::seconds(120));
+  REQUIRE_MESSAGE(fed, "no batch of e1's runners reached the learner within 120 s");
+  REQUIRE(coord.running());
+  REQUIRE(e1.running());
+  CHECK(e1.out().find("troupe: worker e1 joined the run at " + addr) !=
+        std::string::npos);
+  CHECK(e1.out().find("2 runners feeding 1 learner(s) of the coordinator") !=
+        std::string::npos);
+  const auto log = coord.err();
+  CHECK(log.find("learner 'learner0': guest runner 'e1.runner0' joins") !=
+        std::string::npos);
+  CHECK(log.find("cluster: host e1 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("no learners, 2 runners feeding the coordinator's learners") !=
+        std::string::npos);
+
+  // The environment host is lost: the learner drops its runners and goes on
+  // with its own.
+  e1.kill_now();
+  REQUIRE_MESSAGE(
+    poll_until(
+      [&] {
+        const auto l = coord.err();
+        return !coord.running() ||
+               (l.find("guest runner 'e1.runner0' is gone") != std::string::npos &&
+                l.find("guest runner 'e1.runner1' is gone") != std::string::npos);
+      },
+      std::chrono::seconds(60)),
+    "the learner did not drop the lost host's runners within 60 s");
+  REQUIRE(coord.running());
+  const double updates_at_loss = metric(run, "updates");
+  REQUIRE_MESSAGE(
+    poll_until(
+      [&] { return !coord.running() || metric(run, "updates") >= updates_at_loss + 20; },
+      std::chrono::seconds(60)),
+    "the learner did not go on learning within 60 s of the loss");
+  REQUIRE(coord.running());
+  CHECK(metric(run, "hosts_lost") == 1);
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running(); }, std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
+}
+
 TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeout and "
           "fenced, exits saying why when it wakes, and a worker started again under its "
           "name joins the running training") {
@@ -621,6 +719,10 @@ TEST_CASE("troupe worker refuses bad arguments before it connects") {
     {"worker --connect 127.0.0.1:1 --run r --device tpu",
      "--device: expected auto, cpu or cuda, got 'tpu'"},
     {"worker --connect 127.0.0.1:1 --run r --name 'a b'", "--name: a non-empty name"},
+    {"worker --connect 127.0.0.1:1 --run r --runners 2",
+     "--runners: only with --learners 0"},
+    {"worker --connect 127.0.0.1:1 --run r --learners 0",
+     "--learners 0: give --runners N"},
     {"worker --connect 127.0.0.1:1 --run r --timeout-ms 100 --heartbeat-ms 200",
      "--timeout-ms must be larger than --heartbeat-ms"},
   };
