@@ -285,7 +285,10 @@ std::string session::state::open_gate(const cast_handles& h,
   go.supervisor = supervisor;
   go.runners_per_learner = static_cast<uint64_t>(cfg.get_int("algo.runners_per_learner"));
   gate = cluster::spawn_gate(*sys, std::move(go));
-  auto port = sys->middleman().publish(gate, listen.port, listen.host.c_str(), false);
+  // SO_REUSEADDR: a coordinator resumed on the port of one that was killed
+  // binds while the killed one's connections are still in TIME_WAIT (two
+  // listeners on one port are still refused).
+  auto port = sys->middleman().publish(gate, listen.port, listen.host.c_str(), true);
   if (!port)
     return fmt::format("cluster.listen {}:{}: cannot listen there: {}", listen.host,
                        listen.port, actors::error_message(*sys, port.error()));

@@ -1,8 +1,13 @@
 // `troupe worker --connect HOST:PORT --run RUN [--learners N] [--runners-per-learner M]
 // [--runners R] [--device D] [--name NAME] [--heartbeat-ms MS] [--timeout-ms MS]
 // [--reconnect-s S]`: joins a run across processes (docs/cluster.md).
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
 #include <unistd.h>
 
 #include "runtime/cli/args.hpp"
@@ -27,6 +32,8 @@ int cmd_worker(const args_t& args) {
     {"timeout-ms", true, false, "the run's cluster.timeout_ms (default 3000)"},
     {"reconnect-s", true, false,
      "how long to keep trying to reach the coordinator (default 60)"},
+    {"rejoin-until-ms", true, false,
+     "(set by a worker that restarts itself after losing the coordinator)"},
   };
   auto parsed = parse_args("worker", args, specs);
   if (!parsed)
@@ -90,7 +97,45 @@ int cmd_worker(const args_t& args) {
     return fail(exit_bad_input,
                 "--name: a non-empty name without spaces or commas, got '" + o.name +
                   "'");
+  if (auto until = parsed->get("rejoin-until-ms")) {
+    char* end = nullptr;
+    o.rejoin_until_ms = std::strtoull(until->c_str(), &end, 10);
+    if (until->empty() || *end != '\0')
+      return fail(exit_bad_input,
+                  "--rejoin-until-ms: expected a number, got '" + *until + "'");
+  }
   const int status = cluster::run_worker(o);
+  if (status == cluster::worker_rejoin) {
+    // A new process with the same arguments (and pid) joins again: this
+    // one's actors may wait forever on the lost coordinator's.
+    const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch() +
+                         std::chrono::seconds(o.reconnect_s))
+                         .count();
+    std::vector<std::string> argv_s = {"troupe", "worker"};
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--rejoin-until-ms") {
+        ++i; // replaced below
+        continue;
+      }
+      if (args[i].rfind("--rejoin-until-ms=", 0) == 0)
+        continue;
+      argv_s.push_back(args[i]);
+    }
+    argv_s.push_back("--rejoin-until-ms");
+    argv_s.push_back(std::to_string(until));
+    std::vector<char*> argv;
+    for (auto& a : argv_s)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::execv("/proc/self/exe", argv.data());
+    std::fprintf(stderr, "troupe: worker: %s: cannot start again to rejoin: %s\n",
+                 o.name.c_str(), std::strerror(errno));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
   // The worker's actors may wait on a coordinator that is gone: the process
   // ends here without waiting for them.
   std::fflush(stdout);

@@ -122,8 +122,17 @@ int run_worker(const worker_options& opts) {
   sys_cfg.release();
 
   // -- reach the coordinator (bounded) ---------------------------------------
-  const auto deadline =
+  auto deadline =
     std::chrono::steady_clock::now() + std::chrono::seconds(opts.reconnect_s);
+  if (opts.rejoin_until_ms > 0) {
+    // A restart after the coordinator was lost: the same deadline as the
+    // process that lost it.
+    const auto until = std::chrono::system_clock::time_point(
+      std::chrono::milliseconds(opts.rejoin_until_ms));
+    deadline = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                 until - std::chrono::system_clock::now());
+  }
   caf::actor gate;
   for (;;) {
     auto g = sys->middleman().remote_actor(opts.connect.host, opts.connect.port);
@@ -132,11 +141,13 @@ int run_worker(const worker_options& opts) {
       break;
     }
     if (std::chrono::steady_clock::now() >= deadline)
-      return fail_with(fmt::format("cannot reach the coordinator at {} within {} s "
-                                   "(--reconnect-s; a coordinator of another run "
-                                   "refuses the connection): {}",
-                                   where, opts.reconnect_s,
-                                   actors::error_message(*sys, g.error())));
+      return fail_with(
+        fmt::format("{} the coordinator at {} within {} s "
+                    "(--reconnect-s; a coordinator of another run "
+                    "refuses the connection): {}",
+                    opts.rejoin_until_ms > 0 ? "lost the coordinator and could not reach"
+                                             : "cannot reach",
+                    where, opts.reconnect_s, actors::error_message(*sys, g.error())));
     std::this_thread::sleep_for(connect_retry); // back-off between attempts
   }
 
@@ -298,13 +309,19 @@ int run_worker(const worker_options& opts) {
         });
   }
   self->send_exit(outbox, caf::exit_reason::user_shutdown);
-  if (gate_lost && !stop_asked)
-    return fail_with(fmt::format(
-      "{}: lost the coordinator at {} ({}). If this worker was stopped or cut off "
-      "longer than the connection timeout, the coordinator has declared it lost and "
-      "refuses what it still sends; start it again to rejoin the run as a new "
-      "incarnation. A coordinator restart is not supported yet",
-      opts.name, where, gate_reason));
+  if (gate_lost && !stop_asked) {
+    // The coordinator is gone (or has declared this host lost while it was
+    // stopped or cut off, and refuses what it still sends): this process's
+    // learners may wait forever on the gone server, so the caller starts a
+    // new process, which joins again as a new incarnation.
+    std::fprintf(stderr,
+                 "troupe: worker: %s: lost the coordinator at %s (%s); trying to "
+                 "rejoin as a new incarnation for up to %llu s (--reconnect-s)\n",
+                 opts.name.c_str(), where.c_str(), gate_reason.c_str(),
+                 static_cast<unsigned long long>(opts.reconnect_s));
+    std::fflush(stderr);
+    return worker_rejoin;
+  }
   self->send_exit(host, caf::exit_reason::user_shutdown);
   if (!failure.empty() && !stop_asked)
     return fail_with(fmt::format("{}: {}", opts.name, failure));

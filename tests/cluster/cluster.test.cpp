@@ -227,6 +227,14 @@ double metric(const fs::path& run, const std::string& name) {
   return it == m.end() ? NAN : it->second;
 }
 
+// How many times `what` occurs in `text`.
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
 // How many times the coordinator's log says host `name` joined.
 size_t joins_of(const std::string& log, const std::string& name) {
   const std::regex joined("cluster: host " + name + R"( \(127\.0\.0\.1:[0-9]+\) joined)");
@@ -537,8 +545,8 @@ timeout_ms = 2000
 }
 
 TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeout and "
-          "fenced, exits saying why when it wakes, and a worker started again under its "
-          "name joins the running training") {
+          "fenced, and when it wakes it starts again and joins the running training as a "
+          "new incarnation") {
   temp_folder dir("troupe-cluster");
   const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000,
                                 /*obs_norm=*/true);
@@ -583,28 +591,23 @@ TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeo
   REQUIRE_MESSAGE(fenced,
                   "the frozen worker was not declared lost and fenced within 60 s");
   REQUIRE(coord.running());
-  REQUIRE_MESSAGE(poll_until([&] { return !w2.running(); }, std::chrono::seconds(60)),
-                  "the woken worker did not exit within 60 s");
-  CHECK(w2.status() == 1);
-  CHECK(w2.err().find("w2: lost the coordinator at " + addr) != std::string::npos);
-  CHECK(w2.err().find("start it again to rejoin") != std::string::npos);
-
-  // The same name again: a new incarnation joins the running training.
+  // Woken, it finds its connection gone and starts again (the same process,
+  // a new incarnation), which joins the running training under its name.
   const double updates_before = metric(run, "updates");
-  child w2b(worker_args("w2"), dir.path / "w2b.out", dir.path / "w2b.err", {token_env});
-  INFO("w2 (again) stderr: " << w2b.err());
   const bool rejoined = poll_until(
     [&] {
-      if (!coord.running() || !w2b.running())
+      if (!coord.running() || !w2.running())
         return true;
       return joins_of(coord.err(), "w2") == 2 &&
-             w2b.out().find("troupe: worker w2 joined the run") != std::string::npos &&
+             count_of(w2.out(), "troupe: worker w2 joined the run") == 2 &&
              metric(run, "hosts") == 2;
     },
     std::chrono::seconds(120));
-  REQUIRE_MESSAGE(rejoined, "the restarted worker did not join within 120 s");
+  REQUIRE_MESSAGE(rejoined, "the woken worker did not join again within 120 s");
   REQUIRE(coord.running());
-  REQUIRE(w2b.running());
+  REQUIRE(w2.running());
+  CHECK(w2.err().find("w2: lost the coordinator at " + addr) != std::string::npos);
+  CHECK(w2.err().find("trying to rejoin as a new incarnation") != std::string::npos);
   CHECK(metric(run, "hosts_lost") == 1);
   const bool learned =
     poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
@@ -614,13 +617,104 @@ TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeo
   CHECK(coord.err().find("could not fence") == std::string::npos);
   // The runners declared their statistics stream through the host's outbox.
   CHECK(w1.err().find("declaring stream") == std::string::npos);
-  CHECK(w2b.err().find("declaring stream") == std::string::npos);
+  CHECK(w2.err().find("declaring stream") == std::string::npos);
   coord.signal(SIGTERM);
-  REQUIRE(poll_until([&] { return !coord.running() && !w1.running() && !w2b.running(); },
+  REQUIRE(poll_until([&] { return !coord.running() && !w1.running() && !w2.running(); },
                      std::chrono::seconds(120)));
   CHECK(coord.status() == 0);
   CHECK(w1.status() == 0);
-  CHECK(w2b.status() == 0);
+  CHECK(w2.status() == 0);
+}
+
+TEST_CASE("a coordinator killed and resumed on its address is joined again by a worker "
+          "that kept retrying, and a worker whose retries run out exits 1 saying why") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000,
+                                /*obs_norm=*/true);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  auto worker_args = [&](const std::string& name, const std::string& reconnect_s) {
+    return std::vector<std::string>{"worker",
+                                    "--connect",
+                                    addr,
+                                    "--run",
+                                    run.filename().string(),
+                                    "--name",
+                                    name,
+                                    "--heartbeat-ms",
+                                    "200",
+                                    "--timeout-ms",
+                                    "2000",
+                                    "--reconnect-s",
+                                    reconnect_s};
+  };
+  child w1(worker_args("w1", "120"), dir.path / "w1.out", dir.path / "w1.err",
+           {token_env});
+  child w2(worker_args("w2", "0"), dir.path / "w2.out", dir.path / "w2.err", {token_env});
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stdout: " << w1.out()
+                              << "\nw1 stderr: " << w1.err()
+                              << "\nw2 stderr: " << w2.err());
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !coord.running() ||
+                             (metric(run, "hosts") == 2 && metric(run, "updates") >= 5);
+                    },
+                    std::chrono::seconds(120)),
+                  "two hosts did not train together within 120 s");
+  REQUIRE(coord.running());
+  coord.kill_now();
+
+  // w2 gives up at once (--reconnect-s 0); w1 keeps trying.
+  REQUIRE_MESSAGE(poll_until([&] { return !w2.running(); }, std::chrono::seconds(60)),
+                  "w2 did not give up within 60 s of the coordinator's loss");
+  CHECK(w2.status() == 1);
+  CHECK(w2.err().find("w2: lost the coordinator at " + addr) != std::string::npos);
+  CHECK(w2.err().find("lost the coordinator and could not reach the coordinator at " +
+                      addr) != std::string::npos);
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !w1.running() ||
+                             w1.err().find("trying to rejoin") != std::string::npos;
+                    },
+                    std::chrono::seconds(60)),
+                  "w1 did not say it tries to rejoin within 60 s");
+  REQUIRE(w1.running());
+
+  // The coordinator resumed from its checkpoint, on the same address.
+  child coord2({"train", "--resume", run.string(), "--listen", addr},
+               dir.path / "coord2.out", dir.path / "coord2.err", {token_env});
+  INFO("resumed coordinator stdout: " << coord2.out() << "\nresumed coordinator stderr: "
+                                      << coord2.err());
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !coord2.running() ||
+                             coord2.out().find("listening on " + addr) !=
+                               std::string::npos;
+                    },
+                    std::chrono::seconds(120)),
+                  "the resumed coordinator did not listen within 120 s");
+  REQUIRE(coord2.running());
+  const size_t rows_at_start = lines_of(read_text(run / "metrics.csv")).size();
+  const bool rejoined = poll_until(
+    [&] {
+      if (!coord2.running() || !w1.running())
+        return true;
+      return joins_of(coord2.err(), "w1") == 1 &&
+             count_of(w1.out(), "troupe: worker w1 joined the run") == 2 &&
+             lines_of(read_text(run / "metrics.csv")).size() >= rows_at_start + 5;
+    },
+    std::chrono::seconds(120));
+  REQUIRE_MESSAGE(rejoined, "w1 did not rejoin and train within 120 s of the resume");
+  REQUIRE(coord2.running());
+  REQUIRE(w1.running());
+  CHECK(metric(run, "hosts") == 1);
+  coord2.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord2.running() && !w1.running(); },
+                     std::chrono::seconds(120)));
+  CHECK(coord2.status() == 0);
+  CHECK(w1.status() == 0);
 }
 
 TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinator logs "
