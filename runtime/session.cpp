@@ -283,6 +283,7 @@ std::string session::state::open_gate(const cast_handles& h,
   go.cast.metrics = h.metrics;
   go.store = store;
   go.supervisor = supervisor;
+  go.sync = cfg.get_string("algo.mode") == "sync";
   go.runners_per_learner = static_cast<uint64_t>(cfg.get_int("algo.runners_per_learner"));
   gate = cluster::spawn_gate(*sys, std::move(go));
   // SO_REUSEADDR: a coordinator resumed on the port of one that was killed

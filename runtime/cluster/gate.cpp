@@ -191,8 +191,9 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                                 req.name, address, req.incarnation, hosted(h.info),
                                 req.device));
   // Sync mode: the host's learners take part from the next step of the
-  // parameter server (async ignores membership).
-  join_server(self, st->opts.cast, h.info, st->opts.log);
+  // parameter server.
+  if (st->opts.sync)
+    join_server(self, st->opts.cast, h.info, st->opts.log);
   self->monitor(h.actor);
   const auto addr = h.actor.address();
   st->hosts.emplace(addr, std::move(h));
@@ -247,7 +248,7 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
         fmt::format("cluster: lost host {} ({}): it hosted {}; {} host(s) remain ({})",
                     info.name, info.address, hosted(info), st->hosts.size(),
                     actors::error_message(self->system(), down.reason)));
-      on_host_lost(self, st->opts.cast, info, st->opts.log);
+      on_host_lost(self, st->opts.cast, info, st->opts.sync, st->opts.log);
     }
     report_hosts(self, *st);
     if (st->stopping && st->hosts.empty()) {
@@ -305,9 +306,10 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
 } // namespace
 
 void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cast,
-                  const lost_host& host, const actors::log_sink& log) {
+                  const lost_host& host, bool sync, const actors::log_sink& log) {
   if (host.incarnation == 0) {
-    change_membership(gate, cast, host, false, log);
+    if (sync)
+      change_membership(gate, cast, host, false, log);
     return;
   }
   const std::string who =
@@ -351,7 +353,8 @@ void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cas
         });
   // Sync mode: the step under way completes with the learners still alive
   // (the fence above answered their waiting gradients; this is handled after it).
-  change_membership(gate, cast, host, false, log);
+  if (sync)
+    change_membership(gate, cast, host, false, log);
 }
 
 caf::actor spawn_gate(caf::actor_system& sys, gate_options opts) {

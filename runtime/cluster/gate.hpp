@@ -7,8 +7,8 @@
 // monitors the
 // worker's host actor, and pushes each new policy version to every host (one
 // push in flight per host; a host that is behind gets the newest version,
-// never the ones in between). A joining host's learners are announced to the
-// parameter server (join_atom: in sync mode they take part from the next
+// never the ones in between). In sync mode a joining host's learners are
+// announced to the parameter server (join_atom: they take part from the next
 // step). A lost host is logged ("lost host NAME (ADDRESS): it hosted ..."),
 // counted and handed to on_host_lost.
 //
@@ -43,6 +43,7 @@ struct gate_options {
   uint64_t learners_per_host_max = 64;         ///< a join asking for more is refused
   uint64_t runners_per_learner = 1;            ///< the run's, for a join that asks 0
   actors::log_sink log; ///< joins, refusals, losses; default stderr
+  bool sync = false; ///< algo.mode = "sync": learners join and leave the server's steps
   /// The coordinator's supervisor: asked for its learners (learners_atom)
   /// when an environment-only host joins; null: such hosts are refused.
   caf::actor supervisor;
@@ -62,11 +63,12 @@ struct lost_host {
 /// fences the host's incarnation at the statistics keeper and the parameter
 /// server (fence_atom), so that whatever that incarnation still sends (a
 /// frozen host that wakes, a message still on its way) is refused and
-/// counted, never merged or applied; then tells the server that its learners
-/// leave (leave_atom: a sync step completes with the learners still alive);
+/// counted, never merged or applied; then, when `sync`, tells the server that
+/// its learners leave (leave_atom: a sync step completes with the learners
+/// still alive);
 /// logs what each answered.
 void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cast,
-                  const lost_host& host, const actors::log_sink& log);
+                  const lost_host& host, bool sync, const actors::log_sink& log);
 
 /// Spawns the gate (publish it with caf::io::publish).
 caf::actor spawn_gate(caf::actor_system& sys, gate_options opts);
