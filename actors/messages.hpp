@@ -137,13 +137,17 @@ struct stream_status {
   uint64_t out_of_order = 0; ///< dropped: not starting right after the last merged one
   uint64_t fenced = 0;       ///< dropped: from a fenced incarnation
   std::map<std::string, uint64_t> fenced_by_worker; ///< worker -> fenced drops
+  /// The keeper's totals only: "WORKER/INCARNATION" (hex) -> samples of that
+  /// sender's sequenced deltas merged, all streams, since the keeper started.
+  std::map<std::string, uint64_t> samples_by_sender;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_status& x) {
   return f(caf::meta::type_name("stream_status"), x.name, x.dim, x.version, x.count,
            x.published, x.rejected, x.rejected_by_worker, x.duplicates,
-           x.duplicates_by_worker, x.out_of_order, x.fenced, x.fenced_by_worker);
+           x.duplicates_by_worker, x.out_of_order, x.fenced, x.fenced_by_worker,
+           x.samples_by_sender);
 }
 
 // -- environment runner ------------------------------------------------------

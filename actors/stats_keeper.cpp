@@ -183,6 +183,9 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
         for (auto& [worker, n] : s->fenced_by_worker)
           totals.fenced_by_worker[worker] += n;
       }
+      for (auto& [sender, n] : self->state.streams.samples_merged())
+        totals.samples_by_sender[fmt::format("{}/{:016x}", sender.first, sender.second)] =
+          n;
       return totals;
     },
     [self](save_atom, const std::string& path) -> caf::result<caf::ok_atom> {
@@ -207,8 +210,9 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
         write_log(
           st.opts.log,
           fmt::format("troupe stats_keeper: fenced worker '{}' incarnation {:#x}: "
-                      "its later deltas are dropped",
-                      worker, incarnation));
+                      "its later deltas are dropped; it merged {} samples",
+                      worker, incarnation,
+                      st.streams.samples_merged_from({worker, incarnation})));
       st.streams.fence({worker, incarnation});
       return st.streams.acks_of({worker, incarnation});
     },

@@ -300,6 +300,10 @@ void on_down(caf::blocking_actor* self, cast_state& cs, const caf::down_msg& dow
 // runner then starts fresh on resume; the learner's last state is kept).
 constexpr auto snapshot_wait = std::chrono::seconds(30);
 
+// How long the end of a worker's cast waits for its runners to end (each
+// ends after the batch it is collecting).
+constexpr auto runners_end_wait = std::chrono::seconds(10);
+
 // The random states of the cast: live runners and learners are asked (each
 // answers between two batches); an ended learner's last state is used.
 cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs) {
@@ -433,11 +437,35 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
   // its final checkpoint, and the runners go; the keeper, the server and the
   // metrics actor stay for that checkpoint.
   self->send(owner, take_snapshot(self, cs));
+  // With a host's delta outbox (a worker of a run across processes) the
+  // runners' ends are awaited (bounded), so that every delta they sent is in
+  // the outbox before the owner hears done_atom and flushes it.
+  const bool await_runners = static_cast<bool>(cs.opts.cast.deltas);
+  std::vector<caf::actor_addr> ending;
   for (auto& r : cs.runners)
     if (r.actor) {
-      self->demonitor(r.actor);
+      if (await_runners)
+        ending.push_back(r.actor.address());
+      else
+        self->demonitor(r.actor);
       self->send_exit(r.actor, caf::exit_reason::user_shutdown);
     }
+  const auto runners_deadline = std::chrono::steady_clock::now() + runners_end_wait;
+  while (!ending.empty()) {
+    const auto left = runners_deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) {
+      write_log(cs.opts.log, fmt::format("supervisor: {} runner(s) did not end within "
+                                         "{} s of the run's end",
+                                         ending.size(), runners_end_wait.count()));
+      break;
+    }
+    self->receive(
+      [&](caf::down_msg& down) {
+        ending.erase(std::remove(ending.begin(), ending.end(), down.source),
+                     ending.end());
+      },
+      caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(left)) >> [] {});
+  }
   self->send(owner, done_atom::value,
              cs.stopping && !cs.budget_spent && cs.failure.empty(), cs.failure);
 }

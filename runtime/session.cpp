@@ -464,6 +464,20 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
         parts.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(parts, ", "));
       std::fprintf(stderr, "cluster: gradients applied by learner: %s\n", list.c_str());
     }
+    // What the keeper merged, in all and from each worker incarnation.
+    if (auto totals = ask_for<actors::stream_status>(
+          self, handles.keeper, progress_ask_timeout, actors::status_atom::value)) {
+      std::vector<std::string> parts;
+      for (auto& [sender, n] : totals->samples_by_sender)
+        parts.push_back(fmt::format("{} {}", sender, n));
+      const std::string list =
+        parts.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(parts, ", "));
+      std::fprintf(stderr,
+                   "cluster: the statistics keeper merged %llu samples (%llu duplicate "
+                   "deltas dropped); by worker incarnation: %s\n",
+                   static_cast<unsigned long long>(totals->count),
+                   static_cast<unsigned long long>(totals->duplicates), list.c_str());
+    }
   }
   if (!is_ready) {
     // Nothing started (a resume whose statistics file does not load, ...).

@@ -31,6 +31,8 @@ namespace {
 constexpr auto join_timeout = std::chrono::seconds(30);
 constexpr auto connect_retry = std::chrono::milliseconds(250);
 constexpr auto stop_timeout = std::chrono::seconds(10);
+// One flush of the delta outbox at the end (it asks the keeper, 5 s at most).
+constexpr auto flush_timeout = std::chrono::seconds(10);
 
 // The host's policy store, set once the welcome has told the model's shape;
 // versions pushed before that are kept (the newest) and published then.
@@ -307,6 +309,30 @@ int run_worker(const worker_options& opts) {
             done = true;
           }
         });
+  }
+  if (!gate_lost && done) {
+    // Every runner has ended (the supervisor waits for them): what the
+    // keeper acknowledged of this host's deltas, once nothing is unacknowledged.
+    std::optional<actors::delta_outbox_status> acked;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      bool settled = false;
+      self->request(outbox, flush_timeout, actors::flush_atom::value)
+        .receive(
+          [&](actors::delta_outbox_status& st) {
+            settled = st.unacked == 0 && st.held == 0;
+            acked = st;
+          },
+          [&](caf::error&) {});
+      if (settled)
+        break;
+    }
+    if (acked)
+      std::printf("troupe: worker %s: the statistics keeper acknowledged %llu delta(s) "
+                  "(%llu samples) from this host%s\n",
+                  opts.name.c_str(), static_cast<unsigned long long>(acked->acked_deltas),
+                  static_cast<unsigned long long>(acked->acked_samples),
+                  acked->unacked + acked->held > 0 ? ", some still unacknowledged" : "");
+    std::fflush(stdout);
   }
   self->send_exit(outbox, caf::exit_reason::user_shutdown);
   if (gate_lost && !stop_asked) {

@@ -227,6 +227,15 @@ double metric(const fs::path& run, const std::string& name) {
   return it == m.end() ? NAN : it->second;
 }
 
+// The number that the first group of `pattern` matches in `text`; -1 when
+// it does not match.
+long number_after(const std::string& text, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(pattern)))
+    return -1;
+  return std::stol(m[1].str());
+}
+
 // How many times `what` occurs in `text`.
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -366,6 +375,29 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
   CHECK(w1.status() == 0);
   CHECK(applied_by(coord.err(), "w1.learner0") > 0);
   CHECK(applied_by(coord.err(), "w2.learner0") > 0);
+  // Exactly once: the keeper's sample count is the sum of the samples of the
+  // deltas it acknowledged (no local runner here: all came from w1 and w2),
+  // w1's outbox counted the same acknowledgements, and nothing of w2 merged
+  // after its fencing.
+  const auto end_log = coord.err();
+  const long total =
+    number_after(end_log, R"(cluster: the statistics keeper merged ([0-9]+) samples)");
+  const long from_w1 =
+    number_after(end_log, R"(by worker incarnation: [^\n]*w1/[0-9a-f]+ ([0-9]+))");
+  const long from_w2 =
+    number_after(end_log, R"(by worker incarnation: [^\n]*w2/[0-9a-f]+ ([0-9]+))");
+  const long w2_at_fence = number_after(
+    end_log,
+    R"(fenced worker 'w2' incarnation [0-9a-fx]+: its later deltas are dropped; it merged ([0-9]+) samples)");
+  const long w1_acked = number_after(
+    w1.out(),
+    R"(worker w1: the statistics keeper acknowledged [0-9]+ delta\(s\) \(([0-9]+) samples\) from this host\n)");
+  CHECK(total > 0);
+  CHECK(from_w1 > 0);
+  CHECK(from_w2 > 0);
+  CHECK(total == from_w1 + from_w2);
+  CHECK(from_w2 == w2_at_fence);
+  CHECK(from_w1 == w1_acked);
 }
 
 TEST_CASE("sync mode across processes: a killed worker leaves the step, which completes "
