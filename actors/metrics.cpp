@@ -267,12 +267,12 @@ constexpr auto tally_timeout = std::chrono::seconds(2);
 void tally(metrics_actor* self, std::function<void()> then) {
   auto& st = self->state;
   auto ask_keeper = [self, then] {
-    auto& s = self->state;
-    if (!s.opts.keeper) {
+    auto keeper = caf::actor_cast<caf::actor>(self->state.opts.keeper);
+    if (!keeper) {
       then();
       return;
     }
-    self->request(s.opts.keeper, tally_timeout, status_atom::value)
+    self->request(keeper, tally_timeout, status_atom::value)
       .then(
         [self, then](const stream_status& totals) {
           self->state.deltas_duplicate = totals.duplicates;
@@ -280,11 +280,12 @@ void tally(metrics_actor* self, std::function<void()> then) {
         },
         [then](caf::error&) { then(); });
   };
-  if (!st.opts.server) {
+  auto server = caf::actor_cast<caf::actor>(st.opts.server);
+  if (!server) {
     ask_keeper();
     return;
   }
-  self->request(st.opts.server, tally_timeout, status_atom::value)
+  self->request(server, tally_timeout, status_atom::value)
     .then(
       [self, ask_keeper](const parameter_server_status& status) {
         self->state.server_refused = status.rejected + status.fenced;

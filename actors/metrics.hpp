@@ -50,8 +50,12 @@ struct metrics_options {
   bool progress_line = false;            ///< stdout is a terminal: rewrite one line
   bool quiet = false;                    ///< print nothing
   metrics_counters start;                ///< counters to continue from (resume)
-  caf::actor keeper; ///< its duplicates feed deltas_duplicate (may be null)
-  caf::actor server; ///< its rejected and fenced feed gradients_rejected (may be null)
+  /// The keeper, whose duplicates feed deltas_duplicate (may be null). Weak
+  /// handles: the options outlive the actor's end inside CAF's spawn, and a
+  /// strong handle there would keep a detached server from ever being
+  /// destroyed, so that the actor system waits forever at shutdown.
+  caf::actor_addr keeper;
+  caf::actor_addr server;           ///< the server, for gradients_rejected (may be null)
   uint64_t tally_interval_ms = 500; ///< how often it asks them (0: only at the end)
 };
 

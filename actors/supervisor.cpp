@@ -162,8 +162,8 @@ std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
         !why.empty())
       return why;
   auto metrics_opts = plan.metrics;
-  metrics_opts.keeper = cs.keeper;
-  metrics_opts.server = cs.server;
+  metrics_opts.keeper = cs.keeper.address();
+  metrics_opts.server = cs.server.address();
   cs.metrics =
     spawn_metrics(sys, std::move(metrics_opts), caf::actor_cast<caf::actor>(self));
   self->monitor(cs.metrics);

@@ -136,8 +136,8 @@ TEST_CASE("the final metrics row counts the keeper's duplicate deltas and the se
   metrics_options mo;
   mo.csv_path = (dir.path / "metrics.csv").string();
   mo.quiet = true;
-  mo.keeper = keeper;
-  mo.server = server;
+  mo.keeper = keeper.address();
+  mo.server = server.address();
   mo.tally_interval_ms = 0; // only the final row asks
   auto metrics = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
   // One learner's report, which knows of none of them.
