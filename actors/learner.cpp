@@ -26,6 +26,8 @@ struct runner_slot {
   uint64_t restarts = 0;
   bool outstanding = false; // a batch is being collected for us
   size_t index = 0;
+  bool guest = false;         // another host's runner (an environment-only host)
+  bool guest_batches = false; // one of its batches was learned (logged once)
 };
 
 // Everything one learner reuses from batch to batch.
@@ -397,6 +399,12 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       if (slot == runners.end() || !slot->outstanding)
         return;
       slot->outstanding = false;
+      if (slot->guest && !slot->guest_batches) {
+        slot->guest_batches = true;
+        write_log(w.opts.log, fmt::format("learner '{}': first batch from guest runner "
+                                          "'{}' ({} steps of {} environments)",
+                                          w.opts.name, b.runner, b.steps, b.num_envs));
+      }
       if (w.opts.pipelined)
         ask_batch(*slot);
       if (const size_t bad = count_non_finite(b); bad > 0) {
@@ -486,6 +494,48 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       r.actor = std::move(runner);
       if (++assigned == runners.size() && !started)
         start();
+    },
+    [&](runner_atom, std::string& name, caf::actor& runner) {
+      // A guest: a runner of an environment-only host. It is watched (its
+      // host may be lost) and asked for batches like the learner's own.
+      auto slot = std::find_if(runners.begin(), runners.end(),
+                               [&](const runner_slot& r) { return r.name == name; });
+      if (slot != runners.end() && !slot->guest)
+        return; // a name of the learner's own runners: refused
+      if (!runner)
+        return;
+      self->monitor(runner);
+      if (slot != runners.end()) {
+        slot->restarts += 1;
+        slot->actor = std::move(runner);
+        if (slot->outstanding)
+          self->send(slot->actor, collect_atom::value, uint64_t{1});
+        return;
+      }
+      runner_slot g;
+      g.name = name;
+      g.index = runners.size();
+      g.guest = true;
+      g.actor = std::move(runner);
+      runners.push_back(std::move(g));
+      write_log(w.opts.log,
+                fmt::format("learner '{}': guest runner '{}' joins", w.opts.name, name));
+      if (started && running)
+        ask_batch(runners.back());
+    },
+    [&](caf::down_msg& down) {
+      // A guest runner is gone: its batch under way is lost (its steps were
+      // claimed, not learned).
+      auto slot = std::find_if(runners.begin(), runners.end(), [&](const runner_slot& r) {
+        return r.guest && r.actor && r.actor.address() == down.source;
+      });
+      if (slot == runners.end())
+        return;
+      write_log(w.opts.log,
+                fmt::format("learner '{}': guest runner '{}' is gone ({})", w.opts.name,
+                            slot->name, error_message(self->system(), down.reason)));
+      runners.erase(slot);
+      running = outstanding();
     },
     [&](stop_atom) { running = false; },
     [&](state_atom) {

@@ -26,7 +26,11 @@
 //
 // Messages it handles: trajectory_batch (from its runners),
 // (runner_atom, uint64_t index, caf::actor runner), stop_atom, exit_msg,
-// (state_atom) -> learner_state (between batches).
+// (state_atom) -> learner_state (between batches),
+// (runner_atom, string name, caf::actor runner): a guest runner (of an
+// environment-only host of a run across processes), asked for batches like
+// the learner's own from then on, watched, and dropped when it ends (its
+// batch under way is lost); the same name again replaces it.
 #pragma once
 
 #include <array>

@@ -137,13 +137,17 @@ struct stream_status {
   uint64_t out_of_order = 0; ///< dropped: not starting right after the last merged one
   uint64_t fenced = 0;       ///< dropped: from a fenced incarnation
   std::map<std::string, uint64_t> fenced_by_worker; ///< worker -> fenced drops
+  /// The keeper's totals only: "WORKER/INCARNATION" (hex) -> samples of that
+  /// sender's sequenced deltas merged, all streams, since the keeper started.
+  std::map<std::string, uint64_t> samples_by_sender;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_status& x) {
   return f(caf::meta::type_name("stream_status"), x.name, x.dim, x.version, x.count,
            x.published, x.rejected, x.rejected_by_worker, x.duplicates,
-           x.duplicates_by_worker, x.out_of_order, x.fenced, x.fenced_by_worker);
+           x.duplicates_by_worker, x.out_of_order, x.fenced, x.fenced_by_worker,
+           x.samples_by_sender);
 }
 
 // -- environment runner ------------------------------------------------------
@@ -309,6 +313,7 @@ struct parameter_server_status {
   std::map<std::string, uint64_t> fenced_by_worker;   ///< the same, by worker name
   std::map<std::string, uint64_t> rejected_by_worker; ///< non-finite ones, by worker name
   uint64_t members = 0; ///< sync: learners the step under way waits for
+  std::map<std::string, uint64_t> applied_by_learner; ///< applied gradients, by learner
 };
 
 template <class Inspector>
@@ -316,7 +321,7 @@ typename Inspector::result_type inspect(Inspector& f, parameter_server_status& x
   return f(caf::meta::type_name("parameter_server_status"), x.version, x.received,
            x.applied, x.dropped, x.max_staleness_seen, x.batches, x.env_steps, x.rejected,
            x.rejected_by_learner, x.duplicates, x.fenced, x.fenced_by_worker,
-           x.rejected_by_worker, x.members);
+           x.rejected_by_worker, x.members, x.applied_by_learner);
 }
 
 /// Everything the parameter server owns, for checkpoints.

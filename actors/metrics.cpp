@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <type_traits>
@@ -39,7 +40,8 @@ const char* const metrics_columns[] = {"wall_time_s",
                                        "non_finite",
                                        "gradients_rejected",
                                        "hosts",
-                                       "hosts_lost"};
+                                       "hosts_lost",
+                                       "deltas_duplicate"};
 
 const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
 
@@ -72,6 +74,10 @@ struct metrics_state {
   uint64_t rejected = 0;
   uint64_t hosts = 0;      // worker processes joined and not lost (cluster runs)
   uint64_t hosts_lost = 0; // worker processes lost so far
+  // The keeper's and the server's counters of refused messages, as last told.
+  uint64_t deltas_duplicate = 0; // sequenced deltas the keeper dropped as merged
+  uint64_t server_refused = 0;   // gradients the server rejected or fenced
+  bool tally_in_flight = false;
   std::map<std::string, uint64_t> non_finite_by_learner;
   bool done_sent = false;
   uint64_t last_row_updates = UINT64_MAX;
@@ -202,9 +208,12 @@ void write_row(metrics_state& st) {
   add(st.dropped);
   add(st.restarts);
   add(st.non_finite);
-  add(st.rejected);
+  // The learners' count of their rejected gradients, unless the server's
+  // (which also counts those of lost hosts and fenced incarnations) is larger.
+  add(std::max(st.rejected, st.server_refused));
   add(st.hosts);
   add(st.hosts_lost);
+  add(st.deltas_duplicate);
   TROUPE_CHECK(column == metrics_column_count, "metrics row has {} values for {} columns",
                column, metrics_column_count);
   if (st.csv && !append_line(st.csv, line))
@@ -250,6 +259,50 @@ void progress(metrics_state& st) {
   std::fflush(stdout);
 }
 
+// How long the metrics actor waits for the keeper's or the server's counters.
+constexpr auto tally_timeout = std::chrono::seconds(2);
+
+// Asks the server, then the keeper, for their counters of refused messages,
+// then calls `then` (also when one does not answer: the last counters stay).
+void tally(metrics_actor* self, std::function<void()> then) {
+  auto& st = self->state;
+  auto ask_keeper = [self, then] {
+    auto keeper = caf::actor_cast<caf::actor>(self->state.opts.keeper);
+    if (!keeper) {
+      then();
+      return;
+    }
+    self->request(keeper, tally_timeout, status_atom::value)
+      .then(
+        [self, then](const stream_status& totals) {
+          self->state.deltas_duplicate = totals.duplicates;
+          then();
+        },
+        [then](caf::error&) { then(); });
+  };
+  auto server = caf::actor_cast<caf::actor>(st.opts.server);
+  if (!server) {
+    ask_keeper();
+    return;
+  }
+  self->request(server, tally_timeout, status_atom::value)
+    .then(
+      [self, ask_keeper](const parameter_server_status& status) {
+        self->state.server_refused = status.rejected + status.fenced;
+        ask_keeper();
+      },
+      [ask_keeper](caf::error&) { ask_keeper(); });
+}
+
+// The periodic tally: one at a time, the next one interval after the last.
+void schedule_tally(metrics_actor* self) {
+  auto& st = self->state;
+  if (st.opts.tally_interval_ms == 0 || (!st.opts.keeper && !st.opts.server))
+    return;
+  self->delayed_send(self, std::chrono::milliseconds(st.opts.tally_interval_ms),
+                     tally_atom::value);
+}
+
 caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coordinator) {
   convert_exceptions(self, "metrics actor", {});
   auto& st = self->state;
@@ -287,6 +340,7 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
       write_failed(st, fmt::format("cannot open {} for appending: {}", st.opts.jsonl_path,
                                    std::strerror(errno)));
   }
+  schedule_tally(self);
   return {
     [self](learner_report& r) {
       auto& s = self->state;
@@ -333,14 +387,31 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
       self->state.hosts = hosts;
       self->state.hosts_lost = lost;
     },
-    [self](row_atom) {
-      auto& s = self->state;
-      if (s.last_row_updates != s.c.updates)
-        write_row(s); // the final row, unless the last row already is it
-      if (s.opts.progress_line && !s.opts.quiet)
-        std::printf("\n");
-      std::fflush(stdout);
-      return counters_now(s);
+    [self](tally_atom) {
+      if (self->state.tally_in_flight)
+        return;
+      self->state.tally_in_flight = true;
+      tally(self, [self] {
+        self->state.tally_in_flight = false;
+        schedule_tally(self);
+      });
+    },
+    [self](row_atom) -> caf::result<metrics_counters> {
+      // The final row, with the keeper's and the server's counters of now.
+      auto rp = self->make_response_promise<metrics_counters>();
+      const uint64_t duplicate = self->state.deltas_duplicate;
+      const uint64_t refused = self->state.server_refused;
+      tally(self, [self, rp, duplicate, refused]() mutable {
+        auto& s = self->state;
+        if (s.last_row_updates != s.c.updates || s.deltas_duplicate != duplicate ||
+            s.server_refused != refused)
+          write_row(s); // unless the last row already is it
+        if (s.opts.progress_line && !s.opts.quiet)
+          std::printf("\n");
+        std::fflush(stdout);
+        rp.deliver(counters_now(s));
+      });
+      return rp;
     },
     [self](state_atom) { return counters_now(self->state); },
     [self](status_atom) { return self->state.write_error; },

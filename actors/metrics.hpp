@@ -10,6 +10,10 @@
 //   (state_atom)             -> metrics_counters   for checkpoints
 //   (hosts_atom, uint64_t hosts, uint64_t lost)  worker processes of a run
 //                               across processes (joined and alive, lost so far)
+//   (tally_atom)             -> (none)  asks the keeper and the server (when
+//                               given) for their counters of refused messages;
+//                               it does so itself every tally_interval_ms and
+//                               before the final row
 //   (status_atom)            -> std::string        the first failed open or write of
 //                               metrics.csv or metrics.jsonl (path and the system's
 //                               reason); empty when none. On such a failure it also
@@ -28,6 +32,7 @@
 namespace troupe::actors {
 
 using hosts_atom = caf::atom_constant<caf::atom("hosts")>;
+using tally_atom = caf::atom_constant<caf::atom("tally")>;
 
 /// The columns of metrics.csv, in order.
 extern const char* const metrics_columns[];
@@ -45,6 +50,13 @@ struct metrics_options {
   bool progress_line = false;            ///< stdout is a terminal: rewrite one line
   bool quiet = false;                    ///< print nothing
   metrics_counters start;                ///< counters to continue from (resume)
+  /// The keeper, whose duplicates feed deltas_duplicate (may be null). Weak
+  /// handles: the options outlive the actor's end inside CAF's spawn, and a
+  /// strong handle there would keep a detached server from ever being
+  /// destroyed, so that the actor system waits forever at shutdown.
+  caf::actor_addr keeper;
+  caf::actor_addr server;           ///< the server, for gradients_rejected (may be null)
+  uint64_t tally_interval_ms = 500; ///< how often it asks them (0: only at the end)
 };
 
 /// Spawns the metrics actor; `coordinator` receives ckpt_atom and done_atom.

@@ -140,8 +140,10 @@ void complete_step(server_state& s) {
   install_buffers(s, s.pending.back().buffers); // the last to arrive, as before
   apply(s, s.step_grad, lr);
   s.counters.applied += s.pending.size();
-  for (auto& q : s.pending)
+  for (auto& q : s.pending) {
+    s.counters.applied_by_learner[q.learner] += 1;
     count_batch(s, q.batch_env_steps);
+  }
   auto reply = current(s, true);
   auto waiting = std::move(s.pending);
   s.pending.clear();
@@ -240,6 +242,7 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
         install_buffers(s, g.buffers);
         apply(s, g.grad, g.learning_rate);
         s.counters.applied += 1;
+        s.counters.applied_by_learner[g.learner] += 1;
         count_batch(s, g.batch_env_steps);
         return current(s, true);
       }

@@ -162,6 +162,32 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
       s->published = self->state.pubs[name].published_version;
       return std::move(*s);
     },
+    [self](status_atom) {
+      // The counters of every stream summed (samples, merges and drops).
+      stream_status totals;
+      totals.name = "*";
+      for (auto& name : self->state.streams.names()) {
+        auto s = self->state.streams.status_of(name);
+        if (!s)
+          continue;
+        totals.version += s->version;
+        totals.count += s->count;
+        totals.rejected += s->rejected;
+        totals.duplicates += s->duplicates;
+        totals.out_of_order += s->out_of_order;
+        totals.fenced += s->fenced;
+        for (auto& [worker, n] : s->rejected_by_worker)
+          totals.rejected_by_worker[worker] += n;
+        for (auto& [worker, n] : s->duplicates_by_worker)
+          totals.duplicates_by_worker[worker] += n;
+        for (auto& [worker, n] : s->fenced_by_worker)
+          totals.fenced_by_worker[worker] += n;
+      }
+      for (auto& [sender, n] : self->state.streams.samples_merged())
+        totals.samples_by_sender[fmt::format("{}/{:016x}", sender.first, sender.second)] =
+          n;
+      return totals;
+    },
     [self](save_atom, const std::string& path) -> caf::result<caf::ok_atom> {
       if (auto st = self->state.streams.save(path); !st)
         return to_caf_error(st.err());
@@ -184,8 +210,9 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
         write_log(
           st.opts.log,
           fmt::format("troupe stats_keeper: fenced worker '{}' incarnation {:#x}: "
-                      "its later deltas are dropped",
-                      worker, incarnation));
+                      "its later deltas are dropped; it merged {} samples",
+                      worker, incarnation,
+                      st.streams.samples_merged_from({worker, incarnation})));
       st.streams.fence({worker, incarnation});
       return st.streams.acks_of({worker, incarnation});
     },

@@ -23,6 +23,9 @@
 //   (subscribe_atom, string stream)      -> stats_snapshot  and pushes snapshots after
 //   (snapshot_atom, string stream)       -> stats_snapshot  current state, not coalesced
 //   (status_atom, string stream)         -> stream_status   counters
+//   (status_atom)                        -> stream_status   every stream's counters
+//                                           summed (name "*", dim 0), and the samples
+//                                           merged per sequenced sender
 //   (save_atom, string path)             -> ok_atom         state file (temp + rename)
 //   (load_atom, string path)             -> ok_atom         replaces state, republishes
 //   (sync_atom)                          -> sync_atom       FIFO barrier for a sender

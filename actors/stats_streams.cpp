@@ -141,8 +141,10 @@ status stats_streams::merge(const moments_delta& d, delta_outcome* outcome) {
     }
     last = &last_merged_[std::make_tuple(d.worker, d.incarnation, d.stream)];
   }
-  if (last)
+  if (last) {
     *last = d.seq_last;
+    merged_samples_[{d.worker, d.incarnation}] += d.count;
+  }
   if (s.mode == stats_mode::cumulative) {
     kernels::merge(s.acc.count, s.acc.mean.data(), s.acc.m2.data(), d.count,
                    d.mean.data(), d.m2.data(), s.dim());
@@ -475,6 +477,7 @@ status stats_streams::load(const std::string& path) {
   streams_ = std::move(loaded);
   last_merged_ = std::move(table);
   fenced_ = std::move(fenced);
+  merged_samples_.clear();
   return {};
 }
 

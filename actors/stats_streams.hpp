@@ -132,10 +132,23 @@ public:
   /// The fenced senders.
   const std::set<sender_id>& fenced() const noexcept { return fenced_; }
 
+  /// Samples of the sequenced deltas of `sender` merged since these streams
+  /// were created or last loaded (all streams; not part of the state file).
+  uint64_t samples_merged_from(const sender_id& sender) const {
+    auto it = merged_samples_.find(sender);
+    return it == merged_samples_.end() ? 0 : it->second;
+  }
+
+  /// samples_merged_from of every sender that merged something.
+  const std::map<sender_id, uint64_t>& samples_merged() const noexcept {
+    return merged_samples_;
+  }
+
 private:
   std::unordered_map<std::string, stats_stream> streams_;
   std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t> last_merged_;
   std::set<sender_id> fenced_;
+  std::map<sender_id, uint64_t> merged_samples_;
   uint64_t rejected_unknown_ = 0;
 };
 

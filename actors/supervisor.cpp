@@ -17,6 +17,7 @@ struct runner_entry {
   uint64_t restarts = 0; // incarnations after the first (fresh seeds for each)
   uint64_t failures = 0; // its own failures, bounded by max_runner_restarts
   std::string name;
+  caf::actor guest_of; // set: a guest runner feeding this learner of another host
 };
 
 struct learner_entry {
@@ -77,15 +78,18 @@ caf::actor spawn_runner(caf::blocking_actor* self, cast_state& cs, runner_entry&
   req.index = r.index;
   req.restarts = r.restarts;
   req.name = r.name;
-  req.consumer = cs.learners[r.learner].actor;
+  req.consumer = r.guest_of ? r.guest_of : cs.learners[r.learner].actor;
   req.keeper = cs.keeper;
   req.deltas = cs.opts.cast.deltas ? cs.opts.cast.deltas : cs.keeper;
   r.actor = cs.opts.cast.make_runner(req);
   if (!r.actor)
     return r.actor; // the factory has said why
   self->monitor(r.actor);
-  self->send(cs.learners[r.learner].actor, runner_atom::value,
-             static_cast<uint64_t>(r.index), r.actor);
+  if (r.guest_of)
+    self->send(r.guest_of, runner_atom::value, r.name, r.actor);
+  else
+    self->send(cs.learners[r.learner].actor, runner_atom::value,
+               static_cast<uint64_t>(r.index), r.actor);
   return r.actor;
 }
 
@@ -157,7 +161,11 @@ std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
     if (auto why = ask<uint64_t>(self, cs.server, state_atom::value, *plan.server_state);
         !why.empty())
       return why;
-  cs.metrics = spawn_metrics(sys, plan.metrics, caf::actor_cast<caf::actor>(self));
+  auto metrics_opts = plan.metrics;
+  metrics_opts.keeper = cs.keeper.address();
+  metrics_opts.server = cs.server.address();
+  cs.metrics =
+    spawn_metrics(sys, std::move(metrics_opts), caf::actor_cast<caf::actor>(self));
   self->monitor(cs.metrics);
   return start_learners_and_runners(self, cs);
 }
@@ -182,6 +190,18 @@ std::string start_learners_and_runners(caf::blocking_actor* self, cast_state& cs
       r.name = fmt::format("{}.runner{}", cs.learners[li].name, ri);
       cs.runners.push_back(std::move(r));
     }
+  // Guest runners (an environment-only host): slots after the learners' own,
+  // with the same seeding by slot, feeding the other host's learners.
+  if (plan.guest_runners > 0 && plan.feed_learners.empty())
+    return "guest runners without a learner to feed";
+  for (size_t gi = 0; gi < plan.guest_runners; ++gi) {
+    runner_entry r;
+    r.learner = 0;
+    r.index = gi;
+    r.name = fmt::format("{}.runner{}", plan.guest_prefix, gi);
+    r.guest_of = plan.feed_learners[gi % plan.feed_learners.size()];
+    cs.runners.push_back(std::move(r));
+  }
   for (auto& r : cs.runners)
     if (!spawn_runner(self, cs, r))
       return fmt::format("runner '{}' could not be started", r.name);
@@ -195,7 +215,7 @@ void on_down(caf::blocking_actor* self, cast_state& cs, const caf::down_msg& dow
     if (r.actor.address() != down.source)
       continue;
     r.actor = nullptr;
-    if (!failed || cs.stopping || !cs.learners[r.learner].alive)
+    if (!failed || cs.stopping || (!r.guest_of && !cs.learners[r.learner].alive))
       return;
     const auto why = error_message(sys, down.reason);
     if (r.failures >= cs.opts.cast.max_runner_restarts) {
@@ -243,7 +263,7 @@ void on_down(caf::blocking_actor* self, cast_state& cs, const caf::down_msg& dow
     }
     ++cs.alive;
     for (auto& r : cs.runners) {
-      if (r.learner != li)
+      if (r.learner != li || r.guest_of)
         continue;
       if (r.actor) {
         self->demonitor(r.actor);
@@ -279,6 +299,10 @@ void on_down(caf::blocking_actor* self, cast_state& cs, const caf::down_msg& dow
 // is bounded: past it the actor's state is left out of this checkpoint (the
 // runner then starts fresh on resume; the learner's last state is kept).
 constexpr auto snapshot_wait = std::chrono::seconds(30);
+
+// How long the end of a worker's cast waits for its runners to end (each
+// ends after the batch it is collecting).
+constexpr auto runners_end_wait = std::chrono::seconds(10);
 
 // The random states of the cast: live runners and learners are asked (each
 // answers between two batches); an ended learner's last state is used.
@@ -348,7 +372,8 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
       stop_run(self, cs);
   };
   // With learners elsewhere (end_on_done) the run goes on until it stops.
-  const bool hold = cs.opts.cast.end_on_done;
+  // So do guest runners, which feed learners elsewhere.
+  const bool hold = cs.opts.cast.end_on_done || cs.opts.cast.guest_runners > 0;
   auto still_running = [&] { return cs.alive > 0 || (hold && !cs.stopping); };
   bool running = still_running();
   self->receive_while([&] { return running; })(
@@ -375,6 +400,13 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
           cs.learner_states[i] = std::move(st);
     },
     [&](state_atom) { return take_snapshot(self, cs); },
+    [&](learners_atom) {
+      std::vector<caf::actor> alive;
+      for (auto& l : cs.learners)
+        if (l.alive && l.actor)
+          alive.push_back(l.actor);
+      return alive;
+    },
     [&](status_atom) {
       supervisor_status st;
       st.runners = static_cast<uint64_t>(
@@ -405,11 +437,35 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
   // its final checkpoint, and the runners go; the keeper, the server and the
   // metrics actor stay for that checkpoint.
   self->send(owner, take_snapshot(self, cs));
+  // With a host's delta outbox (a worker of a run across processes) the
+  // runners' ends are awaited (bounded), so that every delta they sent is in
+  // the outbox before the owner hears done_atom and flushes it.
+  const bool await_runners = static_cast<bool>(cs.opts.cast.deltas);
+  std::vector<caf::actor_addr> ending;
   for (auto& r : cs.runners)
     if (r.actor) {
-      self->demonitor(r.actor);
+      if (await_runners)
+        ending.push_back(r.actor.address());
+      else
+        self->demonitor(r.actor);
       self->send_exit(r.actor, caf::exit_reason::user_shutdown);
     }
+  const auto runners_deadline = std::chrono::steady_clock::now() + runners_end_wait;
+  while (!ending.empty()) {
+    const auto left = runners_deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) {
+      write_log(cs.opts.log, fmt::format("supervisor: {} runner(s) did not end within "
+                                         "{} s of the run's end",
+                                         ending.size(), runners_end_wait.count()));
+      break;
+    }
+    self->receive(
+      [&](caf::down_msg& down) {
+        ending.erase(std::remove(ending.begin(), ending.end(), down.source),
+                     ending.end());
+      },
+      caf::after(std::chrono::duration_cast<std::chrono::milliseconds>(left)) >> [] {});
+  }
   self->send(owner, done_atom::value,
              cs.stopping && !cs.budget_spent && cs.failure.empty(), cs.failure);
 }

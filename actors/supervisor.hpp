@@ -32,6 +32,7 @@
 //   (status_atom) -> supervisor_status
 //   (state_atom)  -> cast_snapshot   every runner's and learner's random state,
 //                                    for a checkpoint (each answers between batches)
+//   (learners_atom) -> std::vector<caf::actor>  the learners alive now
 //   learner_state                    a learner's last state, sent as it ends
 //   down messages of the cast
 // It sends to the owner: once started, (ready_atom, keeper, server, metrics);
@@ -77,6 +78,8 @@ struct runner_request {
 /// subscribe_view, so that the view holds the keeper's current snapshot
 /// before the runner's first step.
 using runner_factory = std::function<caf::actor(const runner_request&)>;
+
+using learners_atom = caf::atom_constant<caf::atom("learners")>;
 
 /// One learner of the cast.
 struct learner_plan {
@@ -124,6 +127,13 @@ struct cast_plan {
   /// processes): the run goes on with no local learner alive, and ends when
   /// the metrics actor says the budget is spent (done_atom) or on a stop.
   bool end_on_done = false;
+  /// An environment-only host of a run across processes: this many runners
+  /// that feed learners of another host (`feed_learners`, round robin), each
+  /// registered with its learner as a guest, (runner_atom, name, runner).
+  /// They are restarted like the others; the cast runs until it is stopped.
+  size_t guest_runners = 0;
+  std::vector<caf::actor> feed_learners; ///< the learners guest runners feed
+  std::string guest_prefix;              ///< guest runner i is "PREFIX.runnerI"
 };
 
 /// Settings of a supervisor.

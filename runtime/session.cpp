@@ -100,7 +100,7 @@ struct session::state {
   void drive(actors::cast_plan plan);
   result<training_result> drive_run(caf::scoped_actor& self, actors::cast_plan plan);
   void refresh_progress(caf::scoped_actor& self);
-  std::string open_gate(const cast_handles& h);
+  std::string open_gate(const cast_handles& h, const caf::actor& supervisor);
   result<std::string> checkpoint_with(caf::scoped_actor& self,
                                       const actors::cast_snapshot& snap);
 };
@@ -141,11 +141,6 @@ result<session> session::open(const config& cfg, std::string resume_dir,
     if (!node)
       return node.err();
     st->node = *node;
-    if (cfg.get_string("algo.mode") != "async")
-      return make_error(errc::bad_config,
-                        "{}: algo.mode: a run across processes trains async only in "
-                        "this version, got '{}'",
-                        cfg.origin("algo.mode"), cfg.get_string("algo.mode"));
   } else if (cfg.get_int("algo.num_learners") == 0) {
     return make_error(errc::bad_config,
                       "{}: algo.num_learners: 0 learners only on the coordinator of a "
@@ -278,7 +273,8 @@ result<std::string> session::state::checkpoint_with(caf::scoped_actor& self,
 
 // Spawns and publishes the gate, writes cluster.json and prints the address;
 // the problem, or empty.
-std::string session::state::open_gate(const cast_handles& h) {
+std::string session::state::open_gate(const cast_handles& h,
+                                      const caf::actor& supervisor) {
   cluster::gate_options go;
   go.token = token;
   go.config_toml = cfg.to_toml();
@@ -286,9 +282,14 @@ std::string session::state::open_gate(const cast_handles& h) {
   go.cast.server = h.server;
   go.cast.metrics = h.metrics;
   go.store = store;
+  go.supervisor = supervisor;
+  go.sync = cfg.get_string("algo.mode") == "sync";
   go.runners_per_learner = static_cast<uint64_t>(cfg.get_int("algo.runners_per_learner"));
   gate = cluster::spawn_gate(*sys, std::move(go));
-  auto port = sys->middleman().publish(gate, listen.port, listen.host.c_str(), false);
+  // SO_REUSEADDR: a coordinator resumed on the port of one that was killed
+  // binds while the killed one's connections are still in TIME_WAIT (two
+  // listeners on one port are still refused).
+  auto port = sys->middleman().publish(gate, listen.port, listen.host.c_str(), true);
   if (!port)
     return fmt::format("cluster.listen {}:{}: cannot listen there: {}", listen.host,
                        listen.port, actors::error_message(*sys, port.error()));
@@ -410,7 +411,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
             std::lock_guard<std::mutex> lock(mtx);
             h = handles;
           }
-          if (auto why = open_gate(h); !why.empty()) {
+          if (auto why = open_gate(h, sup); !why.empty()) {
             std::fprintf(stderr, "troupe: %s; stopping the run\n", why.c_str());
             if (failure.empty())
               failure = why;
@@ -451,6 +452,32 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
                  std::fprintf(stderr, "troupe: not every worker left: %s\n",
                               actors::error_message(system, e).c_str());
                });
+  }
+  if (gate && is_ready) {
+    // What each learner, local or remote, gave to the weights.
+    if (auto status = ask_for<actors::parameter_server_status>(
+          self, handles.server, progress_ask_timeout, actors::status_atom::value)) {
+      std::vector<std::string> parts;
+      for (auto& [learner, n] : status->applied_by_learner)
+        parts.push_back(fmt::format("{} {}", learner, n));
+      const std::string list =
+        parts.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(parts, ", "));
+      std::fprintf(stderr, "cluster: gradients applied by learner: %s\n", list.c_str());
+    }
+    // What the keeper merged, in all and from each worker incarnation.
+    if (auto totals = ask_for<actors::stream_status>(
+          self, handles.keeper, progress_ask_timeout, actors::status_atom::value)) {
+      std::vector<std::string> parts;
+      for (auto& [sender, n] : totals->samples_by_sender)
+        parts.push_back(fmt::format("{} {}", sender, n));
+      const std::string list =
+        parts.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(parts, ", "));
+      std::fprintf(stderr,
+                   "cluster: the statistics keeper merged %llu samples (%llu duplicate "
+                   "deltas dropped); by worker incarnation: %s\n",
+                   static_cast<unsigned long long>(totals->count),
+                   static_cast<unsigned long long>(totals->duplicates), list.c_str());
+    }
   }
   if (!is_ready) {
     // Nothing started (a resume whose statistics file does not load, ...).

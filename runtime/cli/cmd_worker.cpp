@@ -1,8 +1,13 @@
 // `troupe worker --connect HOST:PORT --run RUN [--learners N] [--runners-per-learner M]
-// [--device D] [--name NAME] [--heartbeat-ms MS] [--timeout-ms MS]
+// [--runners R] [--device D] [--name NAME] [--heartbeat-ms MS] [--timeout-ms MS]
 // [--reconnect-s S]`: joins a run across processes (docs/cluster.md).
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
 #include <unistd.h>
 
 #include "runtime/cli/args.hpp"
@@ -18,12 +23,17 @@ int cmd_worker(const args_t& args) {
     {"learners", true, false, "learners this worker hosts (default 1)"},
     {"runners-per-learner", true, false,
      "runners per learner (default: the run's algo.runners_per_learner)"},
+    {"runners", true, false,
+     "with --learners 0: runners feeding the coordinator's learners (an "
+     "environment-only host)"},
     {"device", true, false, "auto, cpu or cuda (default: the run's run.device)"},
     {"name", true, false, "its name in the run (default: HOSTNAME-PID)"},
     {"heartbeat-ms", true, false, "the run's cluster.heartbeat_ms (default 500)"},
     {"timeout-ms", true, false, "the run's cluster.timeout_ms (default 3000)"},
     {"reconnect-s", true, false,
      "how long to keep trying to reach the coordinator (default 60)"},
+    {"rejoin-until-ms", true, false,
+     "(set by a worker that restarts itself after losing the coordinator)"},
   };
   auto parsed = parse_args("worker", args, specs);
   if (!parsed)
@@ -33,7 +43,8 @@ int cmd_worker(const args_t& args) {
   if (!connect || !run || run->empty() || !parsed->positional.empty())
     return fail(exit_bad_input,
                 "usage: troupe worker --connect HOST:PORT --run RUN [--learners N] "
-                "[--runners-per-learner M] [--device D] [--name NAME]\n" +
+                "[--runners-per-learner M | --learners 0 --runners R] [--device D] "
+                "[--name NAME]\n" +
                   describe_args(specs) +
                   "The token comes from the environment variable TROUPE_CLUSTER_TOKEN.");
   cluster::worker_options o;
@@ -46,16 +57,25 @@ int cmd_worker(const args_t& args) {
   o.run = *run;
   auto learners = parsed->get_int("learners", 1, 0, 64);
   auto runners = parsed->get_int("runners-per-learner", 0, 0, 64);
+  auto guest_runners = parsed->get_int("runners", 0, 0, 64);
   auto heartbeat = parsed->get_int("heartbeat-ms", 500, 10, 3600000);
   auto timeout = parsed->get_int("timeout-ms", 3000, 50, 86400000);
   auto reconnect = parsed->get_int("reconnect-s", 60, 0, 86400);
-  for (auto* r : {&learners, &runners, &heartbeat, &timeout, &reconnect})
+  for (auto* r : {&learners, &runners, &guest_runners, &heartbeat, &timeout, &reconnect})
     if (!*r)
       return fail(exit_bad_input, r->err().message);
   if (*timeout <= *heartbeat)
     return fail(exit_bad_input, "--timeout-ms must be larger than --heartbeat-ms");
   o.learners = static_cast<uint64_t>(*learners);
   o.runners_per_learner = static_cast<uint64_t>(*runners);
+  o.runners = static_cast<uint64_t>(*guest_runners);
+  if (o.runners > 0 && o.learners > 0)
+    return fail(exit_bad_input, "--runners: only with --learners 0 (an "
+                                "environment-only host); with learners, use "
+                                "--runners-per-learner");
+  if (o.learners == 0 && o.runners == 0)
+    return fail(exit_bad_input, "--learners 0: give --runners N (the runners of an "
+                                "environment-only host)");
   o.heartbeat_ms = static_cast<uint64_t>(*heartbeat);
   o.timeout_ms = static_cast<uint64_t>(*timeout);
   o.reconnect_s = static_cast<uint64_t>(*reconnect);
@@ -77,7 +97,45 @@ int cmd_worker(const args_t& args) {
     return fail(exit_bad_input,
                 "--name: a non-empty name without spaces or commas, got '" + o.name +
                   "'");
+  if (auto until = parsed->get("rejoin-until-ms")) {
+    char* end = nullptr;
+    o.rejoin_until_ms = std::strtoull(until->c_str(), &end, 10);
+    if (until->empty() || *end != '\0')
+      return fail(exit_bad_input,
+                  "--rejoin-until-ms: expected a number, got '" + *until + "'");
+  }
   const int status = cluster::run_worker(o);
+  if (status == cluster::worker_rejoin) {
+    // A new process with the same arguments (and pid) joins again: this
+    // one's actors may wait forever on the lost coordinator's.
+    const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch() +
+                         std::chrono::seconds(o.reconnect_s))
+                         .count();
+    std::vector<std::string> argv_s = {"troupe", "worker"};
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--rejoin-until-ms") {
+        ++i; // replaced below
+        continue;
+      }
+      if (args[i].rfind("--rejoin-until-ms=", 0) == 0)
+        continue;
+      argv_s.push_back(args[i]);
+    }
+    argv_s.push_back("--rejoin-until-ms");
+    argv_s.push_back(std::to_string(until));
+    std::vector<char*> argv;
+    for (auto& a : argv_s)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::execv("/proc/self/exe", argv.data());
+    std::fprintf(stderr, "troupe: worker: %s: cannot start again to rejoin: %s\n",
+                 o.name.c_str(), std::strerror(errno));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
   // The worker's actors may wait on a coordinator that is gone: the process
   // ends here without waiting for them.
   std::fflush(stdout);

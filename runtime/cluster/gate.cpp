@@ -79,16 +79,51 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
 }
 
 std::string hosted(const lost_host& h) {
+  if (h.learners.empty() && h.guest_runners > 0)
+    return fmt::format("no learners, {} runners feeding the coordinator's learners",
+                       h.guest_runners);
   if (h.learners.empty())
     return "no learners";
   return fmt::format("learners {} ({} runners each)", fmt::join(h.learners, ", "),
                      h.runners_per_learner);
 }
 
+// Tells the parameter server that the learners of `host` join (or leave) its
+// sync steps; logs what it answers.
+void change_membership(caf::event_based_actor* gate, const actors::shared_actors& cast,
+                       const lost_host& host, bool joining, const actors::log_sink& log) {
+  if (!cast.server)
+    return;
+  for (auto& learner : host.learners) {
+    auto answered = [log, learner, joining](uint64_t members) {
+      actors::write_log(log, fmt::format("cluster: learner {} {} the parameter server's "
+                                         "sync steps; a step waits for {} learner(s)",
+                                         learner, joining ? "joins" : "leaves", members));
+    };
+    auto failed = [gate, log, learner](caf::error& e) {
+      actors::write_log(log,
+                        fmt::format("cluster: could not tell the parameter server "
+                                    "about learner {}: {}",
+                                    learner, actors::error_message(gate->system(), e)));
+    };
+    if (joining)
+      gate->request(cast.server, fence_timeout, actors::join_atom::value, learner)
+        .then(answered, failed);
+    else
+      gate->request(cast.server, fence_timeout, actors::leave_atom::value, learner)
+        .then(answered, failed);
+  }
+}
+
+void join_server(caf::event_based_actor* gate, const actors::shared_actors& cast,
+                 const lost_host& host, const actors::log_sink& log) {
+  change_membership(gate, cast, host, true, log);
+}
+
 // Checks a join and answers it; `address` is the peer's "HOST:PORT".
 void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
            join_request& req, const std::string& address,
-           caf::typed_response_promise<welcome>& rp) {
+           caf::typed_response_promise<welcome>& rp, std::vector<caf::actor> feed = {}) {
   auto refuse = [&](const std::string& why) {
     actors::write_log(st->opts.log,
                       fmt::format("cluster: refused a join from {} (worker '{}'): {}",
@@ -107,6 +142,16 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
     return refuse("no host actor in the join request");
   if (req.name.empty())
     return refuse("an empty worker name");
+  if (req.guest_runners > 0 && req.learners > 0)
+    return refuse(fmt::format("it asks for {} learners and {} runners of its own: an "
+                              "environment-only host has no learners",
+                              req.learners, req.guest_runners));
+  if (req.guest_runners > st->opts.learners_per_host_max)
+    return refuse(fmt::format("it asks for {} runners, at most {} per host",
+                              req.guest_runners, st->opts.learners_per_host_max));
+  if (req.guest_runners > 0 && feed.empty())
+    return refuse("it hosts runners only, and the coordinator has no learner for them "
+                  "to feed (algo.num_learners = 0 on the coordinator)");
   if (req.learners > st->opts.learners_per_host_max)
     return refuse(fmt::format("it asks for {} learners, at most {} per host",
                               req.learners, st->opts.learners_per_host_max));
@@ -121,6 +166,7 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   h.info.address = address;
   h.info.runners_per_learner =
     req.runners_per_learner > 0 ? req.runners_per_learner : st->opts.runners_per_learner;
+  h.info.guest_runners = req.guest_runners;
   for (uint64_t i = 0; i < req.learners; ++i)
     h.info.learners.push_back(fmt::format("{}.learner{}", req.name, i));
   welcome w;
@@ -130,6 +176,8 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   w.server = st->opts.cast.server;
   w.metrics = st->opts.cast.metrics;
   w.learner_names = h.info.learners;
+  if (req.guest_runners > 0)
+    w.feed = std::move(feed);
   auto snap = st->opts.store->latest();
   w.weights.version = snap->version;
   w.weights.params.assign(snap->model.params(),
@@ -142,12 +190,33 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                                 "device {}",
                                 req.name, address, req.incarnation, hosted(h.info),
                                 req.device));
+  // Sync mode: the host's learners take part from the next step of the
+  // parameter server.
+  if (st->opts.sync)
+    join_server(self, st->opts.cast, h.info, st->opts.log);
   self->monitor(h.actor);
   const auto addr = h.actor.address();
   st->hosts.emplace(addr, std::move(h));
   report_hosts(self, *st);
   rp.deliver(std::move(w));
   push_newest(self, st, addr); // the server may have moved on meanwhile
+}
+
+// Admits a join; an environment-only host's after asking the supervisor for
+// the learners its runners will feed.
+void admit_with_feed(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
+                     join_request& req, const std::string& address,
+                     caf::typed_response_promise<welcome>& rp) {
+  if (req.guest_runners == 0 || req.learners > 0 || !st->opts.supervisor)
+    return admit(self, st, req, address, rp);
+  self->request(st->opts.supervisor, address_timeout, actors::learners_atom::value)
+    .then(
+      [self, st, req, address, rp](std::vector<caf::actor>& feed) mutable {
+        admit(self, st, req, address, rp, std::move(feed));
+      },
+      [self, st, req, address, rp](caf::error&) mutable {
+        admit(self, st, req, address, rp);
+      });
 }
 
 caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st) {
@@ -157,6 +226,7 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
   self->attach_functor([st] {
     st->opts.cast = actors::shared_actors{};
     st->opts.store.reset();
+    st->opts.supervisor = nullptr;
     st->hosts.clear();
     st->stop_waiters.clear();
   });
@@ -178,7 +248,7 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
         fmt::format("cluster: lost host {} ({}): it hosted {}; {} host(s) remain ({})",
                     info.name, info.address, hosted(info), st->hosts.size(),
                     actors::error_message(self->system(), down.reason)));
-      on_host_lost(self, st->opts.cast, info, st->opts.log);
+      on_host_lost(self, st->opts.cast, info, st->opts.sync, st->opts.log);
     }
     report_hosts(self, *st);
     if (st->stopping && st->hosts.empty()) {
@@ -200,13 +270,13 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
         .then(
           [self, st, req, rp](const caf::node_id&, const std::string& host,
                               uint16_t port) mutable {
-            admit(self, st, req,
-                  host.empty() ? std::string{"unknown"}
-                               : fmt::format("{}:{}", host, port),
-                  rp);
+            admit_with_feed(self, st, req,
+                            host.empty() ? std::string{"unknown"}
+                                         : fmt::format("{}:{}", host, port),
+                            rp);
           },
           [self, st, req, rp](caf::error&) mutable {
-            admit(self, st, req, "unknown", rp);
+            admit_with_feed(self, st, req, "unknown", rp);
           });
       return rp;
     },
@@ -236,9 +306,12 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
 } // namespace
 
 void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cast,
-                  const lost_host& host, const actors::log_sink& log) {
-  if (host.incarnation == 0)
+                  const lost_host& host, bool sync, const actors::log_sink& log) {
+  if (host.incarnation == 0) {
+    if (sync)
+      change_membership(gate, cast, host, false, log);
     return;
+  }
   const std::string who =
     fmt::format("host {} (incarnation {:016x})", host.name, host.incarnation);
   if (cast.keeper)
@@ -278,6 +351,10 @@ void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cas
                                         "server: {}",
                                         who, actors::error_message(gate->system(), e)));
         });
+  // Sync mode: the step under way completes with the learners still alive
+  // (the fence above answered their waiting gradients; this is handled after it).
+  if (sync)
+    change_membership(gate, cast, host, false, log);
 }
 
 caf::actor spawn_gate(caf::actor_system& sys, gate_options opts) {

@@ -13,7 +13,7 @@
 namespace troupe::cluster {
 
 /// Version of the join protocol; a worker of another version is refused.
-constexpr uint32_t protocol_version = 1;
+constexpr uint32_t protocol_version = 2;
 
 using join_atom = caf::atom_constant<caf::atom("join")>;
 
@@ -27,12 +27,14 @@ struct join_request {
   std::string device;               ///< "auto", "cpu" or "cuda"
   std::string token;                ///< the run's shared secret
   caf::actor host;                  ///< its host actor: policy versions, stop
+  uint64_t guest_runners = 0; ///< with learners = 0: runners feeding the coordinator's
+                              ///< learners (an environment-only host)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_request& x) {
   return f(caf::meta::type_name("join_request"), x.protocol, x.name, x.incarnation,
-           x.learners, x.runners_per_learner, x.device, x.token, x.host);
+           x.learners, x.runners_per_learner, x.device, x.token, x.host, x.guest_runners);
 }
 
 /// One policy version as raw float arrays (params, buffers).
@@ -56,12 +58,13 @@ struct welcome {
   caf::actor metrics;      ///< the metrics actor
   std::vector<std::string> learner_names; ///< the names its learners must use
   policy_push weights;                    ///< the newest policy version
+  std::vector<caf::actor> feed; ///< an environment-only host: the learners to feed
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, welcome& x) {
   return f(caf::meta::type_name("welcome"), x.config_toml, x.host_index, x.keeper,
-           x.server, x.metrics, x.learner_names, x.weights);
+           x.server, x.metrics, x.learner_names, x.weights, x.feed);
 }
 
 /// Registers the cluster's message types with `cfg` (after

@@ -31,6 +31,8 @@ namespace {
 constexpr auto join_timeout = std::chrono::seconds(30);
 constexpr auto connect_retry = std::chrono::milliseconds(250);
 constexpr auto stop_timeout = std::chrono::seconds(10);
+// One flush of the delta outbox at the end (it asks the keeper, 5 s at most).
+constexpr auto flush_timeout = std::chrono::seconds(10);
 
 // The host's policy store, set once the welcome has told the model's shape;
 // versions pushed before that are kept (the newest) and published then.
@@ -83,6 +85,11 @@ caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cach
   };
 }
 
+// The runners an environment-only host runs for the coordinator's learners.
+uint64_t req_guest_runners(const worker_options& opts) {
+  return opts.learners == 0 ? opts.runners : 0;
+}
+
 int fail_with(const std::string& message) {
   std::fprintf(stderr, "troupe: worker: %s\n", message.c_str());
   std::fflush(stderr);
@@ -117,8 +124,17 @@ int run_worker(const worker_options& opts) {
   sys_cfg.release();
 
   // -- reach the coordinator (bounded) ---------------------------------------
-  const auto deadline =
+  auto deadline =
     std::chrono::steady_clock::now() + std::chrono::seconds(opts.reconnect_s);
+  if (opts.rejoin_until_ms > 0) {
+    // A restart after the coordinator was lost: the same deadline as the
+    // process that lost it.
+    const auto until = std::chrono::system_clock::time_point(
+      std::chrono::milliseconds(opts.rejoin_until_ms));
+    deadline = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                 until - std::chrono::system_clock::now());
+  }
   caf::actor gate;
   for (;;) {
     auto g = sys->middleman().remote_actor(opts.connect.host, opts.connect.port);
@@ -127,11 +143,13 @@ int run_worker(const worker_options& opts) {
       break;
     }
     if (std::chrono::steady_clock::now() >= deadline)
-      return fail_with(fmt::format("cannot reach the coordinator at {} within {} s "
-                                   "(--reconnect-s; a coordinator of another run "
-                                   "refuses the connection): {}",
-                                   where, opts.reconnect_s,
-                                   actors::error_message(*sys, g.error())));
+      return fail_with(
+        fmt::format("{} the coordinator at {} within {} s "
+                    "(--reconnect-s; a coordinator of another run "
+                    "refuses the connection): {}",
+                    opts.rejoin_until_ms > 0 ? "lost the coordinator and could not reach"
+                                             : "cannot reach",
+                    where, opts.reconnect_s, actors::error_message(*sys, g.error())));
     std::this_thread::sleep_for(connect_retry); // back-off between attempts
   }
 
@@ -146,6 +164,7 @@ int run_worker(const worker_options& opts) {
   const uint64_t incarnation = req.incarnation;
   req.learners = opts.learners;
   req.runners_per_learner = opts.runners_per_learner;
+  req.guest_runners = opts.learners == 0 ? opts.runners : 0;
   req.device = opts.device.empty() ? "(the run's)" : opts.device;
   req.token = token;
   req.host = host;
@@ -210,6 +229,13 @@ int run_worker(const worker_options& opts) {
     lo.incarnation = incarnation;
     lo.gradient_sequence = std::make_shared<std::atomic<uint64_t>>(0);
   }
+  if (req_guest_runners(opts) > 0) {
+    if (w->feed.empty())
+      return fail_with("the coordinator named no learner for this host's runners");
+    plan.guest_runners = req_guest_runners(opts);
+    plan.feed_learners = w->feed;
+    plan.guest_prefix = opts.name;
+  }
   plan.existing = actors::shared_actors{w->keeper, w->server, w->metrics};
   cache->take(std::move(w->weights));
   cache->set_store(plan.store);
@@ -234,6 +260,15 @@ int run_worker(const worker_options& opts) {
   while (!done) {
     self->receive(
       [&](actors::ready_atom, caf::actor&, caf::actor&, caf::actor&) {
+        if (req_guest_runners(opts) > 0) {
+          std::printf("troupe: worker %s joined the run at %s: %llu runners feeding "
+                      "%zu learner(s) of the coordinator\n",
+                      opts.name.c_str(), where.c_str(),
+                      static_cast<unsigned long long>(req_guest_runners(opts)),
+                      w->feed.size());
+          std::fflush(stdout);
+          return;
+        }
         std::printf("troupe: worker %s joined the run at %s: learners %s, %llu runners "
                     "each, on %s\n",
                     opts.name.c_str(), where.c_str(),
@@ -275,14 +310,44 @@ int run_worker(const worker_options& opts) {
           }
         });
   }
+  if (!gate_lost && done) {
+    // Every runner has ended (the supervisor waits for them): what the
+    // keeper acknowledged of this host's deltas, once nothing is unacknowledged.
+    std::optional<actors::delta_outbox_status> acked;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      bool settled = false;
+      self->request(outbox, flush_timeout, actors::flush_atom::value)
+        .receive(
+          [&](actors::delta_outbox_status& st) {
+            settled = st.unacked == 0 && st.held == 0;
+            acked = st;
+          },
+          [&](caf::error&) {});
+      if (settled)
+        break;
+    }
+    if (acked)
+      std::printf("troupe: worker %s: the statistics keeper acknowledged %llu delta(s) "
+                  "(%llu samples) from this host%s\n",
+                  opts.name.c_str(), static_cast<unsigned long long>(acked->acked_deltas),
+                  static_cast<unsigned long long>(acked->acked_samples),
+                  acked->unacked + acked->held > 0 ? ", some still unacknowledged" : "");
+    std::fflush(stdout);
+  }
   self->send_exit(outbox, caf::exit_reason::user_shutdown);
-  if (gate_lost && !stop_asked)
-    return fail_with(fmt::format(
-      "{}: lost the coordinator at {} ({}). If this worker was stopped or cut off "
-      "longer than the connection timeout, the coordinator has declared it lost and "
-      "refuses what it still sends; start it again to rejoin the run as a new "
-      "incarnation. A coordinator restart is not supported yet",
-      opts.name, where, gate_reason));
+  if (gate_lost && !stop_asked) {
+    // The coordinator is gone (or has declared this host lost while it was
+    // stopped or cut off, and refuses what it still sends): this process's
+    // learners may wait forever on the gone server, so the caller starts a
+    // new process, which joins again as a new incarnation.
+    std::fprintf(stderr,
+                 "troupe: worker: %s: lost the coordinator at %s (%s); trying to "
+                 "rejoin as a new incarnation for up to %llu s (--reconnect-s)\n",
+                 opts.name.c_str(), where.c_str(), gate_reason.c_str(),
+                 static_cast<unsigned long long>(opts.reconnect_s));
+    std::fflush(stderr);
+    return worker_rejoin;
+  }
   self->send_exit(host, caf::exit_reason::user_shutdown);
   if (!failure.empty() && !stop_asked)
     return fail_with(fmt::format("{}: {}", opts.name, failure));

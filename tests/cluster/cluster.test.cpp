@@ -129,11 +129,11 @@ bool poll_until(const std::function<bool()>& cond, std::chrono::seconds limit) {
   return true;
 }
 
-// The small async CartPole PPO config of these tests: no local learner.
+// The small CartPole PPO config of these tests (async unless `mode` says
+// sync): no local learner.
 std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total,
-                         bool obs_norm = false) {
-  return dir.write("cluster.toml",
-                   fmt::format(R"([run]
+                         bool obs_norm = false, const std::string& mode = "async") {
+  return dir.write("cluster.toml", fmt::format(R"([run]
 name = "cluster"
 seed = {}
 device = "cpu"
@@ -147,7 +147,7 @@ num_envs = 4
 
 [algo]
 name = "ppo"
-mode = "async"
+mode = "{}"
 num_learners = 0
 runners_per_learner = 1
 total_env_steps = {}
@@ -164,7 +164,8 @@ obs_norm = {}
 heartbeat_ms = 200
 timeout_ms = 2000
 )",
-                               seed, (dir.path / "runs").string(), total, obs_norm));
+                                               seed, (dir.path / "runs").string(), mode,
+                                               total, obs_norm));
 }
 
 // The coordinator's run folder, once its cluster.json exists.
@@ -226,11 +227,45 @@ double metric(const fs::path& run, const std::string& name) {
   return it == m.end() ? NAN : it->second;
 }
 
+// The number that the first group of `pattern` matches in `text`; -1 when
+// it does not match.
+long number_after(const std::string& text, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(pattern)))
+    return -1;
+  return std::stol(m[1].str());
+}
+
+// How many times `what` occurs in `text`.
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
 // How many times the coordinator's log says host `name` joined.
 size_t joins_of(const std::string& log, const std::string& name) {
   const std::regex joined("cluster: host " + name + R"( \(127\.0\.0\.1:[0-9]+\) joined)");
   return static_cast<size_t>(std::distance(
     std::sregex_iterator(log.begin(), log.end(), joined), std::sregex_iterator()));
+}
+
+// How many gradients of `learner` the parameter server applied, from the
+// coordinator's last words ("cluster: gradients applied by learner: ..."); -1
+// when it does not say.
+long applied_by(const std::string& log, const std::string& learner) {
+  const std::regex line(R"(cluster: gradients applied by learner: ([^\n]*))");
+  std::smatch m;
+  if (!std::regex_search(log, m, line))
+    return -1;
+  const std::regex entry(
+    "(^|, )" + std::regex_replace(learner, std::regex(R"(\.)"), R"(\.)") + " ([0-9]+)");
+  std::smatch e;
+  const std::string list = m[1].str();
+  if (!std::regex_search(list, e, entry))
+    return 0;
+  return std::stol(e[2].str());
 }
 
 const std::string token_env = "TROUPE_CLUSTER_TOKEN=test-token-7f3a9c1e55d04b2b";
@@ -316,8 +351,15 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
   CHECK(metric(run, "updates") > updates_at_loss);
   CHECK(metric(run, "hosts") == 1);
   CHECK(metric(run, "hosts_lost") == 1);
+  // The keeper's and the server's counters of what they refused are columns
+  // of every row (how many depends on timing: a gradient of w2 on its way
+  // when it was fenced is refused and counted in gradients_rejected).
+  CHECK(metric(run, "deltas_duplicate") >= 0);
+  CHECK(metric(run, "gradients_rejected") >= 0);
   const auto log = coord.err();
   CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
+  // Async: no sync membership to leave.
+  CHECK(log.find("leaves the parameter server's sync steps") == std::string::npos);
   CHECK(log.find("it hosted learners w2.learner0 (1 runners each)") != std::string::npos);
   // Its incarnation is fenced at the keeper (whose answer names the last of
   // its observation deltas merged) and at the parameter server.
@@ -331,11 +373,211 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
                      std::chrono::seconds(120)));
   CHECK(coord.status() == 0);
   CHECK(w1.status() == 0);
+  CHECK(applied_by(coord.err(), "w1.learner0") > 0);
+  CHECK(applied_by(coord.err(), "w2.learner0") > 0);
+  // Exactly once: the keeper's sample count is the sum of the samples of the
+  // deltas it acknowledged (no local runner here: all came from w1 and w2),
+  // w1's outbox counted the same acknowledgements, and nothing of w2 merged
+  // after its fencing.
+  const auto end_log = coord.err();
+  const long total =
+    number_after(end_log, R"(cluster: the statistics keeper merged ([0-9]+) samples)");
+  const long from_w1 =
+    number_after(end_log, R"(by worker incarnation: [^\n]*w1/[0-9a-f]+ ([0-9]+))");
+  const long from_w2 =
+    number_after(end_log, R"(by worker incarnation: [^\n]*w2/[0-9a-f]+ ([0-9]+))");
+  const long w2_at_fence = number_after(
+    end_log,
+    R"(fenced worker 'w2' incarnation [0-9a-fx]+: its later deltas are dropped; it merged ([0-9]+) samples)");
+  const long w1_acked = number_after(
+    w1.out(),
+    R"(worker w1: the statistics keeper acknowledged [0-9]+ delta\(s\) \(([0-9]+) samples\) from this host\n)");
+  CHECK(total > 0);
+  CHECK(from_w1 > 0);
+  CHECK(from_w2 > 0);
+  CHECK(total == from_w1 + from_w2);
+  CHECK(from_w2 == w2_at_fence);
+  CHECK(from_w1 == w1_acked);
+}
+
+TEST_CASE("sync mode across processes: a killed worker leaves the step, which completes "
+          "with the other, a worker that joins later takes part from the next step, and "
+          "the run ends at its budget") {
+  temp_folder dir("troupe-cluster");
+  // About 150 sync steps of 512 or 1024 steps: the late worker joins well
+  // before the end (it waits for nothing but its own start).
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 160000,
+                                /*obs_norm=*/true, "sync");
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  auto worker_args = [&](const std::string& name) {
+    return std::vector<std::string>{"worker",
+                                    "--connect",
+                                    addr,
+                                    "--run",
+                                    run.filename().string(),
+                                    "--name",
+                                    name,
+                                    "--heartbeat-ms",
+                                    "200",
+                                    "--timeout-ms",
+                                    "2000"};
+  };
+  child w1(worker_args("w1"), dir.path / "w1.out", dir.path / "w1.err", {token_env});
+  child w2(worker_args("w2"), dir.path / "w2.out", dir.path / "w2.err", {token_env});
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stderr: " << w1.err()
+                              << "\nw2 stderr: " << w2.err() << "\nrunning: coordinator "
+                              << coord.running() << ", w1 " << w1.running());
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !coord.running() ||
+                             (metric(run, "hosts") == 2 && metric(run, "updates") >= 6);
+                    },
+                    std::chrono::seconds(120)),
+                  "two hosts did not train together within 120 s");
+  REQUIRE(coord.running());
+  w2.kill_now();
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !coord.running() ||
+                             coord.err().find("learner w2.learner0 leaves") !=
+                               std::string::npos;
+                    },
+                    std::chrono::seconds(60)),
+                  "w2's learner did not leave the sync steps within 60 s");
+  REQUIRE(coord.running());
+  // The steps go on with w1 alone: no deadlock on the lost learner.
+  const double updates_at_loss = metric(run, "updates");
+  REQUIRE_MESSAGE(
+    poll_until(
+      [&] { return !coord.running() || metric(run, "updates") >= updates_at_loss + 4; },
+      std::chrono::seconds(60)),
+    "no sync step completed within 60 s after w2 was lost");
+  child w3(worker_args("w3"), dir.path / "w3.out", dir.path / "w3.err", {token_env});
+  INFO("w3 stderr: " << w3.err());
+  // The run ends by itself at its budget; every worker is told and leaves.
+  REQUIRE_MESSAGE(poll_until([&] { return !coord.running(); }, std::chrono::seconds(300)),
+                  "the sync run did not reach its budget within 300 s");
+  REQUIRE(
+    poll_until([&] { return !w1.running() && !w3.running(); }, std::chrono::seconds(60)));
+  CHECK(coord.status() == 0);
+  CHECK(w1.status() == 0);
+  CHECK(w3.status() == 0);
+  const auto log = coord.err();
+  CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("learner w3.learner0 joins the parameter server's sync steps") !=
+        std::string::npos);
+  CHECK(metric(run, "env_steps") >= 160000);
+  CHECK(metric(run, "hosts_lost") == 1);
+  // Every learner's gradients went into steps, the late one's too.
+  CHECK(applied_by(log, "w1.learner0") > 0);
+  CHECK(applied_by(log, "w2.learner0") > 0);
+  CHECK(applied_by(log, "w3.learner0") > 0);
+}
+
+TEST_CASE("an environment-only worker (--learners 0 --runners 2) feeds the "
+          "coordinator's IMPALA learner over the wire, and the learner goes on when "
+          "that host is killed") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = dir.write("impala.toml", fmt::format(R"([run]
+name = "envhost"
+seed = {}
+device = "cpu"
+output_dir = "{}"
+log_every_updates = 5
+checkpoint_every_updates = 0
+
+[env]
+id = "CartPole-v1"
+num_envs = 16
+
+[algo]
+name = "impala"
+mode = "async"
+num_learners = 1
+runners_per_learner = 1
+total_env_steps = 50000000
+num_steps = 32
+learning_rate = 2e-3
+max_staleness = 8
+
+[model]
+obs_norm = true
+
+[cluster]
+heartbeat_ms = 200
+timeout_ms = 2000
+)",
+                                                        troupe::test::fresh_seed() % 1000,
+                                                        (dir.path / "runs").string()));
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  child e1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "e1",
+            "--learners", "0", "--runners", "2", "--heartbeat-ms", "200", "--timeout-ms",
+            "2000"},
+           dir.path / "e1.out", dir.path / "e1.err", {token_env});
+  INFO("coordinator stderr: " << coord.err() << "\ne1 stdout: " << e1.out()
+                              << "\ne1 stderr: " << e1.err() << "\nrunning: coordinator "
+                              << coord.running() << ", e1 " << e1.running());
+  // Both guest runners' batches reach the coordinator's learner and are learned.
+  const bool fed = poll_until(
+    [&] {
+      const auto log = coord.err();
+      return !coord.running() || !e1.running() ||
+             (log.find("first batch from guest runner 'e1.runner0'") !=
+                std::string::npos &&
+              log.find("first batch from guest runner 'e1.runner1'") !=
+                std::string::npos);
+    },
+    std::chrono::seconds(120));
+  REQUIRE_MESSAGE(fed, "no batch of e1's runners reached the learner within 120 s");
+  REQUIRE(coord.running());
+  REQUIRE(e1.running());
+  CHECK(e1.out().find("troupe: worker e1 joined the run at " + addr) !=
+        std::string::npos);
+  CHECK(e1.out().find("2 runners feeding 1 learner(s) of the coordinator") !=
+        std::string::npos);
+  const auto log = coord.err();
+  CHECK(log.find("learner 'learner0': guest runner 'e1.runner0' joins") !=
+        std::string::npos);
+  CHECK(log.find("cluster: host e1 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("no learners, 2 runners feeding the coordinator's learners") !=
+        std::string::npos);
+
+  // The environment host is lost: the learner drops its runners and goes on
+  // with its own.
+  e1.kill_now();
+  REQUIRE_MESSAGE(
+    poll_until(
+      [&] {
+        const auto l = coord.err();
+        return !coord.running() ||
+               (l.find("guest runner 'e1.runner0' is gone") != std::string::npos &&
+                l.find("guest runner 'e1.runner1' is gone") != std::string::npos);
+      },
+      std::chrono::seconds(60)),
+    "the learner did not drop the lost host's runners within 60 s");
+  REQUIRE(coord.running());
+  const double updates_at_loss = metric(run, "updates");
+  REQUIRE_MESSAGE(
+    poll_until(
+      [&] { return !coord.running() || metric(run, "updates") >= updates_at_loss + 20; },
+      std::chrono::seconds(60)),
+    "the learner did not go on learning within 60 s of the loss");
+  REQUIRE(coord.running());
+  CHECK(metric(run, "hosts_lost") == 1);
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running(); }, std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
 }
 
 TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeout and "
-          "fenced, exits saying why when it wakes, and a worker started again under its "
-          "name joins the running training") {
+          "fenced, and when it wakes it starts again and joins the running training as a "
+          "new incarnation") {
   temp_folder dir("troupe-cluster");
   const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000,
                                 /*obs_norm=*/true);
@@ -380,28 +622,23 @@ TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeo
   REQUIRE_MESSAGE(fenced,
                   "the frozen worker was not declared lost and fenced within 60 s");
   REQUIRE(coord.running());
-  REQUIRE_MESSAGE(poll_until([&] { return !w2.running(); }, std::chrono::seconds(60)),
-                  "the woken worker did not exit within 60 s");
-  CHECK(w2.status() == 1);
-  CHECK(w2.err().find("w2: lost the coordinator at " + addr) != std::string::npos);
-  CHECK(w2.err().find("start it again to rejoin") != std::string::npos);
-
-  // The same name again: a new incarnation joins the running training.
+  // Woken, it finds its connection gone and starts again (the same process,
+  // a new incarnation), which joins the running training under its name.
   const double updates_before = metric(run, "updates");
-  child w2b(worker_args("w2"), dir.path / "w2b.out", dir.path / "w2b.err", {token_env});
-  INFO("w2 (again) stderr: " << w2b.err());
   const bool rejoined = poll_until(
     [&] {
-      if (!coord.running() || !w2b.running())
+      if (!coord.running() || !w2.running())
         return true;
       return joins_of(coord.err(), "w2") == 2 &&
-             w2b.out().find("troupe: worker w2 joined the run") != std::string::npos &&
+             count_of(w2.out(), "troupe: worker w2 joined the run") == 2 &&
              metric(run, "hosts") == 2;
     },
     std::chrono::seconds(120));
-  REQUIRE_MESSAGE(rejoined, "the restarted worker did not join within 120 s");
+  REQUIRE_MESSAGE(rejoined, "the woken worker did not join again within 120 s");
   REQUIRE(coord.running());
-  REQUIRE(w2b.running());
+  REQUIRE(w2.running());
+  CHECK(w2.err().find("w2: lost the coordinator at " + addr) != std::string::npos);
+  CHECK(w2.err().find("trying to rejoin as a new incarnation") != std::string::npos);
   CHECK(metric(run, "hosts_lost") == 1);
   const bool learned =
     poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
@@ -411,13 +648,104 @@ TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeo
   CHECK(coord.err().find("could not fence") == std::string::npos);
   // The runners declared their statistics stream through the host's outbox.
   CHECK(w1.err().find("declaring stream") == std::string::npos);
-  CHECK(w2b.err().find("declaring stream") == std::string::npos);
+  CHECK(w2.err().find("declaring stream") == std::string::npos);
   coord.signal(SIGTERM);
-  REQUIRE(poll_until([&] { return !coord.running() && !w1.running() && !w2b.running(); },
+  REQUIRE(poll_until([&] { return !coord.running() && !w1.running() && !w2.running(); },
                      std::chrono::seconds(120)));
   CHECK(coord.status() == 0);
   CHECK(w1.status() == 0);
-  CHECK(w2b.status() == 0);
+  CHECK(w2.status() == 0);
+}
+
+TEST_CASE("a coordinator killed and resumed on its address is joined again by a worker "
+          "that kept retrying, and a worker whose retries run out exits 1 saying why") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000,
+                                /*obs_norm=*/true);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  auto worker_args = [&](const std::string& name, const std::string& reconnect_s) {
+    return std::vector<std::string>{"worker",
+                                    "--connect",
+                                    addr,
+                                    "--run",
+                                    run.filename().string(),
+                                    "--name",
+                                    name,
+                                    "--heartbeat-ms",
+                                    "200",
+                                    "--timeout-ms",
+                                    "2000",
+                                    "--reconnect-s",
+                                    reconnect_s};
+  };
+  child w1(worker_args("w1", "120"), dir.path / "w1.out", dir.path / "w1.err",
+           {token_env});
+  child w2(worker_args("w2", "0"), dir.path / "w2.out", dir.path / "w2.err", {token_env});
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stdout: " << w1.out()
+                              << "\nw1 stderr: " << w1.err()
+                              << "\nw2 stderr: " << w2.err());
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !coord.running() ||
+                             (metric(run, "hosts") == 2 && metric(run, "updates") >= 5);
+                    },
+                    std::chrono::seconds(120)),
+                  "two hosts did not train together within 120 s");
+  REQUIRE(coord.running());
+  coord.kill_now();
+
+  // w2 gives up at once (--reconnect-s 0); w1 keeps trying.
+  REQUIRE_MESSAGE(poll_until([&] { return !w2.running(); }, std::chrono::seconds(60)),
+                  "w2 did not give up within 60 s of the coordinator's loss");
+  CHECK(w2.status() == 1);
+  CHECK(w2.err().find("w2: lost the coordinator at " + addr) != std::string::npos);
+  CHECK(w2.err().find("lost the coordinator and could not reach the coordinator at " +
+                      addr) != std::string::npos);
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !w1.running() ||
+                             w1.err().find("trying to rejoin") != std::string::npos;
+                    },
+                    std::chrono::seconds(60)),
+                  "w1 did not say it tries to rejoin within 60 s");
+  REQUIRE(w1.running());
+
+  // The coordinator resumed from its checkpoint, on the same address.
+  child coord2({"train", "--resume", run.string(), "--listen", addr},
+               dir.path / "coord2.out", dir.path / "coord2.err", {token_env});
+  INFO("resumed coordinator stdout: " << coord2.out() << "\nresumed coordinator stderr: "
+                                      << coord2.err());
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !coord2.running() ||
+                             coord2.out().find("listening on " + addr) !=
+                               std::string::npos;
+                    },
+                    std::chrono::seconds(120)),
+                  "the resumed coordinator did not listen within 120 s");
+  REQUIRE(coord2.running());
+  const size_t rows_at_start = lines_of(read_text(run / "metrics.csv")).size();
+  const bool rejoined = poll_until(
+    [&] {
+      if (!coord2.running() || !w1.running())
+        return true;
+      return joins_of(coord2.err(), "w1") == 1 &&
+             count_of(w1.out(), "troupe: worker w1 joined the run") == 2 &&
+             lines_of(read_text(run / "metrics.csv")).size() >= rows_at_start + 5;
+    },
+    std::chrono::seconds(120));
+  REQUIRE_MESSAGE(rejoined, "w1 did not rejoin and train within 120 s of the resume");
+  REQUIRE(coord2.running());
+  REQUIRE(w1.running());
+  CHECK(metric(run, "hosts") == 1);
+  coord2.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord2.running() && !w1.running(); },
+                     std::chrono::seconds(120)));
+  CHECK(coord2.status() == 0);
+  CHECK(w1.status() == 0);
 }
 
 TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinator logs "
@@ -479,8 +807,6 @@ TEST_CASE(
   };
   const std::vector<bad> cases = {
     {"--listen 127.0.0.1:0", "", "cluster.token: a run across processes needs a token"},
-    {"--listen 127.0.0.1:0 --set algo.mode='\"sync\"'", token_env,
-     "algo.mode: a run across processes trains async only in this version, got 'sync'"},
     {"--listen 127.0.0.1", token_env,
      "cluster.listen: expected HOST:PORT, got '127.0.0.1'"},
     {"--listen 127.0.0.1:70000", token_env, "the port must be 0 to 65535, got '70000'"},
@@ -518,6 +844,10 @@ TEST_CASE("troupe worker refuses bad arguments before it connects") {
     {"worker --connect 127.0.0.1:1 --run r --device tpu",
      "--device: expected auto, cpu or cuda, got 'tpu'"},
     {"worker --connect 127.0.0.1:1 --run r --name 'a b'", "--name: a non-empty name"},
+    {"worker --connect 127.0.0.1:1 --run r --runners 2",
+     "--runners: only with --learners 0"},
+    {"worker --connect 127.0.0.1:1 --run r --learners 0",
+     "--learners 0: give --runners N"},
     {"worker --connect 127.0.0.1:1 --run r --timeout-ms 100 --heartbeat-ms 200",
      "--timeout-ms must be larger than --heartbeat-ms"},
   };
