@@ -104,6 +104,14 @@ result<std::unique_ptr<remote_run>> remote_run::open(const config& cfg,
     return at_key(cfg, "env.id",
                   fmt::format("a remote run needs env.id = \"remote\", got \"{}\"",
                               cfg.get_string("env.id")));
+  // Only the process that binds remote.bind serves remote environments, and a
+  // worker of a run across processes has no server: refused, not half served.
+  if (const auto& listen = cfg.get_string("cluster.listen"); !listen.empty())
+    return at_key(cfg, "env.id",
+                  fmt::format("\"remote\" environments are served by a run in one "
+                              "process; a run across processes (cluster.listen '{}') "
+                              "cannot serve them yet",
+                              listen));
   const auto min_envs = cfg.get_int("remote.min_envs");
   const auto max_envs = cfg.get_int("remote.max_envs");
   if (min_envs > max_envs)

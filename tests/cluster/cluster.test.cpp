@@ -832,6 +832,8 @@ TEST_CASE(
     {"--listen 127.0.0.1:0 --set cluster.timeout_ms=400 --set cluster.heartbeat_ms=500",
      token_env,
      "cluster.timeout_ms must be larger than cluster.heartbeat_ms (500), got 400"},
+    {"--listen 127.0.0.1:0 --set env.id='\"remote\"'", token_env,
+     "env.id: \"remote\" environments are served by a run in one process"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.args);
