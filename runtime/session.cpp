@@ -588,10 +588,19 @@ result<std::string> session::save_checkpoint() {
     caf::scoped_actor self(*s.sys);
     auto snap = ask_for<actors::cast_snapshot>(self, sup, snapshot_timeout,
                                                actors::state_atom::value);
-    if (!snap)
+    if (!snap) {
+      // The run may have reached its end between the check above and the
+      // ask (its supervisor is then gone): wait for the session to see it
+      // (bounded) and say so as above, not as a failure of the cast.
+      std::unique_lock<std::mutex> lock(s.mtx);
+      if (s.changed.wait_for(lock, ready_timeout, [&] { return s.finished; }))
+        return make_error(errc::invalid_argument,
+                          "session::save_checkpoint: training has ended; close() writes "
+                          "the final checkpoint");
       return make_error(snap.err().code,
                         "session::save_checkpoint: no snapshot of the cast: {}",
                         snap.err().message);
+    }
     return s.checkpoint_with(self, *snap);
   } catch (const std::exception& e) {
     return make_error(errc::unavailable, "session::save_checkpoint: {}", e.what());
