@@ -646,9 +646,11 @@ TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeo
     [&] {
       if (!coord.running() || !w2.running())
         return true;
+      // A metrics row written after the loss and after the rejoin (a row
+      // from before the freeze also says hosts = 2, with hosts_lost = 0).
       return joins_of(coord.err(), "w2") == 2 &&
              count_of(w2.out(), "troupe: worker w2 joined the run") == 2 &&
-             metric(run, "hosts") == 2;
+             metric(run, "hosts") == 2 && metric(run, "hosts_lost") == 1;
     },
     std::chrono::seconds(120));
   REQUIRE_MESSAGE(rejoined, "the woken worker did not join again within 120 s");
