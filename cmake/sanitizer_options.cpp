@@ -24,14 +24,24 @@ const char* __ubsan_default_options() {
          "suppressions=" TROUPE_UBSAN_SUPPRESSIONS;
 }
 
+// abort_on_error=0: a finding ends the process with TSan's exit code (66)
+// instead of SIGABRT, whose handler in doctest allocates while TSan holds its
+// thread registry: the test then hung until CTest's timeout instead of failing.
 const char* __tsan_default_options() {
-  return "halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:"
+  return "halt_on_error=1:abort_on_error=0:second_deadlock_stack=1:"
          "history_size=4:print_summary=1";
 }
 
 // Reports that are not troupe's to fix. Each names the upstream cause.
 const char* __tsan_default_suppressions() {
-  return "";
+  // Debian's libzmq5 is not built with ThreadSanitizer. It hands every
+  // message from the thread that sends it to its I/O thread through its
+  // lock-free pipes (ypipe_t over atomic_ptr_t), whose atomic operations are
+  // then invisible to TSan: the I/O thread's memcpy of a message that the
+  // sender's thread allocated in libzmq is reported as a race (the remote
+  // environment server's tests, actors/remote_server.cpp). Only races with
+  // a frame in libzmq are suppressed.
+  return "race:libzmq.so\n";
 }
 
 } // extern "C"
