@@ -44,9 +44,26 @@ struct remote_figures {
   uint64_t env_steps = 0, floor_env_steps = 0;
 };
 
+// The start line of a measurement: each worker arrives once its connection
+// and handshake are done; the clock starts when all have arrived, so the
+// measured span holds steps only, never set-up.
+struct start_line {
+  std::atomic<size_t> arrived{0};
+  std::atomic<bool> go{false};
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> failed{0}; ///< workers that returned an error
+  /// Called by a worker after its set-up; false when the run was called off.
+  bool arrive_and_wait() {
+    arrived.fetch_add(1);
+    while (!go.load() && !stop.load())
+      std::this_thread::yield();
+    return go.load();
+  }
+};
+
 // One client: `envs` CartPoles stepped on this thread until `stop`.
 result<uint64_t> run_client(const std::string& endpoint, size_t envs, uint64_t seed,
-                            const std::atomic<bool>& stop) {
+                            start_line& line) {
   std::vector<std::unique_ptr<envs::env>> games;
   for (size_t i = 0; i < envs; ++i) {
     auto e = envs::make_env("CartPole-v1");
@@ -70,7 +87,9 @@ result<uint64_t> run_client(const std::string& endpoint, size_t envs, uint64_t s
     return make_error(errc::unavailable, "client: {}", ok.message);
   uint64_t steps = 0;
   bool first = true;
-  while (!stop.load(std::memory_order_relaxed)) {
+  if (!line.arrive_and_wait())
+    return steps;
+  do {
     auto ok = first ? s.step(ids, obs, {}, {}, {}, actions)
                     : s.step(ids, obs, rewards, flags, final_obs, actions);
     if (!ok)
@@ -90,23 +109,39 @@ result<uint64_t> run_client(const std::string& endpoint, size_t envs, uint64_t s
       }
     }
     steps += envs;
-  }
+  } while (!line.stop.load(std::memory_order_relaxed));
   s.close();
   return steps;
 }
 
-// Runs `threads` copies of `work` for `seconds`; the env steps per second.
+// Runs `threads` copies of `work` (which call arrive_and_wait() once set up,
+// then step at least once and until `stop`) for `seconds` from the moment all
+// have arrived; the env steps and env steps per second of that span.
 template <class Work>
 result<std::pair<uint64_t, double>> timed(size_t threads, double seconds, Work work) {
-  std::atomic<bool> stop{false};
+  start_line line;
   std::vector<result<uint64_t>> out(threads, uint64_t{0});
   std::vector<std::thread> pool;
-  const auto t0 = bench_clock::now();
   for (size_t i = 0; i < threads; ++i)
-    pool.emplace_back([&, i] { out[i] = work(i, stop); });
-  std::this_thread::sleep_for(
-    std::chrono::duration<double>(seconds)); // the measured span
-  stop.store(true);
+    pool.emplace_back([&, i] {
+      out[i] = work(i, line);
+      if (!out[i])
+        line.failed.fetch_add(1);
+    });
+  // Set-up is bounded: a worker that fails ends the wait (its error is
+  // returned below); one that hangs is given up after 60 s.
+  const auto setup_deadline = bench_clock::now() + std::chrono::seconds(60);
+  while (line.arrived.load() < threads && line.failed.load() == 0 &&
+         bench_clock::now() < setup_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool all_arrived = line.arrived.load() >= threads;
+  const auto t0 = bench_clock::now();
+  if (all_arrived) {
+    line.go.store(true);
+    std::this_thread::sleep_for(
+      std::chrono::duration<double>(seconds)); // the measured span
+  }
+  line.stop.store(true);
   for (auto& t : pool)
     t.join();
   const double elapsed = std::chrono::duration<double>(bench_clock::now() - t0).count();
@@ -116,6 +151,10 @@ result<std::pair<uint64_t, double>> timed(size_t threads, double seconds, Work w
       return r.err();
     total += *r;
   }
+  if (!all_arrived)
+    return make_error(errc::unavailable,
+                      "bench remote: {} of {} clients were not set up within 60 s",
+                      threads - line.arrived.load(), threads);
   return std::make_pair(total, static_cast<double>(total) / elapsed);
 }
 
@@ -149,8 +188,8 @@ result<remote_figures> measure(size_t clients, size_t envs, double seconds,
     if (auto ok = (*server)->start(*agent); !ok)
       return ok.err();
     const std::string endpoint = (*server)->endpoint();
-    auto r = timed(clients, seconds, [&](size_t i, const std::atomic<bool>& stop) {
-      return run_client(endpoint, envs, seed + 1000 * i, stop);
+    auto r = timed(clients, seconds, [&](size_t i, start_line& line) {
+      return run_client(endpoint, envs, seed + 1000 * i, line);
     });
     (*server)->stop();
     if (!r)
@@ -183,32 +222,33 @@ result<remote_figures> measure(size_t clients, size_t envs, double seconds,
         router.send(zmq::buffer(version), zmq::send_flags::none);
       }
     });
-    auto r = timed(
-      clients, seconds, [&](size_t, const std::atomic<bool>& stop) -> result<uint64_t> {
-        zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
-        dealer.set(zmq::sockopt::linger, 0);
-        dealer.connect(endpoint);
-        const std::vector<uint8_t> head(32), ids(4 * envs), obs(16 * envs),
-          rewards(8 * envs), flags(envs);
-        std::vector<zmq::message_t> parts;
-        uint64_t steps = 0;
-        while (!stop.load(std::memory_order_relaxed)) {
-          dealer.send(zmq::buffer(head), zmq::send_flags::sndmore);
-          dealer.send(zmq::buffer(ids), zmq::send_flags::sndmore);
-          dealer.send(zmq::buffer(obs), zmq::send_flags::sndmore);
-          dealer.send(zmq::buffer(rewards), zmq::send_flags::sndmore);
-          dealer.send(zmq::buffer(flags), zmq::send_flags::sndmore);
-          dealer.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::none);
-          parts.clear();
-          zmq::pollitem_t item{static_cast<void*>(dealer), 0, ZMQ_POLLIN, 0};
-          if (zmq::poll(&item, 1, std::chrono::seconds(10)) == 0)
-            return make_error(errc::unavailable, "floor: no echo within 10 s");
-          if (!zmq::recv_multipart(dealer, std::back_inserter(parts)))
-            return make_error(errc::unavailable, "floor: receive failed");
-          steps += envs;
-        }
+    auto r = timed(clients, seconds, [&](size_t, start_line& line) -> result<uint64_t> {
+      zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+      dealer.set(zmq::sockopt::linger, 0);
+      dealer.connect(endpoint);
+      const std::vector<uint8_t> head(32), ids(4 * envs), obs(16 * envs),
+        rewards(8 * envs), flags(envs);
+      std::vector<zmq::message_t> parts;
+      uint64_t steps = 0;
+      if (!line.arrive_and_wait())
         return steps;
-      });
+      do {
+        dealer.send(zmq::buffer(head), zmq::send_flags::sndmore);
+        dealer.send(zmq::buffer(ids), zmq::send_flags::sndmore);
+        dealer.send(zmq::buffer(obs), zmq::send_flags::sndmore);
+        dealer.send(zmq::buffer(rewards), zmq::send_flags::sndmore);
+        dealer.send(zmq::buffer(flags), zmq::send_flags::sndmore);
+        dealer.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::none);
+        parts.clear();
+        zmq::pollitem_t item{static_cast<void*>(dealer), 0, ZMQ_POLLIN, 0};
+        if (zmq::poll(&item, 1, std::chrono::seconds(10)) == 0)
+          return make_error(errc::unavailable, "floor: no echo within 10 s");
+        if (!zmq::recv_multipart(dealer, std::back_inserter(parts)))
+          return make_error(errc::unavailable, "floor: receive failed");
+        steps += envs;
+      } while (!line.stop.load(std::memory_order_relaxed));
+      return steps;
+    });
     done.store(true);
     echo.join();
     if (!r)
