@@ -12,6 +12,7 @@
 #include <caf/all.hpp>
 
 #include "envs/vector_env.hpp"
+#include "actors/raw_array.hpp"
 #include "kernels/error.hpp"
 #include "learners/stats_view.hpp"
 
@@ -56,8 +57,8 @@ struct moments_delta {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, moments_delta& x) {
-  return f(caf::meta::type_name("moments_delta"), x.stream, x.worker, x.count, x.mean,
-           x.m2, x.incarnation, x.seq_first, x.seq_last);
+  return f(caf::meta::type_name("moments_delta"), x.stream, x.worker, x.count, raw(x.mean),
+           raw(x.m2), x.incarnation, x.seq_first, x.seq_last);
 }
 
 /// The keeper's cumulative acknowledgement of one sender's stream: every
@@ -188,9 +189,9 @@ struct trajectory_batch {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, trajectory_batch& x) {
   return f(caf::meta::type_name("trajectory_batch"), x.runner, x.env_id, x.sequence,
-           x.num_envs, x.steps, x.obs_dim, x.action_dim, x.observations, x.actions,
-           x.behavior_logp, x.rewards, x.terminated, x.truncated, x.autoreset,
-           x.episode_returns, x.episode_lengths, x.policy_version, x.stats_version,
+           x.num_envs, x.steps, x.obs_dim, x.action_dim, raw(x.observations), raw(x.actions),
+           raw(x.behavior_logp), raw(x.rewards), x.terminated, x.truncated, x.autoreset,
+           raw(x.episode_returns), raw(x.episode_lengths), x.policy_version, x.stats_version,
            x.normalized, x.behavior_recorded);
 }
 
@@ -272,7 +273,7 @@ struct gradient_update {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_update& x) {
   return f(caf::meta::type_name("gradient_update"), x.learner, x.base_version, x.samples,
-           x.learning_rate, x.grad, x.buffers, x.batch_env_steps, x.worker, x.incarnation,
+           x.learning_rate, raw(x.grad), raw(x.buffers), x.batch_env_steps, x.worker, x.incarnation,
            x.sequence);
 }
 
@@ -294,7 +295,7 @@ struct weights_reply {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, weights_reply& x) {
   return f(caf::meta::type_name("weights_reply"), x.version, x.applied, x.draining,
-           x.rejected, x.params, x.buffers, x.duplicate, x.fenced);
+           x.rejected, raw(x.params), raw(x.buffers), x.duplicate, x.fenced);
 }
 
 /// Counters of the parameter server.
@@ -445,7 +446,7 @@ namespace troupe::learners {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stats_snapshot& x) {
   return f(caf::meta::type_name("stats_snapshot"), x.stream, x.version,
-           x.count, x.mean, x.var);
+           x.count, troupe::actors::raw(x.mean), troupe::actors::raw(x.var));
 }
 
 } // namespace troupe::learners

@@ -10,6 +10,8 @@
 
 #include <caf/all.hpp>
 
+#include "actors/raw_array.hpp"
+
 namespace troupe::cluster {
 
 /// Version of the join protocol; a worker of another version is refused.
@@ -46,7 +48,7 @@ struct policy_push {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, policy_push& x) {
-  return f(caf::meta::type_name("policy_push"), x.version, x.params, x.buffers);
+  return f(caf::meta::type_name("policy_push"), x.version, actors::raw(x.params), actors::raw(x.buffers));
 }
 
 /// The coordinator's answer to an accepted join.
