@@ -216,6 +216,14 @@ void add_cluster(std::vector<option_spec>& out) {
   out.push_back(opt_int("cluster", "reconnect_s", 60, 0, 86400,
                         "how long a worker keeps trying to reach its coordinator before "
                         "it exits with status 1"));
+  out.push_back(opt_string("cluster", "tls_certificate", "", {},
+                           "PEM certificate of the coordinator, signed by the run's CA; "
+                           "with tls_key and tls_ca it turns on TLS with certificate "
+                           "checks on both ends of every connection"));
+  out.push_back(opt_string("cluster", "tls_key", "", {},
+                           "PEM private key (unencrypted) of tls_certificate"));
+  out.push_back(opt_string("cluster", "tls_ca", "", {},
+                           "PEM CA certificate every node's certificate must chain to"));
 }
 
 void add_remote(std::vector<option_spec>& out) {

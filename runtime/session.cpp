@@ -289,7 +289,7 @@ std::string session::state::open_gate(const cast_handles& h,
   // SO_REUSEADDR: a coordinator resumed on the port of one that was killed
   // binds while the killed one's connections are still in TIME_WAIT (two
   // listeners on one port are still refused).
-  auto port = sys->middleman().publish(gate, listen.port, listen.host.c_str(), true);
+  auto port = cluster::publish_gate(gate, listen, *node);
   if (!port)
     return fmt::format("cluster.listen {}:{}: cannot listen there: {}", listen.host,
                        listen.port, actors::error_message(*sys, port.error()));

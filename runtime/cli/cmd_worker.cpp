@@ -32,6 +32,11 @@ int cmd_worker(const args_t& args) {
     {"timeout-ms", true, false, "the run's cluster.timeout_ms (default 3000)"},
     {"reconnect-s", true, false,
      "how long to keep trying to reach the coordinator (default 60)"},
+    {"tls-certificate", true, false,
+     "this worker's PEM certificate, signed by the run's CA (a coordinator with "
+     "cluster.tls_* takes TLS connections only)"},
+    {"tls-key", true, false, "the PEM private key of --tls-certificate (unencrypted)"},
+    {"tls-ca", true, false, "the run's PEM CA certificate (cluster.tls_ca)"},
     {"rejoin-until-ms", true, false,
      "(set by a worker that restarts itself after losing the coordinator)"},
   };
@@ -97,6 +102,12 @@ int cmd_worker(const args_t& args) {
     return fail(exit_bad_input,
                 "--name: a non-empty name without spaces or commas, got '" + o.name +
                   "'");
+  o.tls.certificate = parsed->get("tls-certificate").value_or("");
+  o.tls.key = parsed->get("tls-key").value_or("");
+  o.tls.ca = parsed->get("tls-ca").value_or("");
+  if (auto ok = cluster::check_tls(o.tls, {"--tls-certificate", "--tls-key", "--tls-ca"});
+      !ok)
+    return fail(exit_bad_input, ok.err().message);
   if (auto until = parsed->get("rejoin-until-ms")) {
     char* end = nullptr;
     o.rejoin_until_ms = std::strtoull(until->c_str(), &end, 10);

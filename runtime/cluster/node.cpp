@@ -1,10 +1,20 @@
 #include "runtime/cluster/node.hpp"
 
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+
+#include <cstdio>
+#include <memory>
 
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 namespace troupe::cluster {
 
@@ -43,7 +53,97 @@ result<node_settings> node_settings_from(const runtime::config& cfg,
                       "({}), got {}",
                       cfg.origin("cluster.timeout_ms"), s.heartbeat_ms, s.timeout_ms);
   s.app_identifier = app_identifier(run);
+  s.tls.certificate = cfg.get_string("cluster.tls_certificate");
+  s.tls.key = cfg.get_string("cluster.tls_key");
+  s.tls.ca = cfg.get_string("cluster.tls_ca");
+  if (auto ok = check_tls(s.tls, {"cluster.tls_certificate", "cluster.tls_key", "cluster.tls_ca"},
+                          {cfg.origin("cluster.tls_certificate"), cfg.origin("cluster.tls_key"),
+                           cfg.origin("cluster.tls_ca")});
+      !ok)
+    return ok.err();
   return s;
+}
+
+namespace {
+
+// OpenSSL's reason for the last failure, or `fallback`.
+std::string openssl_reason(const char* fallback) {
+  const unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0)
+    return fallback;
+  char buf[256];
+  ERR_error_string_n(code, buf, sizeof buf);
+  return buf;
+}
+
+struct file_closer {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using file_ptr = std::unique_ptr<std::FILE, file_closer>;
+
+// Opens `path` for reading; an error naming `what` when it cannot.
+result<file_ptr> open_pem(const std::string& path, const std::string& what) {
+  file_ptr f{std::fopen(path.c_str(), "rb")};
+  if (!f)
+    return make_error(errc::bad_config, "{}: cannot read '{}': {}", what, path,
+                      std::strerror(errno));
+  return f;
+}
+
+} // namespace
+
+status check_tls(const tls_files& t, const std::array<std::string, 3>& keys,
+                 const std::array<std::string, 3>& origins) {
+  const std::array<const std::string*, 3> values = {&t.certificate, &t.key, &t.ca};
+  std::string given;
+  for (size_t i = 0; i < 3; ++i)
+    if (!values[i]->empty())
+      given += fmt::format("{}{}{}", given.empty() ? "" : ", ", keys[i],
+                           origins[i].empty() ? "" : " (" + origins[i] + ")");
+  if (given.empty())
+    return {};
+  if (t.certificate.empty() || t.key.empty() || t.ca.empty())
+    return make_error(errc::bad_config, "TLS needs all three of {}, {} and {}; got only {}",
+                      keys[0], keys[1], keys[2], given);
+  std::array<std::string, 3> names;
+  for (size_t i = 0; i < 3; ++i)
+    names[i] = origins[i].empty() ? keys[i] : origins[i] + ": " + keys[i];
+  ERR_clear_error();
+  auto cert_file = open_pem(t.certificate, names[0]);
+  if (!cert_file)
+    return cert_file.err();
+  std::unique_ptr<X509, decltype(&X509_free)> cert{
+    PEM_read_X509(cert_file->get(), nullptr, nullptr, nullptr), X509_free};
+  if (!cert)
+    return make_error(errc::bad_config, "{}: '{}' is not a PEM certificate ({})",
+                      names[0], t.certificate, openssl_reason("no certificate found"));
+  auto key_file = open_pem(t.key, names[1]);
+  if (!key_file)
+    return key_file.err();
+  // No passphrase callback: an encrypted key fails here instead of asking on a
+  // terminal that a worker started by ssh or Slurm does not have.
+  auto no_passphrase = [](char*, int, int, void*) { return 0; };
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key{
+    PEM_read_PrivateKey(key_file->get(), nullptr, no_passphrase, nullptr), EVP_PKEY_free};
+  if (!key)
+    return make_error(errc::bad_config,
+                      "{}: '{}' is not an unencrypted PEM private key ({})", names[1],
+                      t.key, openssl_reason("no key found"));
+  if (X509_check_private_key(cert.get(), key.get()) != 1)
+    return make_error(errc::bad_config, "{}: the key in '{}' is not the key of {} ('{}')",
+                      names[1], t.key, names[0], t.certificate);
+  ERR_clear_error();
+  auto ca_file = open_pem(t.ca, names[2]);
+  if (!ca_file)
+    return ca_file.err();
+  std::unique_ptr<X509, decltype(&X509_free)> ca{
+    PEM_read_X509(ca_file->get(), nullptr, nullptr, nullptr), X509_free};
+  if (!ca)
+    return make_error(errc::bad_config, "{}: '{}' holds no PEM certificate ({})",
+                      names[2], t.ca, openssl_reason("no certificate found"));
+  ERR_clear_error();
+  return {};
 }
 
 void configure_node(caf::actor_system_config& cfg, const node_settings& s) {
@@ -53,6 +153,31 @@ void configure_node(caf::actor_system_config& cfg, const node_settings& s) {
   cfg.set("middleman.connection-timeout",
           caf::timespan{std::chrono::milliseconds(s.timeout_ms)});
   cfg.set("middleman.app-identifiers", std::vector<std::string>{s.app_identifier});
+  if (s.tls.enabled()) {
+    // CAF's OpenSSL module: with a certificate set, it requires a certificate
+    // that chains to `cafile` from the peer on every connection, both ways
+    // (SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT), ciphers
+    // "HIGH:!aNULL:!MD5". It does not compare host names with the
+    // certificate: the run's CA is what admits a node (docs/cluster.md).
+    cfg.load<caf::openssl::manager>();
+    cfg.openssl_certificate = s.tls.certificate;
+    cfg.openssl_key = s.tls.key;
+    cfg.openssl_cafile = s.tls.ca;
+  }
+}
+
+caf::expected<uint16_t> publish_gate(const caf::actor& gate, const endpoint& at,
+                                     const node_settings& s) {
+  if (s.tls.enabled())
+    return caf::openssl::publish(gate, at.port, at.host.c_str(), true);
+  return gate.home_system().middleman().publish(gate, at.port, at.host.c_str(), true);
+}
+
+caf::expected<caf::actor> connect_gate(caf::actor_system& sys, const endpoint& at,
+                                       const node_settings& s) {
+  if (s.tls.enabled())
+    return caf::openssl::remote_actor(sys, at.host, at.port);
+  return sys.middleman().remote_actor(at.host, at.port);
 }
 
 result<endpoint> parse_endpoint(const std::string& text, const std::string& what) {

@@ -3,6 +3,7 @@
 // run's token and HOST:PORT endpoints.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -17,12 +18,35 @@ namespace troupe::cluster {
 /// has none (and the worker's only source of it: never on a command line).
 constexpr const char* token_variable = "TROUPE_CLUSTER_TOKEN";
 
+/// A HOST:PORT pair.
+struct endpoint {
+  std::string host;  ///< name or address
+  uint16_t port = 0; ///< 0: any free port (listening only)
+};
+
+/// The files of a node's TLS identity (PEM): all three set, or none (no TLS).
+struct tls_files {
+  std::string certificate; ///< this node's certificate (chain), signed by the run's CA
+  std::string key;         ///< its private key, unencrypted
+  std::string ca;          ///< the CA certificate(s) a peer's certificate must chain to
+  bool enabled() const { return !certificate.empty(); }
+};
+
 /// The middleman's settings of one node.
 struct node_settings {
   uint64_t heartbeat_ms = 500; ///< middleman.heartbeat-interval
   uint64_t timeout_ms = 3000;  ///< middleman.connection-timeout
   std::string app_identifier;  ///< middleman.app-identifiers (one entry)
+  tls_files tls;               ///< with a certificate: TLS on every connection
 };
+
+/// Checks a node's TLS files before anything starts: all three given or none;
+/// each readable and PEM; the key unencrypted and the certificate's; the CA
+/// file holds at least one certificate. `keys` are what the messages call
+/// the three (config keys or command-line flags), `origins` where each was set
+/// (file:line, "--set"; empty for flags).
+status check_tls(const tls_files& t, const std::array<std::string, 3>& keys,
+                 const std::array<std::string, 3>& origins = {});
 
 /// The app identifier of run `run` (the name of the coordinator's run
 /// folder, cluster.json's "run"): "troupe-cluster-1:RUN". Nodes of different
@@ -42,14 +66,19 @@ result<std::string> run_token(const runtime::config& cfg);
 result<node_settings> node_settings_from(const runtime::config& cfg,
                                          const std::string& token);
 
-/// Loads the middleman into `cfg` with `s` (before the system is created).
+/// Loads the middleman into `cfg` with `s` (before the system is created),
+/// and with TLS files CAF's OpenSSL module, which then needs a valid
+/// certificate of the run's CA on both ends of every connection.
 void configure_node(caf::actor_system_config& cfg, const node_settings& s);
 
-/// A HOST:PORT pair.
-struct endpoint {
-  std::string host;  ///< name or address
-  uint16_t port = 0; ///< 0: any free port (listening only)
-};
+/// Publishes `gate` at host:port (SO_REUSEADDR), over TLS when `s` has it.
+caf::expected<uint16_t> publish_gate(const caf::actor& gate, const endpoint& at,
+                                     const node_settings& s);
+
+/// Connects to the gate at `at`, over TLS when `s` has it.
+caf::expected<caf::actor> connect_gate(caf::actor_system& sys, const endpoint& at,
+                                       const node_settings& s);
+
 
 /// Parses "HOST:PORT" (an IPv6 host in brackets); `what` names the value
 /// in the error (e.g. "--listen").

@@ -111,6 +111,7 @@ int run_worker(const worker_options& opts) {
   ns.heartbeat_ms = opts.heartbeat_ms;
   ns.timeout_ms = opts.timeout_ms;
   ns.app_identifier = app_identifier(opts.run);
+  ns.tls = opts.tls;
   const std::string where =
     fmt::format("{}:{} (run {})", opts.connect.host, opts.connect.port, opts.run);
 
@@ -137,7 +138,7 @@ int run_worker(const worker_options& opts) {
   }
   caf::actor gate;
   for (;;) {
-    auto g = sys->middleman().remote_actor(opts.connect.host, opts.connect.port);
+    auto g = connect_gate(*sys, opts.connect, ns);
     if (g) {
       gate = *g;
       break;

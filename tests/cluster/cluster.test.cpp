@@ -890,3 +890,144 @@ TEST_CASE("troupe worker refuses bad arguments before it connects") {
   CHECK(r.err.find("cannot reach the coordinator at 127.0.0.1:1 (run r) within 0 s") !=
         std::string::npos);
 }
+
+namespace {
+
+// A CA, and for each name a key and a certificate it signed (EC P-256, valid
+// two days), made with the openssl command line in `dir`; the CA's files are
+// NAME_ca.pem / NAME_ca.key. Returns false (and the output) when openssl fails.
+bool make_certificates(const temp_folder& dir, const std::string& ca,
+                       const std::vector<std::string>& names, std::string& why) {
+  std::string script = fmt::format(
+    "set -e; cd '{}'; openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+    "-nodes -keyout {}_ca.key -out {}_ca.pem -days 2 -subj /CN={}-ca 2>&1; ",
+    dir.path.string(), ca, ca, ca);
+  for (const auto& n : names)
+    script += fmt::format(
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout {}.key "
+      "-out {}.csr -subj /CN={} 2>&1; openssl x509 -req -in {}.csr -CA {}_ca.pem -CAkey "
+      "{}_ca.key -CAcreateserial -out {}.pem -days 2 2>&1; ",
+      n, n, n, n, ca, ca, n);
+  auto r = run_command("bash -c \"" + script + "\"", dir);
+  why = r.out + r.err;
+  return r.status == 0;
+}
+
+} // namespace
+
+TEST_CASE("TLS between coordinator and workers: a worker with a certificate of the run's "
+          "CA joins and trains, one without TLS or with another CA's certificate never "
+          "gets in") {
+  temp_folder dir("troupe-cluster");
+  std::string why;
+  REQUIRE_MESSAGE(make_certificates(dir, "run", {"coord", "w1"}, why),
+                  "openssl could not make the test certificates: " << why);
+  REQUIRE_MESSAGE(make_certificates(dir, "other", {"stray"}, why),
+                  "openssl could not make the test certificates: " << why);
+  const auto p = [&](const std::string& f) { return (dir.path / f).string(); };
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0", "--set",
+               "cluster.tls_certificate=\"" + p("coord.pem") + "\"", "--set",
+               "cluster.tls_key=\"" + p("coord.key") + "\"", "--set",
+               "cluster.tls_ca=\"" + p("run_ca.pem") + "\""},
+              dir.path / "coord.out", dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  const auto name = run.filename().string();
+
+  // Refused first (each gives up after 2 s of retries), then the good one.
+  child plain({"worker", "--connect", addr, "--run", name, "--name", "plain",
+               "--reconnect-s", "2"},
+              dir.path / "plain.out", dir.path / "plain.err", {token_env});
+  child stray({"worker", "--connect", addr, "--run", name, "--name", "stray",
+               "--reconnect-s", "2", "--tls-certificate", p("stray.pem"), "--tls-key",
+               p("stray.key"), "--tls-ca", p("run_ca.pem")},
+              dir.path / "stray.out", dir.path / "stray.err", {token_env});
+  REQUIRE(poll_until([&] { return !plain.running() && !stray.running(); },
+                     std::chrono::seconds(120)));
+  INFO("coordinator stderr: " << coord.err() << "\nplain stderr: " << plain.err()
+                              << "\nstray stderr: " << stray.err());
+  CHECK(plain.status() == 1);
+  CHECK(plain.err().find("cannot reach the coordinator at " + addr) != std::string::npos);
+  CHECK(stray.status() == 1);
+  CHECK(stray.err().find("cannot reach the coordinator at " + addr) != std::string::npos);
+  CHECK(joins_of(coord.err(), "plain") == 0);
+  CHECK(joins_of(coord.err(), "stray") == 0);
+
+  child w1({"worker", "--connect", addr, "--run", name, "--name", "w1", "--heartbeat-ms",
+            "200", "--timeout-ms", "2000", "--tls-certificate", p("w1.pem"), "--tls-key",
+            p("w1.key"), "--tls-ca", p("run_ca.pem")},
+           dir.path / "w1.out", dir.path / "w1.err", {token_env});
+  // Its gradients reach the server: the run's updates pass 20 with hosts = 1.
+  const bool trained = poll_until(
+    [&] {
+      return !coord.running() || !w1.running() ||
+             (metric(run, "hosts") == 1 && metric(run, "updates") >= 20);
+    },
+    std::chrono::seconds(120));
+  INFO("w1 stderr: " << w1.err() << "\ncoordinator stderr: " << coord.err());
+  REQUIRE(coord.running());
+  REQUIRE(w1.running());
+  REQUIRE_MESSAGE(trained, "no 20 updates with the TLS worker within 120 s");
+  CHECK(joins_of(coord.err(), "w1") == 1);
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running() && !w1.running(); },
+                     std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
+  CHECK(w1.status() == 0);
+}
+
+TEST_CASE("TLS files are checked before anything starts, naming the key or flag") {
+  temp_folder dir("troupe-cluster");
+  std::string why;
+  REQUIRE_MESSAGE(make_certificates(dir, "run", {"coord", "w1"}, why),
+                  "openssl could not make the test certificates: " << why);
+  const auto p = [&](const std::string& f) { return (dir.path / f).string(); };
+  const auto cfg = write_config(dir, 1, 2048);
+  auto set = [&](const std::string& key, const std::string& value) {
+    return fmt::format("--set cluster.{}='\"{}\"'", key, value);
+  };
+  struct bad {
+    std::string args, message;
+  };
+  const std::vector<bad> cases = {
+    {set("tls_certificate", p("coord.pem")),
+     "TLS needs all three of cluster.tls_certificate, cluster.tls_key and cluster.tls_ca; "
+     "got only cluster.tls_certificate (--set)"},
+    {set("tls_certificate", p("coord.pem")) + " " + set("tls_key", p("w1.key")) + " " +
+       set("tls_ca", p("run_ca.pem")),
+     "--set: cluster.tls_key: the key in '" + p("w1.key") + "' is not the key of"},
+    {set("tls_certificate", p("missing.pem")) + " " + set("tls_key", p("coord.key")) +
+       " " + set("tls_ca", p("run_ca.pem")),
+     "--set: cluster.tls_certificate: cannot read '" + p("missing.pem") + "'"},
+    {set("tls_certificate", p("coord.key")) + " " + set("tls_key", p("coord.key")) + " " +
+       set("tls_ca", p("run_ca.pem")),
+     "cluster.tls_certificate: '" + p("coord.key") + "' is not a PEM certificate"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    auto r = run_command(fmt::format("TROUPE_CLUSTER_TOKEN=t timeout -k 10 {} '{}' train "
+                                     "'{}' --listen 127.0.0.1:0 {}",
+                                     troupe_command_limit_s, TROUPE_BINARY, cfg, c.args),
+                         dir);
+    CAPTURE(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(!fs::exists(dir.path / "runs"));
+  }
+  auto r = run_troupe(fmt::format("worker --connect 127.0.0.1:1 --run r --tls-certificate "
+                                  "'{}' --tls-key '{}'",
+                                  p("w1.pem"), p("w1.key")),
+                      dir);
+  CAPTURE(r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("TLS needs all three of --tls-certificate, --tls-key and --tls-ca") !=
+        std::string::npos);
+  r = run_troupe(fmt::format("worker --connect 127.0.0.1:1 --run r --tls-certificate '{}' "
+                             "--tls-key '{}' --tls-ca '{}'",
+                             p("w1.pem"), p("coord.key"), p("run_ca.pem")),
+                 dir);
+  CAPTURE(r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--tls-key: the key in") != std::string::npos);
+}
