@@ -51,6 +51,8 @@ struct server_state {
   // At most once: highest sequence seen per (worker, incarnation, learner).
   std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t> seen;
   std::set<std::pair<std::string, uint64_t>> fenced;
+  // (worker, incarnation, learner) whose first gradient is not applied yet
+  std::set<std::tuple<std::string, uint64_t, std::string>> first_pending;
   uint64_t logged_drops = 0;
   uint64_t logged_rejects = 0;
   bool draining = false; // stopping: answer at once, apply nothing
@@ -206,6 +208,8 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
           reply.duplicate = true;
           return reply;
         }
+        if (high == 0)
+          s.first_pending.insert(std::make_tuple(worker, g.incarnation, g.learner));
         high = g.sequence;
       }
       // A NaN or infinity would pass the clipping test (a NaN norm compares
@@ -243,6 +247,15 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
         apply(s, g.grad, g.learning_rate);
         s.counters.applied += 1;
         s.counters.applied_by_learner[g.learner] += 1;
+        if (g.incarnation != 0 &&
+            s.first_pending.erase(std::make_tuple(worker_of(g), g.incarnation, g.learner)))
+          // An operator's (and the failover figures') sign that a joining
+          // host's learner trains: once per learner and incarnation.
+          write_log(s.opts.log,
+                    fmt::format("parameter server: first gradient applied from '{}' "
+                                "(worker '{}', incarnation {:#x}) at version {}",
+                                g.learner, worker_of(g), g.incarnation,
+                                s.counters.version));
         count_batch(s, g.batch_env_steps);
         return current(s, true);
       }
