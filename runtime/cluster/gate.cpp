@@ -37,6 +37,7 @@ struct gate_state {
   uint64_t joins = 0;
   uint64_t lost = 0;
   bool stopping = false;
+  bool budget_told = false; // a host said the step budget is spent
   std::vector<caf::typed_response_promise<caf::ok_atom>> stop_waiters;
 };
 
@@ -296,6 +297,21 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       auto rp = self->make_response_promise<caf::ok_atom>();
       st->stop_waiters.push_back(rp);
       return rp;
+    },
+    [self, st](actors::done_atom, const std::string& name) {
+      // A host's learners spent algo.total_env_steps on their own count, which
+      // the coordinator's count (from reports still on the way) may not show
+      // yet: the run's budget is spent. Told to the supervisor as the metrics
+      // actor tells it, once.
+      if (st->stopping || st->budget_told)
+        return;
+      st->budget_told = true;
+      actors::write_log(st->opts.log,
+                        fmt::format("cluster: host {} spent the step budget "
+                                    "(algo.total_env_steps) on its own count; the run ends",
+                                    name));
+      if (st->opts.supervisor)
+        self->send(st->opts.supervisor, actors::done_atom::value);
     },
     [st](actors::status_atom) -> caf::result<uint64_t, uint64_t> {
       return {static_cast<uint64_t>(st->hosts.size()), st->lost};

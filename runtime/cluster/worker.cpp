@@ -33,6 +33,9 @@ constexpr auto connect_retry = std::chrono::milliseconds(250);
 constexpr auto stop_timeout = std::chrono::seconds(10);
 // One flush of the delta outbox at the end (it asks the keeper, 5 s at most).
 constexpr auto flush_timeout = std::chrono::seconds(10);
+// How long a worker whose learners spent the step budget waits for the
+// coordinator to end the run.
+constexpr auto end_wait = std::chrono::seconds(60);
 
 // The host's policy store, set once the welcome has told the model's shape;
 // versions pushed before that are kept (the newest) and published then.
@@ -310,6 +313,34 @@ int run_worker(const worker_options& opts) {
             done = true;
           }
         });
+  }
+  if (!gate_lost && !stop_asked && failure.empty()) {
+    // This host's learners used up the step budget on their own count before
+    // the coordinator said the run ends (its count comes from the learners'
+    // reports, which may still be on the way): the budget is spent for the
+    // whole run, so the coordinator is told, and this process stays connected
+    // until it says stop, so that nothing it sent is cut off. Bounded.
+    self->send(gate, actors::done_atom::value, opts.name);
+    const auto until = std::chrono::steady_clock::now() + end_wait;
+    bool waiting = true;
+    while (waiting) {
+      self->receive(
+        [&](actors::stop_atom) { stop_asked = true; waiting = false; },
+        [&](caf::down_msg& down) {
+          if (down.source == gate.address())
+            waiting = false;
+        },
+        [&](actors::done_atom, bool, std::string&) {},
+        caf::after(std::chrono::milliseconds(200)) >> [&] {
+          if (std::chrono::steady_clock::now() >= until) {
+            std::fprintf(stderr,
+                         "troupe: worker %s: the step budget is spent here, and the "
+                         "coordinator did not end the run within %lld s; leaving\n",
+                         opts.name.c_str(), static_cast<long long>(end_wait.count()));
+            waiting = false;
+          }
+        });
+    }
   }
   if (!gate_lost && done) {
     // Every runner has ended (the supervisor waits for them): what the
