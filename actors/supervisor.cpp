@@ -79,7 +79,7 @@ caf::actor spawn_runner(caf::blocking_actor* self, cast_state& cs, runner_entry&
   req.restarts = r.restarts;
   req.name = r.name;
   req.consumer = r.guest_of ? r.guest_of : cs.learners[r.learner].actor;
-  req.keeper = cs.keeper;
+  req.keeper = cs.opts.cast.views ? cs.opts.cast.views : cs.keeper;
   req.deltas = cs.opts.cast.deltas ? cs.opts.cast.deltas : cs.keeper;
   r.actor = cs.opts.cast.make_runner(req);
   if (!r.actor)
@@ -109,14 +109,14 @@ std::string spawn_learner_at(caf::blocking_actor* self, cast_state& cs, size_t l
     lo.start_gen = cs.learner_states[li].gen;
   lo.batch_norm_views.clear();
   for (auto& [stream, width] : plan.batch_norm_streams) {
-    auto v = subscribe_view(sys, cs.keeper, stream, width);
+    auto v = subscribe_view(sys, plan.views ? plan.views : cs.keeper, stream, width);
     if (!v)
       return fmt::format("learner '{}': {}", l.name, v.err().message);
     lo.batch_norm_views.push_back(std::move(*v));
   }
   std::shared_ptr<learners::stats_view> view;
   if (!plan.obs_stream.empty()) {
-    auto v = subscribe_view(sys, cs.keeper, plan.obs_stream, plan.obs_dim);
+    auto v = subscribe_view(sys, plan.views ? plan.views : cs.keeper, plan.obs_stream, plan.obs_dim);
     if (!v)
       return fmt::format("learner '{}': {}", l.name, v.err().message);
     view = std::move(*v);

@@ -123,6 +123,10 @@ struct cast_plan {
   /// outbox, actors/delta_outbox.hpp, on a worker of a run across
   /// processes); null: the keeper itself.
   caf::actor deltas;
+  /// Where views subscribe to statistics streams (a host's statistics relay,
+  /// actors/stats_relay.hpp, on a worker of a run across processes); null:
+  /// the keeper itself.
+  caf::actor views;
   /// Learners elsewhere share the budget (the coordinator of a run across
   /// processes): the run goes on with no local learner alive, and ends when
   /// the metrics actor says the budget is spent (done_atom) or on a stop.

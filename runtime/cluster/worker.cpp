@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "actors/delta_outbox.hpp"
+#include "actors/stats_relay.hpp"
 #include "actors/messages.hpp"
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
@@ -226,6 +227,10 @@ int run_worker(const worker_options& opts) {
   oo.incarnation = incarnation;
   auto outbox = actors::spawn_delta_outbox(*sys, oo, w->keeper);
   plan.deltas = outbox;
+  // One subscription per statistics stream for the whole host: the relay
+  // hands each snapshot from the keeper to the host's views.
+  auto relay = actors::spawn_stats_relay(*sys, w->keeper);
+  plan.views = relay;
   for (size_t i = 0; i < plan.learners.size(); ++i) {
     auto& lo = plan.learners[i].options;
     lo.name = w->learner_names[i];
@@ -367,6 +372,7 @@ int run_worker(const worker_options& opts) {
     std::fflush(stdout);
   }
   self->send_exit(outbox, caf::exit_reason::user_shutdown);
+  self->send_exit(relay, caf::exit_reason::user_shutdown);
   if (gate_lost && !stop_asked) {
     // The coordinator is gone (or has declared this host lost while it was
     // stopped or cut off, and refuses what it still sends): this process's

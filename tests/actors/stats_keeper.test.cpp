@@ -14,6 +14,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/stats_keeper.hpp"
+#include "actors/stats_relay.hpp"
 #include "actors/stats_streams.hpp"
 #include "kernels/moments.hpp"
 #include "tests/seed.hpp"
@@ -590,4 +591,78 @@ TEST_CASE(
   fx.step(subscriber);
   CHECK(*log == std::vector<std::string>{"subscriber 0", "asker 2", "subscriber 4"});
   CHECK(fx.queue() == "[]");
+}
+
+TEST_CASE("a host's statistics relay subscribes once per stream and hands the keeper's "
+          "exact snapshots to every view of the host") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  keeper_fixture fx;
+  auto keeper = spawn_stats_keeper(*fx.sys, fx.options(1, 0));
+  caf::scoped_actor self{*fx.sys};
+  const size_t dim = 5;
+  CHECK(ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"}, uint64_t{dim}) ==
+        dim);
+  // Between the relay and the keeper, a forwarder that counts subscriptions
+  // (delegating keeps the relay as the keeper's subscriber).
+  auto subscriptions = std::make_shared<std::atomic<int>>(0);
+  auto counter = fx.sys->spawn([keeper, subscriptions](caf::event_based_actor* me) {
+    return caf::behavior{
+      [me, keeper, subscriptions](subscribe_atom a, const std::string& s) {
+        if (s == "obs")
+          ++*subscriptions;
+        return me->delegate(keeper, a, s);
+      },
+      [me, keeper](snapshot_atom a, const std::string& s) {
+        return me->delegate(keeper, a, s);
+      }};
+  });
+  auto relay = spawn_stats_relay(*fx.sys, counter);
+  std::vector<std::shared_ptr<learners::stats_view>> views;
+  for (int i = 0; i < 3; ++i) {
+    auto v = subscribe_view(*fx.sys, relay, "obs", dim);
+    REQUIRE_MESSAGE(v, (v ? std::string{} : v.err().message));
+    views.push_back(*v);
+  }
+  CHECK(subscriptions->load() == 1);
+  // A stream the keeper does not have: the view hears the keeper's refusal.
+  auto missing = subscribe_view(*fx.sys, relay, "nope", dim);
+  REQUIRE_FALSE(missing);
+  CHECK(missing.err().message.find("nope") != std::string::npos);
+
+  std::vector<float> all;
+  std::uniform_int_distribution<size_t> rows(1, 300);
+  const uint64_t batches = 12;
+  for (uint64_t b = 0; b < batches; ++b) {
+    auto x = random_rows(rng, rows(rng), dim, 3.0, 2.0);
+    all.insert(all.end(), x.begin(), x.end());
+    self->send(keeper,
+               delta_of("obs", "w1", kernels::compute_moments(x.data(), x.size() / dim, dim)));
+  }
+  sync(self, keeper);
+  const auto want = reference(all, dim);
+  const auto var = want.variance();
+  for (auto& v : views) {
+    // Bounded wait for the last publication to reach this view.
+    const auto deadline = std::chrono::steady_clock::now() + test::wait_limit;
+    while (v->read().version < batches && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    const auto& snap = v->read();
+    REQUIRE_MESSAGE(snap.version == batches, "a view did not reach the keeper's version");
+    CHECK(snap.count == want.count);
+    for (size_t j = 0; j < dim; ++j) {
+      CHECK(std::fabs(snap.mean[j] - want.mean[j]) <= 1e-12 * std::fabs(want.mean[j]) + 1e-12);
+      CHECK(std::fabs(snap.var[j] - var[j]) <= 1e-12 * var[j]);
+    }
+  }
+  CHECK(subscriptions->load() == 1);
+  // Its keeper (here the forwarder) gone: the relay ends with it.
+  self->monitor(relay);
+  self->send_exit(counter, caf::exit_reason::user_shutdown);
+  bool relay_down = false;
+  self->receive([&](caf::down_msg& d) { relay_down = d.source == relay.address(); },
+                caf::after(test::wait_limit) >> [] {});
+  CHECK(relay_down);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
 }
