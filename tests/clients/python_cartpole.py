@@ -3,7 +3,7 @@
 `troupe train` with env.id = "remote" to a 100-episode mean return above 200
 within a bounded number of environment steps, over CURVE (keys made with
 `troupe remote keygen`, the client's public key on the allow-list); with CLIENT_BINARY, that
-program (clients/c/examples/cartpole.c) is the client instead, run as
+program (clients/c/examples/cartpole.c or clients/cpp/examples/cartpole.cpp) is the client instead, run as
 `CLIENT_BINARY ENDPOINT 16 MAX_ENV_STEPS 200`, and must exit 0.
 
 usage: python_cartpole.py TROUPE_BINARY SOURCE_DIR [CLIENT_BINARY]
