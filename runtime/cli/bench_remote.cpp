@@ -9,6 +9,12 @@
 // ZeroMQ DEALER/ROUTER loop exchanging frames of the same sizes with no
 // decoding, no inference and no environment. Reports env steps per second
 // and the ratio to the floor.
+//
+// `troupe bench remote --serve SECONDS [--envs N]` only serves: the same
+// server and untrained agent with N slots, on a free loopback port it prints,
+// for SECONDS, for clients in other processes and languages to be measured
+// against (clients/python/examples/bench.py); it then prints the env steps
+// served.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -259,6 +265,43 @@ result<remote_figures> measure(size_t clients, size_t envs, double seconds,
   return f;
 }
 
+// --serve: the server of measure() alone, for clients of other processes.
+int serve_only(size_t envs, int64_t seconds, uint64_t seed) {
+  learners::model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 2;
+  spec.hidden = {64, 64};
+  auto store =
+    std::make_shared<actors::policy_store>(learners::actor_critic(spec, seed), 8);
+  actors::game_agent_options o;
+  o.slots = envs;
+  o.steps_per_segment = 128;
+  o.seed = seed;
+  auto agent = actors::game_agent::create(o, store);
+  if (!agent)
+    return fail(exit_failure, fmt::format("bench remote: {}", agent.err().message));
+  actors::remote_server_options so;
+  so.bind = "tcp://127.0.0.1:*";
+  so.shape.obs_dim = 4;
+  so.shape.num_actions = 2;
+  so.log = [](const std::string&) {};
+  auto server = actors::remote_server::bind(so, o.slots);
+  if (!server)
+    return fail(exit_failure, fmt::format("bench remote: {}", server.err().message));
+  if (auto ok = (*server)->start(*agent); !ok)
+    return fail(exit_failure, fmt::format("bench remote: {}", ok.err().message));
+  fmt::print("troupe: serving remote environments on {} for {} s ({} slots, an untrained "
+             "[64, 64] policy, no learner)\n",
+             (*server)->endpoint(), seconds, envs);
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::seconds(seconds)); // the serving time asked
+  (*server)->stop();
+  const auto c = (*server)->counters();
+  fmt::print("troupe: served {} env steps in {} STEP messages of {} sessions\n",
+             c.env_steps, c.steps, c.sessions);
+  return 0;
+}
+
 } // namespace
 
 int bench_remote(const args_t& args) {
@@ -269,7 +312,9 @@ int bench_remote(const args_t& args) {
     {"clients", true, false,
      "numbers of clients to measure, comma-separated (default 1,2,4)"},
     {"seconds", true, false, "seconds per measurement (default 3)"},
-    {"seed", true, false, "seed of the model and environments (default 1)"}};
+    {"seed", true, false, "seed of the model and environments (default 1)"},
+    {"serve", true, false,
+     "only serve for this many seconds (--envs slots) for clients of other processes"}};
   auto parsed = parse_args("bench remote", args, specs);
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
@@ -282,6 +327,12 @@ int bench_remote(const args_t& args) {
   auto seed = parsed->get_int("seed", 1, 0, int64_t{1} << 62);
   if (!seed)
     return fail(exit_bad_input, seed.err().message);
+  if (parsed->get("serve")) {
+    auto serve = parsed->get_int("serve", 10, 1, 3600);
+    if (!serve)
+      return fail(exit_bad_input, serve.err().message);
+    return serve_only(static_cast<size_t>(*envs), *serve, static_cast<uint64_t>(*seed));
+  }
   std::vector<size_t> counts;
   {
     std::stringstream in(parsed->get("clients").value_or("1,2,4"));
