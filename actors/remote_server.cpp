@@ -1,8 +1,8 @@
 #include "actors/remote_server.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <iterator>
 #include <mutex>
@@ -443,8 +443,10 @@ struct remote_server::impl {
         // A HELLO waiting for min_envs cannot send anything else: it waits at
         // most timeout_ms, so that a client that died waiting does not hold
         // its environments' places; a live one says HELLO again.
+        header h = reply_header(c, c.hello_sequence);
+        h.session = 0; // the client never heard of the session
         const auto reply = encode_error(
-          reply_header(c, c.hello_sequence),
+          h,
           error_reply{error_code::timeout,
                       fmt::format("the HELLO waited more than remote.timeout_ms {} for "
                                   "remote.min_envs {} ({} environments asked): say HELLO "

@@ -969,6 +969,7 @@ TEST_CASE("a HELLO waiting for remote.min_envs is dropped after timeout_ms with 
   auto h = a.receive_header("ERROR timeout for the waiting HELLO", frames);
   REQUIRE(h.type == kind::error);
   CHECK(h.sequence == 1);
+  CHECK(h.session == 0);
   CHECK(client::error_text(frames).find("waited more than remote.timeout_ms 1000 for "
                                         "remote.min_envs 4") != std::string::npos);
   CHECK(s.server->counters().sessions_dropped == 1);
