@@ -526,16 +526,22 @@ struct remote_server::impl {
         std::memcpy(&value, static_cast<const uint8_t*>(event[0].data()) + 2, 4);
         if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
             id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+          // Which side sees a failure first is a race: a plaintext client
+          // may hang up on troupe's greeting (no detail, an errno) before
+          // troupe reads its mechanism.
+          const std::string why =
+            id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
+              ? fmt::format("no detail: {}", zmq_strerror(static_cast<int>(value)))
+            : value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+              ? std::string("mechanism mismatch")
+            : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+              ? std::string("cryptographic error")
+              : fmt::format("protocol error 0x{:x}", value);
           count(&remote_server_counters::refused);
-          log(fmt::format(
-            "refused a connection on {}: the CURVE handshake failed ({}, code 0x{:x}): "
-            "a client without CURVE, with a wrong server public key, or not speaking "
-            "ZeroMQ",
-            event[1].to_string(),
-            value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? "mechanism mismatch"
-            : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC  ? "cryptographic error"
-                                                              : "protocol error",
-            value));
+          log(fmt::format("refused a connection on {}: the CURVE handshake failed ({}): a "
+                          "client without CURVE, with a wrong server public key, or not "
+                          "speaking ZeroMQ",
+                          event[1].to_string(), why));
         }
       }
       event.clear();
