@@ -853,8 +853,16 @@ TEST_CASE("the C++ client survives a server that goes away without a word and co
       out.later_ok += static_cast<bool>(c.step(ids, obs, {1.0, 1.0}, {}, {}, actions));
     c.close();
   });
+  // A failed REQUIRE below still joins the client (its every wait is bounded).
+  struct joiner {
+    std::thread& t;
+    ~joiner() {
+      if (t.joinable())
+        t.join();
+    }
+  } join_game{game};
 
-  // The vanishing server: WELCOME (a short timeout_ms), one ACT.
+  // The vanishing server: WELCOME (timeout_ms 1000), one ACT.
   const auto receive_from = [&](const char* what) {
     zmq::pollitem_t item{static_cast<void*>(gone), 0, ZMQ_POLLIN, 0};
     zmq::poll(&item, 1, receive_limit);
