@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <iterator>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -18,7 +20,36 @@ namespace troupe::actors {
 using namespace remote;
 using clock_type = std::chrono::steady_clock;
 
+status check_z85_key(const std::string& key, const std::string& what) {
+  if (key.size() != 40)
+    return make_error(errc::invalid_argument,
+                      "{}: a CURVE key is 40 Z85 characters, got {} characters", what,
+                      key.size());
+  uint8_t raw[32];
+  if (zmq_z85_decode(raw, key.c_str()) == nullptr)
+    return make_error(errc::invalid_argument,
+                      "{}: '{}' is not Z85 (ZeroMQ's base-85: 0-9 a-z A-Z and "
+                      ".-:+=^!/*?&<>()[]{{}}@%$#)",
+                      what, key);
+  return ok_status();
+}
+
+result<std::string> curve_public_key(const std::string& secret_key) {
+  if (auto ok = check_z85_key(secret_key, "CURVE secret key"); !ok)
+    return ok.err();
+  char pub[41] = {};
+  if (zmq_curve_public(pub, secret_key.c_str()) != 0)
+    return make_error(errc::unavailable,
+                      "CURVE: libzmq cannot derive a public key: {} (is it built "
+                      "with CURVE?)",
+                      zmq_strerror(zmq_errno()));
+  return std::string(pub);
+}
+
 namespace {
+
+// libzmq's ZAP endpoint (RFC 27): one handler per context.
+constexpr const char* zap_endpoint = "inproc://zeromq.zap.01";
 
 // One client connection (a DEALER's routing id), with or without a session.
 struct connection {
@@ -48,6 +79,9 @@ struct remote_server::impl {
   size_t slot_count = 0;
   zmq::context_t context{1};
   zmq::socket_t socket;
+  zmq::socket_t zap;     // CURVE: libzmq's authentication requests
+  zmq::socket_t monitor; // CURVE: the ROUTER socket's handshake events
+  std::unordered_set<std::string> allowed; // CURVE: client public keys, 32 bytes
   std::string endpoint;
   std::shared_ptr<game_agent> agent;
   std::thread thread;
@@ -401,12 +435,27 @@ struct remote_server::impl {
     const auto limit = std::chrono::milliseconds(opts.timeout_ms);
     for (auto it = connections.begin(); it != connections.end();) {
       connection& c = it->second;
-      const bool waiting = c.session && !c.welcomed;
-      if (waiting || now - c.last_heard <= limit) {
+      if (now - c.last_heard <= limit) {
         ++it;
         continue;
       }
-      if (c.session) {
+      if (c.session && !c.welcomed) {
+        // A HELLO waiting for min_envs cannot send anything else: it waits at
+        // most timeout_ms, so that a client that died waiting does not hold
+        // its environments' places; a live one says HELLO again.
+        header h = reply_header(c, c.hello_sequence);
+        h.session = 0; // the client never heard of the session
+        const auto reply = encode_error(
+          h,
+          error_reply{error_code::timeout,
+                      fmt::format("the HELLO waited more than remote.timeout_ms {} for "
+                                  "remote.min_envs {} ({} environments asked): say HELLO "
+                                  "again",
+                                  opts.timeout_ms, opts.min_envs, requested_envs)});
+        count(&remote_server_counters::sessions_dropped);
+        end_session(c, "waited too long for remote.min_envs");
+        send(c.routing_id, reply);
+      } else if (c.session) {
         const auto reply = encode_error(
           reply_header(c, 0),
           error_reply{error_code::timeout,
@@ -421,14 +470,100 @@ struct remote_server::impl {
     }
   }
 
+  // -- CURVE ------------------------------------------------------------------------
+
+  // Answers libzmq's ZAP requests: 200 for a CURVE client key on the
+  // allow-list, 400 (refused, counted, logged) for any other.
+  void on_zap() {
+    std::vector<zmq::message_t> req;
+    while (zmq::recv_multipart(zap, std::back_inserter(req), zmq::recv_flags::dontwait)) {
+      // version, request id, domain, address, routing id, mechanism, credentials...
+      const bool well_formed = req.size() >= 6 && req[0].to_string() == "1.0";
+      const std::string mechanism = well_formed ? req[5].to_string() : std::string{};
+      const std::string address = well_formed ? req[3].to_string() : std::string("?");
+      std::string key_text = "(none)";
+      bool ok = false;
+      if (well_formed && mechanism == "CURVE" && req.size() == 7 && req[6].size() == 32) {
+        const std::string key = req[6].to_string();
+        char z85[41] = {};
+        zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(key.data()), 32);
+        key_text = z85;
+        ok = allowed.count(key) > 0;
+      }
+      if (!ok) {
+        count(&remote_server_counters::refused);
+        log(fmt::format("refused a client at {}: {}", address,
+                        mechanism == "CURVE"
+                          ? fmt::format("its CURVE public key {} is not on the allow-list "
+                                        "(remote.curve_allowed_clients_file)",
+                                        key_text)
+                          : fmt::format("mechanism '{}' where CURVE is required",
+                                        mechanism)));
+      }
+      std::vector<zmq::message_t> reply;
+      reply.emplace_back(std::string("1.0"));
+      reply.emplace_back(req.size() > 1 ? req[1].to_string() : std::string{});
+      reply.emplace_back(std::string(ok ? "200" : "400"));
+      reply.emplace_back(std::string(ok ? "OK" : "client key not allowed"));
+      reply.emplace_back(ok ? key_text : std::string{}); // user id
+      reply.emplace_back();                               // no metadata
+      zmq::send_multipart(zap, reply);
+      req.clear();
+    }
+  }
+
+  // The handshake events of the ROUTER socket: a client that fails CURVE's
+  // handshake (a wrong server key, no CURVE at all, garbage) is counted and
+  // logged here; a key refused by on_zap was counted there.
+  void on_monitor() {
+    std::vector<zmq::message_t> event;
+    while (
+      zmq::recv_multipart(monitor, std::back_inserter(event), zmq::recv_flags::dontwait)) {
+      if (event.size() == 2 && event[0].size() == 6) {
+        uint16_t id = 0;
+        uint32_t value = 0;
+        std::memcpy(&id, event[0].data(), 2);
+        std::memcpy(&value, static_cast<const uint8_t*>(event[0].data()) + 2, 4);
+        if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+            id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+          // Which side sees a failure first is a race: a plaintext client
+          // may hang up on troupe's greeting (no detail, an errno) before
+          // troupe reads its mechanism.
+          const std::string why =
+            id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL
+              ? fmt::format("no detail: {}", zmq_strerror(static_cast<int>(value)))
+            : value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+              ? std::string("mechanism mismatch")
+            : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+              ? std::string("cryptographic error")
+              : fmt::format("protocol error 0x{:x}", value);
+          count(&remote_server_counters::refused);
+          log(fmt::format("refused a connection on {}: the CURVE handshake failed ({}): a "
+                          "client without CURVE, with a wrong server public key, or not "
+                          "speaking ZeroMQ",
+                          event[1].to_string(), why));
+        }
+      }
+      event.clear();
+    }
+  }
+
   void serve() {
     const auto tick =
       std::chrono::milliseconds(std::min<uint32_t>(opts.heartbeat_ms, 100));
     std::vector<zmq::message_t> parts;
+    const bool curve = static_cast<bool>(zap);
     while (!stopping.load(std::memory_order_acquire)) {
       try {
-        zmq::pollitem_t item{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0};
-        zmq::poll(&item, 1, tick);
+        zmq::pollitem_t items[3] = {
+          {static_cast<void*>(socket), 0, ZMQ_POLLIN, 0},
+          {curve ? static_cast<void*>(zap) : nullptr, 0, ZMQ_POLLIN, 0},
+          {curve ? static_cast<void*>(monitor) : nullptr, 0, ZMQ_POLLIN, 0}};
+        zmq::poll(items, curve ? 3 : 1, tick);
+        if (curve) {
+          on_zap();
+          on_monitor();
+        }
         for (;;) {
           parts.clear();
           auto got = zmq::recv_multipart(socket, std::back_inserter(parts),
@@ -468,15 +603,57 @@ result<std::unique_ptr<remote_server>> remote_server::bind(remote_server_options
     return make_error(errc::invalid_argument,
                       "remote server: slots must be in [1, {}], got {}", max_session_envs,
                       slots);
+  const bool curve = !opts.curve_secret_key.empty();
+  if (curve) {
+    if (auto ok = check_z85_key(opts.curve_secret_key, "remote server: CURVE secret key");
+        !ok)
+      return ok.err();
+    if (opts.curve_allowed_clients.empty())
+      return make_error(errc::invalid_argument,
+                        "remote server: CURVE needs an allow-list of client public keys; "
+                        "it is empty");
+  } else if (!opts.curve_allowed_clients.empty()) {
+    return make_error(errc::invalid_argument,
+                      "remote server: an allow-list of client keys needs a CURVE secret "
+                      "key");
+  }
   auto p = std::make_unique<impl>();
   p->opts = std::move(opts);
   p->slot_count = slots;
   for (size_t i = slots; i-- > 0;)
     p->free_slots.push_back(i);
+  for (const auto& key : p->opts.curve_allowed_clients) {
+    if (auto ok = check_z85_key(key, "remote server: an allowed client key"); !ok)
+      return ok.err();
+    uint8_t raw[32];
+    zmq_z85_decode(raw, key.c_str());
+    p->allowed.insert(std::string(reinterpret_cast<const char*>(raw), 32));
+  }
   try {
     p->socket = zmq::socket_t(p->context, zmq::socket_type::router);
     // A closing server gives its last CLOSE messages a moment, not forever.
     p->socket.set(zmq::sockopt::linger, 200);
+    if (curve) {
+      if (!zmq_has("curve"))
+        return make_error(errc::unavailable,
+                          "remote server: this libzmq was built without CURVE");
+      // The ZAP handler is bound before the first connection can ask it.
+      p->zap = zmq::socket_t(p->context, zmq::socket_type::rep);
+      p->zap.set(zmq::sockopt::linger, 0);
+      p->zap.bind(zap_endpoint);
+      const std::string monitor_at =
+        fmt::format("inproc://troupe-remote-monitor-{}", static_cast<void*>(p.get()));
+      if (zmq_socket_monitor(static_cast<void*>(p->socket), monitor_at.c_str(),
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
+        throw zmq::error_t();
+      p->monitor = zmq::socket_t(p->context, zmq::socket_type::pair);
+      p->monitor.set(zmq::sockopt::linger, 0);
+      p->monitor.connect(monitor_at);
+      p->socket.set(zmq::sockopt::curve_server, true);
+      p->socket.set(zmq::sockopt::curve_secretkey, p->opts.curve_secret_key);
+      p->socket.set(zmq::sockopt::zap_domain, "troupe-remote");
+    }
     p->socket.bind(p->opts.bind);
     p->endpoint = p->socket.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
@@ -525,6 +702,10 @@ void remote_server::stop() {
   if (m.thread.joinable())
     m.thread.join();
   try {
+    if (m.monitor)
+      m.monitor.close();
+    if (m.zap)
+      m.zap.close();
     m.socket.close();
     m.context.close();
   } catch (const zmq::error_t& e) {

@@ -15,12 +15,20 @@
 // message is answered with ERROR (code, rule, values), counted for its client and logged
 // with the client's name and address; the session is otherwise unchanged and the others
 // are served as before. ZeroMQ's exceptions are caught here: nothing escapes the thread.
+//
+// With a CURVE secret key the socket is a CURVE server (libzmq's encryption and
+// authentication): the same thread answers libzmq's ZAP requests
+// (inproc://zeromq.zap.01 of the server's own context), letting in only the client
+// public keys of the allow-list, and watches the socket's handshake events, so
+// that a client with an unknown key, a wrong server key or no CURVE at all is
+// refused before it can send a message, and is counted and logged.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/game_agent.hpp"
 #include "actors/log.hpp"
@@ -37,6 +45,11 @@ struct remote_server_options {
   uint32_t heartbeat_ms = 1000; ///< told to clients: send at least this often
   uint32_t timeout_ms = 10000;  ///< a silent session is dropped after this
   uint32_t max_errors = 16;     ///< malformed messages tolerated per session
+  /// The server's CURVE secret key, Z85 (40 characters); empty: no CURVE
+  /// (plaintext, for loopback and trusted networks).
+  std::string curve_secret_key;
+  /// With CURVE: the Z85 public keys of the clients let in (any other is refused).
+  std::vector<std::string> curve_allowed_clients;
   log_sink log;                 ///< default stderr
 };
 
@@ -49,7 +62,15 @@ struct remote_server_counters {
   uint64_t steps = 0;            ///< STEP messages answered with ACT
   uint64_t env_steps = 0;        ///< environments acted for
   uint64_t errors = 0;           ///< ERRORs sent for malformed messages
+  uint64_t refused = 0; ///< CURVE: connections refused (unknown key, failed handshake)
 };
+
+/// A Z85 CURVE key is 40 characters that decode to 32 bytes; invalid_argument
+/// naming `what` and the rule otherwise.
+status check_z85_key(const std::string& key, const std::string& what);
+
+/// The Z85 public key of a Z85 CURVE secret key (checked as check_z85_key).
+result<std::string> curve_public_key(const std::string& secret_key);
 
 /// A bound server (see the file comment). Movable only through its pointer.
 class remote_server {

@@ -256,6 +256,16 @@ void add_remote(std::vector<option_spec>& out) {
                         "than heartbeat_ms)"));
   out.push_back(opt_int("remote", "max_errors", 16, 0, 1000000,
                         "malformed messages a session may send; the next one drops it"));
+  out.push_back(opt_string("remote", "curve_secret_key_file", "", {},
+                           "file holding the server's CURVE secret key (40 Z85 characters "
+                           "on its first non-blank line; troupe remote keygen writes one): "
+                           "clients must use CURVE with the matching public key; empty: "
+                           "plaintext"));
+  out.push_back(opt_string("remote", "curve_allowed_clients_file", "", {},
+                           "with remote.curve_secret_key_file: the client public keys let "
+                           "in, one Z85 key per line (a note may follow the key after a "
+                           "space; blank lines are skipped); any other client is refused "
+                           "and logged"));
 }
 
 std::vector<option_spec> build_schema() {

@@ -2,7 +2,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <mutex>
 #include <limits>
 #include <optional>
@@ -24,6 +27,62 @@ constexpr std::chrono::seconds agent_wait{120};
 error at_key(const config& cfg, const std::string& key, const std::string& message) {
   return error{errc::bad_config,
                fmt::format("{}: {}: {}", cfg.origin(key), key, message)};
+}
+
+// The keys of a key file: the first word of every non-blank line (a note may
+// follow after a space), each checked as Z85; `one`: exactly one key.
+result<std::vector<std::string>> read_keys(const config& cfg, const std::string& key,
+                                           const std::string& path, bool one) {
+  std::ifstream in(path);
+  if (!in)
+    return at_key(cfg, key,
+                  fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  std::vector<std::string> keys;
+  std::string line;
+  for (size_t number = 1; std::getline(in, line); ++number) {
+    const size_t b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos)
+      continue;
+    const std::string word = line.substr(b, line.find_first_of(" \t\r", b) - b);
+    if (auto ok = actors::check_z85_key(word, fmt::format("{}:{}", path, number)); !ok)
+      return at_key(cfg, key, ok.err().message);
+    if (one && !keys.empty())
+      return at_key(cfg, key,
+                    fmt::format("{}:{}: a second key; the file holds one secret key",
+                                path, number));
+    keys.push_back(word);
+  }
+  if (in.bad())
+    return at_key(cfg, key,
+                  fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  if (keys.empty())
+    return at_key(cfg, key, fmt::format("'{}' holds no key", path));
+  return keys;
+}
+
+// remote.curve_*: both files or neither, read and checked before anything starts.
+status curve_settings(const config& cfg, actors::remote_server_options& so) {
+  const auto& secret_file = cfg.get_string("remote.curve_secret_key_file");
+  const auto& allowed_file = cfg.get_string("remote.curve_allowed_clients_file");
+  if (secret_file.empty() && allowed_file.empty())
+    return ok_status();
+  if (secret_file.empty())
+    return at_key(cfg, "remote.curve_allowed_clients_file",
+                  "an allow-list of client keys needs remote.curve_secret_key_file (the "
+                  "server's CURVE key)");
+  if (allowed_file.empty())
+    return at_key(cfg, "remote.curve_secret_key_file",
+                  "CURVE needs remote.curve_allowed_clients_file, the client public keys "
+                  "let in");
+  auto secret = read_keys(cfg, "remote.curve_secret_key_file", secret_file, true);
+  if (!secret)
+    return secret.err();
+  auto allowed = read_keys(cfg, "remote.curve_allowed_clients_file", allowed_file, false);
+  if (!allowed)
+    return allowed.err();
+  so.curve_secret_key = secret->front();
+  so.curve_allowed_clients = std::move(*allowed);
+  return ok_status();
 }
 
 envs::env_spec remote_spec(const config& cfg) {
@@ -140,6 +199,8 @@ result<std::unique_ptr<remote_run>> remote_run::open(const config& cfg,
   so.heartbeat_ms = static_cast<uint32_t>(heartbeat);
   so.timeout_ms = static_cast<uint32_t>(timeout);
   so.max_errors = static_cast<uint32_t>(cfg.get_int("remote.max_errors"));
+  if (auto ok = curve_settings(cfg, so); !ok)
+    return ok.err();
   auto server = actors::remote_server::bind(so, p->source->slots);
   if (!server)
     return at_key(cfg, "remote.bind", server.err().message);
@@ -167,8 +228,11 @@ status remote_run::start() {
     return make_error(errc::unavailable, "remote run: {}", agent.err().message);
   if (auto ok = m.server->start(*agent); !ok)
     return ok;
-  std::printf("troupe: serving remote environments on %s (docs/protocol.md)\n",
-              m.server->endpoint().c_str());
+  std::printf("troupe: serving remote environments on %s (docs/protocol.md)%s\n",
+              m.server->endpoint().c_str(),
+              m.cfg.get_string("remote.curve_secret_key_file").empty()
+                ? ""
+                : " with CURVE: clients of remote.curve_allowed_clients_file only");
   std::fflush(stdout);
   return ok_status();
 }

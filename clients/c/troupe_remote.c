@@ -24,6 +24,12 @@ enum {
 struct troupe_remote {
   void* context;
   void* socket;
+  char* endpoint;
+  char name[160];
+  int hello_timeout_ms;
+  char server_key[41], public_key[41], secret_key[41]; /* empty: plaintext */
+  int attempts, backoff_ms, backoff_max_ms;
+  uint32_t reconnects;
   uint64_t sequence;
   uint64_t session;
   uint8_t minor;
@@ -151,70 +157,67 @@ static int receive(troupe_remote* r, message* m, int timeout_ms, const char* exp
   return TROUPE_REMOTE_OK;
 }
 
-troupe_remote* troupe_remote_open(const char* endpoint, const char* client_name,
-                                  uint32_t num_envs, uint32_t obs_dim,
-                                  uint32_t num_actions, uint32_t action_dim,
-                                  int hello_timeout_ms, char* error, size_t error_size) {
-  if (!endpoint || !client_name || num_envs == 0 || obs_dim == 0 ||
-      (num_actions == 0 && action_dim == 0)) {
-    say(
-      error, error_size, TROUPE_REMOTE_INVALID,
-      "troupe_remote_open: endpoint and client_name must not be NULL, num_envs, obs_dim "
-      "and (num_actions or action_dim) must be positive");
-    return NULL;
-  }
-  troupe_remote* r = (troupe_remote*)calloc(1, sizeof *r);
-  if (!r) {
-    say(error, error_size, TROUPE_REMOTE_IO, "troupe_remote_open: out of memory");
-    return NULL;
-  }
-  r->num_envs = num_envs;
-  r->obs_dim = obs_dim;
-  r->num_actions = num_actions;
-  r->action_width = num_actions > 0 ? 1 : action_dim;
-  r->context = zmq_ctx_new();
-  r->socket = r->context ? zmq_socket(r->context, ZMQ_DEALER) : NULL;
+/* Copies a Z85 key of 40 characters into `out`; 0 when it is not one. */
+static int copy_key(char out[41], const char* key) {
+  uint8_t raw[32];
+  if (!key || strlen(key) != 40 || !zmq_z85_decode(raw, key))
+    return 0;
+  memcpy(out, key, 41);
+  return 1;
+}
+
+/* A new DEALER socket connected to r->endpoint (CURVE when keys are set). */
+static int connect_socket(troupe_remote* r, char* error, size_t error_size) {
+  if (r->socket)
+    zmq_close(r->socket);
+  r->socket = zmq_socket(r->context, ZMQ_DEALER);
   int linger = 0;
-  if (!r->socket || zmq_setsockopt(r->socket, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
-      zmq_connect(r->socket, endpoint) != 0) {
-    say(error, error_size, TROUPE_REMOTE_IO,
-        "troupe_remote_open: cannot connect to %s: %s", endpoint,
-        zmq_strerror(zmq_errno()));
-    troupe_remote_close(r);
-    return NULL;
-  }
+  if (!r->socket || zmq_setsockopt(r->socket, ZMQ_LINGER, &linger, sizeof linger) != 0)
+    return say(error, error_size, TROUPE_REMOTE_IO, "cannot make a socket: %s",
+               zmq_strerror(zmq_errno()));
+  if (r->server_key[0] &&
+      (zmq_setsockopt(r->socket, ZMQ_CURVE_SERVERKEY, r->server_key, 40) != 0 ||
+       zmq_setsockopt(r->socket, ZMQ_CURVE_PUBLICKEY, r->public_key, 40) != 0 ||
+       zmq_setsockopt(r->socket, ZMQ_CURVE_SECRETKEY, r->secret_key, 40) != 0))
+    return say(error, error_size, TROUPE_REMOTE_IO, "cannot set the CURVE keys: %s",
+               zmq_strerror(zmq_errno()));
+  if (zmq_connect(r->socket, r->endpoint) != 0)
+    return say(error, error_size, TROUPE_REMOTE_IO, "cannot connect to %s: %s",
+               r->endpoint, zmq_strerror(zmq_errno()));
+  return TROUPE_REMOTE_OK;
+}
+
+/* HELLO on r's socket and its WELCOME within r->hello_timeout_ms. */
+static int say_hello(troupe_remote* r, char* error, size_t error_size) {
   char json[512];
   int n;
-  if (num_actions > 0)
+  if (r->num_actions > 0)
     n =
       snprintf(json, sizeof json,
                "{\"client\": \"%s\", \"num_envs\": %u, \"observation_space\": {\"type\": "
                "\"box\", \"shape\": [%u]}, \"action_space\": {\"type\": \"discrete\", "
                "\"n\": %u}}",
-               client_name, num_envs, obs_dim, num_actions);
+               r->name, r->num_envs, r->obs_dim, r->num_actions);
   else
     n =
       snprintf(json, sizeof json,
                "{\"client\": \"%s\", \"num_envs\": %u, \"observation_space\": {\"type\": "
                "\"box\", \"shape\": [%u]}, \"action_space\": {\"type\": \"box\", "
                "\"shape\": [%u]}}",
-               client_name, num_envs, obs_dim, action_dim);
-  if (n < 0 || (size_t)n >= sizeof json || strpbrk(client_name, "\"\\") != NULL) {
-    say(error, error_size, TROUPE_REMOTE_INVALID,
-        "troupe_remote_open: client_name must be short and hold no quote or backslash");
-    troupe_remote_close(r);
-    return NULL;
-  }
+               r->name, r->num_envs, r->obs_dim, r->action_width);
+  if (n < 0 || (size_t)n >= sizeof json)
+    return say(error, error_size, TROUPE_REMOTE_INVALID, "the HELLO is too long");
   uint8_t h[32];
+  r->session = 0;
+  r->minor = 0;
   const uint64_t seq = ++r->sequence;
-  header(h, r, kind_hello, seq, num_envs);
+  header(h, r, kind_hello, seq, r->num_envs);
   message m;
   int status = TROUPE_REMOTE_IO;
   if (send_frame(r, h, 32, 1) != 0 || send_frame(r, json, (size_t)n, 0) != 0) {
-    say(error, error_size, status, "troupe_remote_open: sending HELLO: %s",
-        zmq_strerror(zmq_errno()));
-  } else if ((status = receive(r, &m, hello_timeout_ms, "WELCOME", error, error_size)) ==
-             TROUPE_REMOTE_OK) {
+    say(error, error_size, status, "sending HELLO: %s", zmq_strerror(zmq_errno()));
+  } else if ((status = receive(r, &m, r->hello_timeout_ms, "WELCOME", error,
+                               error_size)) == TROUPE_REMOTE_OK) {
     if (m.kind != kind_welcome || m.sequence != seq || m.session == 0) {
       status = say(error, error_size, TROUPE_REMOTE_IO,
                    "expected WELCOME of HELLO %llu, got kind %u", (unsigned long long)seq,
@@ -236,11 +239,127 @@ troupe_remote* troupe_remote_open(const char* endpoint, const char* client_name,
     }
     release(&m);
   }
-  if (status != TROUPE_REMOTE_OK) {
+  return status;
+}
+
+troupe_remote* troupe_remote_open(const char* endpoint, const char* client_name,
+                                  uint32_t num_envs, uint32_t obs_dim,
+                                  uint32_t num_actions, uint32_t action_dim,
+                                  int hello_timeout_ms, char* error, size_t error_size) {
+  return troupe_remote_open_with(endpoint, client_name, num_envs, obs_dim, num_actions,
+                                 action_dim, hello_timeout_ms, NULL, error, error_size);
+}
+
+troupe_remote* troupe_remote_open_with(const char* endpoint, const char* client_name,
+                                       uint32_t num_envs, uint32_t obs_dim,
+                                       uint32_t num_actions, uint32_t action_dim,
+                                       int hello_timeout_ms,
+                                       const troupe_remote_options* options, char* error,
+                                       size_t error_size) {
+  if (!endpoint || !client_name || num_envs == 0 || obs_dim == 0 ||
+      (num_actions == 0 && action_dim == 0)) {
+    say(
+      error, error_size, TROUPE_REMOTE_INVALID,
+      "troupe_remote_open: endpoint and client_name must not be NULL, num_envs, obs_dim "
+      "and (num_actions or action_dim) must be positive");
+    return NULL;
+  }
+  if (strlen(client_name) == 0 || strlen(client_name) > 128 ||
+      strpbrk(client_name, "\"\\") != NULL) {
+    say(error, error_size, TROUPE_REMOTE_INVALID,
+        "troupe_remote_open: client_name must be 1 to 128 characters without a quote or "
+        "backslash");
+    return NULL;
+  }
+  troupe_remote* r = (troupe_remote*)calloc(1, sizeof *r);
+  if (!r) {
+    say(error, error_size, TROUPE_REMOTE_IO, "troupe_remote_open: out of memory");
+    return NULL;
+  }
+  r->num_envs = num_envs;
+  r->obs_dim = obs_dim;
+  r->num_actions = num_actions;
+  r->action_width = num_actions > 0 ? 1 : action_dim;
+  r->hello_timeout_ms = hello_timeout_ms;
+  strcpy(r->name, client_name);
+  r->attempts = options && options->reconnect_attempts > 0 ? options->reconnect_attempts : 8;
+  r->backoff_ms = options && options->backoff_ms > 0 ? options->backoff_ms : 100;
+  r->backoff_max_ms =
+    options && options->backoff_max_ms > 0 ? options->backoff_max_ms : 5000;
+  if (options && (options->server_public_key || options->public_key ||
+                  options->secret_key)) {
+    if (!copy_key(r->server_key, options->server_public_key) ||
+        !copy_key(r->public_key, options->public_key) ||
+        !copy_key(r->secret_key, options->secret_key)) {
+      say(error, error_size, TROUPE_REMOTE_INVALID,
+          "troupe_remote_open: CURVE needs server_public_key, public_key and secret_key, "
+          "each 40 Z85 characters");
+      troupe_remote_close(r);
+      return NULL;
+    }
+  }
+  r->endpoint = (char*)malloc(strlen(endpoint) + 1);
+  r->context = zmq_ctx_new();
+  if (!r->endpoint || !r->context) {
+    say(error, error_size, TROUPE_REMOTE_IO, "troupe_remote_open: out of memory");
+    troupe_remote_close(r);
+    return NULL;
+  }
+  strcpy(r->endpoint, endpoint);
+  if (connect_socket(r, error, error_size) != TROUPE_REMOTE_OK ||
+      say_hello(r, error, error_size) != TROUPE_REMOTE_OK) {
     troupe_remote_close(r);
     return NULL;
   }
   return r;
+}
+
+int troupe_remote_retryable(const troupe_remote* r, int status) {
+  if (status == TROUPE_REMOTE_TIMEOUT || status == TROUPE_REMOTE_IO)
+    return 1;
+  if (status != TROUPE_REMOTE_ERROR || !r)
+    return 0;
+  switch (r->last_code) {
+  case 5:  /* out_of_order: a restarted troupe does not know the session */
+  case 6:  /* unknown_session */
+  case 14: /* too_many_errors */
+  case 15: /* timeout */
+  case 16: /* server_full */
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int troupe_remote_reconnect(troupe_remote* r, char* error, size_t error_size) {
+  if (!r || !r->context)
+    return say(error, error_size, TROUPE_REMOTE_INVALID,
+               "troupe_remote_reconnect: no handle");
+  int delay = r->backoff_ms;
+  int status = TROUPE_REMOTE_IO;
+  for (int attempt = 1; attempt <= r->attempts; ++attempt) {
+    zmq_poll(NULL, 0, delay); /* the back-off: a bounded wait, nothing to wait on */
+    delay = delay > r->backoff_max_ms / 2 ? r->backoff_max_ms : delay * 2;
+    r->reconnects += 1;
+    status = connect_socket(r, error, error_size);
+    if (status == TROUPE_REMOTE_OK)
+      status = say_hello(r, error, error_size);
+    if (status == TROUPE_REMOTE_OK)
+      return TROUPE_REMOTE_OK;
+    if (!troupe_remote_retryable(r, status))
+      return status;
+  }
+  if (error && error_size > 0) {
+    char last[256];
+    snprintf(last, sizeof last, "%s", error);
+    say(error, error_size, status, "no new session after %d attempts: %s", r->attempts,
+        last);
+  }
+  return status;
+}
+
+uint32_t troupe_remote_reconnects(const troupe_remote* r) {
+  return r ? r->reconnects : 0;
 }
 
 int troupe_remote_step(troupe_remote* r, uint32_t k, const uint32_t* env_ids,
@@ -348,5 +467,6 @@ void troupe_remote_close(troupe_remote* r) {
     zmq_close(r->socket);
   if (r->context)
     zmq_ctx_term(r->context);
+  free(r->endpoint);
   free(r);
 }

@@ -45,6 +45,21 @@ extern "C" {
 /** An open session with troupe (opaque). */
 typedef struct troupe_remote troupe_remote;
 
+/** Optional settings of troupe_remote_open_with (a zeroed struct: the defaults). */
+typedef struct {
+  /** CURVE (docs/protocol.md, "Security"): troupe's public key and this
+   *  client's key pair, each 40 Z85 characters; all NULL: plaintext. */
+  const char* server_public_key;
+  const char* public_key;
+  const char* secret_key;
+  /** troupe_remote_reconnect: HELLOs tried before giving up (0: 8). */
+  int reconnect_attempts;
+  /** The wait before the first of them, doubling after each failure up to
+   *  backoff_max_ms (0: 100 and 5000). */
+  int backoff_ms;
+  int backoff_max_ms;
+} troupe_remote_options;
+
 /** Connects to `endpoint`, says HELLO for `num_envs` environments of `obs_dim`
  *  floats with a Discrete(`num_actions`) action space, or a Box of `action_dim`
  *  floats when num_actions is 0, and waits at most `hello_timeout_ms` for
@@ -54,6 +69,32 @@ troupe_remote* troupe_remote_open(const char* endpoint, const char* client_name,
                                   uint32_t num_envs, uint32_t obs_dim,
                                   uint32_t num_actions, uint32_t action_dim,
                                   int hello_timeout_ms, char* error, size_t error_size);
+
+/** troupe_remote_open with `options` (NULL: the defaults): CURVE keys and the
+ *  back-off of troupe_remote_reconnect. */
+troupe_remote* troupe_remote_open_with(const char* endpoint, const char* client_name,
+                                       uint32_t num_envs, uint32_t obs_dim,
+                                       uint32_t num_actions, uint32_t action_dim,
+                                       int hello_timeout_ms,
+                                       const troupe_remote_options* options, char* error,
+                                       size_t error_size);
+
+/** Whether `status` (returned by a call on `r`) is worth a new session: a
+ *  time-out or a transport failure (troupe gone or restarting), or troupe's
+ *  ERROR unknown_session, out_of_order, timeout, too_many_errors or
+ *  server_full. A refused handshake (versions, spaces) and CLOSE are not. */
+int troupe_remote_retryable(const troupe_remote* r, int status);
+
+/** A new session after a failure: closes the socket, then says HELLO again on
+ *  a new one, waiting backoff_ms before each attempt (doubling up to
+ *  backoff_max_ms) for at most reconnect_attempts attempts, each waiting at
+ *  most the open's hello_timeout_ms for WELCOME. 0 once welcomed: the
+ *  session id changes and every environment starts anew (its first STEP has
+ *  no rewards or flags); else the last attempt's status and message. */
+int troupe_remote_reconnect(troupe_remote* r, char* error, size_t error_size);
+
+/** HELLOs troupe_remote_reconnect has sent. */
+uint32_t troupe_remote_reconnects(const troupe_remote* r);
 
 /** One STEP and its ACT: `k` environments `env_ids`, observations obs
  *  [k * obs_dim] to act on, rewards [k] and flags [k] of the previous actions

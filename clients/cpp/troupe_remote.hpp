@@ -14,6 +14,7 @@
 // Little-endian hosts only: arrays go on the wire as they are in memory.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -61,41 +62,130 @@ inline action_space box(uint32_t dim) {
   return {0, dim};
 }
 
+/// Optional settings of session::open.
+struct options {
+  /// CURVE (docs/protocol.md, "Security"): troupe's public key and this
+  /// client's key pair, 40 Z85 characters each; all empty: plaintext.
+  std::string server_public_key, public_key, secret_key;
+  /// reconnect(): HELLOs tried before giving up.
+  int reconnect_attempts = 8;
+  /// The wait before the first of them, doubling up to backoff_max.
+  std::chrono::milliseconds backoff{100};
+  std::chrono::milliseconds backoff_max{5000};
+};
+
 /// One session with troupe (see the file comment). One thread at a time.
 class session {
 public:
   /// Connects, says HELLO and waits at most `hello_timeout` for WELCOME.
   status open(const std::string& endpoint, const std::string& client, uint32_t num_envs,
               uint32_t obs_dim, action_space actions,
-              std::chrono::milliseconds hello_timeout = std::chrono::seconds(60)) {
-    if (client.empty() || client.find_first_of("\"\\") != std::string::npos ||
-        num_envs == 0 || obs_dim == 0 || (actions.n == 0 && actions.dim == 0))
-      return {invalid, "open: a client name without quotes, positive num_envs, obs_dim "
-                       "and action size are required"};
+              std::chrono::milliseconds hello_timeout = std::chrono::seconds(60),
+              options opts = {}) {
+    if (client.empty() || client.size() > 128 ||
+        client.find_first_of("\"\\") != std::string::npos || num_envs == 0 ||
+        obs_dim == 0 || (actions.n == 0 && actions.dim == 0))
+      return {invalid, "open: a client name of 1 to 128 characters without quotes, "
+                       "positive num_envs, obs_dim and action size are required"};
+    const bool curve = !opts.server_public_key.empty() || !opts.public_key.empty() ||
+                       !opts.secret_key.empty();
+    if (curve && (!z85_key(opts.server_public_key) || !z85_key(opts.public_key) ||
+                  !z85_key(opts.secret_key)))
+      return {invalid, "open: CURVE needs server_public_key, public_key and secret_key, "
+                       "each 40 Z85 characters"};
+    endpoint_ = endpoint;
+    client_ = client;
+    hello_timeout_ = hello_timeout;
+    opts_ = std::move(opts);
     num_envs_ = num_envs;
     obs_dim_ = obs_dim;
     actions_ = actions;
     width_ = actions.n > 0 ? 1 : actions.dim;
+    if (auto ok = connect(); !ok)
+      return ok;
+    return hello();
+  }
+
+  /// Whether `s` (from a call of this session) is worth a new session: a
+  /// time-out or transport failure (troupe gone or restarting), or troupe's
+  /// ERROR unknown_session (6), out_of_order (5), too_many_errors (14),
+  /// timeout (15) or server_full (16). A refused handshake and CLOSE are not.
+  static bool retryable(const status& s) {
+    return s.code == timed_out || s.code == io_failure || s.code == 5 || s.code == 6 ||
+           s.code == 14 || s.code == 15 || s.code == 16;
+  }
+
+  /// A new session after a failure: a new socket and HELLO, after a back-off
+  /// of options::backoff doubling up to backoff_max, at most
+  /// reconnect_attempts times, each waiting at most the open's hello_timeout.
+  /// Success: the session id changes and every environment starts anew (its
+  /// first STEP has no rewards or flags).
+  status reconnect() {
+    if (endpoint_.empty())
+      return {invalid, "reconnect: the session was never opened"};
+    auto delay = opts_.backoff;
+    status last{io_failure, "no attempt"};
+    for (int attempt = 1; attempt <= std::max(1, opts_.reconnect_attempts); ++attempt) {
+      // The back-off: a bounded wait with nothing to wait on.
+      zmq_poll(nullptr, 0, static_cast<long>(delay.count()));
+      delay = std::min(delay * 2, opts_.backoff_max);
+      reconnects_ += 1;
+      last = connect();
+      if (last)
+        last = hello();
+      if (last)
+        return last;
+      if (!retryable(last))
+        return last;
+    }
+    last.message = "no new session after " + std::to_string(opts_.reconnect_attempts) +
+                   " attempts: " + last.message;
+    return last;
+  }
+
+  /// HELLOs reconnect() has sent.
+  uint32_t reconnects() const noexcept { return reconnects_; }
+
+private:
+  static bool z85_key(const std::string& key) {
+    uint8_t raw[32];
+    return key.size() == 40 && zmq_z85_decode(raw, key.c_str()) != nullptr;
+  }
+
+  status connect() {
     try {
+      if (socket_)
+        socket_.close();
       socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
       socket_.set(zmq::sockopt::linger, 0);
-      socket_.connect(endpoint);
+      if (!opts_.server_public_key.empty()) {
+        socket_.set(zmq::sockopt::curve_serverkey, opts_.server_public_key);
+        socket_.set(zmq::sockopt::curve_publickey, opts_.public_key);
+        socket_.set(zmq::sockopt::curve_secretkey, opts_.secret_key);
+      }
+      socket_.connect(endpoint_);
     } catch (const zmq::error_t& e) {
-      return {io_failure, "open: cannot connect to " + endpoint + ": " + e.what()};
+      return {io_failure, "cannot connect to " + endpoint_ + ": " + e.what()};
     }
+    return {};
+  }
+
+  status hello() {
+    session_ = 0;
+    minor_ = 0;
     const std::string space =
-      actions.n > 0
-        ? R"({"type": "discrete", "n": )" + std::to_string(actions.n) + "}"
-        : R"({"type": "box", "shape": [)" + std::to_string(actions.dim) + "]}";
+      actions_.n > 0
+        ? R"({"type": "discrete", "n": )" + std::to_string(actions_.n) + "}"
+        : R"({"type": "box", "shape": [)" + std::to_string(actions_.dim) + "]}";
     const std::string json =
-      R"({"client": ")" + client + R"(", "num_envs": )" + std::to_string(num_envs) +
-      R"(, "observation_space": {"type": "box", "shape": [)" + std::to_string(obs_dim) +
+      R"({"client": ")" + client_ + R"(", "num_envs": )" + std::to_string(num_envs_) +
+      R"(, "observation_space": {"type": "box", "shape": [)" + std::to_string(obs_dim_) +
       R"(]}, "action_space": )" + space + "}";
     const uint64_t seq = ++sequence_;
-    if (auto ok = send(header(1, seq, num_envs), bytes(json.data(), json.size())); !ok)
+    if (auto ok = send(header(1, seq, num_envs_), bytes(json.data(), json.size())); !ok)
       return ok;
     reply r;
-    if (auto ok = receive(hello_timeout, "WELCOME", r); !ok)
+    if (auto ok = receive(hello_timeout_, "WELCOME", r); !ok)
       return ok;
     if (r.kind != 2 || r.sequence != seq || r.session == 0)
       return {io_failure, "expected WELCOME of HELLO " + std::to_string(seq)};
@@ -111,6 +201,7 @@ public:
     return {};
   }
 
+public:
   /// One STEP and its ACT: ids [k], obs [k x obs_dim]; rewards and flags [k]
   /// of the previous actions (empty: all 0, the first step); final_obs
   /// [m x obs_dim] of the m environments with flags, in order. Writes actions
@@ -255,6 +346,10 @@ private:
 
   zmq::context_t context_{1};
   zmq::socket_t socket_;
+  std::string endpoint_, client_;
+  std::chrono::milliseconds hello_timeout_{60000};
+  options opts_;
+  uint32_t reconnects_ = 0;
   uint64_t sequence_ = 0, session_ = 0, policy_version_ = 0;
   uint8_t minor_ = 0;
   uint32_t num_envs_ = 0, obs_dim_ = 0, width_ = 1;

@@ -8,11 +8,20 @@
 // for want of a learner and counted). The floor, in the same run: a raw
 // ZeroMQ DEALER/ROUTER loop exchanging frames of the same sizes with no
 // decoding, no inference and no environment. Reports env steps per second
-// and the ratio to the floor.
+// and the ratio to the floor. With --curve, the clients and the server use
+// CURVE (fresh key pairs, the client keys on the allow-list); the floor stays
+// plaintext.
+//
+// `troupe bench remote --serve SECONDS [--envs N]` only serves: the same
+// server and untrained agent with N slots, on a free loopback port it prints,
+// for SECONDS, for clients in other processes and languages to be measured
+// against (clients/python/examples/bench.py); it then prints the env steps
+// served.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -61,9 +70,22 @@ struct start_line {
   }
 };
 
+// CURVE key pairs for --curve: the server's and the clients' (one pair for all).
+struct curve_keys {
+  std::string server_public, server_secret, client_public, client_secret;
+};
+
+result<curve_keys> make_curve_keys() {
+  char pub[41] = {}, sec[41] = {}, cpub[41] = {}, csec[41] = {};
+  if (zmq_curve_keypair(pub, sec) != 0 || zmq_curve_keypair(cpub, csec) != 0)
+    return make_error(errc::unavailable, "--curve: zmq_curve_keypair failed: {}",
+                      zmq_strerror(zmq_errno()));
+  return curve_keys{pub, sec, cpub, csec};
+}
+
 // One client: `envs` CartPoles stepped on this thread until `stop`.
 result<uint64_t> run_client(const std::string& endpoint, size_t envs, uint64_t seed,
-                            start_line& line) {
+                            start_line& line, const curve_keys* curve) {
   std::vector<std::unique_ptr<envs::env>> games;
   for (size_t i = 0; i < envs; ++i) {
     auto e = envs::make_env("CartPole-v1");
@@ -81,8 +103,14 @@ result<uint64_t> run_client(const std::string& endpoint, size_t envs, uint64_t s
     games[i]->reset(seed + i, &obs[i * od]);
   }
   troupe_client::session s;
+  troupe_client::options opts;
+  if (curve) {
+    opts.server_public_key = curve->server_public;
+    opts.public_key = curve->client_public;
+    opts.secret_key = curve->client_secret;
+  }
   if (auto ok = s.open(endpoint, "bench", static_cast<uint32_t>(envs), 4,
-                       troupe_client::discrete(2));
+                       troupe_client::discrete(2), std::chrono::seconds(60), opts);
       !ok)
     return make_error(errc::unavailable, "client: {}", ok.message);
   uint64_t steps = 0;
@@ -159,7 +187,7 @@ result<std::pair<uint64_t, double>> timed(size_t threads, double seconds, Work w
 }
 
 result<remote_figures> measure(size_t clients, size_t envs, double seconds,
-                               uint64_t seed) {
+                               uint64_t seed, const curve_keys* curve) {
   remote_figures f;
   f.clients = clients;
   // Through troupe: server, decoding, the agent's inference.
@@ -182,6 +210,10 @@ result<remote_figures> measure(size_t clients, size_t envs, double seconds,
     so.shape.obs_dim = 4;
     so.shape.num_actions = 2;
     so.log = [](const std::string&) {};
+    if (curve) {
+      so.curve_secret_key = curve->server_secret;
+      so.curve_allowed_clients = {curve->client_public};
+    }
     auto server = actors::remote_server::bind(so, o.slots);
     if (!server)
       return server.err();
@@ -189,7 +221,7 @@ result<remote_figures> measure(size_t clients, size_t envs, double seconds,
       return ok.err();
     const std::string endpoint = (*server)->endpoint();
     auto r = timed(clients, seconds, [&](size_t i, start_line& line) {
-      return run_client(endpoint, envs, seed + 1000 * i, line);
+      return run_client(endpoint, envs, seed + 1000 * i, line, curve);
     });
     (*server)->stop();
     if (!r)
@@ -259,6 +291,43 @@ result<remote_figures> measure(size_t clients, size_t envs, double seconds,
   return f;
 }
 
+// --serve: the server of measure() alone, for clients of other processes.
+int serve_only(size_t envs, int64_t seconds, uint64_t seed) {
+  learners::model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 2;
+  spec.hidden = {64, 64};
+  auto store =
+    std::make_shared<actors::policy_store>(learners::actor_critic(spec, seed), 8);
+  actors::game_agent_options o;
+  o.slots = envs;
+  o.steps_per_segment = 128;
+  o.seed = seed;
+  auto agent = actors::game_agent::create(o, store);
+  if (!agent)
+    return fail(exit_failure, fmt::format("bench remote: {}", agent.err().message));
+  actors::remote_server_options so;
+  so.bind = "tcp://127.0.0.1:*";
+  so.shape.obs_dim = 4;
+  so.shape.num_actions = 2;
+  so.log = [](const std::string&) {};
+  auto server = actors::remote_server::bind(so, o.slots);
+  if (!server)
+    return fail(exit_failure, fmt::format("bench remote: {}", server.err().message));
+  if (auto ok = (*server)->start(*agent); !ok)
+    return fail(exit_failure, fmt::format("bench remote: {}", ok.err().message));
+  fmt::print("troupe: serving remote environments on {} for {} s ({} slots, an untrained "
+             "[64, 64] policy, no learner)\n",
+             (*server)->endpoint(), seconds, envs);
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::seconds(seconds)); // the serving time asked
+  (*server)->stop();
+  const auto c = (*server)->counters();
+  fmt::print("troupe: served {} env steps in {} STEP messages of {} sessions\n",
+             c.env_steps, c.steps, c.sessions);
+  return 0;
+}
+
 } // namespace
 
 int bench_remote(const args_t& args) {
@@ -269,7 +338,11 @@ int bench_remote(const args_t& args) {
     {"clients", true, false,
      "numbers of clients to measure, comma-separated (default 1,2,4)"},
     {"seconds", true, false, "seconds per measurement (default 3)"},
-    {"seed", true, false, "seed of the model and environments (default 1)"}};
+    {"seed", true, false, "seed of the model and environments (default 1)"},
+    {"curve", false, false,
+     "clients and server use CURVE (fresh keys; the floor stays plaintext)"},
+    {"serve", true, false,
+     "only serve for this many seconds (--envs slots) for clients of other processes"}};
   auto parsed = parse_args("bench remote", args, specs);
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
@@ -282,6 +355,12 @@ int bench_remote(const args_t& args) {
   auto seed = parsed->get_int("seed", 1, 0, int64_t{1} << 62);
   if (!seed)
     return fail(exit_bad_input, seed.err().message);
+  if (parsed->get("serve")) {
+    auto serve = parsed->get_int("serve", 10, 1, 3600);
+    if (!serve)
+      return fail(exit_bad_input, serve.err().message);
+    return serve_only(static_cast<size_t>(*envs), *serve, static_cast<uint64_t>(*seed));
+  }
   std::vector<size_t> counts;
   {
     std::stringstream in(parsed->get("clients").value_or("1,2,4"));
@@ -297,10 +376,17 @@ int bench_remote(const args_t& args) {
       counts.push_back(static_cast<size_t>(n));
     }
   }
+  std::optional<curve_keys> curve;
+  if (parsed->flag("curve")) {
+    auto keys = make_curve_keys();
+    if (!keys)
+      return fail(exit_failure, fmt::format("bench remote: {}", keys.err().message));
+    curve = *keys;
+  }
   std::vector<remote_figures> rows;
   for (size_t c : counts) {
     auto f = measure(c, static_cast<size_t>(*envs), static_cast<double>(*seconds),
-                     static_cast<uint64_t>(*seed));
+                     static_cast<uint64_t>(*seed), curve ? &*curve : nullptr);
     if (!f)
       return fail(exit_failure, fmt::format("bench remote: {}", f.err().message));
     rows.push_back(*f);
@@ -309,6 +395,7 @@ int bench_remote(const args_t& args) {
     runtime::json out;
     out["envs_per_message"] = *envs;
     out["seconds"] = *seconds;
+    out["curve"] = curve.has_value();
     runtime::json list = runtime::json::array();
     for (auto& r : rows) {
       runtime::json j;
@@ -323,8 +410,8 @@ int bench_remote(const args_t& args) {
     std::fputs(json_line(out).c_str(), stdout);
     return 0;
   }
-  fmt::print("remote CartPole over loopback TCP, {} envs per message, {} s each\n", *envs,
-             *seconds);
+  fmt::print("remote CartPole over loopback TCP{}, {} envs per message, {} s each\n",
+             curve ? " with CURVE" : "", *envs, *seconds);
   fmt::print("{:>8} {:>18} {:>22} {:>9}\n", "clients", "env steps/s", "floor env steps/s",
              "ratio");
   for (auto& r : rows)

@@ -46,7 +46,11 @@ const std::vector<command>& commands() {
      cmd_env_replay},
     {{"policy", "act"}, "--checkpoint FILE --obs FILE.csv [--json]",
      "print a checkpoint's deterministic outputs for observations", cmd_policy_act},
-    {{"bench"}, "AREA [--json] (areas: stats, envs, learner, embed)",
+    {{"remote", "keygen"}, "PATH",
+     "write a CURVE key pair for remote environments: the secret key to PATH (mode 0600), "
+     "the public key to PATH.pub",
+     cmd_remote_keygen},
+    {{"bench"}, "AREA [--json] (areas: stats, envs, learner, embed, remote)",
      "measure throughput and latency; see docs/benchmarks.md", cmd_bench},
     {{"version"}, "", "print the version", cmd_version},
     {{"help"}, "", "list the commands", cmd_help},

@@ -27,6 +27,7 @@ int cmd_worker(const args_t& args);          // runtime/cli/cmd_worker.cpp
 int cmd_eval(const args_t& args);            // runtime/cli/cmd_eval.cpp
 int cmd_plot(const args_t& args);            // runtime/cli/cmd_plot.cpp
 int cmd_bench(const args_t& args);           // runtime/cli/cmd_bench.cpp
+int cmd_remote_keygen(const args_t& args);   // runtime/cli/cmd_remote.cpp
 int cmd_version(const args_t& args);
 
 // `troupe bench AREA`, one function per area.

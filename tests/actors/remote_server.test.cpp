@@ -16,6 +16,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <poll.h>
@@ -659,4 +660,378 @@ time.sleep(3600)
   zmq::context_t ctx;
   client next(ctx, endpoint);
   next.hello(4, "next"); // the four slots serve again
+}
+
+// -- CURVE ------------------------------------------------------------------------------
+
+namespace {
+
+struct key_pair {
+  std::string pub, sec;
+};
+
+key_pair new_keys() {
+  char pub[41] = {}, sec[41] = {};
+  REQUIRE(zmq_curve_keypair(pub, sec) == 0);
+  return {pub, sec};
+}
+
+} // namespace
+
+TEST_CASE("CURVE: a client with an allowed key steps; an unknown key, a wrong server key "
+          "and a plaintext client get nothing through and are counted and logged") {
+  if (!zmq_has("curve"))
+    TROUPE_SKIP("this libzmq has no CURVE");
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const key_pair server = new_keys(), allowed = new_keys(), unknown = new_keys(),
+                 other_server = new_keys();
+  remote_server_options o;
+  o.curve_secret_key = server.sec;
+  o.curve_allowed_clients = {new_keys().pub, allowed.pub};
+  served s(make_agent(4, 64, seed), o);
+  // A refused client may try again (ZeroMQ reconnects), so each refusal is
+  // awaited by its own log line, not by the count.
+  const auto await_log = [](served& at, const std::string& part) {
+    troupe::test::wait_until([&] { return at.logged(part); },
+                             "the server to log a refusal");
+  };
+  const std::chrono::milliseconds short_hello{300};
+  const std::vector<uint32_t> ids = {0, 1};
+  std::vector<float> obs(8), actions;
+  for (float& x : obs)
+    x = std::uniform_real_distribution<float>(-0.1f, 0.1f)(gen);
+
+  troupe_client::options good;
+  good.server_public_key = *curve_public_key(server.sec);
+  CHECK(good.server_public_key == server.pub);
+  good.public_key = allowed.pub;
+  good.secret_key = allowed.sec;
+  troupe_client::session c;
+  auto ok = c.open(s.server->endpoint(), "curve-cpp", 2, 4, troupe_client::discrete(2),
+                   std::chrono::seconds(10), good);
+  REQUIRE_MESSAGE(ok, ok.message);
+  ok = c.step(ids, obs, {}, {}, {}, actions);
+  REQUIRE_MESSAGE(ok, ok.message);
+  ok = c.step(ids, obs, {1.0, 1.0}, {}, {}, actions);
+  REQUIRE_MESSAGE(ok, ok.message);
+  CHECK(s.agent->counters().transitions == 2);
+
+  // The C client with the same keys.
+  char error[512] = "";
+  troupe_remote_options co{};
+  co.server_public_key = server.pub.c_str();
+  co.public_key = allowed.pub.c_str();
+  co.secret_key = allowed.sec.c_str();
+  troupe_remote* r = troupe_remote_open_with(s.server->endpoint().c_str(), "curve-c", 2,
+                                             4, 2, 0, 10000, &co, error, sizeof error);
+  REQUIRE_MESSAGE(r != nullptr, error);
+  float a[2];
+  CHECK(troupe_remote_step(r, 2, ids.data(), obs.data(), nullptr, nullptr, nullptr, a,
+                           nullptr, error, sizeof error) == TROUPE_REMOTE_OK);
+  troupe_remote_close(r);
+  CHECK(s.server->counters().refused == 0);
+
+  // A key not on the allow-list: refused by the ZAP handler, logged with the key.
+  troupe_client::options stranger = good;
+  stranger.public_key = unknown.pub;
+  stranger.secret_key = unknown.sec;
+  troupe_client::session x;
+  auto got = x.open(s.server->endpoint(), "stranger", 2, 4, troupe_client::discrete(2),
+                    short_hello, stranger);
+  CHECK(got.code == troupe_client::timed_out);
+  await_log(s, "its CURVE public key " + unknown.pub + " is not on the allow-list");
+
+  // An allowed key that trusts another server key: the handshake fails.
+  troupe_client::options fooled = good;
+  fooled.server_public_key = other_server.pub;
+  troupe_client::session y;
+  got = y.open(s.server->endpoint(), "fooled", 2, 4, troupe_client::discrete(2),
+               short_hello, fooled);
+  CHECK(got.code == troupe_client::timed_out);
+  await_log(s, "the CURVE handshake failed (cryptographic error)");
+
+  // No CURVE at all, at a second CURVE server that no other client reaches:
+  // which side notices first is a race (a mechanism mismatch seen by troupe,
+  // or the client hanging up on troupe's greeting).
+  {
+    served s2(make_agent(2, 64, seed), o);
+    troupe_client::session z;
+    got = z.open(s2.server->endpoint(), "plain", 2, 4, troupe_client::discrete(2),
+                 short_hello);
+    CHECK(got.code == troupe_client::timed_out);
+    await_log(s2, "the CURVE handshake failed");
+    CHECK(s2.server->counters().refused >= 1);
+    CHECK(s2.server->counters().sessions == 0);
+    CHECK(s2.agent->counters().transitions == 0);
+  }
+
+  // None of them made a session or reached the agent.
+  const auto counted = s.server->counters();
+  CHECK(counted.refused >= 2);
+  CHECK(counted.sessions == 2);
+  CHECK(counted.errors == 0);
+  CHECK(s.agent->counters().transitions == 2);
+  // The allowed client is still served.
+  ok = c.step(ids, obs, {1.0, 1.0}, {}, {}, actions);
+  REQUIRE_MESSAGE(ok, ok.message);
+  CHECK(s.agent->counters().transitions == 4);
+}
+
+TEST_CASE("CURVE settings are checked: a malformed key, an empty allow-list, or an "
+          "allow-list without a secret key is refused before binding") {
+  remote_server_options o;
+  o.bind = "tcp://127.0.0.1:*";
+  o.shape = trained_shape();
+  o.curve_secret_key = "not a key";
+  o.curve_allowed_clients = {new_keys().pub};
+  auto made = remote_server::bind(o, 2);
+  REQUIRE_FALSE(made.ok());
+  CHECK(made.err().message.find("a CURVE key is 40 Z85 characters, got 9") !=
+        std::string::npos);
+  o.curve_secret_key = new_keys().sec;
+  o.curve_allowed_clients = {std::string(40, '~')};
+  made = remote_server::bind(o, 2);
+  REQUIRE_FALSE(made.ok());
+  CHECK(made.err().message.find("is not Z85") != std::string::npos);
+  o.curve_allowed_clients.clear();
+  made = remote_server::bind(o, 2);
+  REQUIRE_FALSE(made.ok());
+  CHECK(made.err().message.find("allow-list") != std::string::npos);
+  o.curve_secret_key.clear();
+  o.curve_allowed_clients = {new_keys().pub};
+  made = remote_server::bind(o, 2);
+  REQUIRE_FALSE(made.ok());
+  CHECK(made.err().message.find("needs a CURVE secret key") != std::string::npos);
+}
+
+// -- reconnecting -------------------------------------------------------------------------
+
+TEST_CASE("the C++ client survives a server that goes away without a word and comes "
+          "back on the same address: it reconnects with back-off and steps again") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  // The first server is a bare ROUTER that welcomes one session, answers one
+  // STEP, and vanishes (as a crashed troupe does: no CLOSE).
+  auto gone_ctx = std::make_unique<zmq::context_t>();
+  zmq::socket_t gone(*gone_ctx, zmq::socket_type::router);
+  gone.set(zmq::sockopt::linger, 0);
+  gone.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = gone.get(zmq::sockopt::last_endpoint);
+
+  struct outcome {
+    troupe_client::status opened, first, failed, reconnected;
+    int later_ok = 0;
+    uint32_t reconnects = 0;
+    uint64_t first_session = 0, second_session = 0;
+  } out;
+  std::thread game([&] {
+    troupe_client::options o;
+    o.backoff = std::chrono::milliseconds(10);
+    o.backoff_max = std::chrono::milliseconds(100);
+    o.reconnect_attempts = 100;
+    troupe_client::session c;
+    out.opened = c.open(endpoint, "survivor", 2, 4, troupe_client::discrete(2),
+                        std::chrono::seconds(10), o);
+    if (!out.opened)
+      return;
+    out.first_session = c.id();
+    const std::vector<uint32_t> ids = {0, 1};
+    std::vector<float> obs(8, 0.05f), actions;
+    out.first = c.step(ids, obs, {}, {}, {}, actions);
+    out.failed = c.step(ids, obs, {1.0, 1.0}, {}, {}, actions);
+    if (!troupe_client::session::retryable(out.failed))
+      return;
+    out.reconnected = c.reconnect();
+    out.reconnects = c.reconnects();
+    out.second_session = c.id();
+    if (!out.reconnected)
+      return;
+    out.later_ok += static_cast<bool>(c.step(ids, obs, {}, {}, {}, actions));
+    for (int i = 0; i < 3; ++i)
+      out.later_ok += static_cast<bool>(c.step(ids, obs, {1.0, 1.0}, {}, {}, actions));
+    c.close();
+  });
+  // A failed REQUIRE below still joins the client (its every wait is bounded).
+  struct joiner {
+    std::thread& t;
+    ~joiner() {
+      if (t.joinable())
+        t.join();
+    }
+  } join_game{game};
+
+  // The vanishing server: WELCOME (timeout_ms 1000), one ACT.
+  const auto receive_from = [&](const char* what) {
+    zmq::pollitem_t item{static_cast<void*>(gone), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, receive_limit);
+    std::vector<zmq::message_t> parts;
+    auto got =
+      zmq::recv_multipart(gone, std::back_inserter(parts), zmq::recv_flags::dontwait);
+    REQUIRE_MESSAGE(got.has_value(), "the vanishing server got no " << what);
+    return parts;
+  };
+  const auto reply = [&](const std::string& id, const std::vector<frame>& frames) {
+    gone.send(zmq::buffer(id), zmq::send_flags::sndmore);
+    for (size_t i = 0; i < frames.size(); ++i)
+      gone.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore
+                                                              : zmq::send_flags::none);
+  };
+  auto parts = receive_from("HELLO");
+  const std::string id = parts[0].to_string();
+  header h;
+  h.sequence = 1;
+  h.session = 41;
+  welcome w;
+  w.session = 41;
+  w.num_envs = 2;
+  w.heartbeat_ms = 100;
+  w.timeout_ms = 1000;
+  reply(id, encode_welcome(h, w));
+  parts = receive_from("STEP");
+  h.sequence = 2;
+  act a;
+  a.env_ids = {0, 1};
+  a.actions = {1, 0};
+  env_shape shape = trained_shape();
+  shape.num_envs = 2;
+  reply(id, encode_act(h, a, shape));
+  gone.close();
+  gone_ctx.reset(); // the port is free once the context has ended
+
+  // troupe comes back on the same address.
+  const uint64_t seed2 = seed + 1;
+  remote_server_options o;
+  o.bind = endpoint;
+  o.shape = trained_shape();
+  auto agent = make_agent(2, 64, seed2);
+  auto back = remote_server::bind(o, 2);
+  REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.err().message));
+  REQUIRE((*back)->start(agent).ok());
+  game.join(); // every wait of the client is bounded
+
+  REQUIRE_MESSAGE(out.opened, out.opened.message);
+  REQUIRE_MESSAGE(out.first, out.first.message);
+  CHECK(out.first_session == 41);
+  // Nothing came back for 1000 ms, or troupe did not know the session.
+  CHECK_MESSAGE(troupe_client::session::retryable(out.failed),
+                out.failed.code << ": " << out.failed.message);
+  REQUIRE_MESSAGE(out.reconnected, out.reconnected.message);
+  CHECK(out.reconnects >= 1);
+  CHECK(out.second_session != 0);
+  CHECK(out.later_ok == 4);
+  (*back)->stop();
+  CHECK((*back)->counters().sessions == 1);
+  CHECK((*back)->counters().env_steps == 8);
+}
+
+TEST_CASE("the C client reconnects after troupe dropped its silent session: the ERROR "
+          "timeout is retryable and a new session steps") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  remote_server_options o;
+  o.heartbeat_ms = 100;
+  o.timeout_ms = 1000; // above a loaded machine's pause between open and the first step
+  served s(make_agent(2, 64, seed), o);
+  char error[512] = "";
+  troupe_remote_options co{};
+  co.backoff_ms = 5;
+  co.backoff_max_ms = 50;
+  co.reconnect_attempts = 20;
+  troupe_remote* r = troupe_remote_open_with(s.server->endpoint().c_str(), "c-silent", 2,
+                                             4, 2, 0, 10000, &co, error, sizeof error);
+  REQUIRE_MESSAGE(r != nullptr, error);
+  const uint64_t first = troupe_remote_session(r);
+  uint32_t ids[2] = {0, 1};
+  float obs[8] = {0.1f, 0.0f, 0.0f, 0.0f, -0.1f, 0.0f, 0.0f, 0.0f}, actions[2];
+  REQUIRE(troupe_remote_step(r, 2, ids, obs, nullptr, nullptr, nullptr, actions, nullptr,
+                             error, sizeof error) == TROUPE_REMOTE_OK);
+  troupe::test::wait_until([&] { return s.server->counters().sessions_dropped == 1; },
+                           "troupe to drop the silent session");
+  double rewards[2] = {1, 1};
+  const int status = troupe_remote_step(r, 2, ids, obs, rewards, nullptr, nullptr,
+                                        actions, nullptr, error, sizeof error);
+  CHECK(status == TROUPE_REMOTE_ERROR);
+  CHECK(troupe_remote_last_code(r) == static_cast<uint32_t>(error_code::timeout));
+  REQUIRE(troupe_remote_retryable(r, status));
+  REQUIRE_MESSAGE(troupe_remote_reconnect(r, error, sizeof error) == TROUPE_REMOTE_OK,
+                  error);
+  CHECK(troupe_remote_reconnects(r) >= 1);
+  CHECK(troupe_remote_session(r) != first);
+  CHECK(troupe_remote_step(r, 2, ids, obs, nullptr, nullptr, nullptr, actions, nullptr,
+                           error, sizeof error) == TROUPE_REMOTE_OK);
+  CHECK(s.server->counters().sessions == 2);
+  // A refused handshake is not retryable.
+  CHECK_FALSE(troupe_remote_retryable(r, TROUPE_REMOTE_CLOSED));
+  troupe_remote_close(r);
+}
+
+TEST_CASE("a HELLO waiting for remote.min_envs is dropped after timeout_ms with ERROR "
+          "timeout, and its environments no longer count toward min_envs") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  remote_server_options o;
+  o.min_envs = 4;
+  o.heartbeat_ms = 100;
+  o.timeout_ms = 1000; // above a loaded machine's pause between the next two HELLOs
+  served s(make_agent(8, 4, seed), o);
+  zmq::context_t ctx;
+  client a(ctx, s.server->endpoint());
+  hello m{"waits", trained_shape()};
+  m.shape.num_envs = 3;
+  a.send(encode_hello(a.next_header(), m));
+  std::vector<frame> frames;
+  auto h = a.receive_header("ERROR timeout for the waiting HELLO", frames);
+  REQUIRE(h.type == kind::error);
+  CHECK(h.sequence == 1);
+  CHECK(h.session == 0);
+  CHECK(client::error_text(frames).find("waited more than remote.timeout_ms 1000 for "
+                                        "remote.min_envs 4") != std::string::npos);
+  CHECK(s.server->counters().sessions_dropped == 1);
+  // 3 + 2 would have reached 4 had the dropped HELLO still counted.
+  client b(ctx, s.server->endpoint());
+  m.client = "second";
+  m.shape.num_envs = 2;
+  b.send(encode_hello(b.next_header(), m));
+  client c(ctx, s.server->endpoint());
+  c.hello(2, "third"); // 2 + 2 = 4: both welcomed
+  h = b.receive_header("WELCOME for the second client", frames);
+  CHECK(h.type == kind::welcome);
+  CHECK(s.server->counters().sessions == 2);
+}
+
+// -- a slow client ------------------------------------------------------------------------
+
+TEST_CASE("a stalled client does not hold the others up: while it neither steps nor "
+          "reads its replies, another client's steps all complete") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  remote_server_options o;
+  o.timeout_ms = 60000; // the stall is not silence long enough to be dropped
+  served s(make_agent(4, 64, seed), o);
+  zmq::context_t ctx;
+  client slow(ctx, s.server->endpoint());
+  slow.sock.set(zmq::sockopt::rcvhwm, 1); // its unread replies back up at once
+  slow.hello(2, "slow");
+  slow.step_once(random_step(gen, 2, true));
+  // It sends STEPs and reads none of the ACTs, then stalls.
+  constexpr int unread = 50;
+  for (int i = 0; i < unread; ++i)
+    slow.send(encode_step(slow.next_header(), random_step(gen, 2, false)));
+  troupe::test::wait_until(
+    [&] { return s.server->counters().steps == 1 + unread; },
+    "the server to answer every STEP of the stalled client");
+  client fast(ctx, s.server->endpoint());
+  fast.hello(2, "fast");
+  fast.step_once(random_step(gen, 2, true));
+  constexpr int rounds = 200;
+  for (int i = 0; i < rounds; ++i)
+    fast.step_once(random_step(gen, 2, false)); // each bounded by receive_limit
+  const auto counted = s.server->counters();
+  CHECK(counted.steps == 1 + unread + 1 + rounds);
+  CHECK(counted.env_steps == 2 * (1 + unread + 1 + rounds));
+  CHECK(counted.sessions_dropped == 0);
+  CHECK(counted.errors == 0);
 }

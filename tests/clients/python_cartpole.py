@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """CTest: the Python client (clients/python) trains its NumPy CartPole through
 `troupe train` with env.id = "remote" to a 100-episode mean return above 200
-within a bounded number of environment steps; with CLIENT_BINARY, that
-program (clients/c/examples/cartpole.c) is the client instead, run as
+within a bounded number of environment steps, over CURVE (keys made with
+`troupe remote keygen`, the client's public key on the allow-list); with CLIENT_BINARY, that
+program (clients/c/examples/cartpole.c or clients/cpp/examples/cartpole.cpp) is the client instead, run as
 `CLIENT_BINARY ENDPOINT 16 MAX_ENV_STEPS 200`, and must exit 0.
 
 usage: python_cartpole.py TROUPE_BINARY SOURCE_DIR [CLIENT_BINARY]
@@ -55,10 +56,24 @@ def main():
     try:
         config = os.path.join(folder, "remote.toml")
         shutil.copy(os.path.join(SOURCE, "config", "remote_cartpole.toml"), config)
+        curve = []
+        if CLIENT is None:
+            # CURVE: a key pair for troupe and one for the client, on the allow-list.
+            for name in ("server", "client"):
+                made = subprocess.run([TROUPE, "remote", "keygen",
+                                       os.path.join(folder, name + ".key")],
+                                      capture_output=True, text=True, timeout=60)
+                if made.returncode != 0:
+                    return fail(f"troupe remote keygen failed: {made.stderr}", [])
+            shutil.copy(os.path.join(folder, "client.key.pub"),
+                        os.path.join(folder, "allowed"))
+            curve = ["--set", f"remote.curve_secret_key_file=\"{folder}/server.key\"",
+                     "--set", f"remote.curve_allowed_clients_file=\"{folder}/allowed\""]
         proc = subprocess.Popen(
             [TROUPE, "train", config, "--set", "remote.bind=\"tcp://127.0.0.1:*\"",
              "--set", f"run.output_dir={folder}", "--set", "run.seed=3",
-             "--set", "algo.total_env_steps=2000000", "--set", "remote.min_envs=16"],
+             "--set", "algo.total_env_steps=2000000", "--set", "remote.min_envs=16"]
+            + curve,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = []
 
@@ -84,6 +99,8 @@ def main():
             m = re.search(r"serving remote environments on (\S+)", line)
             if m:
                 endpoint = m.group(1)
+                if CLIENT is None and "with CURVE" not in line:
+                    return fail("troupe did not say it serves with CURVE", lines)
         print(f"troupe serves on {endpoint}", flush=True)
 
         if CLIENT is not None:
@@ -103,10 +120,13 @@ def main():
         def stop(result):
             return result.episodes >= 100 and result.mean_return() > TARGET
 
+        from cartpole import curve_keys_of
+        keys = curve_keys_of(os.path.join(folder, "server.key.pub"),
+                             os.path.join(folder, "client.key"))
         result = troupe_remote.serve([CartPole() for _ in range(ENVS)], endpoint,
                                      client="ctest-cartpole", seed=11,
                                      max_env_steps=MAX_ENV_STEPS, stop=stop,
-                                     hello_timeout_ms=60000)
+                                     hello_timeout_ms=60000, curve_keys=keys)
         mean = result.mean_return()
         print(f"client: {result.env_steps} env steps, {result.episodes} episodes, "
               f"100-episode mean {mean:.1f}, policy version {result.policy_version} "

@@ -184,8 +184,10 @@ TEST_CASE("bench remote --json reports, per number of clients, the env steps thr
   INFO(r.err);
   REQUIRE(r.status == 0);
   const auto out = parse_json(r.out);
-  CHECK(keys_of(out) == std::vector<std::string>{"envs_per_message", "seconds", "runs"});
+  CHECK(keys_of(out) ==
+        std::vector<std::string>{"envs_per_message", "seconds", "curve", "runs"});
   CHECK(out.at("envs_per_message") == 8);
+  CHECK(out.at("curve") == false);
   const auto& runs = out.at("runs");
   REQUIRE(runs.size() == 2);
   for (size_t i = 0; i < 2; ++i) {
@@ -203,6 +205,14 @@ TEST_CASE("bench remote --json reports, per number of clients, the env steps thr
     CHECK(run.at("ratio_to_floor").get<double>() ==
           doctest::Approx(rate / floor).epsilon(0.01));
   }
+  // With CURVE: the clients' keys are let in and their steps counted.
+  r = run_troupe("bench remote --json --seconds 1 --clients 1 --envs 8 --curve", dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const auto curve = parse_json(r.out);
+  CHECK(curve.at("curve") == true);
+  REQUIRE(curve.at("runs").size() == 1);
+  CHECK(curve.at("runs")[0].at("env_steps").get<uint64_t>() > 0);
   auto bad = run_troupe("bench remote --clients 1,x", dir);
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--clients takes numbers in [1, 256] separated by commas, got 'x'") !=

@@ -7,7 +7,10 @@
  * steps ENVS CartPoles (Gymnasium's CartPole-v1 dynamics: Euler, 500-step
  * limit) in one message per step until the mean return of the last 100
  * episodes exceeds TARGET (exit 0), MAX_ENV_STEPS pass (exit 1) or the
- * session fails (exit 2, the message on stderr). */
+ * session fails for good (exit 2, the message on stderr). When troupe goes
+ * away or drops the session, the client says HELLO again with back-off
+ * (troupe_remote_reconnect: 8 attempts, 100 ms doubling to 5 s) and every
+ * CartPole starts a new episode. It prints a line every 100 episodes. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,9 +100,23 @@ int main(int argc, char** argv) {
   double mean = 0;
   while (env_steps < max_steps) {
     uint64_t version = 0;
-    if (troupe_remote_step(r, n, ids, obs, first ? NULL : rewards, first ? NULL : flags,
-                           ended ? final_obs : NULL, actions, &version, error,
-                           sizeof error) != TROUPE_REMOTE_OK) {
+    const int got =
+      troupe_remote_step(r, n, ids, obs, first ? NULL : rewards, first ? NULL : flags,
+                         ended ? final_obs : NULL, actions, &version, error, sizeof error);
+    if (got != TROUPE_REMOTE_OK) {
+      fprintf(stderr, "cartpole_c: %s\n", error);
+      if (troupe_remote_retryable(r, got) &&
+          troupe_remote_reconnect(r, error, sizeof error) == TROUPE_REMOTE_OK) {
+        fprintf(stderr, "cartpole_c: a new session (%llu)\n",
+                (unsigned long long)troupe_remote_session(r));
+        for (uint32_t i = 0; i < n; ++i) { /* a new session: new episodes */
+          returns[i] = 0;
+          reset(&envs[i], &obs[4 * i]);
+        }
+        first = 1;
+        ended = 0;
+        continue;
+      }
       fprintf(stderr, "cartpole_c: %s\n", error);
       status = 2;
       break;
@@ -116,6 +133,15 @@ int main(int argc, char** argv) {
         ended += 1;
         last100[episodes % 100] = returns[i];
         episodes += 1;
+        if (episodes % 100 == 0) {
+          double m = 0;
+          for (int k = 0; k < 100; ++k)
+            m += last100[k] / 100.0;
+          printf("cartpole_c: %lld env steps, %lld episodes, 100-episode mean %.1f, "
+                 "policy version %llu\n",
+                 env_steps + n, episodes, m, (unsigned long long)version);
+          fflush(stdout);
+        }
         returns[i] = 0;
         reset(&envs[i], &obs[4 * i]);
       }

@@ -73,6 +73,22 @@ class CartPole:
         return self.state.astype(np.float32), 1.0, terminated, truncated, {}
 
 
+def read_key(path):
+    """The first word of the first non-blank line of a key file."""
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                return line.split()[0]
+    raise ValueError(f"{path}: no key")
+
+
+def curve_keys_of(server_key_file, client_secret_file):
+    """(server public, client public, client secret) from troupe remote keygen's files."""
+    import zmq
+    secret = read_key(client_secret_file)
+    return read_key(server_key_file), zmq.curve_public(secret.encode()).decode(), secret
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--endpoint", default="tcp://127.0.0.1:5555")
@@ -82,7 +98,17 @@ def main(argv=None):
     p.add_argument("--target", type=float, default=475.0,
                    help="stop once the mean return of the last 100 episodes reaches it")
     p.add_argument("--retries", type=int, default=3, help="new sessions after a failure")
+    p.add_argument("--server-key", help="CURVE: file with troupe's public key "
+                   "(troupe remote keygen's PATH.pub)")
+    p.add_argument("--client-key", help="CURVE: file with this client's secret key "
+                   "(troupe remote keygen's PATH; its public key must be on troupe's "
+                   "allow-list)")
     args = p.parse_args(argv)
+    curve_keys = None
+    if args.server_key or args.client_key:
+        if not (args.server_key and args.client_key):
+            p.error("CURVE needs both --server-key and --client-key")
+        curve_keys = curve_keys_of(args.server_key, args.client_key)
     last = [0]
 
     def stop(result):
@@ -96,7 +122,7 @@ def main(argv=None):
     result = troupe_remote.serve([CartPole() for _ in range(args.envs)], args.endpoint,
                                  client="cartpole-numpy", seed=args.seed,
                                  max_env_steps=args.max_env_steps, stop=stop,
-                                 retries=args.retries)
+                                 retries=args.retries, curve_keys=curve_keys)
     print(f"done ({result.reason}): env_steps {result.env_steps}  episodes "
           f"{result.episodes}  return_mean_100 {result.mean_return():.1f}", flush=True)
     return 0

@@ -37,14 +37,15 @@ def _spaces(env):
 
 def serve(envs, endpoint, client="python", seed=0, max_env_steps=None, stop=None,
           retries=0, backoff_s=0.5, backoff_max_s=10.0, hello_timeout_ms=60000,
-          context=None):
+          context=None, curve_keys=None):
     """Serves `envs` (Gymnasium-style objects with observation_space and action_space)
     to the troupe run at `endpoint` until troupe closes the session, `max_env_steps`
     environment steps are taken, or `stop(result)` returns True (checked after every
     step). A troupe that does not answer within its time-out raises ServerTimeout
     unless `retries` allows a new session: after a failure it waits `backoff_s`
     (doubling up to `backoff_max_s`), resets every environment and says HELLO again.
-    Returns a ServeResult.
+    `curve_keys` (server public key, client public key, client secret key) makes
+    the sessions CURVE (see Session). Returns a ServeResult.
     """
     envs = list(envs)
     n = len(envs)
@@ -58,7 +59,8 @@ def serve(envs, endpoint, client="python", seed=0, max_env_steps=None, stop=None
     episode = 0
     while True:
         session = Session(endpoint, n, obs_dim, action_space, client=client,
-                          hello_timeout_ms=hello_timeout_ms, context=context)
+                          hello_timeout_ms=hello_timeout_ms, context=context,
+                          curve_keys=curve_keys)
         try:
             session.hello()
             obs = np.zeros((n, obs_dim), np.float32)

@@ -18,10 +18,14 @@ class Session:
     ``remote.min_envs`` environments have asked), then the server's ``timeout_ms`` (or
     ``timeout_ms`` when given) for each reply; a reply that does not come raises
     :class:`ServerTimeout`.
+
+    ``curve_keys`` = ``(server_public_key, public_key, secret_key)``, each 40 Z85
+    characters (str or bytes), makes the connection CURVE-encrypted and authenticated
+    (troupe's ``remote.curve_secret_key_file``); ``None``: plaintext.
     """
 
     def __init__(self, endpoint, num_envs, obs_dim, action_space, client="python",
-                 hello_timeout_ms=60000, timeout_ms=None, context=None):
+                 hello_timeout_ms=60000, timeout_ms=None, context=None, curve_keys=None):
         self.endpoint = endpoint
         self.num_envs = int(num_envs)
         self.obs_dim = int(obs_dim)
@@ -38,12 +42,24 @@ class Session:
         self.minor = PROTOCOL_MINOR
         self.welcome = None
         self.policy_version = 0
+        self.curve_keys = None
+        if curve_keys is not None:
+            keys = tuple(k.encode() if isinstance(k, str) else bytes(k) for k in curve_keys)
+            if len(keys) != 3 or any(len(k) != 40 for k in keys):
+                raise ValueError("curve_keys: (server_public_key, public_key, secret_key), "
+                                 "each 40 Z85 characters")
+            self.curve_keys = keys
 
     # -- transport ------------------------------------------------------------------
 
     def _open(self):
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        if self.curve_keys is not None:
+            server, public, secret = self.curve_keys
+            self._socket.curve_serverkey = server
+            self._socket.curve_publickey = public
+            self._socket.curve_secretkey = secret
         self._socket.connect(self.endpoint)
 
     def _next(self):
