@@ -444,6 +444,15 @@ std::string algorithm_key_hint(const std::string& section, const std::string& ke
                      elsewhere, section, keys_of(section));
 }
 
+std::string unknown_section(const std::string& where, const std::string& section) {
+  const auto& sections = all_sections();
+  auto hint = nearest(section, sections);
+  return fmt::format(
+    "{}: unknown section '[{}]'{}", where, section,
+    hint.empty() ? fmt::format(" (valid sections: {})", fmt::join(sections, ", "))
+                 : fmt::format(" (did you mean '[{}]'?)", hint));
+}
+
 void check_section(const toml::table& table, const std::string& section,
                    const read_context& ctx, config& cfg,
                    std::vector<std::string>& problems) {
@@ -457,11 +466,7 @@ void check_section(const toml::table& table, const std::string& section,
       continue;
     }
     if (node.is_table()) {
-      auto hint = nearest(name, sections);
-      problems.push_back(fmt::format(
-        "{}: unknown section '[{}]'{}", at, name,
-        hint.empty() ? fmt::format(" (valid sections: {})", fmt::join(sections, ", "))
-                     : fmt::format(" (did you mean '[{}]'?)", hint)));
+      problems.push_back(unknown_section(at, name));
       continue;
     }
     if (section == "algo" && is_moved_algo_key(name)) {
@@ -515,11 +520,7 @@ void check_table(const toml::table& root, const read_context& ctx, config& cfg,
                                      hint.substr(0, hint.rfind('.')))));
         continue;
       }
-      auto hint = nearest(section, sections);
-      problems.push_back(fmt::format(
-        "{}: unknown section '[{}]'{}", where, section,
-        hint.empty() ? fmt::format(" (valid sections: {})", fmt::join(sections, ", "))
-                     : fmt::format(" (did you mean '[{}]'?)", hint)));
+      problems.push_back(unknown_section(where, section));
       continue;
     }
     auto table = section_node.as_table();
