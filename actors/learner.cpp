@@ -4,17 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <numeric>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "kernels/rng.hpp"
+#include "learners/algorithm.hpp"
 #include "learners/backend.hpp"
-#include "learners/mlp.hpp"
 #include "learners/optimizer.hpp"
-#include "learners/rollout.hpp"
 
 namespace troupe::actors {
 
