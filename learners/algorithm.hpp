@@ -104,13 +104,12 @@ public:
   virtual status push_gradient(size_t samples, bool last) = 0;
 };
 
-/// What an update reports: the mean of its losses over its gradients.
+/// What an update reports (the learner's report and metrics.csv carry it):
+/// the mean of its losses over its gradients.
 struct update_metrics {
   double policy_loss = 0;   ///< mean policy loss
   double value_loss = 0;    ///< mean value loss (before its coefficient)
   double entropy = 0;       ///< mean entropy
-  double approx_kl = 0;     ///< mean approximate KL (PPO; 0 where none)
-  double clip_fraction = 0; ///< mean clipped fraction (PPO; 0 where none)
   size_t gradients = 0;     ///< gradients sent
 };
 
