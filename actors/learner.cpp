@@ -4,17 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <numeric>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "kernels/rng.hpp"
+#include "learners/algorithm.hpp"
 #include "learners/backend.hpp"
-#include "learners/mlp.hpp"
 #include "learners/optimizer.hpp"
-#include "learners/rollout.hpp"
 
 namespace troupe::actors {
 
@@ -50,19 +47,11 @@ struct learner_work {
   // The batch being learned: its environment steps go with its last gradient,
   // so that the parameter server's counters match its weights.
   uint64_t batch_env_steps = 0;
-  size_t pushes_left = 0;
   bool drained = false; // the server stopped applying: the run is stopping
   uint64_t non_finite = 0;
+  std::unique_ptr<learners::algorithm> algorithm;
   // per-batch scratch
-  learners::policy_output out;
-  learners::head_cache<float> head;
-  std::vector<int64_t> actions_i64;
-  std::vector<float> values, old_logp, adv, ret, grad;
-  std::vector<uint8_t> valid;
-  std::vector<size_t> index;
-  std::vector<float> mb_obs, mb_box, mb_logp, mb_adv, mb_ret, mb_val;
-  std::vector<int64_t> mb_act;
-  std::vector<float> discounts, behavior_logp;
+  std::vector<float> grad;
   std::vector<learners::stats_view*> bn_views;
   std::vector<float> scratch_params, scratch_buffers;
 };
@@ -110,30 +99,6 @@ double scheduled_lr(const learner_work& w) {
   return w.opts.learning_rate * std::max(1.0 - std::max(frac, 0.0), 0.0);
 }
 
-// Log-probabilities of the batch's actions under `model`, and its values,
-// for the T x N acting rows and the N bootstrap rows.
-void behavior_outputs(learner_work& w, const learners::actor_critic& model,
-                      const trajectory_batch& b) {
-  const size_t rows = b.steps * b.num_envs, all = rows + b.num_envs;
-  auto ok = model.evaluate(b.observations.data(), all, nullptr, w.out);
-  TROUPE_CHECK(ok.ok(), "evaluate failed: {}", ok.ok() ? "" : ok.err().message);
-  w.values.assign(w.out.value.begin(), w.out.value.begin() + all);
-  const auto& spec = model.spec();
-  if (spec.action == learners::action_kind::discrete) {
-    w.actions_i64.resize(rows);
-    for (size_t k = 0; k < rows; ++k)
-      w.actions_i64[k] = static_cast<int64_t>(b.actions[k]);
-    learners::categorical_forward<float>(w.out.logits.data(), rows,
-                                         static_cast<size_t>(spec.n),
-                                         w.actions_i64.data(), w.head);
-  } else {
-    learners::gaussian_forward<float>(w.out.mean.data(), w.out.log_std.data(), rows,
-                                      static_cast<size_t>(spec.act_dim), b.actions.data(),
-                                      w.head);
-  }
-  w.old_logp.assign(w.head.logp.begin(), w.head.logp.begin() + rows);
-}
-
 size_t count_non_finite(const trajectory_batch& b) {
   size_t bad = 0;
   for (float x : b.observations)
@@ -144,25 +109,22 @@ size_t count_non_finite(const trajectory_batch& b) {
 }
 
 struct step_totals {
-  double policy = 0, value = 0, entropy = 0;
-  uint64_t steps = 0, dropped = 0, rejected = 0;
+  uint64_t dropped = 0, rejected = 0;
 };
 
 // Sends the backend's gradient to the server and takes the weights it answers.
-bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
-                   double lr, const learners::loss_report& rep, step_totals& totals) {
+status push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
+                     double lr, bool last, step_totals& totals) {
   w.grad.resize(w.current.param_count());
-  if (auto ok = w.backend->read_gradient(w.grad.data()); !ok) {
-    write_log(w.opts.log, fmt::format("learner '{}': {}", w.opts.name, ok.err().message));
-    return false;
-  }
+  if (auto ok = w.backend->read_gradient(w.grad.data()); !ok)
+    return ok;
   gradient_update g{w.opts.name, w.version, samples, lr, w.grad, {}, 0};
   if (w.opts.incarnation != 0 && w.opts.gradient_sequence) {
     g.worker = w.opts.worker;
     g.incarnation = w.opts.incarnation;
     g.sequence = ++*w.opts.gradient_sequence;
   }
-  if (w.pushes_left > 0 && --w.pushes_left == 0)
+  if (last)
     g.batch_env_steps = w.batch_env_steps;
   if (w.current.buffer_count() > 0) {
     // Batch norm: the running statistics go with the gradient (global: as
@@ -181,7 +143,7 @@ bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
                    moments_delta{names[i].prefix, w.opts.name, layers[i].count,
                                  layers[i].mean, layers[i].m2});
   }
-  bool fine = true;
+  status fine;
   self->request(w.server, caf::infinite, std::move(g))
     .receive(
       [&](weights_reply& r) {
@@ -194,144 +156,70 @@ bool push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
         take_weights(w, r);
       },
       [&](caf::error& e) {
-        write_log(w.opts.log, fmt::format("learner '{}': parameter server: {}",
-                                          w.opts.name, error_message(self->system(), e)));
-        fine = false;
+        fine = make_error(errc::unavailable, "parameter server: {}",
+                          error_message(self->system(), e));
       });
-  totals.policy += rep.policy_loss;
-  totals.value += rep.value_loss;
-  totals.entropy += rep.entropy;
-  totals.steps += 1;
   return fine;
 }
 
-bool learn_ppo(caf::blocking_actor* self, learner_work& w, const trajectory_batch& b,
-               const learners::actor_critic& behavior, double lr, step_totals& totals,
-               bool a3c) {
-  const size_t n = b.num_envs, rows = b.steps * n, od = b.obs_dim, ad = b.action_dim;
-  behavior_outputs(w, behavior, b);
-  if (b.behavior_recorded && !a3c && b.behavior_logp.size() == rows)
-    // Rows acted with several versions (a game-driven batch): the ratio is
-    // taken against the log-probabilities recorded when acting, so that it
-    // corrects for the lag each row saw; `behavior` (the current weights
-    // here) gives only the values for GAE and the value clip.
-    w.old_logp.assign(b.behavior_logp.begin(), b.behavior_logp.end());
-  w.adv.resize(rows);
-  w.ret.resize(rows);
-  w.valid.resize(rows);
-  learners::compute_gae(b.steps, n, b.rewards.data(), b.terminated.data(),
-                        b.truncated.data(), b.autoreset.data(), w.values.data(),
-                        w.opts.gamma, w.opts.gae_lambda, w.adv.data(), w.ret.data(),
-                        w.valid.data());
-  w.index.clear();
-  for (size_t k = 0; k < rows; ++k)
-    if (w.valid[k])
-      w.index.push_back(k);
-  if (w.index.empty())
-    return true;
-  const bool discrete = w.opts.spec.action == learners::action_kind::discrete;
-  const size_t epochs = a3c ? 1 : w.opts.update_epochs;
-  const size_t mbs = a3c ? 1 : std::min(w.opts.num_minibatches, w.index.size());
-  w.pushes_left = epochs * mbs;
-  learners::ppo_config cfg = w.opts.ppo;
-  if (a3c) {
-    cfg.clip_value_loss = false;
-    cfg.normalize_advantages = false;
+// What the algorithm draws on: the backend, the shuffling generator, and the
+// parameter server's round trip for each gradient.
+class learner_host final : public learners::update_host {
+public:
+  learner_host(caf::blocking_actor* self, learner_work& w, double lr)
+    : self_(self), w_(w), lr_(lr) {}
+  learners::learner_backend& backend() override { return *w_.backend; }
+  kernels::rng& generator() override { return w_.gen; }
+  status load_weights() override {
+    if (!actors::load_weights(w_))
+      return make_error(errc::device_error, "cannot load the weights into the backend");
+    return ok_status();
   }
-  for (size_t epoch = 0; epoch < epochs; ++epoch) {
-    for (size_t i = w.index.size(); i > 1; --i)
-      std::swap(w.index[i - 1], w.index[w.gen.next() % i]);
-    for (size_t m = 0; m < mbs; ++m) {
-      const size_t lo = w.index.size() * m / mbs, hi = w.index.size() * (m + 1) / mbs;
-      const size_t mb = hi - lo;
-      w.mb_obs.resize(mb * od);
-      w.mb_logp.resize(mb);
-      w.mb_adv.resize(mb);
-      w.mb_ret.resize(mb);
-      w.mb_val.resize(mb);
-      w.mb_act.resize(mb);
-      w.mb_box.resize(mb * ad);
-      for (size_t r = 0; r < mb; ++r) {
-        const size_t k = w.index[lo + r];
-        std::copy(&b.observations[k * od], &b.observations[k * od] + od,
-                  &w.mb_obs[r * od]);
-        w.mb_logp[r] = w.old_logp[k];
-        w.mb_adv[r] = w.adv[k];
-        w.mb_ret[r] = w.ret[k];
-        w.mb_val[r] = w.values[k];
-        if (discrete)
-          w.mb_act[r] = w.actions_i64[k];
-        else
-          std::copy(&b.actions[k * ad], &b.actions[k * ad] + ad, &w.mb_box[r * ad]);
-      }
-      learners::ppo_batch<float> batch;
-      batch.rows = mb;
-      batch.obs = w.mb_obs.data();
-      batch.discrete_actions = discrete ? w.mb_act.data() : nullptr;
-      batch.box_actions = discrete ? nullptr : w.mb_box.data();
-      batch.old_logprob = w.mb_logp.data();
-      batch.advantages = w.mb_adv.data();
-      batch.returns = w.mb_ret.data();
-      batch.old_values = w.mb_val.data();
-      if (!load_weights(w))
-        return false;
-      auto rep = w.backend->ppo_gradient(batch, cfg);
-      if (!rep) {
-        write_log(w.opts.log,
-                  fmt::format("learner '{}': {}", w.opts.name, rep.err().message));
-        return false;
-      }
-      if (!push_gradient(self, w, mb, lr, *rep, totals))
-        return false;
-    }
+  status push_gradient(size_t samples, bool last) override {
+    return actors::push_gradient(self_, w_, samples, lr_, last, totals);
   }
-  return true;
+  step_totals totals;
+
+private:
+  caf::blocking_actor* self_;
+  learner_work& w_;
+  double lr_;
+};
+
+learners::rollout_view view_of(const trajectory_batch& b) {
+  learners::rollout_view v;
+  v.steps = b.steps;
+  v.envs = b.num_envs;
+  v.obs_dim = b.obs_dim;
+  v.action_dim = b.action_dim;
+  v.observations = b.observations.data();
+  v.actions = b.actions.data();
+  v.rewards = b.rewards.data();
+  v.terminated = b.terminated.data();
+  v.truncated = b.truncated.data();
+  v.autoreset = b.autoreset.data();
+  v.behavior_logp = b.behavior_logp.empty() ? nullptr : b.behavior_logp.data();
+  v.behavior_logp_count = b.behavior_logp.size();
+  v.behavior_recorded = b.behavior_recorded;
+  return v;
 }
 
-bool learn_impala(caf::blocking_actor* self, learner_work& w, const trajectory_batch& b,
-                  const learners::actor_critic& behavior, double lr,
-                  step_totals& totals) {
-  const size_t n = b.num_envs, rows = b.steps * n;
-  const bool discrete = w.opts.spec.action == learners::action_kind::discrete;
-  const float* mu_logp = nullptr;
-  if (b.behavior_logp.size() == rows) {
-    // V-trace needs only mu's log-probabilities, and the runner recorded them
-    // when it acted: no forward pass of the behavior policy here.
-    mu_logp = b.behavior_logp.data();
-    if (discrete) {
-      w.actions_i64.resize(rows);
-      for (size_t k = 0; k < rows; ++k)
-        w.actions_i64[k] = static_cast<int64_t>(b.actions[k]);
-    }
-  } else {
-    // A batch without them (a runner that does not record them): recompute.
-    behavior_outputs(w, behavior, b);
-    mu_logp = w.old_logp.data();
-  }
-  w.discounts.resize(rows);
-  w.behavior_logp.resize(rows);
-  learners::vtrace_inputs(rows, b.terminated.data(), b.autoreset.data(), mu_logp,
-                          w.opts.gamma, w.discounts.data(), w.behavior_logp.data());
-  mu_logp = w.behavior_logp.data();
-  learners::vtrace_batch<float> batch;
-  batch.steps = b.steps;
-  batch.envs = n;
-  batch.obs = b.observations.data();
-  batch.discrete_actions = discrete ? w.actions_i64.data() : nullptr;
-  batch.box_actions = discrete ? nullptr : b.actions.data();
-  batch.behavior_logprob = mu_logp;
-  batch.rewards = b.rewards.data();
-  batch.discounts = w.discounts.data();
-  if (!load_weights(w))
-    return false;
-  w.pushes_left = 1;
-  auto rep = w.backend->vtrace_gradient(batch, w.opts.vtrace);
-  if (!rep) {
-    write_log(w.opts.log,
-              fmt::format("learner '{}': {}", w.opts.name, rep.err().message));
-    return false;
-  }
-  return push_gradient(self, w, rows, lr, *rep, totals);
+// The batch's arrays hold what its shape says (a malformed batch is refused
+// before an algorithm indexes into it).
+status check_shape(const trajectory_batch& b) {
+  const size_t rows = b.steps * b.num_envs;
+  if (b.observations.size() != (rows + b.num_envs) * b.obs_dim
+      || b.actions.size() != rows * b.action_dim || b.rewards.size() != rows
+      || b.terminated.size() != rows || b.truncated.size() != rows
+      || b.autoreset.size() != rows)
+    return make_error(errc::dimension_mismatch,
+                      "a batch of {} steps x {} environments must hold {} observation "
+                      "floats, {} action floats and {} rewards and flags; it holds {}, "
+                      "{} and {}",
+                      b.steps, b.num_envs, (rows + b.num_envs) * b.obs_dim,
+                      rows * b.action_dim, rows, b.observations.size(), b.actions.size(),
+                      b.rewards.size());
+  return ok_status();
 }
 
 void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor server,
@@ -358,6 +246,13 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
     write_log(w.opts.log, fmt::format("learner '{}': {}; computing on the CPU",
                                       w.opts.name, made.err().message));
     w.backend = learners::make_cpu_backend(w.opts.spec, learners::adam_config{}, bo);
+  }
+  if (auto made = learners::make_algorithm(w.opts.spec, w.opts.algorithm))
+    w.algorithm = std::move(*made);
+  else {
+    write_log(w.opts.log, fmt::format("learner '{}': {}", w.opts.name, made.err().message));
+    self->fail_state(caf::make_error(caf::sec::runtime_error, "learner failed"));
+    return;
   }
   self->request(w.server, caf::infinite, weights_atom::value)
     .receive([&](weights_reply& r) { take_weights(w, r); },
@@ -407,14 +302,14 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       }
       if (w.opts.pipelined)
         ask_batch(*slot);
-      if (const size_t bad = count_non_finite(b); bad > 0) {
-        // The runner kept this batch's moments from the keeper; the learner
-        // keeps it from the weights.
-        w.non_finite += bad;
-        write_log(w.opts.log,
-                  fmt::format("learner '{}': {}: batch {} of '{}' has {} non-finite "
-                              "observation or reward value(s); skipped",
-                              w.opts.name, b.env_id, b.sequence, b.runner, bad));
+      // A batch that cannot be learned is skipped (its steps are counted,
+      // nothing is learned): non-finite values (the runner kept its moments
+      // from the keeper, the learner keeps it from the weights), or one that
+      // does not meet the algorithm's requirements.
+      auto skip = [&](const std::string& why) {
+        write_log(w.opts.log, fmt::format("learner '{}': {}: batch {} of '{}': {}; skipped",
+                                          w.opts.name, b.env_id, b.sequence, b.runner,
+                                          why));
         learner_report skipped;
         skipped.learner = w.opts.name;
         skipped.env_steps = b.steps * b.num_envs;
@@ -426,10 +321,25 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         if (!w.opts.pipelined)
           ask_batch(*slot);
         running = outstanding();
+      };
+      if (const size_t bad = count_non_finite(b); bad > 0) {
+        w.non_finite += bad;
+        skip(fmt::format("{} non-finite observation or reward value(s)", bad));
         return;
       }
-      auto behavior = w.store->at(b.policy_version);
-      if (!behavior || w.opts.algo == algorithm::a3c || b.behavior_recorded)
+      if (auto ok = check_shape(b); !ok) {
+        skip(ok.err().message);
+        return;
+      }
+      const auto view = view_of(b);
+      if (auto ok = w.algorithm->check_batch(view); !ok) {
+        skip(ok.err().message);
+        return;
+      }
+      auto behavior = w.algorithm->uses_acting_weights() && !b.behavior_recorded
+                        ? w.store->at(b.policy_version)
+                        : nullptr;
+      if (!behavior)
         behavior =
           std::make_shared<policy_snapshot>(policy_snapshot{w.version, w.current});
       learner_report rep;
@@ -442,13 +352,12 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         rep.stats_lag = latest > b.stats_version ? latest - b.stats_version : 0;
       }
       const double lr = scheduled_lr(w);
-      step_totals totals;
+      learner_host host(self, w, lr);
       w.batch_env_steps = b.steps * b.num_envs;
-      bool ok = w.opts.algo == algorithm::impala
-                  ? learn_impala(self, w, b, behavior->model, lr, totals)
-                  : learn_ppo(self, w, b, behavior->model, lr, totals,
-                              w.opts.algo == algorithm::a3c);
-      if (!ok) {
+      auto learned = w.algorithm->update(view, behavior->model, host);
+      if (!learned) {
+        write_log(w.opts.log, fmt::format("learner '{}': {}: {}", w.opts.name,
+                                          w.algorithm->name(), learned.err().message));
         failure = caf::make_error(caf::sec::runtime_error, "learner failed");
         running = false;
         return;
@@ -459,10 +368,10 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         running = false;
         return;
       }
-      const double steps = static_cast<double>(std::max<uint64_t>(totals.steps, 1));
-      rep.loss_policy = totals.policy / steps;
-      rep.loss_value = totals.value / steps;
-      rep.entropy = totals.entropy / steps;
+      const auto& totals = host.totals;
+      rep.loss_policy = learned->policy_loss;
+      rep.loss_value = learned->value_loss;
+      rep.entropy = learned->entropy;
       rep.learning_rate = lr;
       rep.dropped = totals.dropped;
       rep.rejected = totals.rejected;

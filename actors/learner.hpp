@@ -1,21 +1,22 @@
 // The learner actor: asks its environment runners (handed over by the
 // supervisor, one (runner_atom, index, runner) per slot; a later one for the
 // same slot is a replacement of a failed runner) for trajectory batches,
-// turns each batch into gradients with the learners library (PPO, A3C or
-// IMPALA's V-trace), sends every gradient to the parameter server and waits
-// for the weights it answers with, and reports losses, returns and lags to
-// the metrics actor. It starts once every slot has a runner and stops when
-// the step budget is spent or on stop_atom. The last gradient of each batch
-// carries the batch's environment steps, so that the parameter server counts
-// learned batches together with the weights they changed.
+// hands each batch to its algorithm (learners/algorithm.hpp: PPO, IMPALA,
+// A3C or any other of the registry; the actor names none), which computes
+// the gradients; the actor sends every gradient to the parameter server and
+// waits for the weights it answers with, and reports losses, returns and
+// lags to the metrics actor. It starts once every slot has a runner and
+// stops when the step budget is spent or on stop_atom. The last gradient of
+// each batch carries the batch's environment steps, so that the parameter
+// server counts learned batches together with the weights they changed.
 //
-// PPO's old log-probabilities and values come from the batch's policy
-// version (policy_store::at), or the current weights when the store no longer
-// keeps it. A batch with behavior_recorded (a game-driven batch, acted with
-// several versions) takes its old log-probabilities from behavior_logp as
-// recorded when acting, and its values (GAE, value clip) from the current
-// weights; A3C always uses the current weights; IMPALA uses behavior_logp
-// whenever the batch has it.
+// The acting weights an algorithm asks for (uses_acting_weights) are the
+// batch's policy version (policy_store::at), or the current weights when the
+// store no longer keeps it or when the batch was acted with several versions
+// (behavior_recorded, a game-driven batch: its behavior_logp is the only
+// record of the acting policy). A batch that does not meet the algorithm's
+// requirements (check_batch) is skipped with a log line naming the
+// algorithm and the numbers.
 //
 // Policy lag is the parameter server's version when the batch is learned
 // minus the version the batch was acted with; statistics lag is the latest
@@ -46,8 +47,8 @@
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy_store.hpp"
+#include "learners/algorithm.hpp"
 #include "learners/backend.hpp"
-#include "learners/losses.hpp"
 #include "learners/stats_view.hpp"
 
 namespace troupe::actors {
@@ -78,20 +79,11 @@ private:
   std::atomic<uint64_t> claimed_;
 };
 
-/// The algorithm a learner runs.
-enum class algorithm { ppo, impala, a3c };
-
 /// Settings of a learner.
 struct learner_options {
   std::string name = "learner";          ///< named in gradients, reports and logs
-  algorithm algo = algorithm::ppo;       ///< what it computes
+  learners::algorithm_settings algorithm; ///< what it computes (by name)
   learners::model_spec spec;             ///< the model (observations arrive normalized)
-  learners::ppo_config ppo;              ///< ppo and a3c coefficients
-  learners::vtrace_config vtrace;        ///< impala coefficients
-  double gamma = 0.99;                   ///< discount
-  double gae_lambda = 0.95;              ///< GAE lambda (ppo, a3c)
-  size_t update_epochs = 4;              ///< ppo: epochs per batch
-  size_t num_minibatches = 4;            ///< ppo: minibatches per epoch
   double learning_rate = 2.5e-4;         ///< initial learning rate
   bool anneal_lr = true;                 ///< linear annealing over the budget
   size_t num_runners = 1;                ///< runners it is handed

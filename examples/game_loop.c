@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
            "[env]\nid = \"Catcher-v0\"\nnum_envs = 4\n"
            "[algo]\nname = \"ppo\"\nmode = \"async\"\ntotal_env_steps = 100000000\n"
            "num_steps = 32\nlearning_rate = 1e-3\nanneal_lr = false\n"
-           "num_minibatches = 2\nupdate_epochs = 4\n",
+           "[algo.ppo]\nnum_minibatches = 2\nupdate_epochs = 4\n",
            o.output_dir);
   if ((s = troupe_session_open_toml(TROUPE_ABI_VERSION, config, "game_loop_c.toml", NULL,
                                     0, &session)) != TROUPE_OK)

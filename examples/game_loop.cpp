@@ -106,6 +106,7 @@ std::string config_text(const options& o) {
          "num_steps = 32\n"
          "learning_rate = 1e-3\n"
          "anneal_lr = false\n"
+         "[algo.ppo]\n"
          "num_minibatches = 2\n"
          "update_epochs = 4\n";
 }

@@ -251,7 +251,7 @@ def main():
               "[env]\nid = \"Catcher-v0\"\nnum_envs = 4\n"
               "[algo]\nname = \"ppo\"\nmode = \"async\"\ntotal_env_steps = 100000000\n"
               "num_steps = 32\nlearning_rate = 1e-3\nanneal_lr = false\n"
-              "num_minibatches = 2\nupdate_epochs = 4\n")
+              "[algo.ppo]\nnum_minibatches = 2\nupdate_epochs = 4\n")
     session, agent = C.c_void_p(), C.c_void_p()
     check(lib, "troupe_session_open_toml",
           lib.troupe_session_open_toml(ABI_VERSION, config.encode(), b"game_loop_py.toml",

@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
                              "\n"
                              "num_steps = 64\n"
                              "learning_rate = 5e-4\n"
+                             "[algo.ppo]\n"
                              "num_minibatches = 4\n"
                              "update_epochs = 4\n";
   auto opened = troupe::session::open_toml(config, "simulator.toml");

@@ -49,6 +49,46 @@ result<learners::model_spec> model_spec_for(const config& cfg,
   return spec;
 }
 
+learners::algorithm_settings algorithm_settings_for(const config& cfg) {
+  learners::algorithm_settings out;
+  out.name = cfg.get_string("algo.name");
+  out.gamma = cfg.get_float("algo.gamma");
+  if (auto info = learners::find_algorithm(out.name))
+    for (auto& h : info->hyperparameters) {
+      const std::string key = "algo." + out.name + "." + h.key;
+      switch (h.type) {
+        case learners::hyperparameter_type::boolean:
+          out.values[h.key] = cfg.get_bool(key) ? 1.0 : 0.0;
+          break;
+        case learners::hyperparameter_type::integer:
+          out.values[h.key] = static_cast<double>(cfg.get_int(key));
+          break;
+        case learners::hyperparameter_type::floating:
+          out.values[h.key] = cfg.get_float(key);
+          break;
+      }
+    }
+  return out;
+}
+
+status check_algorithm(const config& cfg, const learners::model_spec& spec) {
+  const std::string where =
+    cfg.source_path().empty() ? std::string{"config"} : cfg.source_path();
+  auto made = learners::make_algorithm(spec, algorithm_settings_for(cfg));
+  if (!made)
+    return make_error(errc::bad_config, "{}: algo: {}", where, made.err().message);
+  // The smallest batch of the run: runner slot 0 (env.num_envs_spread >= 1).
+  const auto rows =
+    static_cast<size_t>(cfg.get_int("algo.num_steps") * cfg.get_int("env.num_envs"));
+  if (auto ok = (*made)->check_batch_size(rows); !ok)
+    return make_error(errc::bad_config, "{}: {} (algo.num_steps = {} at {}, env.num_envs "
+                      "= {} at {})",
+                      where, ok.err().message, cfg.get_int("algo.num_steps"),
+                      cfg.origin("algo.num_steps"), cfg.get_int("env.num_envs"),
+                      cfg.origin("env.num_envs"));
+  return ok_status();
+}
+
 namespace {
 
 // The keeper, the parameter server, the metrics actor and the streams.
@@ -160,28 +200,13 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     all_round_steps += learner_round_steps[li];
   }
   auto shared_budget = std::make_shared<actors::step_budget>(total, start.env_steps);
+  const auto algorithm = algorithm_settings_for(cfg);
   for (uint64_t li = 0; li < num_learners; ++li) {
     actors::learner_plan lp;
     auto& lo = lp.options;
     lo.name = fmt::format("learner{}", li);
-    lo.algo = algo_name == "impala" ? actors::algorithm::impala
-              : algo_name == "a3c"  ? actors::algorithm::a3c
-                                    : actors::algorithm::ppo;
+    lo.algorithm = algorithm;
     lo.spec = spec;
-    lo.ppo.clip_coef = cfg.get_float("algo.clip_coef");
-    lo.ppo.vf_coef = cfg.get_float("algo.vf_coef");
-    lo.ppo.ent_coef = cfg.get_float("algo.ent_coef");
-    lo.ppo.clip_value_loss = cfg.get_bool("algo.clip_vloss");
-    lo.ppo.normalize_advantages = cfg.get_bool("algo.norm_adv");
-    lo.vtrace.rho_bar = cfg.get_float("algo.rho_bar");
-    lo.vtrace.pg_rho_bar = cfg.get_float("algo.pg_rho_bar");
-    lo.vtrace.c_bar = cfg.get_float("algo.c_bar");
-    lo.vtrace.baseline_coef = cfg.get_float("algo.vf_coef");
-    lo.vtrace.ent_coef = cfg.get_float("algo.ent_coef");
-    lo.gamma = cfg.get_float("algo.gamma");
-    lo.gae_lambda = cfg.get_float("algo.gae_lambda");
-    lo.update_epochs = static_cast<size_t>(cfg.get_int("algo.update_epochs"));
-    lo.num_minibatches = static_cast<size_t>(cfg.get_int("algo.num_minibatches"));
     lo.learning_rate = cfg.get_float("algo.learning_rate");
     lo.anneal_lr = cfg.get_bool("algo.anneal_lr");
     lo.num_runners = runners_per_learner;

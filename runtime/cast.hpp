@@ -19,6 +19,7 @@
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
 #include "kernels/error.hpp"
+#include "learners/algorithm.hpp"
 #include "learners/backend.hpp"
 #include "learners/model.hpp"
 #include "runtime/config.hpp"
@@ -29,6 +30,15 @@ namespace troupe::runtime {
 /// The training model for `env` as the config describes it (no observation
 /// normalizer of its own: runners hand the learners normalized observations).
 result<learners::model_spec> model_spec_for(const config& cfg, const envs::env_spec& env);
+
+/// The algorithm a learner runs: algo.name, algo.gamma and the keys of the
+/// section [algo.<name>].
+learners::algorithm_settings algorithm_settings_for(const config& cfg);
+
+/// Makes the configured algorithm once and checks that the run's batches
+/// meet its requirements (algo.num_steps x env.num_envs transitions); the
+/// error names the config file, the algorithm and the numbers.
+status check_algorithm(const config& cfg, const learners::model_spec& spec);
 
 /// What the factory of a runner slot gets: which slot, its learner, and what
 /// an environment runner in that slot would have been given.

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "learners/algorithm.hpp"
 #include "runtime/toml.hpp"
 
 namespace troupe::runtime {
@@ -167,6 +168,58 @@ std::string unknown_key_hint(const std::string& name) {
 
 } // namespace
 
+// -- the algorithms' sections ------------------------------------------------
+
+bool is_algorithm_section(const std::string& section) {
+  return section.rfind("algo.", 0) == 0;
+}
+
+namespace {
+
+// "algo.ppo.clip_coef, algo.a3c.clip_coef": where the algorithms' sections
+// have `key`; empty when none has it.
+std::string sections_with(const std::string& key) {
+  std::string out;
+  for (auto& a : learners::algorithms())
+    for (auto& h : a.hyperparameters)
+      if (key == h.key)
+        out += fmt::format("{}[algo.{}]", out.empty() ? "" : ", ", a.name);
+  return out;
+}
+
+// The keys of `section`, comma-separated.
+std::string keys_of(const std::string& section) {
+  std::string out;
+  for (auto& o : schema())
+    if (o.section == section)
+      out += fmt::format("{}{}", out.empty() ? "" : ", ", o.key);
+  return out;
+}
+
+bool algorithm_has(const std::string& algo, const std::string& key) {
+  return find_option("algo." + algo + "." + key) != nullptr;
+}
+
+// A key of the flat [algo] section of older troupe that is now a key of an
+// algorithm's section: where it goes for a run of `algo`.
+std::string moved_key_hint(const std::string& key, const std::string& algo) {
+  if (algorithm_has(algo, key))
+    return fmt::format("algo.{0} has moved to the algorithm's own section: write "
+                       "'{0}' under [algo.{1}] (algo.{1}.{0})",
+                       key, algo);
+  return fmt::format("algo.{0} has moved to {1}; this run's algorithm '{2}' has no "
+                     "'{0}' (its section [algo.{2}] has: {3}): delete the line",
+                     key, sections_with(key), algo, keys_of("algo." + algo));
+}
+
+} // namespace
+
+bool is_moved_algo_key(const std::string& name) {
+  if (name.rfind("algo.", 0) != 0 || name.find('.', 5) != std::string::npos)
+    return false;
+  return !sections_with(name.substr(5)).empty();
+}
+
 std::string to_toml(const value& v) {
   struct visitor {
     std::string operator()(bool b) const { return b ? "true" : "false"; }
@@ -261,8 +314,13 @@ std::string config::to_toml() const {
   std::string out;
   std::string section;
   const auto& names = all_names();
+  const std::string own = "algo." + get_string("algo.name");
   for (size_t i = 0; i < names.size(); ++i) {
     const auto& s = schema()[i];
+    // Of the algorithms' sections, only the run's: another's keys in a
+    // config are an error.
+    if (is_algorithm_section(s.section) && s.section != own)
+      continue;
     if (s.section != section) {
       out += fmt::format("{}[{}]\n", section.empty() ? "" : "\n", s.section);
       section = s.section;
@@ -365,12 +423,91 @@ std::string place(const std::string& path, const toml::source_region& src) {
   return fmt::format("{}:{}", path, src.begin.line);
 }
 
-void check_table(const toml::table& root, const std::string& path, config& cfg,
+// How a file is read: the run's algorithm (algo.name of the file or of an
+// override; it decides where a flat [algo] key of older troupe belongs) and
+// whether such keys are migrated (a run folder's own config.toml, written by
+// an older troupe) or refused (a config a person writes).
+struct read_context {
+  std::string path;
+  std::string algo = "ppo";
+  bool migrate = false;
+  std::vector<std::string>* migrated = nullptr;
+};
+
+// The hint for an unknown key of an algorithm's section: the section it
+// belongs to, when it is another algorithm's key.
+std::string algorithm_key_hint(const std::string& section, const std::string& key) {
+  const std::string elsewhere = sections_with(key);
+  if (elsewhere.empty())
+    return {};
+  return fmt::format(" ('{}' is a key of {}, not of [{}], whose keys are: {})", key,
+                     elsewhere, section, keys_of(section));
+}
+
+std::string unknown_section(const std::string& where, const std::string& section) {
+  const auto& sections = all_sections();
+  auto hint = nearest(section, sections);
+  return fmt::format(
+    "{}: unknown section '[{}]'{}", where, section,
+    hint.empty() ? fmt::format(" (valid sections: {})", fmt::join(sections, ", "))
+                 : fmt::format(" (did you mean '[{}]'?)", hint));
+}
+
+void check_section(const toml::table& table, const std::string& section,
+                   const read_context& ctx, config& cfg,
+                   std::vector<std::string>& problems) {
+  const auto& sections = all_sections();
+  for (auto&& [key, node] : table) {
+    std::string name = section + "." + std::string{key.str()};
+    auto at = place(ctx.path, key.source());
+    if (node.is_table()
+        && std::find(sections.begin(), sections.end(), name) != sections.end()) {
+      check_section(*node.as_table(), name, ctx, cfg, problems); // [algo.ppo]
+      continue;
+    }
+    if (node.is_table()) {
+      problems.push_back(unknown_section(at, name));
+      continue;
+    }
+    if (section == "algo" && is_moved_algo_key(name)) {
+      const std::string k{key.str()};
+      if (!ctx.migrate) {
+        problems.push_back(fmt::format("{}: {}", at, moved_key_hint(k, ctx.algo)));
+        continue;
+      }
+      // A run folder of an older troupe: the run's algorithm's keys move to
+      // its section; another algorithm's were ignored then and are dropped.
+      if (!algorithm_has(ctx.algo, k))
+        continue;
+      name = "algo." + ctx.algo + "." + k;
+      if (ctx.migrated)
+        ctx.migrated->push_back(fmt::format("algo.{} -> {}", k, name));
+    }
+    auto spec = find_option(name);
+    if (!spec) {
+      std::string hint = is_algorithm_section(section)
+                           ? algorithm_key_hint(section, std::string{key.str()})
+                           : std::string{};
+      if (hint.empty())
+        hint = unknown_key_hint(name);
+      problems.push_back(fmt::format("{}: unknown key '{}'{}", at, name, hint));
+      continue;
+    }
+    auto v = convert(*spec, node);
+    if (!v) {
+      problems.push_back(fmt::format("{}: {}: {}", at, name, v.err().message));
+      continue;
+    }
+    cfg.set(name, std::move(*v), at);
+  }
+}
+
+void check_table(const toml::table& root, const read_context& ctx, config& cfg,
                  std::vector<std::string>& problems) {
   const auto& sections = all_sections();
   for (auto&& [section_key, section_node] : root) {
     std::string section{section_key.str()};
-    auto where = place(path, section_key.source());
+    auto where = place(ctx.path, section_key.source());
     if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
       if (!section_node.is_table()) {
         // A top-level key: maybe a key that belongs in a section.
@@ -380,14 +517,10 @@ void check_table(const toml::table& root, const std::string& path, config& cfg,
           hint.empty() ? fmt::format(" (keys live in sections: {})",
                                      fmt::join(sections, ", "))
                        : fmt::format(" (did you mean '{}' in [{}]?)", hint,
-                                     hint.substr(0, hint.find('.')))));
+                                     hint.substr(0, hint.rfind('.')))));
         continue;
       }
-      auto hint = nearest(section, sections);
-      problems.push_back(fmt::format(
-        "{}: unknown section '[{}]'{}", where, section,
-        hint.empty() ? fmt::format(" (valid sections: {})", fmt::join(sections, ", "))
-                     : fmt::format(" (did you mean '[{}]'?)", hint)));
+      problems.push_back(unknown_section(where, section));
       continue;
     }
     auto table = section_node.as_table();
@@ -397,26 +530,23 @@ void check_table(const toml::table& root, const std::string& path, config& cfg,
                                      describe_node(section_node)));
       continue;
     }
-    for (auto&& [key, node] : *table) {
-      std::string name = section + "." + std::string{key.str()};
-      auto at = place(path, key.source());
-      auto spec = find_option(name);
-      if (!spec) {
-        problems.push_back(
-          fmt::format("{}: unknown key '{}'{}", at, name, unknown_key_hint(name)));
-        continue;
-      }
-      auto v = convert(*spec, node);
-      if (!v) {
-        problems.push_back(fmt::format("{}: {}: {}", at, name, v.err().message));
-        continue;
-      }
-      cfg.set(name, std::move(*v), at);
-    }
+    check_section(*table, section, ctx, cfg, problems);
   }
 }
 
-void apply_override(const std::string& text, config& cfg,
+// The hint for an unknown name of a file or an override.
+std::string unknown_name_hint(const std::string& name, const std::string& algo) {
+  if (is_moved_algo_key(name))
+    return fmt::format(" ({})", moved_key_hint(name.substr(5), algo));
+  const auto dot = name.rfind('.');
+  if (dot != std::string::npos && is_algorithm_section(name.substr(0, dot)))
+    if (auto hint = algorithm_key_hint(name.substr(0, dot), name.substr(dot + 1));
+        !hint.empty())
+      return hint;
+  return unknown_key_hint(name);
+}
+
+void apply_override(const std::string& text, const std::string& algo, config& cfg,
                     std::vector<std::string>& problems) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) {
@@ -428,8 +558,8 @@ void apply_override(const std::string& text, config& cfg,
   std::string raw = text.substr(eq + 1);
   auto spec = find_option(name);
   if (!spec) {
-    problems.push_back(
-      fmt::format("--set {}: unknown key '{}'{}", text, name, unknown_key_hint(name)));
+    problems.push_back(fmt::format("--set {}: unknown key '{}'{}", text, name,
+                                   unknown_name_hint(name, algo)));
     return;
   }
   // The value is read as a TOML value; a bare word counts as a string.
@@ -461,19 +591,58 @@ void apply_override(const std::string& text, config& cfg,
   cfg.set(name, std::move(*v), "--set");
 }
 
-result<config> finish(config cfg, const std::vector<std::string>& overrides,
+// A key of an algorithm's section other than the run's, set in the file or
+// by an override, is an error: it would be ignored.
+void check_algorithm_sections(const config& cfg, std::vector<std::string>& problems) {
+  const std::string algo = cfg.get_string("algo.name");
+  const std::string own = "algo." + algo;
+  for (auto& o : schema()) {
+    if (!is_algorithm_section(o.section) || o.section == own)
+      continue;
+    const std::string name = o.name();
+    const auto& origin = cfg.origin(name);
+    if (origin == "default")
+      continue;
+    problems.push_back(fmt::format(
+      "{}: {} is a key of [{}], but this run's algorithm is '{}' (algo.name, {}): its "
+      "hyperparameters are in [{}] ({}); write the key there if '{}' has it, or delete "
+      "the line",
+      origin == "--set" ? "--set " + name : origin, name, o.section, algo,
+      cfg.origin("algo.name"), own, keys_of(own), algo));
+  }
+}
+
+// The run's algorithm as the overrides (the last one wins) or the file name
+// it; "ppo" (the default) otherwise. A flat [algo] key of older troupe is
+// placed by it.
+std::string run_algorithm(const toml::table* root, const std::vector<std::string>& overrides) {
+  std::string algo = std::get<std::string>(find_option("algo.name")->default_value);
+  if (root)
+    if (auto v = (*root)["algo"]["name"].value<std::string>())
+      algo = *v;
+  for (auto& o : overrides)
+    if (o.rfind("algo.name=", 0) == 0) {
+      algo = o.substr(10);
+      if (algo.size() >= 2 && algo.front() == '"' && algo.back() == '"')
+        algo = algo.substr(1, algo.size() - 2);
+    }
+  return algo;
+}
+
+result<config> finish(config cfg, const std::string& algo,
+                      const std::vector<std::string>& overrides,
                       std::vector<std::string> problems) {
   for (auto& o : overrides)
-    apply_override(o, cfg, problems);
+    apply_override(o, algo, cfg, problems);
+  check_algorithm_sections(cfg, problems);
   if (!problems.empty())
     return error{errc::bad_config, fmt::format("{}", fmt::join(problems, "\n"))};
   return cfg;
 }
 
-} // namespace
-
-result<config> parse_config(const std::string& text, const std::string& path,
-                            const std::vector<std::string>& overrides) {
+result<config> parse_text(const std::string& text, const std::string& path,
+                          const std::vector<std::string>& overrides, bool migrate,
+                          std::vector<std::string>* migrated) {
   toml::table root;
   try {
     root = toml::parse(text, path);
@@ -484,7 +653,12 @@ result<config> parse_config(const std::string& text, const std::string& path,
   config cfg;
   cfg.set_source_path(path);
   std::vector<std::string> problems;
-  check_table(root, path, cfg, problems);
+  read_context ctx;
+  ctx.path = path;
+  ctx.algo = run_algorithm(&root, overrides);
+  ctx.migrate = migrate;
+  ctx.migrated = migrated;
+  check_table(root, ctx, cfg, problems);
   // toml++ keeps keys sorted by name; report in file order instead.
   auto line_of = [&](const std::string& p) {
     auto rest = p.substr(std::min(p.size(), path.size() + 1));
@@ -492,11 +666,10 @@ result<config> parse_config(const std::string& text, const std::string& path,
   };
   std::stable_sort(problems.begin(), problems.end(),
                    [&](auto& a, auto& b) { return line_of(a) < line_of(b); });
-  return finish(std::move(cfg), overrides, std::move(problems));
+  return finish(std::move(cfg), ctx.algo, overrides, std::move(problems));
 }
 
-result<config> load_config(const std::string& path,
-                           const std::vector<std::string>& overrides) {
+result<std::string> read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return make_error(errc::io_error, "{}: cannot open config file", path);
@@ -504,11 +677,35 @@ result<config> load_config(const std::string& path,
   text << in.rdbuf();
   if (in.bad())
     return make_error(errc::io_error, "{}: cannot read config file", path);
-  return parse_config(text.str(), path, overrides);
+  return text.str();
+}
+
+} // namespace
+
+result<config> parse_config(const std::string& text, const std::string& path,
+                            const std::vector<std::string>& overrides) {
+  return parse_text(text, path, overrides, false, nullptr);
+}
+
+result<config> load_config(const std::string& path,
+                           const std::vector<std::string>& overrides) {
+  auto text = read_text(path);
+  if (!text)
+    return text.err();
+  return parse_text(*text, path, overrides, false, nullptr);
+}
+
+result<config> load_run_config(const std::string& path,
+                               const std::vector<std::string>& overrides,
+                               std::vector<std::string>* migrated) {
+  auto text = read_text(path);
+  if (!text)
+    return text.err();
+  return parse_text(*text, path, overrides, true, migrated);
 }
 
 result<config> default_config(const std::vector<std::string>& overrides) {
-  return finish(config{}, overrides, {});
+  return finish(config{}, run_algorithm(nullptr, overrides), overrides, {});
 }
 
 std::string describe_schema() {

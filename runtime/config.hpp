@@ -51,6 +51,13 @@ struct removed_option {
   std::string instead; ///< what to write instead, one sentence
 };
 
+/// Whether `section` is an algorithm's own section ("algo.ppo").
+bool is_algorithm_section(const std::string& section);
+
+/// Whether `name` is a key of the flat [algo] section of an older troupe that
+/// is now a key of an algorithm's section ("algo.clip_coef").
+bool is_moved_algo_key(const std::string& name);
+
 /// Every removed option (config files and --set that use one get `instead`).
 const std::vector<removed_option>& removed_options();
 
@@ -93,6 +100,15 @@ private:
 /// and what was given.
 result<config> load_config(const std::string& path,
                            const std::vector<std::string>& overrides = {});
+
+/// Loads a run folder's own config.toml: as load_config, except that the
+/// flat [algo] keys of an older troupe are migrated (the run's algorithm's
+/// keys move to [algo.<name>], another algorithm's, which that troupe ignored,
+/// are dropped) instead of refused; `migrated` (may be null) receives one
+/// "algo.key -> algo.<name>.key" line per moved key.
+result<config> load_run_config(const std::string& path,
+                               const std::vector<std::string>& overrides,
+                               std::vector<std::string>* migrated);
 
 /// The defaults with overrides applied (no file).
 result<config> default_config(const std::vector<std::string>& overrides = {});

@@ -4,6 +4,10 @@
 
 #include <limits>
 
+#include <fmt/format.h>
+
+#include "learners/algorithm.hpp"
+
 namespace troupe::runtime {
 
 namespace {
@@ -114,11 +118,23 @@ void add_env(std::vector<option_spec>& out) {
                           "(heterogeneous batch sizes; 1: all alike)"));
 }
 
-// -- [algo] ------------------------------------------------------------------
+// -- [algo] and [algo.<name>] -------------------------------------------------
 
+// [algo] holds what every algorithm shares: which one runs, how learners and
+// runners are laid out, the step budget, the batch shape, the optimizer
+// (the parameter server's Adam, its learning rate schedule and gradient
+// clip) and the discount. Each algorithm's own hyperparameters are its
+// section [algo.<name>], built from the registry (learners/algorithm.hpp).
 void add_algo(std::vector<option_spec>& out) {
-  out.push_back(opt_string("algo", "name", "ppo", {"ppo", "impala", "a3c"},
-                           "ppo (clipped surrogate, GAE), impala (V-trace) or a3c (n-step advantage actor-critic)"));
+  std::vector<std::string> names;
+  std::string summary;
+  for (auto& a : learners::algorithms()) {
+    names.push_back(a.name);
+    summary += fmt::format("{}{} ({})", summary.empty() ? "" : "; ", a.name, a.summary);
+  }
+  out.push_back(opt_string("algo", "name", "ppo", names, ""));
+  out.back().description =
+    "the algorithm; its hyperparameters are the section [algo.<name>]: " + summary;
   out.push_back(opt_string("algo", "mode", "async", {"sync", "async"},
                            "sync: one mean gradient of every learner per update; async: each gradient applied as it arrives"));
   out.push_back(opt_int("algo", "total_env_steps", 500000, 1, int_max,
@@ -132,33 +148,44 @@ void add_algo(std::vector<option_spec>& out) {
   out.push_back(opt_int("algo", "num_steps", 128, 1, 1048576,
                         "steps per environment in one trajectory batch (CleanRL num_steps; IMPALA unroll)"));
   out.push_back(opt_float("algo", "learning_rate", 2.5e-4, 0.0, 1.0,
-                          "Adam learning rate (CleanRL PPO 2.5e-4)", true, false));
+                          "Adam learning rate of the parameter server (CleanRL PPO 2.5e-4)", true, false));
   out.push_back(opt_bool("algo", "anneal_lr", true,
                          "anneal the learning rate linearly to 0 over total_env_steps (CleanRL)"));
   out.push_back(opt_float("algo", "adam_eps", 1e-5, 0.0, 1.0,
                           "Adam epsilon (CleanRL 1e-5)", true, false));
-  out.push_back(opt_float("algo", "gamma", 0.99, 0.0, 1.0, "discount factor (CleanRL 0.99)"));
-  out.push_back(opt_float("algo", "gae_lambda", 0.95, 0.0, 1.0,
-                          "GAE lambda (CleanRL 0.95; a3c uses it too, 1 gives n-step returns)"));
-  out.push_back(opt_int("algo", "num_minibatches", 4, 1, 65536,
-                        "ppo: minibatches per epoch (CleanRL 4)"));
-  out.push_back(opt_int("algo", "update_epochs", 4, 1, 1000, "ppo: epochs per batch (CleanRL 4)"));
-  out.push_back(opt_bool("algo", "norm_adv", true, "ppo: normalize advantages per minibatch (CleanRL)"));
-  out.push_back(opt_float("algo", "clip_coef", 0.2, 0.0, 10.0,
-                          "ppo: surrogate and value clipping coefficient (CleanRL 0.2)"));
-  out.push_back(opt_bool("algo", "clip_vloss", true, "ppo: clip the value loss (CleanRL)"));
-  out.push_back(opt_float("algo", "ent_coef", 0.01, 0.0, 10.0,
-                          "entropy bonus weight (CleanRL 0.01; IMPALA paper 0.01)"));
-  out.push_back(opt_float("algo", "vf_coef", 0.5, 0.0, 100.0,
-                          "value loss weight (CleanRL 0.5; IMPALA baseline cost 0.5)"));
   out.push_back(opt_float("algo", "max_grad_norm", 0.5, 0.0, 1e9,
-                          "global gradient norm clip (CleanRL 0.5; 0: none)"));
-  out.push_back(opt_float("algo", "rho_bar", 1.0, 0.0, 1e9,
-                          "impala: importance weight clip of the V-trace targets (IMPALA paper 1)"));
-  out.push_back(opt_float("algo", "c_bar", 1.0, 0.0, 1e9,
-                          "impala: trace-cutting clip (IMPALA paper 1)"));
-  out.push_back(opt_float("algo", "pg_rho_bar", 1.0, 0.0, 1e9,
-                          "impala: importance weight clip of the policy-gradient advantages (IMPALA paper 1)"));
+                          "global gradient norm clip of the parameter server (CleanRL 0.5; 0: none)"));
+  out.push_back(opt_float("algo", "gamma", 0.99, 0.0, 1.0, "discount factor (CleanRL 0.99)"));
+  for (auto& a : learners::algorithms()) {
+    const std::string section = std::string{"algo."} + a.name;
+    for (auto& h : a.hyperparameters) {
+      option_spec s;
+      s.section = section;
+      s.key = h.key;
+      s.description = h.description;
+      switch (h.type) {
+        case learners::hyperparameter_type::boolean:
+          s.type = value_type::boolean;
+          s.default_value = h.default_value != 0;
+          break;
+        case learners::hyperparameter_type::integer:
+          s.type = value_type::integer;
+          s.default_value = static_cast<int64_t>(h.default_value);
+          s.bounded = true;
+          break;
+        case learners::hyperparameter_type::floating:
+          s.type = value_type::floating;
+          s.default_value = h.default_value;
+          s.bounded = true;
+          break;
+      }
+      s.min = h.min;
+      s.max = h.max;
+      s.min_exclusive = h.min_exclusive;
+      s.max_exclusive = h.max_exclusive;
+      out.push_back(std::move(s));
+    }
+  }
 }
 
 // -- [stats] -----------------------------------------------------------------

@@ -122,6 +122,8 @@ result<session> session::open(const config& cfg, std::string resume_dir,
                                                 : cfg.source_path(),
                       spec.err().message);
   st->spec = *spec;
+  if (auto ok = check_algorithm(cfg, *spec); !ok)
+    return ok.err();
   auto device = learners::choose_device(cfg.get_string("run.device"));
   if (!device)
     return at_key(cfg, "run.device", device.err());

@@ -9,6 +9,9 @@
 #include <memory>
 #include <optional>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/cli/plot.hpp"
@@ -114,9 +117,18 @@ int cmd_train(const args_t& args) {
       return fail(exit_bad_input, "--resume " + *resume + ": not a run folder");
     path = (std::filesystem::path(*resume) / "config.toml").string();
   }
-  auto cfg = load_config(path, parsed->all("set"));
+  // A run folder of an older troupe has the flat [algo] keys: its own config
+  // is migrated (a config a person writes is refused with where each key went).
+  std::vector<std::string> migrated;
+  auto cfg = resume ? load_run_config(path, parsed->all("set"), &migrated)
+                    : load_config(path, parsed->all("set"));
   if (!cfg)
     return fail(exit_bad_input, cfg.err().message);
+  if (!migrated.empty())
+    std::fprintf(stderr, "troupe: %s: written by an older troupe; moved %zu [algo] key(s) "
+                         "to [algo.%s]: %s\n",
+                 path.c_str(), migrated.size(), cfg->get_string("algo.name").c_str(),
+                 fmt::format("{}", fmt::join(migrated, ", ")).c_str());
   if (auto listen = parsed->get("listen"))
     cfg->set("cluster.listen", *listen, "--listen");
   auto out = train_until_done(*cfg, resume ? *resume : std::string{});

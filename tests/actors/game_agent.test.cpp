@@ -562,8 +562,8 @@ TEST_CASE("act keeps answering while the learner is held paused, and training go
   learner_options lo;
   lo.name = "L";
   lo.spec = model.spec();
-  lo.update_epochs = 1;
-  lo.num_minibatches = 1; // one gradient per batch
+  lo.algorithm.values["update_epochs"] = 1;
+  lo.algorithm.values["num_minibatches"] = 1; // one gradient per batch
   lo.steps_per_runner_batch = steps;
   lo.report_to = sink;
   lo.log = [](const std::string&) {};
@@ -721,8 +721,8 @@ learner_report learn_one_ppo_batch(const learners::actor_critic& initial,
   learner_options lo;
   lo.name = "L";
   lo.spec = initial.spec();
-  lo.update_epochs = 1;
-  lo.num_minibatches = 1;
+  lo.algorithm.values["update_epochs"] = 1;
+  lo.algorithm.values["num_minibatches"] = 1;
   lo.anneal_lr = false;
   lo.steps_per_runner_batch = batch.steps * batch.num_envs;
   lo.log = [](const std::string&) {};

@@ -66,9 +66,9 @@ actors::learner_report learn_one_batch(const learners::actor_critic& initial,
     store);
   actors::learner_options lo;
   lo.name = "L";
-  lo.algo = actors::algorithm::impala;
+  lo.algorithm.name = "impala";
   lo.spec = initial.spec();
-  lo.vtrace.ent_coef = 0.03;
+  lo.algorithm.values["ent_coef"] = 0.03;
   lo.anneal_lr = false;
   lo.steps_per_runner_batch = batch.steps * batch.num_envs;
   lo.log = [](const std::string&) {};

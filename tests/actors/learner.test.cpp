@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <mutex>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -206,8 +208,8 @@ TEST_CASE("a learner skips and counts a batch with a non-finite reward, which ne
   actors::learner_options lo;
   lo.name = "L";
   lo.spec = spec;
-  lo.update_epochs = 1;
-  lo.num_minibatches = 2;
+  lo.algorithm.values["update_epochs"] = 1;
+  lo.algorithm.values["num_minibatches"] = 2;
   lo.anneal_lr = false;
   lo.steps_per_runner_batch = steps * envs;
   lo.log = [](const std::string&) {};
@@ -245,4 +247,84 @@ TEST_CASE("a learner skips and counts a batch with a non-finite reward, which ne
     REQUIRE(std::isfinite(store->latest()->model.params()[i]));
   self->send_exit(server, caf::exit_reason::user_shutdown);
   self->send_exit(runner, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a learner skips a batch its algorithm cannot learn, logging the algorithm and "
+          "the numbers, and learns the next one") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  caf::actor_system_config cfg;
+  actors::register_messages(cfg);
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self{sys};
+  learners::model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 2;
+  spec.hidden = {8};
+  learners::actor_critic initial(spec, seed);
+  for (std::string algo : {"ppo", "impala"}) {
+    CAPTURE(algo);
+    auto store = std::make_shared<actors::policy_store>(initial, 8);
+    actors::parameter_server_options ps_opts;
+    ps_opts.log = [](const std::string&) {};
+    auto server = actors::spawn_parameter_server(
+      sys, ps_opts,
+      std::vector<float>(initial.params(), initial.params() + initial.param_count()), {},
+      store);
+    const size_t steps = 3, envs = 2;
+    auto batches = std::make_shared<std::vector<actors::trajectory_batch>>();
+    batches->push_back(random_batch(gen, steps, envs));
+    auto& bad = (*batches)[0];
+    if (algo == "ppo") {
+      bad.autoreset[1] = bad.autoreset[4] = 1; // 4 transitions for 5 minibatches
+    } else {
+      bad.behavior_logp.assign(steps * envs - 2, -0.7f); // 2 missing
+    }
+    batches->push_back(random_batch(gen, steps, envs));
+    auto logs = std::make_shared<std::vector<std::string>>();
+    auto mtx = std::make_shared<std::mutex>();
+    actors::learner_options lo;
+    lo.name = "L";
+    lo.spec = spec;
+    lo.algorithm.name = algo;
+    if (algo == "ppo")
+      lo.algorithm.values = {{"update_epochs", 1}, {"num_minibatches", 5}};
+    lo.anneal_lr = false;
+    lo.steps_per_runner_batch = steps * envs;
+    lo.log = [logs, mtx](const std::string& line) {
+      std::lock_guard<std::mutex> guard(*mtx);
+      logs->push_back(line);
+    };
+    auto budget = std::make_shared<actors::step_budget>(2 * steps * envs);
+    auto learner = actors::spawn_learner(sys, lo, server,
+                                         caf::actor_cast<caf::actor>(self), store, budget);
+    self->monitor(learner);
+    auto runner = sys.spawn(scripted_runner, std::string{"L.runner0"}, learner, batches);
+    self->send(learner, actors::runner_atom::value, uint64_t{0}, runner);
+    std::vector<actors::learner_report> reports;
+    while (reports.size() < 2)
+      self->receive([&](actors::learner_report& r) { reports.push_back(std::move(r)); },
+                    test::fail_after("the learner's report of each of its two batches"));
+    CHECK(reports[0].skipped);
+    CHECK(reports[0].weights_version == 0);
+    CHECK_FALSE(reports[1].skipped);
+    CHECK(reports[1].weights_version == (algo == "ppo" ? 5u : 1u));
+    self->receive([&](caf::down_msg& down) { CHECK(!down.reason); },
+                  test::fail_after("the learner to end once its budget is spent"));
+    std::lock_guard<std::mutex> guard(*mtx);
+    REQUIRE(logs->size() == 1);
+    CAPTURE((*logs)[0]);
+    if (algo == "ppo")
+      CHECK((*logs)[0].find("ppo: the batch has 4 transitions (3 steps x 2 environments, "
+                            "2 reset steps), fewer than num_minibatches = 5; skipped")
+            != std::string::npos);
+    else
+      CHECK((*logs)[0].find("impala: V-trace needs the behavior log-probability of every "
+                            "step; the batch has 4 for 6 steps")
+            != std::string::npos);
+    self->send_exit(server, caf::exit_reason::user_shutdown);
+    self->send_exit(runner, caf::exit_reason::user_shutdown);
+  }
 }

@@ -98,8 +98,8 @@ struct supervisor_fixture {
       learner_plan lp;
       lp.options.name = "learner" + std::to_string(li);
       lp.options.spec = spec;
-      lp.options.update_epochs = 1;
-      lp.options.num_minibatches = 2;
+      lp.options.algorithm.values["update_epochs"] = 1;
+      lp.options.algorithm.values["num_minibatches"] = 2;
       lp.options.num_runners = runners;
       lp.options.steps_per_runner_batch = envs * steps;
       lp.options.pipelined = true;

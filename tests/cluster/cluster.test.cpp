@@ -170,8 +170,6 @@ runners_per_learner = 1
 total_env_steps = {}
 num_steps = 128
 learning_rate = 2.5e-4
-num_minibatches = 4
-update_epochs = 4
 max_staleness = 8
 
 [model]

@@ -278,3 +278,121 @@ TEST_CASE("nearest gives the first candidate at the smallest edit distance withi
         "algo.learning_rate");
   CHECK(nearest("zzzzzzzz", {"algo.lr", "run.seed"}).empty());
 }
+
+// -- the algorithms' sections ------------------------------------------------
+
+TEST_CASE("an algorithm's keys live in its own section [algo.<name>], and the resolved "
+          "config holds only the run's algorithm's section") {
+  auto cfg = parse_config("[algo]\nname = \"impala\"\ngamma = 0.9\n\n[algo.impala]\n"
+                          "rho_bar = 0.5\nvf_coef = 0.25\n",
+                          "i.toml", {"algo.impala.c_bar=0.75"});
+  REQUIRE(cfg.has_value());
+  CHECK(cfg->get_float("algo.impala.rho_bar") == 0.5);
+  CHECK(cfg->origin("algo.impala.rho_bar") == "i.toml:6");
+  CHECK(cfg->get_float("algo.impala.c_bar") == 0.75);
+  CHECK(cfg->get_float("algo.gamma") == 0.9);
+  const auto text = cfg->to_toml();
+  CHECK(text.find("[algo.impala]\nrho_bar = 0.5\n") != std::string::npos);
+  CHECK(text.find("[algo.ppo]") == std::string::npos);
+  CHECK(text.find("[algo.a3c]") == std::string::npos);
+  auto again = parse_config(text, "resolved.toml");
+  REQUIRE(again.has_value());
+  CHECK(again->to_toml() == text);
+}
+
+TEST_CASE("a flat [algo] key of an older troupe names its new place, in a file and in "
+          "--set, and says to delete one the run's algorithm does not have") {
+  auto msg = errors_of("[algo]\nname = \"ppo\"\nclip_coef = 0.1\nnum_steps = 64\n"
+                       "update_epochs = 2\nrho_bar = 0.9\n");
+  CHECK(msg.find("cartpole.toml:3: algo.clip_coef has moved to the algorithm's own "
+                 "section: write 'clip_coef' under [algo.ppo] (algo.ppo.clip_coef)")
+        != std::string::npos);
+  CHECK(msg.find("cartpole.toml:5: algo.update_epochs has moved to the algorithm's own "
+                 "section: write 'update_epochs' under [algo.ppo] (algo.ppo.update_epochs)")
+        != std::string::npos);
+  CHECK(msg.find("cartpole.toml:6: algo.rho_bar has moved to [algo.impala]; this run's "
+                 "algorithm 'ppo' has no 'rho_bar'")
+        != std::string::npos);
+  CHECK(msg.find("delete the line") != std::string::npos);
+  CHECK(msg.find("num_steps") == std::string::npos); // a shared key stays in [algo]
+  // The run's algorithm decides where a key of several algorithms goes.
+  msg = errors_of("[algo]\nname = \"a3c\"\nent_coef = 0.02\n");
+  CHECK(msg.find("cartpole.toml:3: algo.ent_coef has moved to the algorithm's own "
+                 "section: write 'ent_coef' under [algo.a3c] (algo.a3c.ent_coef)")
+        != std::string::npos);
+  msg = errors_of("", {"algo.name=impala", "algo.vf_coef=0.3"});
+  CHECK(msg.find("--set algo.vf_coef=0.3: unknown key 'algo.vf_coef' (algo.vf_coef has "
+                 "moved to the algorithm's own section: write 'vf_coef' under "
+                 "[algo.impala] (algo.impala.vf_coef))")
+        != std::string::npos);
+}
+
+TEST_CASE("a key of another algorithm's section is an error naming the file:line, the "
+          "key and the section that applies") {
+  // [algo.impala] keys in a PPO run.
+  auto msg = errors_of("[algo]\nname = \"ppo\"\n\n[algo.impala]\nrho_bar = 0.5\n");
+  CHECK(msg.find("cartpole.toml:5: algo.impala.rho_bar is a key of [algo.impala], but "
+                 "this run's algorithm is 'ppo' (algo.name, cartpole.toml:2): its "
+                 "hyperparameters are in [algo.ppo]")
+        != std::string::npos);
+  msg = errors_of("", {"algo.a3c.vf_coef=1"});
+  CHECK(msg.find("--set algo.a3c.vf_coef: algo.a3c.vf_coef is a key of [algo.a3c], but "
+                 "this run's algorithm is 'ppo' (algo.name, default)")
+        != std::string::npos);
+  // clip_coef under [algo.impala]: a key of [algo.ppo] only.
+  msg = errors_of("[algo]\nname = \"impala\"\n[algo.impala]\nclip_coef = 0.2\n");
+  CHECK(msg.find("cartpole.toml:4: unknown key 'algo.impala.clip_coef' ('clip_coef' is a "
+                 "key of [algo.ppo], not of [algo.impala], whose keys are: rho_bar, "
+                 "c_bar, pg_rho_bar, ent_coef, vf_coef)")
+        != std::string::npos);
+  msg = errors_of("[algo.ppoo]\nclip_coef = 0.2\n");
+  CHECK(msg.find("cartpole.toml:1: unknown section '[algo.ppoo]' (did you mean "
+                 "'[algo.ppo]'?)")
+        != std::string::npos);
+}
+
+TEST_CASE("a run folder's config of an older troupe is migrated on resume: the run's "
+          "algorithm's flat keys move to its section, another algorithm's are dropped") {
+  temp_folder dir("migrate");
+  auto old = dir.write("config.toml",
+                       "[algo]\nname = \"a3c\"\nnum_steps = 5\ngae_lambda = 1.0\n"
+                       "clip_coef = 0.3\nent_coef = 0.02\nrho_bar = 1.0\n");
+  auto refused = load_config(old);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.err().message.find("algo.gae_lambda has moved") != std::string::npos);
+  std::vector<std::string> moved;
+  auto cfg = load_run_config(old, {}, &moved);
+  REQUIRE(cfg.has_value());
+  CHECK(cfg->get_float("algo.a3c.gae_lambda") == 1.0);
+  CHECK(cfg->get_float("algo.a3c.ent_coef") == 0.02);
+  CHECK(cfg->origin("algo.a3c.ent_coef") == old + ":6");
+  CHECK(cfg->get_int("algo.num_steps") == 5);
+  CHECK(moved == std::vector<std::string>{"algo.ent_coef -> algo.a3c.ent_coef",
+                                          "algo.gae_lambda -> algo.a3c.gae_lambda"});
+}
+
+TEST_CASE("troupe train refuses a config with flat [algo] keys with exit status 2 and "
+          "starts nothing") {
+  temp_folder dir("flat");
+  auto old = dir.write("old.toml", fmt::format("[run]\noutput_dir = '{}'\n[algo]\n"
+                                               "name = \"ppo\"\nnum_minibatches = 2\n",
+                                               (dir.path / "runs").string()));
+  auto r = run_troupe(fmt::format("train '{}'", old), dir);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("old.toml:5: algo.num_minibatches has moved to the algorithm's own "
+                   "section: write 'num_minibatches' under [algo.ppo] "
+                   "(algo.ppo.num_minibatches)")
+        != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.path / "runs"));
+  // A batch shorter than the minibatch count: refused before anything starts.
+  auto small = dir.write("small.toml", fmt::format("[run]\noutput_dir = '{}'\n[env]\n"
+                                                   "num_envs = 2\n[algo]\nnum_steps = 3\n"
+                                                   "[algo.ppo]\nnum_minibatches = 8\n",
+                                                   (dir.path / "runs").string()));
+  r = run_troupe(fmt::format("train '{}'", small), dir);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("ppo: a batch of 6 transitions (num_steps x num_envs) cannot be split "
+                   "into num_minibatches = 8 minibatches")
+        != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.path / "runs"));
+}

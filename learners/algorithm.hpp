@@ -1,0 +1,199 @@
+// A learning algorithm as one module: its hyperparameters (the config
+// section [algo.<name>], with defaults, ranges and descriptions), what it
+// requires of a trajectory batch, its update from a batch (the losses and
+// gradients it computes, over the minibatches and epochs it wants) and the
+// metrics it reports. The learner actor (actors/learner.cpp) drives any
+// algorithm through this interface and names none.
+//
+// The algorithms are learners/ppo.cpp, learners/impala.cpp and
+// learners/a3c.cpp; algorithms() below lists them. Adding one is a
+// learners/<name>.{hpp,cpp} pair and one line in algorithms()
+// (learners/algorithm.cpp); docs/training.md says how.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/error.hpp"
+#include "kernels/rng.hpp"
+#include "learners/backend.hpp"
+#include "learners/losses.hpp"
+#include "learners/model.hpp"
+
+namespace troupe::learners {
+
+// -- hyperparameters ---------------------------------------------------------
+
+/// The type of a hyperparameter (a config value of [algo.<name>]).
+enum class hyperparameter_type { boolean, integer, floating };
+
+/// One hyperparameter of an algorithm: its key in [algo.<name>], default,
+/// range and one-line description (the config schema is built from these).
+struct hyperparameter {
+  const char* key = "";                  ///< key inside [algo.<name>]
+  hyperparameter_type type = hyperparameter_type::floating; ///< its type
+  double default_value = 0;              ///< booleans 0 or 1
+  double min = 0;                        ///< smallest allowed value
+  double max = 0;                        ///< largest allowed value
+  bool min_exclusive = false;            ///< min itself is not allowed
+  bool max_exclusive = false;            ///< max itself is not allowed
+  const char* description = "";          ///< one line
+};
+
+/// Values of an algorithm's hyperparameters by key (booleans 0 or 1);
+/// a key left out takes its default.
+using hyperparameter_values = std::map<std::string, double>;
+
+/// What a learner is told to run: an algorithm by name, the settings every
+/// algorithm shares, and the algorithm's own hyperparameters.
+struct algorithm_settings {
+  std::string name = "ppo";    ///< a name of algorithms()
+  double gamma = 0.99;         ///< discount ([algo] gamma)
+  hyperparameter_values values; ///< [algo.<name>] (missing keys: defaults)
+};
+
+// -- batches -----------------------------------------------------------------
+
+/// A trajectory batch as an algorithm sees it: `steps` x `envs` transitions
+/// stored time-major ([t * envs + e]) with Gymnasium's next-step autoreset
+/// (actors/messages.hpp, trajectory_batch). Not owned.
+struct rollout_view {
+  size_t steps = 0;              ///< steps per environment
+  size_t envs = 0;               ///< environments
+  size_t obs_dim = 0;            ///< floats per observation
+  size_t action_dim = 0;         ///< floats per action (1 for a discrete action)
+  const float* observations = nullptr; ///< [(steps + 1) * envs x obs_dim]; the
+                                       ///< last envs rows are the bootstrap rows
+  const float* actions = nullptr;      ///< [steps * envs x action_dim]
+  const float* rewards = nullptr;      ///< [steps * envs]
+  const uint8_t* terminated = nullptr; ///< [steps * envs]
+  const uint8_t* truncated = nullptr;  ///< [steps * envs]
+  const uint8_t* autoreset = nullptr;  ///< [steps * envs]
+  /// Log-probability of each action when it was chosen; may be null.
+  const float* behavior_logp = nullptr;
+  size_t behavior_logp_count = 0; ///< how many behavior_logp holds (0 or rows())
+  /// The rows were acted with several policy versions (a game-driven batch):
+  /// behavior_logp is the only record of the acting policy.
+  bool behavior_recorded = false;
+
+  /// steps * envs.
+  size_t rows() const noexcept { return steps * envs; }
+};
+
+// -- updates -----------------------------------------------------------------
+
+/// What an update draws on, supplied by the learner actor: the backend that
+/// computes losses and gradients, the shuffling generator, and the way each
+/// gradient leaves (to the parameter server) and the new weights arrive.
+class update_host {
+public:
+  virtual ~update_host() = default;
+  /// The compute the losses run on.
+  virtual learner_backend& backend() = 0;
+  /// The generator minibatches are shuffled with.
+  virtual kernels::rng& generator() = 0;
+  /// Loads the latest weights into the backend; call before every gradient.
+  virtual status load_weights() = 0;
+  /// Sends the backend's last gradient (of `samples` rows) and takes the
+  /// weights answered. `last`: the batch's last gradient (it carries the
+  /// batch's environment steps).
+  virtual status push_gradient(size_t samples, bool last) = 0;
+};
+
+/// What an update reports (the learner's report and metrics.csv carry it):
+/// the mean of its losses over its gradients.
+struct update_metrics {
+  double policy_loss = 0;   ///< mean policy loss
+  double value_loss = 0;    ///< mean value loss (before its coefficient)
+  double entropy = 0;       ///< mean entropy
+  size_t gradients = 0;     ///< gradients sent
+};
+
+/// One algorithm, with the scratch space of one learner (not shared between
+/// learners: each learner makes its own with make_algorithm).
+class algorithm {
+public:
+  virtual ~algorithm() = default;
+
+  /// Its name in algorithms() and the config ("ppo").
+  virtual const char* name() const noexcept = 0;
+
+  /// Whether the batch's old log-probabilities and values come from the
+  /// weights it was acted with (true) or from the current weights (false).
+  virtual bool uses_acting_weights() const noexcept = 0;
+
+  /// Checks a run's batches before anything starts: `rows` transitions per
+  /// batch. The error names the algorithm, the rule and the numbers.
+  virtual status check_batch_size(size_t rows) const = 0;
+
+  /// Checks that `batch` meets the algorithm's requirements; the error names
+  /// the algorithm, the rule and the numbers (the learner skips the batch).
+  virtual status check_batch(const rollout_view& batch) const = 0;
+
+  /// Learns `batch`: computes its losses and gradients on host.backend() and
+  /// sends each with host.push_gradient. `acting` holds the weights the
+  /// batch's old log-probabilities and values are computed with (see
+  /// uses_acting_weights). An error means the learner cannot go on.
+  virtual result<update_metrics> update(const rollout_view& batch,
+                                        const actor_critic& acting,
+                                        update_host& host) = 0;
+};
+
+// -- the registry ------------------------------------------------------------
+
+/// An algorithm as the registry lists it.
+struct algorithm_info {
+  const char* name = "";    ///< "ppo": the value of [algo] name and the section [algo.ppo]
+  const char* summary = ""; ///< one line
+  std::vector<hyperparameter> hyperparameters; ///< its section's keys
+  /// Makes one (the values are complete and checked against the ranges).
+  std::unique_ptr<algorithm> (*make)(const model_spec& spec, double gamma,
+                                     const hyperparameter_values& values) = nullptr;
+};
+
+/// Every algorithm, in the order they are described.
+const std::vector<algorithm_info>& algorithms();
+
+/// The algorithm called `name`; nullptr when there is none.
+const algorithm_info* find_algorithm(const std::string& name);
+
+/// Makes the algorithm of `settings` for a model of `spec`; the error names
+/// an unknown algorithm (and the known ones), an unknown hyperparameter (and
+/// the algorithm it belongs to, if any) or a value out of range.
+result<std::unique_ptr<algorithm>> make_algorithm(const model_spec& spec,
+                                                  const algorithm_settings& settings);
+
+// -- shared steps ------------------------------------------------------------
+
+/// Log-probabilities of a batch's actions under `model` and its values, as the
+/// algorithms compute them from the weights that acted (or the current ones).
+struct behavior_outputs {
+  policy_output out;               ///< the forward pass
+  head_cache<float> head;          ///< the head's log-probabilities
+  std::vector<int64_t> actions_i64; ///< discrete actions as indices
+  std::vector<float> values;       ///< [(steps + 1) * envs] V(x_t) and bootstrap
+  std::vector<float> logp;         ///< [steps * envs] log pi(a_t | x_t)
+
+  /// Evaluates `model` on every row of `batch` (values of the bootstrap rows
+  /// too) and the log-probability of each action.
+  status compute(const actor_critic& model, const rollout_view& batch);
+};
+
+/// Sums loss reports into update_metrics; finish() turns sums into means.
+struct metrics_sum {
+  update_metrics m;
+  /// Adds one gradient's report.
+  void add(const loss_report& r);
+  /// The means.
+  update_metrics finish() const;
+};
+
+/// Copies a batch's discrete actions (floats, the vector env's format) into
+/// `out` as indices.
+void discrete_action_indices(const rollout_view& batch, std::vector<int64_t>& out);
+
+} // namespace troupe::learners

@@ -1,0 +1,200 @@
+#include "learners/ppo.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "learners/rollout.hpp"
+
+namespace troupe::learners {
+
+// -- shared with A3C ---------------------------------------------------------
+
+size_t count_valid_rows(const rollout_view& batch) {
+  size_t valid = 0;
+  for (size_t k = 0; k < batch.rows(); ++k)
+    valid += batch.autoreset[k] == 0;
+  return valid;
+}
+
+void advantage_rows::compute(const rollout_view& b, const behavior_outputs& acting,
+                             const float* old_logp, double gamma, double lambda) {
+  const size_t rows = b.rows();
+  acting_ = &acting;
+  old_logp_ = old_logp;
+  adv_.resize(rows);
+  ret_.resize(rows);
+  valid_.resize(rows);
+  compute_gae(b.steps, b.envs, b.rewards, b.terminated, b.truncated, b.autoreset,
+              acting.values.data(), gamma, lambda, adv_.data(), ret_.data(),
+              valid_.data());
+  index_.clear();
+  for (size_t k = 0; k < rows; ++k)
+    if (valid_[k])
+      index_.push_back(k);
+}
+
+ppo_batch<float> advantage_rows::gather(const rollout_view& b, bool discrete, size_t lo,
+                                        size_t hi) {
+  const size_t mb = hi - lo, od = b.obs_dim, ad = b.action_dim;
+  obs_.resize(mb * od);
+  logp_.resize(mb);
+  mb_adv_.resize(mb);
+  mb_ret_.resize(mb);
+  val_.resize(mb);
+  act_.resize(mb);
+  box_.resize(mb * ad);
+  for (size_t r = 0; r < mb; ++r) {
+    const size_t k = index_[lo + r];
+    std::copy(b.observations + k * od, b.observations + (k + 1) * od, &obs_[r * od]);
+    logp_[r] = old_logp_[k];
+    mb_adv_[r] = adv_[k];
+    mb_ret_[r] = ret_[k];
+    val_[r] = acting_->values[k];
+    if (discrete)
+      act_[r] = acting_->actions_i64[k];
+    else
+      std::copy(b.actions + k * ad, b.actions + (k + 1) * ad, &box_[r * ad]);
+  }
+  ppo_batch<float> batch;
+  batch.rows = mb;
+  batch.obs = obs_.data();
+  batch.discrete_actions = discrete ? act_.data() : nullptr;
+  batch.box_actions = discrete ? nullptr : box_.data();
+  batch.old_logprob = logp_.data();
+  batch.advantages = mb_adv_.data();
+  batch.returns = mb_ret_.data();
+  batch.old_values = val_.data();
+  return batch;
+}
+
+// -- PPO ---------------------------------------------------------------------
+
+namespace {
+
+class ppo final : public algorithm {
+public:
+  ppo(const model_spec& spec, double gamma, ppo_settings settings)
+    : discrete_(spec.action == action_kind::discrete),
+      gamma_(gamma),
+      s_(std::move(settings)) {}
+
+  const char* name() const noexcept override { return "ppo"; }
+
+  // The ratio is taken against the policy that acted.
+  bool uses_acting_weights() const noexcept override { return true; }
+
+  status check_batch_size(size_t rows) const override {
+    if (rows < s_.num_minibatches)
+      return make_error(errc::bad_config,
+                        "ppo: a batch of {} transitions (num_steps x num_envs) cannot "
+                        "be split into num_minibatches = {} minibatches; it is required "
+                        "that num_minibatches <= num_steps x num_envs",
+                        rows, s_.num_minibatches);
+    return ok_status();
+  }
+
+  status check_batch(const rollout_view& b) const override {
+    const size_t valid = count_valid_rows(b);
+    if (valid < s_.num_minibatches)
+      return make_error(errc::bad_input,
+                        "ppo: the batch has {} transitions ({} steps x {} environments, "
+                        "{} reset steps), fewer than num_minibatches = {}",
+                        valid, b.steps, b.envs, b.rows() - valid, s_.num_minibatches);
+    if (b.behavior_recorded && b.behavior_logp_count != b.rows())
+      return make_error(errc::bad_input,
+                        "ppo: a batch acted with several policy versions has {} "
+                        "behavior log-probabilities for {} rows ({} steps x {} "
+                        "environments); it needs one per row",
+                        b.behavior_logp_count, b.rows(), b.steps, b.envs);
+    return ok_status();
+  }
+
+  result<update_metrics> update(const rollout_view& b, const actor_critic& acting,
+                                update_host& host) override {
+    // 1. The acting policy's values (for GAE and the value clip) and
+    //    log-probabilities (the ratio's denominator). Rows acted with several
+    //    versions (a game-driven batch) take theirs as recorded when acting,
+    //    so that the ratio corrects for the lag each row saw.
+    if (auto ok = acting_.compute(acting, b); !ok)
+      return ok.err();
+    const float* old_logp =
+      b.behavior_recorded ? b.behavior_logp : acting_.logp.data();
+
+    // 2. Advantages and returns (GAE) over the valid rows.
+    rows_.compute(b, acting_, old_logp, gamma_, s_.gae_lambda);
+    auto& index = rows_.index();
+
+    // 3. update_epochs passes, each in num_minibatches shuffled minibatches:
+    //    one gradient per minibatch, each sent before the next is computed on
+    //    the weights the parameter server answers with.
+    const size_t mbs = s_.num_minibatches;
+    metrics_sum sum;
+    for (size_t epoch = 0; epoch < s_.update_epochs; ++epoch) {
+      for (size_t i = index.size(); i > 1; --i)
+        std::swap(index[i - 1], index[host.generator().next() % i]);
+      for (size_t m = 0; m < mbs; ++m) {
+        const size_t lo = index.size() * m / mbs, hi = index.size() * (m + 1) / mbs;
+        const auto batch = rows_.gather(b, discrete_, lo, hi);
+        if (auto ok = host.load_weights(); !ok)
+          return ok.err();
+        auto rep = host.backend().ppo_gradient(batch, s_.loss);
+        if (!rep)
+          return rep.err();
+        sum.add(*rep);
+        const bool last = epoch + 1 == s_.update_epochs && m + 1 == mbs;
+        if (auto ok = host.push_gradient(hi - lo, last); !ok)
+          return ok.err();
+      }
+    }
+    return sum.finish();
+  }
+
+private:
+  bool discrete_;
+  double gamma_;
+  ppo_settings s_;
+  behavior_outputs acting_;
+  advantage_rows rows_;
+};
+
+std::unique_ptr<algorithm> make_ppo(const model_spec& spec, double gamma,
+                                    const hyperparameter_values& v) {
+  ppo_settings s;
+  s.loss.clip_coef = v.at("clip_coef");
+  s.loss.vf_coef = v.at("vf_coef");
+  s.loss.ent_coef = v.at("ent_coef");
+  s.loss.clip_value_loss = v.at("clip_vloss") != 0;
+  s.loss.normalize_advantages = v.at("norm_adv") != 0;
+  s.gae_lambda = v.at("gae_lambda");
+  s.num_minibatches = static_cast<size_t>(v.at("num_minibatches"));
+  s.update_epochs = static_cast<size_t>(v.at("update_epochs"));
+  return std::make_unique<ppo>(spec, gamma, std::move(s));
+}
+
+} // namespace
+
+algorithm_info ppo_info() {
+  using t = hyperparameter_type;
+  algorithm_info info;
+  info.name = "ppo";
+  info.summary = "clipped surrogate with GAE advantages, several epochs of minibatches "
+                 "per batch (CleanRL's ppo.py)";
+  info.hyperparameters = {
+    {"gae_lambda", t::floating, 0.95, 0.0, 1.0, false, false, "GAE lambda (CleanRL 0.95)"},
+    {"num_minibatches", t::integer, 4, 1, 65536, false, false,
+     "minibatches per epoch (CleanRL 4); at most num_steps x num_envs"},
+    {"update_epochs", t::integer, 4, 1, 1000, false, false, "epochs per batch (CleanRL 4)"},
+    {"norm_adv", t::boolean, 1, 0, 1, false, false,
+     "normalize advantages per minibatch (CleanRL)"},
+    {"clip_coef", t::floating, 0.2, 0.0, 10.0, false, false,
+     "surrogate and value clipping coefficient (CleanRL 0.2)"},
+    {"clip_vloss", t::boolean, 1, 0, 1, false, false, "clip the value loss (CleanRL)"},
+    {"ent_coef", t::floating, 0.01, 0.0, 10.0, false, false,
+     "entropy bonus weight (CleanRL 0.01)"},
+    {"vf_coef", t::floating, 0.5, 0.0, 100.0, false, false, "value loss weight (CleanRL 0.5)"},
+  };
+  info.make = make_ppo;
+  return info;
+}
+
+} // namespace troupe::learners

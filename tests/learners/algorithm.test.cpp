@@ -1,0 +1,212 @@
+// The algorithm registry and the algorithms' batch requirements: unknown
+// names and keys fail naming what exists, a batch an algorithm cannot learn
+// is an error naming the algorithm and the numbers, and PPO's update sends
+// update_epochs x num_minibatches gradients that together cover every valid
+// row once per epoch, the last one marked.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <string>
+#include <vector>
+
+#include "learners/algorithm.hpp"
+#include "tests/seed.hpp"
+
+using namespace troupe;
+using namespace troupe::learners;
+
+namespace {
+
+model_spec small_spec() {
+  model_spec spec;
+  spec.obs_dim = 3;
+  spec.n = 2;
+  spec.hidden = {8};
+  return spec;
+}
+
+// A batch of random observations and actions, with `resets` reset steps.
+struct random_rollout {
+  std::vector<float> obs, actions, rewards, logp;
+  std::vector<uint8_t> terminated, truncated, autoreset;
+  rollout_view view;
+
+  random_rollout(std::mt19937_64& gen, size_t steps, size_t envs, size_t resets) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const size_t rows = steps * envs;
+    obs.resize((rows + envs) * 3);
+    for (auto& x : obs)
+      x = normal(gen);
+    for (size_t k = 0; k < rows; ++k) {
+      actions.push_back(static_cast<float>(gen() % 2));
+      rewards.push_back(normal(gen));
+      logp.push_back(-0.69f + 0.1f * normal(gen));
+    }
+    terminated.assign(rows, 0);
+    truncated.assign(rows, 0);
+    autoreset.assign(rows, 0);
+    for (size_t k = 0; k < resets; ++k)
+      autoreset[rows - 1 - k] = 1;
+    view.steps = steps;
+    view.envs = envs;
+    view.obs_dim = 3;
+    view.action_dim = 1;
+    view.observations = obs.data();
+    view.actions = actions.data();
+    view.rewards = rewards.data();
+    view.terminated = terminated.data();
+    view.truncated = truncated.data();
+    view.autoreset = autoreset.data();
+  }
+};
+
+std::unique_ptr<algorithm> make(const std::string& name, hyperparameter_values values = {}) {
+  algorithm_settings s;
+  s.name = name;
+  s.values = std::move(values);
+  auto made = make_algorithm(small_spec(), s);
+  REQUIRE_MESSAGE(made.ok(), (made.ok() ? std::string{} : made.err().message));
+  return std::move(*made);
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Records what an update asks of the learner, on a CPU backend.
+class recording_host final : public update_host {
+public:
+  explicit recording_host(uint64_t seed)
+    : backend_(make_cpu_backend(small_spec(), adam_config{})), gen_(seed) {}
+  learner_backend& backend() override { return *backend_; }
+  kernels::rng& generator() override { return gen_; }
+  status load_weights() override {
+    loads += 1;
+    return backend_->load(weights->params(), weights->buffers());
+  }
+  status push_gradient(size_t samples, bool last) override {
+    pushes.push_back({samples, last});
+    return ok_status();
+  }
+  const actor_critic* weights = nullptr;
+  size_t loads = 0;
+  std::vector<std::pair<size_t, bool>> pushes;
+
+private:
+  std::unique_ptr<learner_backend> backend_;
+  kernels::rng gen_;
+};
+
+} // namespace
+
+TEST_CASE("the registry makes every algorithm it lists with its defaults, and refuses an "
+          "unknown algorithm, another algorithm's key and a value out of range, naming them") {
+  REQUIRE(algorithms().size() >= 3);
+  for (auto& a : algorithms()) {
+    CAPTURE(a.name);
+    CHECK(find_algorithm(a.name) == &a);
+    CHECK(std::string{make(a.name)->name()} == a.name);
+  }
+  algorithm_settings s;
+  s.name = "dqn";
+  auto unknown = make_algorithm(small_spec(), s);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(contains(unknown.err().message, "unknown algorithm 'dqn'"));
+  CHECK(contains(unknown.err().message, "ppo, impala, a3c"));
+
+  s.name = "impala";
+  s.values["clip_coef"] = 0.1;
+  auto foreign = make_algorithm(small_spec(), s);
+  REQUIRE_FALSE(foreign.ok());
+  CHECK(contains(foreign.err().message, "impala: no hyperparameter 'clip_coef'"));
+  CHECK(contains(foreign.err().message, "algo.ppo"));
+
+  s.name = "ppo";
+  s.values = {{"num_minibatches", 2.5}};
+  auto fraction = make_algorithm(small_spec(), s);
+  REQUIRE_FALSE(fraction.ok());
+  CHECK(contains(fraction.err().message, "num_minibatches = 2.5"));
+}
+
+TEST_CASE("PPO refuses a batch with fewer transitions than minibatches, naming the "
+          "algorithm and the numbers") {
+  std::mt19937_64 gen(test::fresh_seed());
+  auto ppo = make("ppo", {{"num_minibatches", 8}});
+  auto size = ppo->check_batch_size(6);
+  REQUIRE_FALSE(size.ok());
+  CHECK(contains(size.err().message, "ppo: a batch of 6 transitions"));
+  CHECK(contains(size.err().message, "num_minibatches = 8"));
+  CHECK(ppo->check_batch_size(8).ok());
+
+  random_rollout short_batch(gen, 3, 3, 2); // 9 rows, 2 reset steps: 7 transitions
+  auto refused = ppo->check_batch(short_batch.view);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(contains(refused.err().message,
+                 "ppo: the batch has 7 transitions (3 steps x 3 environments, 2 reset "
+                 "steps), fewer than num_minibatches = 8"));
+  random_rollout enough(gen, 4, 2, 0);
+  CHECK(ppo->check_batch(enough.view).ok());
+}
+
+TEST_CASE("IMPALA refuses a batch whose behavior log-probabilities are missing for some "
+          "steps, or for a batch acted with several versions, naming the numbers") {
+  std::mt19937_64 gen(test::fresh_seed());
+  auto impala = make("impala");
+  random_rollout b(gen, 4, 2, 1);
+  CHECK(impala->check_batch(b.view).ok()); // none: recomputed from the acting weights
+  b.view.behavior_logp = b.logp.data();
+  b.view.behavior_logp_count = 8;
+  CHECK(impala->check_batch(b.view).ok());
+  b.view.behavior_logp_count = 5;
+  auto partial = impala->check_batch(b.view);
+  REQUIRE_FALSE(partial.ok());
+  CHECK(contains(partial.err().message,
+                 "impala: V-trace needs the behavior log-probability of every step; the "
+                 "batch has 5 for 8 steps (4 steps x 2 environments)"));
+  b.view.behavior_logp = nullptr;
+  b.view.behavior_logp_count = 0;
+  b.view.behavior_recorded = true;
+  auto recorded = impala->check_batch(b.view);
+  REQUIRE_FALSE(recorded.ok());
+  CHECK(contains(recorded.err().message, "has 0 for 8 steps"));
+  CHECK(contains(recorded.err().message, "cannot be recomputed"));
+}
+
+TEST_CASE("a PPO update sends update_epochs x num_minibatches gradients covering every "
+          "transition once per epoch, only the last marked last; A3C sends one") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const actor_critic model(small_spec(), seed);
+  random_rollout b(gen, 5, 3, 2); // 13 transitions
+  for (auto [name, epochs, mbs] : {std::tuple{"ppo", size_t{3}, size_t{4}},
+                                   std::tuple{"a3c", size_t{1}, size_t{1}}}) {
+    CAPTURE(name);
+    hyperparameter_values v;
+    if (std::string{name} == "ppo")
+      v = {{"update_epochs", 3}, {"num_minibatches", 4}};
+    auto algo = make(name, v);
+    recording_host host(seed);
+    host.weights = &model;
+    REQUIRE(algo->check_batch(b.view).ok());
+    auto m = algo->update(b.view, model, host);
+    REQUIRE(m.ok());
+    CHECK(m->gradients == epochs * mbs);
+    CHECK(std::isfinite(m->policy_loss));
+    CHECK(m->entropy > 0);
+    REQUIRE(host.pushes.size() == epochs * mbs);
+    CHECK(host.loads == epochs * mbs);
+    for (size_t e = 0; e < epochs; ++e) {
+      size_t rows = 0;
+      for (size_t i = 0; i < mbs; ++i) {
+        const auto& [samples, last] = host.pushes[e * mbs + i];
+        CHECK(samples >= 13 / mbs);
+        rows += samples;
+        CHECK(last == (e + 1 == epochs && i + 1 == mbs));
+      }
+      CHECK(rows == 13);
+    }
+  }
+}
