@@ -132,9 +132,11 @@ runners_per_learner = 1
 total_env_steps = 4000000
 num_steps = 128
 learning_rate = 2.5e-4
+max_staleness = 8
+
+[algo.ppo]
 num_minibatches = 4
 update_epochs = 4
-max_staleness = 8
 
 [model]
 obs_norm = true
