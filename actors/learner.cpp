@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -50,6 +52,10 @@ struct learner_work {
   bool drained = false; // the server stopped applying: the run is stopping
   uint64_t non_finite = 0;
   std::unique_ptr<learners::algorithm> algorithm;
+  // gradients_in_flight = 1: the answer to the gradient sent last, not taken yet
+  using push_handle = decltype(std::declval<caf::blocking_actor&>().request(
+    std::declval<const caf::actor&>(), caf::infinite, std::declval<gradient_update>()));
+  std::optional<push_handle> in_flight;
   // per-batch scratch
   std::vector<float> grad;
   std::vector<learners::stats_view*> bn_views;
@@ -112,6 +118,38 @@ struct step_totals {
   uint64_t dropped = 0, rejected = 0;
 };
 
+// Takes the server's answer to a gradient: its weights, and whether it was
+// applied, dropped, refused or the run is draining.
+template <class Handle>
+status take_answer(caf::blocking_actor* self, learner_work& w, Handle& answer,
+                   step_totals& totals) {
+  status fine;
+  answer.receive(
+    [&](weights_reply& r) {
+      if (r.draining)
+        w.drained = true;
+      else if (r.rejected)
+        totals.rejected += 1;
+      else if (!r.applied)
+        totals.dropped += 1;
+      take_weights(w, r);
+    },
+    [&](caf::error& e) {
+      fine = make_error(errc::unavailable, "parameter server: {}",
+                        error_message(self->system(), e));
+    });
+  return fine;
+}
+
+// gradients_in_flight: takes the answer to the gradient still in flight, if any.
+status finish_push(learner_work& w, step_totals& totals) {
+  if (!w.in_flight)
+    return ok_status();
+  auto answer = std::move(*w.in_flight);
+  w.in_flight.reset();
+  return take_answer(answer.self(), w, answer, totals);
+}
+
 // Sends the backend's gradient to the server and takes the weights it answers.
 status push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
                      double lr, bool last, step_totals& totals) {
@@ -143,23 +181,17 @@ status push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t sample
                    moments_delta{names[i].prefix, w.opts.name, layers[i].count,
                                  layers[i].mean, layers[i].m2});
   }
-  status fine;
-  self->request(w.server, caf::infinite, std::move(g))
-    .receive(
-      [&](weights_reply& r) {
-        if (r.draining)
-          w.drained = true;
-        else if (r.rejected)
-          totals.rejected += 1;
-        else if (!r.applied)
-          totals.dropped += 1;
-        take_weights(w, r);
-      },
-      [&](caf::error& e) {
-        fine = make_error(errc::unavailable, "parameter server: {}",
-                          error_message(self->system(), e));
-      });
-  return fine;
+  if (w.opts.gradients_in_flight > 0) {
+    // The answer to the previous gradient (likely here already: it crossed
+    // the wire while this one was computed) brings the weights the next one
+    // is computed on; this one goes out without waiting for its own.
+    if (auto ok = finish_push(w, totals); !ok)
+      return ok;
+    w.in_flight.emplace(self->request(w.server, caf::infinite, std::move(g)));
+    return ok_status();
+  }
+  auto answer = self->request(w.server, caf::infinite, std::move(g));
+  return take_answer(self, w, answer, totals);
 }
 
 // What the algorithm draws on: the backend, the shuffling generator, and the
@@ -454,6 +486,13 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       failure = msg.reason;
       running = false;
     });
+  if (w.in_flight) {
+    // The last gradient's answer, so that it is applied (or refused) before
+    // this learner is reported ended.
+    step_totals late;
+    if (auto ok = finish_push(w, late); !ok)
+      write_log(w.opts.log, fmt::format("learner '{}': {}", w.opts.name, ok.err().message));
+  }
   if (w.opts.report_to)
     self->send(w.opts.report_to, learner_state{w.opts.name, w.gen.state()});
   if (failure)

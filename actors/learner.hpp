@@ -91,6 +91,13 @@ struct learner_options {
   /// Per runner (heterogeneous batch sizes); empty: steps_per_runner_batch each.
   std::vector<uint64_t> runner_batch_steps;
   bool pipelined = false;           ///< ask for the next batch before learning this one
+  /// Gradients sent before the server's answer to the last one is in: 0 waits
+  /// for each answer (the weights) before computing the next gradient; 1 (a
+  /// worker of a run across processes, async) sends a gradient and computes
+  /// the next one while its answer crosses the wire, so one round trip is
+  /// hidden behind a gradient's computation at the cost of one version more of
+  /// policy lag (bounded by max_staleness like any other). Sync runs use 0.
+  size_t gradients_in_flight = 0;
   uint64_t seed = 1;                ///< minibatch shuffling
   /// Resume: the shuffling generator's words to continue from (instead of seed).
   std::optional<std::array<uint64_t, 4>> start_gen;

@@ -237,6 +237,9 @@ int run_worker(const worker_options& opts) {
     lo.worker = opts.name;
     lo.incarnation = incarnation;
     lo.gradient_sequence = std::make_shared<std::atomic<uint64_t>>(0);
+    // Async: the next gradient is computed while the answer to the last one
+    // crosses the wire (actors/learner.hpp, gradients_in_flight).
+    lo.gradients_in_flight = lo.pipelined ? 1 : 0;
   }
   if (req_guest_runners(opts) > 0) {
     if (w->feed.empty())

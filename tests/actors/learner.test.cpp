@@ -328,3 +328,75 @@ TEST_CASE("a learner skips a batch its algorithm cannot learn, logging the algor
     self->send_exit(runner, caf::exit_reason::user_shutdown);
   }
 }
+
+TEST_CASE("with one gradient in flight a learner computes each gradient before the answer "
+          "to the last is taken, and every gradient is answered and applied by its end") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  caf::actor_system_config cfg;
+  actors::register_messages(cfg);
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self{sys};
+
+  learners::model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 2;
+  spec.hidden = {8};
+  const size_t steps = 6, envs = 3, batches_n = 3, minibatches = 2;
+  for (size_t in_flight : {size_t{0}, size_t{1}}) {
+    CAPTURE(in_flight);
+    learners::actor_critic initial(spec, seed);
+    auto store = std::make_shared<actors::policy_store>(initial, 8);
+    actors::parameter_server_options ps_opts;
+    ps_opts.max_staleness = 100;
+    ps_opts.log = [](const std::string&) {};
+    auto server = actors::spawn_parameter_server(
+      sys, ps_opts,
+      std::vector<float>(initial.params(), initial.params() + initial.param_count()), {},
+      store);
+    auto batches = std::make_shared<std::vector<actors::trajectory_batch>>();
+    for (size_t b = 0; b < batches_n; ++b)
+      batches->push_back(random_batch(gen, steps, envs));
+    actors::learner_options lo;
+    lo.name = "L";
+    lo.spec = spec;
+    lo.algorithm.values["update_epochs"] = 1;
+    lo.algorithm.values["num_minibatches"] = static_cast<double>(minibatches);
+    lo.anneal_lr = false;
+    lo.steps_per_runner_batch = steps * envs;
+    lo.gradients_in_flight = in_flight;
+    lo.log = [](const std::string&) {};
+    auto budget = std::make_shared<actors::step_budget>(batches_n * steps * envs);
+    auto learner = actors::spawn_learner(sys, lo, server, caf::actor_cast<caf::actor>(self),
+                                         store, budget);
+    self->monitor(learner);
+    auto runner = sys.spawn(scripted_runner, std::string{"L.runner0"}, learner, batches);
+    self->send(learner, actors::runner_atom::value, uint64_t{0}, runner);
+    size_t reports = 0;
+    bool ended = false;
+    while (!ended)
+      self->receive([&](actors::learner_report&) { ++reports; },
+                    [&](caf::down_msg& down) {
+                      CHECK(!down.reason);
+                      ended = true;
+                    },
+                    test::fail_after("the learner's reports and its end"));
+    CHECK(reports == batches_n);
+    actors::parameter_server_status status;
+    self->request(server, test::wait_limit, actors::status_atom::value)
+      .receive([&](actors::parameter_server_status& s) { status = s; },
+               [&](caf::error&) { FAIL("no status"); });
+    // Every gradient reached the server and was applied, the last one too
+    // (taken when the learner ended); its batches' steps were counted.
+    CHECK(status.applied == batches_n * minibatches);
+    CHECK(status.version == batches_n * minibatches);
+    CHECK(status.env_steps == batches_n * steps * envs);
+    // One learner waiting for each answer computes every gradient on the
+    // newest weights; with one in flight each is one version behind.
+    CHECK(status.max_staleness_seen == in_flight);
+    self->send_exit(server, caf::exit_reason::user_shutdown);
+    self->send_exit(runner, caf::exit_reason::user_shutdown);
+  }
+}
