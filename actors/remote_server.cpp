@@ -197,9 +197,9 @@ struct remote_server::impl {
   // budget the session is dropped.
   outcome refuse(connection& c, uint64_t sequence, error_code code, const error& e) {
     c.errors += 1;
-    count(&remote_server_counters::errors);
     log(fmt::format("{}: {}: {} (error {} of {} allowed)", who(c), to_string(code),
                     e.message, c.errors, opts.max_errors));
+    count(&remote_server_counters::errors); // counters move after the log line
     send_error(c, sequence, code, e.message);
     if (c.errors <= opts.max_errors)
       return outcome::keep;
@@ -210,8 +210,8 @@ struct remote_server::impl {
                   fmt::format("more than {} malformed messages: the session is dropped",
                               opts.max_errors)});
     if (c.session) {
-      count(&remote_server_counters::sessions_dropped);
       end_session(c, "too many errors");
+      count(&remote_server_counters::sessions_dropped);
     }
     send(c.routing_id, reply);
     return outcome::forget;
@@ -421,8 +421,8 @@ struct remote_server::impl {
     case kind::close:
       if (auto ok = decode_signal(*h, views.size(), code); !ok)
         return refuse(c, h->sequence, code, ok.err());
-      count(&remote_server_counters::sessions_closed);
       end_session(c, "closed by the client");
+      count(&remote_server_counters::sessions_closed);
       return outcome::forget;
     default:
       return outcome::keep; // check_client_kind refused the others
@@ -452,8 +452,8 @@ struct remote_server::impl {
                                   "remote.min_envs {} ({} environments asked): say HELLO "
                                   "again",
                                   opts.timeout_ms, opts.min_envs, requested_envs)});
-        count(&remote_server_counters::sessions_dropped);
         end_session(c, "waited too long for remote.min_envs");
+        count(&remote_server_counters::sessions_dropped);
         send(c.routing_id, reply);
       } else if (c.session) {
         const auto reply = encode_error(
@@ -462,8 +462,10 @@ struct remote_server::impl {
                       fmt::format("nothing heard for more than remote.timeout_ms {}: the "
                                   "session is dropped",
                                   opts.timeout_ms)});
-        count(&remote_server_counters::sessions_dropped);
+        // Counted once the session is ended and logged: whoever sees the
+        // count also sees its abandoned slots and the log line.
         end_session(c, "timeout");
+        count(&remote_server_counters::sessions_dropped);
         send(c.routing_id, reply);
       }
       it = connections.erase(it);
@@ -491,7 +493,6 @@ struct remote_server::impl {
         ok = allowed.count(key) > 0;
       }
       if (!ok) {
-        count(&remote_server_counters::refused);
         log(fmt::format("refused a client at {}: {}", address,
                         mechanism == "CURVE"
                           ? fmt::format("its CURVE public key {} is not on the allow-list "
@@ -499,6 +500,7 @@ struct remote_server::impl {
                                         key_text)
                           : fmt::format("mechanism '{}' where CURVE is required",
                                         mechanism)));
+        count(&remote_server_counters::refused);
       }
       std::vector<zmq::message_t> reply;
       reply.emplace_back(std::string("1.0"));
@@ -537,11 +539,11 @@ struct remote_server::impl {
             : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
               ? std::string("cryptographic error")
               : fmt::format("protocol error 0x{:x}", value);
-          count(&remote_server_counters::refused);
           log(fmt::format("refused a connection on {}: the CURVE handshake failed ({}): a "
                           "client without CURVE, with a wrong server public key, or not "
                           "speaking ZeroMQ",
                           event[1].to_string(), why));
+          count(&remote_server_counters::refused);
         }
       }
       event.clear();
