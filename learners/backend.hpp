@@ -82,8 +82,18 @@ public:
 
   /// Clips the last gradient to `max_grad_norm` (<= 0: no clipping) and
   /// applies one Adam step with learning rate `lr`. Returns the norm before
-  /// clipping.
+  /// clipping. A gradient whose norm is not finite (it holds a NaN or an
+  /// infinity) is not applied: the weights and Adam's state stay as they were.
   virtual result<double> apply_gradient(double lr, double max_grad_norm) = 0;
+
+  /// Adam's state as apply_gradient keeps it: its first and second moments
+  /// (param_count floats each) and its step counter, copied out. A learner
+  /// that takes its own optimizer steps hands them to the parameter server
+  /// with the weights. errc::unavailable where the backend does not support it.
+  virtual status read_optimizer(float* m, float* v, int64_t* steps) = 0;
+
+  /// Replaces Adam's state (see read_optimizer).
+  virtual status write_optimizer(const float* m, const float* v, int64_t steps) = 0;
 
   /// Moments of each batch-norm layer's input in the last forward pass, in
   /// batch_norm_layers() order: the deltas for the statistics keeper.

@@ -3,6 +3,7 @@
 // Eigen GEMMs, and the shard gradients are summed with their row weights.
 // Local batch norm needs the statistics of the whole batch, so it runs in
 // one shard.
+#include <cmath>
 #include <algorithm>
 #include <thread>
 
@@ -142,10 +143,27 @@ public:
   }
 
   result<double> apply_gradient(double lr, double max_grad_norm) override {
-    double norm = max_grad_norm > 0 ? clip_grad_norm(grad_.data(), grad_.size(), max_grad_norm)
-                                    : global_norm(grad_.data(), grad_.size());
+    const double norm = global_norm(grad_.data(), grad_.size());
+    if (!std::isfinite(norm))
+      return norm; // a NaN or an infinity: not applied
+    if (max_grad_norm > 0)
+      scale_to_norm(grad_.data(), grad_.size(), norm, max_grad_norm);
     optimizer_.step(params_.data(), grad_.data(), lr);
     return norm;
+  }
+
+  status read_optimizer(float* m, float* v, int64_t* steps) override {
+    std::copy(optimizer_.first_moment().begin(), optimizer_.first_moment().end(), m);
+    std::copy(optimizer_.second_moment().begin(), optimizer_.second_moment().end(), v);
+    *steps = optimizer_.steps();
+    return ok_status();
+  }
+
+  status write_optimizer(const float* m, const float* v, int64_t steps) override {
+    std::copy(m, m + params_.size(), optimizer_.first_moment().begin());
+    std::copy(v, v + params_.size(), optimizer_.second_moment().begin());
+    optimizer_.set_steps(steps);
+    return ok_status();
   }
 
   const std::vector<kernels::moments>& batch_moments() const noexcept override {

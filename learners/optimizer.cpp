@@ -25,20 +25,33 @@ void adam_optimizer::step(float* params, const float* grad, double lr) {
 }
 
 double global_norm(const float* grad, size_t n) noexcept {
-  double total = 0;
-  for (size_t i = 0; i < n; ++i)
-    total += static_cast<double>(grad[i]) * static_cast<double>(grad[i]);
+  // Eight running sums (in a fixed order, so the result is the same on every
+  // run): one sum would chain every addition behind the last (four cycles
+  // each); eight vectorize.
+  double part[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (size_t k = 0; k < 8; ++k)
+      part[k] += static_cast<double>(grad[i + k]) * static_cast<double>(grad[i + k]);
+  for (size_t k = 0; i < n; ++i, ++k)
+    part[k] += static_cast<double>(grad[i]) * static_cast<double>(grad[i]);
+  const double total = ((part[0] + part[1]) + (part[2] + part[3])) +
+                       ((part[4] + part[5]) + (part[6] + part[7]));
   return std::sqrt(total);
 }
 
-double clip_grad_norm(float* grad, size_t n, double max_norm) noexcept {
-  const double norm = global_norm(grad, n);
+void scale_to_norm(float* grad, size_t n, double norm, double max_norm) noexcept {
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {
     const float scale = static_cast<float>(coef);
     for (size_t i = 0; i < n; ++i)
       grad[i] *= scale;
   }
+}
+
+double clip_grad_norm(float* grad, size_t n, double max_norm) noexcept {
+  const double norm = global_norm(grad, n);
+  scale_to_norm(grad, n, norm, max_norm);
   return norm;
 }
 

@@ -53,6 +53,10 @@ private:
 /// Global L2 norm of `grad`, accumulated in float64.
 double global_norm(const float* grad, size_t n) noexcept;
 
+/// Scales `grad`, whose global norm is `norm`, by max_norm / (norm + 1e-6)
+/// when that is below 1 (the second half of clip_grad_norm).
+void scale_to_norm(float* grad, size_t n, double norm, double max_norm) noexcept;
+
 /// torch.nn.utils.clip_grad_norm_: scales `grad` by max_norm / (norm + 1e-6)
 /// when that is below 1. Returns the norm before clipping.
 double clip_grad_norm(float* grad, size_t n, double max_norm) noexcept;

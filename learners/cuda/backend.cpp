@@ -299,6 +299,8 @@ public:
     auto norm = ctx_->norm2(grad_.data(), layout_.param_count);
     if (!norm)
       return norm.err();
+    if (!std::isfinite(*norm))
+      return *norm; // a NaN or an infinity: not applied
     if (max_grad_norm > 0) {
       const double coef = max_grad_norm / (*norm + 1e-6);
       if (coef < 1.0)
@@ -309,6 +311,18 @@ public:
     TROUPE_TRY(kernels::cuda_adam_step_async(params_.data(), grad_.data(), m_.data(), v_.data(),
                                              layout_.param_count, hyper, stream()));
     return *norm;
+  }
+
+  // Not yet: a learner with this backend sends each gradient to the
+  // parameter server (actors/learner.cpp falls back to it).
+  status read_optimizer(float*, float*, int64_t*) override {
+    return make_error(errc::unavailable,
+                      "the CUDA backend does not hand out its optimizer state yet");
+  }
+
+  status write_optimizer(const float*, const float*, int64_t) override {
+    return make_error(errc::unavailable,
+                      "the CUDA backend does not take an optimizer state yet");
   }
 
   const std::vector<kernels::moments>& batch_moments() const noexcept override {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <tuple>
 
 #include <doctest/doctest.h>
 
@@ -378,4 +379,72 @@ TEST_CASE("a backend in global batch norm mode normalizes with the statistics it
   CHECK(buf64[layers[0].running_var] != 1.0);
   std::vector<stats_view*> too_few(views.begin(), views.end() - 1);
   CHECK_FALSE(backend->read_global_stats(too_few));
+}
+
+TEST_CASE("the CPU backend applies no gradient that holds a NaN, and its optimizer state "
+          "goes out and comes back exactly") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  model_spec spec;
+  spec.obs_dim = 5;
+  spec.n = 3;
+  spec.hidden = {8, 8};
+  actor_critic model(spec, seed);
+  const size_t n = model.param_count();
+  auto backend = make_cpu_backend(spec, adam_config{});
+  REQUIRE(backend->load(model.params(), model.buffers()));
+  auto params = [&] {
+    std::vector<float> p(n), b(model.buffer_count());
+    REQUIRE(backend->store(p.data(), b.data()));
+    return p;
+  };
+  auto optimizer = [&] {
+    std::vector<float> m(n), v(n);
+    int64_t steps = -1;
+    REQUIRE(backend->read_optimizer(m.data(), v.data(), &steps));
+    return std::make_tuple(m, v, steps);
+  };
+  ppo_config loss;
+  loss.normalize_advantages = false;
+  host_batch data(spec, 16, rng);
+  data.obs[rng() % data.obs.size()] = std::nanf("");
+  REQUIRE(backend->ppo_gradient(data.view(), loss));
+  const auto before = params();
+  auto norm = backend->apply_gradient(1e-2, 0.5);
+  REQUIRE(norm);
+  CHECK_FALSE(std::isfinite(*norm));
+  CHECK(params() == before);
+  CHECK(std::get<2>(optimizer()) == 0);
+
+  host_batch good(spec, 16, rng);
+  REQUIRE(backend->ppo_gradient(good.view(), loss));
+  norm = backend->apply_gradient(1e-2, 0.5);
+  REQUIRE(norm);
+  CHECK(std::isfinite(*norm));
+  CHECK(params() != before);
+  std::vector<float> m, v;
+  int64_t steps = 0;
+  std::tie(m, v, steps) = optimizer();
+  CHECK(steps == 1);
+  // Written into another backend, the state comes back bit for bit, and the
+  // next step of both is the same.
+  auto other = make_cpu_backend(spec, adam_config{});
+  const auto now = params();
+  REQUIRE(other->load(now.data(), model.buffers()));
+  REQUIRE(other->write_optimizer(m.data(), v.data(), steps));
+  std::vector<float> m2(n), v2(n);
+  int64_t steps2 = 0;
+  REQUIRE(other->read_optimizer(m2.data(), v2.data(), &steps2));
+  CHECK(m2 == m);
+  CHECK(v2 == v);
+  CHECK(steps2 == steps);
+  host_batch next(spec, 16, rng);
+  for (auto* b : {backend.get(), other.get()}) {
+    REQUIRE(b->ppo_gradient(next.view(), loss));
+    REQUIRE(b->apply_gradient(1e-2, 0.5));
+  }
+  std::vector<float> p2(n), b2(model.buffer_count());
+  REQUIRE(other->store(p2.data(), b2.data()));
+  CHECK(p2 == params());
 }
