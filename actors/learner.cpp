@@ -56,6 +56,12 @@ struct learner_work {
   using push_handle = decltype(std::declval<caf::blocking_actor&>().request(
     std::declval<const caf::actor&>(), caf::infinite, std::declval<gradient_update>()));
   std::optional<push_handle> in_flight;
+  // local_optimizer: the backend holds the weights and Adam's state; the
+  // server hears of them once per batch (hand_off).
+  bool local = false;
+  uint64_t local_base = 0;     // the server's version the steps started from
+  uint64_t local_taken = 0;    // steps taken since
+  uint64_t local_rejected = 0; // gradients not applied since (non-finite)
   // per-batch scratch
   std::vector<float> grad;
   std::vector<learners::stats_view*> bn_views;
@@ -65,8 +71,10 @@ struct learner_work {
 // Global batch norm: the running statistics the next step normalizes with
 // come from the keeper's views.
 bool load_weights(learner_work& w) {
-  if (auto ok = w.backend->load(w.current.params(), w.current.buffers()); !ok)
-    return false;
+  // local_optimizer: the backend's weights are the newest already.
+  if (!w.local)
+    if (auto ok = w.backend->load(w.current.params(), w.current.buffers()); !ok)
+      return false;
   if (!w.bn_views.empty())
     if (auto ok = w.backend->read_global_stats(w.bn_views); !ok)
       return false;
@@ -150,6 +158,137 @@ status finish_push(learner_work& w, step_totals& totals) {
   return take_answer(answer.self(), w, answer, totals);
 }
 
+// Global batch norm: the last forward pass's layer moments go to the keeper.
+void send_moments(caf::blocking_actor* self, learner_work& w) {
+  if (w.bn_views.empty() || !w.opts.keeper)
+    return;
+  const auto& layers = w.backend->batch_moments();
+  const auto names = w.current.batch_norm_layers();
+  for (size_t i = 0; i < layers.size() && i < names.size(); ++i)
+    if (layers[i].count > 0)
+      self->send(w.opts.keeper,
+                 moments_delta{names[i].prefix, w.opts.name, layers[i].count,
+                               layers[i].mean, layers[i].m2});
+}
+
+// local_optimizer: takes the server's weights and Adam's state into the
+// backend; false (with the reason logged) when the backend cannot take them.
+bool take_server_state(caf::blocking_actor* self, learner_work& w) {
+  std::optional<parameter_server_state> got;
+  std::string why;
+  self->request(w.server, caf::infinite, state_atom::value)
+    .receive([&](parameter_server_state& st) { got = std::move(st); },
+             [&](caf::error& e) { why = error_message(self->system(), e); });
+  if (!got) {
+    write_log(w.opts.log,
+              fmt::format("learner '{}': no state from the parameter server: {}",
+                          w.opts.name, why));
+    return false;
+  }
+  auto& st = *got;
+  if (st.params.size() != w.current.param_count() ||
+      st.buffers.size() != w.current.buffer_count() ||
+      st.adam_m.size() != st.params.size() || st.adam_v.size() != st.params.size()) {
+    write_log(w.opts.log,
+              fmt::format("learner '{}': the parameter server's state has {} parameters, "
+                          "the model {}",
+                          w.opts.name, st.params.size(), w.current.param_count()));
+    return false;
+  }
+  std::copy(st.params.begin(), st.params.end(), w.current.params());
+  if (!st.buffers.empty())
+    std::copy(st.buffers.begin(), st.buffers.end(), w.current.buffers());
+  w.buffers = st.buffers;
+  w.version = st.version;
+  if (auto ok = w.backend->load(w.current.params(), w.current.buffers()); !ok)
+    return false;
+  if (auto ok =
+        w.backend->write_optimizer(st.adam_m.data(), st.adam_v.data(), st.adam_steps);
+      !ok) {
+    write_log(w.opts.log,
+              fmt::format("learner '{}': {}; each gradient goes to the parameter server",
+                          w.opts.name, ok.err().message));
+    return false;
+  }
+  w.local_base = st.version;
+  w.local_taken = w.local_rejected = 0;
+  return true;
+}
+
+// local_optimizer: hands the batch's steps (the weights and Adam's state
+// after them) to the server and takes its answer.
+status hand_off(caf::blocking_actor* self, learner_work& w, step_totals& totals) {
+  local_steps out;
+  out.learner = w.opts.name;
+  out.base_version = w.local_base;
+  out.steps = w.local_taken;
+  out.rejected = w.local_rejected;
+  out.batch_env_steps = w.batch_env_steps;
+  const size_t n = w.current.param_count();
+  out.params.resize(n);
+  out.buffers.resize(w.current.buffer_count());
+  out.adam_m.resize(n);
+  out.adam_v.resize(n);
+  if (auto ok = w.backend->store(out.params.data(), out.buffers.data()); !ok)
+    return ok;
+  if (auto ok =
+        w.backend->read_optimizer(out.adam_m.data(), out.adam_v.data(), &out.adam_steps);
+      !ok)
+    return ok;
+  status fine;
+  bool refused = false;
+  self->request(w.server, caf::infinite, std::move(out))
+    .receive(
+      [&](weights_reply& r) {
+        if (r.draining)
+          w.drained = true;
+        else if (r.rejected)
+          refused = true;
+        take_weights(w, r);
+      },
+      [&](caf::error& e) {
+        fine = make_error(errc::unavailable, "parameter server: {}",
+                          error_message(self->system(), e));
+      });
+  if (!fine || w.drained)
+    return fine;
+  if (refused) {
+    // The weights moved under us (not a lone learner after all): the
+    // server's state is taken again and the batch's steps are lost.
+    totals.rejected += w.local_taken;
+    if (!take_server_state(self, w))
+      return make_error(errc::unavailable,
+                        "learner '{}': cannot take the parameter server's state",
+                        w.opts.name);
+    return ok_status();
+  }
+  w.local_base = w.version;
+  w.local_taken = w.local_rejected = 0;
+  return ok_status();
+}
+
+// local_optimizer: applies the backend's gradient there (the server's clip
+// and Adam), or counts it rejected when it holds a non-finite number, as
+// the server would; the batch's last gradient hands the steps over.
+status step_locally(caf::blocking_actor* self, learner_work& w, double lr, bool last,
+                    step_totals& totals) {
+  // The backend applies none with a NaN or an infinity (its norm shows it).
+  auto norm = w.backend->apply_gradient(lr, w.opts.max_grad_norm);
+  if (!norm)
+    return norm.err();
+  if (std::isfinite(*norm)) {
+    w.version += 1;
+    w.local_taken += 1;
+  } else {
+    w.local_rejected += 1;
+    totals.rejected += 1;
+  }
+  send_moments(self, w);
+  if (!last)
+    return ok_status();
+  return hand_off(self, w, totals);
+}
+
 // Sends the backend's gradient to the server and takes the weights it answers.
 status push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
                      double lr, bool last, step_totals& totals) {
@@ -172,15 +311,7 @@ status push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t sample
     if (w.backend->store(w.scratch_params.data(), w.scratch_buffers.data()))
       g.buffers = w.scratch_buffers;
   }
-  if (!w.bn_views.empty() && w.opts.keeper) {
-    const auto& layers = w.backend->batch_moments();
-    const auto names = w.current.batch_norm_layers();
-    for (size_t i = 0; i < layers.size() && i < names.size(); ++i)
-      if (layers[i].count > 0)
-        self->send(w.opts.keeper,
-                   moments_delta{names[i].prefix, w.opts.name, layers[i].count,
-                                 layers[i].mean, layers[i].m2});
-  }
+  send_moments(self, w);
   if (w.opts.gradients_in_flight > 0) {
     // The answer to the previous gradient (likely here already: it crossed
     // the wire while this one was computed) brings the weights the next one
@@ -208,6 +339,8 @@ public:
     return ok_status();
   }
   status push_gradient(size_t samples, bool last) override {
+    if (w_.local)
+      return step_locally(self_, w_, lr_, last, totals);
     return actors::push_gradient(self_, w_, samples, lr_, last, totals);
   }
   step_totals totals;
@@ -271,13 +404,12 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
     w.bn_views.push_back(v.get());
   learners::backend_options bo;
   bo.threads = 1;
-  if (auto made =
-        learners::make_backend(w.opts.device, w.opts.spec, learners::adam_config{}, bo))
+  if (auto made = learners::make_backend(w.opts.device, w.opts.spec, w.opts.adam, bo))
     w.backend = std::move(*made);
   else {
     write_log(w.opts.log, fmt::format("learner '{}': {}; computing on the CPU",
                                       w.opts.name, made.err().message));
-    w.backend = learners::make_cpu_backend(w.opts.spec, learners::adam_config{}, bo);
+    w.backend = learners::make_cpu_backend(w.opts.spec, w.opts.adam, bo);
   }
   if (auto made = learners::make_algorithm(w.opts.spec, w.opts.algorithm))
     w.algorithm = std::move(*made);
@@ -286,13 +418,15 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
     self->fail_state(caf::make_error(caf::sec::runtime_error, "learner failed"));
     return;
   }
-  self->request(w.server, caf::infinite, weights_atom::value)
-    .receive([&](weights_reply& r) { take_weights(w, r); },
-             [&](caf::error& e) {
-               write_log(w.opts.log,
-                         fmt::format("learner '{}': no weights: {}", w.opts.name,
-                                     error_message(self->system(), e)));
-             });
+  w.local = w.opts.local_optimizer && take_server_state(self, w);
+  if (!w.local)
+    self->request(w.server, caf::infinite, weights_atom::value)
+      .receive([&](weights_reply& r) { take_weights(w, r); },
+               [&](caf::error& e) {
+                 write_log(w.opts.log,
+                           fmt::format("learner '{}': no weights: {}", w.opts.name,
+                                       error_message(self->system(), e)));
+               });
   std::vector<runner_slot> runners(w.opts.num_runners);
   for (size_t i = 0; i < runners.size(); ++i) {
     runners[i].name = fmt::format("{}.runner{}", w.opts.name, i);

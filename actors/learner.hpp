@@ -46,6 +46,7 @@
 
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
+#include "learners/optimizer.hpp"
 #include "actors/policy_store.hpp"
 #include "learners/algorithm.hpp"
 #include "learners/backend.hpp"
@@ -98,6 +99,15 @@ struct learner_options {
   /// hidden behind a gradient's computation at the cost of one version more of
   /// policy lag (bounded by max_staleness like any other). Sync runs use 0.
   size_t gradients_in_flight = 0;
+  /// The only learner of a run in one process: it applies each gradient
+  /// itself (Adam with `adam` and `max_grad_norm`, the parameter server's
+  /// settings, so the result is the same to the bit) and hands the weights
+  /// and Adam's state to the server once per batch (local_steps) instead of
+  /// a round trip per gradient. A backend that cannot hand out its optimizer
+  /// state falls back to the round trips (logged).
+  bool local_optimizer = false;
+  learners::adam_config adam;       ///< local_optimizer: the server's Adam settings
+  double max_grad_norm = 0.5;       ///< local_optimizer: the server's clip
   uint64_t seed = 1;                ///< minibatch shuffling
   /// Resume: the shuffling generator's words to continue from (instead of seed).
   std::optional<std::array<uint64_t, 4>> start_gen;

@@ -27,6 +27,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<env_runner_state>("env_runner_state");
   cfg.add_message_type<gradient_update>("gradient_update");
   cfg.add_message_type<weights_reply>("weights_reply");
+  cfg.add_message_type<local_steps>("local_steps");
   cfg.add_message_type<parameter_server_status>("parameter_server_status");
   cfg.add_message_type<parameter_server_state>("parameter_server_state");
   cfg.add_message_type<learner_report>("learner_report");

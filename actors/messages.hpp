@@ -277,6 +277,33 @@ typename Inspector::result_type inspect(Inspector& f, gradient_update& x) {
            x.sequence);
 }
 
+/// A learner that takes its own optimizer steps (the only learner of a sync
+/// run in one process, learner_options::local_optimizer) hands the server
+/// the outcome of one batch: the weights and Adam's state after its `steps`
+/// steps, taken from version `base_version`. The server installs them as
+/// versions base_version + 1 .. base_version + steps in one go (it answers
+/// with a weights_reply); a base that is not its version is refused
+/// (rejected), and the learner takes the server's state again.
+struct local_steps {
+  std::string learner;          ///< who took the steps
+  uint64_t base_version = 0;    ///< the server's version they started from
+  uint64_t steps = 0;           ///< optimizer steps taken (gradients applied)
+  uint64_t rejected = 0;        ///< gradients not applied: a non-finite number
+  uint64_t batch_env_steps = 0; ///< the batch's environment steps
+  int64_t adam_steps = 0;       ///< Adam's step counter after them
+  std::vector<float> params;    ///< the weights after them
+  std::vector<float> buffers;   ///< batch-norm running statistics (may be empty)
+  std::vector<float> adam_m;    ///< Adam's first moments after them
+  std::vector<float> adam_v;    ///< Adam's second moments after them
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, local_steps& x) {
+  return f(caf::meta::type_name("local_steps"), x.learner, x.base_version, x.steps,
+           x.rejected, x.batch_env_steps, x.adam_steps, raw(x.params), raw(x.buffers),
+           raw(x.adam_m), raw(x.adam_v));
+}
+
 /// The parameter server's weights at one version.
 struct weights_reply {
   uint64_t version = 0;       ///< optimizer steps applied

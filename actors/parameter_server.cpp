@@ -309,6 +309,52 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       maybe_complete(s);
       return promise;
     },
+    [self](local_steps& in) -> caf::result<weights_reply> {
+      // The only learner of a sync run took `steps` optimizer steps itself
+      // (no round trip per gradient): its weights and Adam's state become
+      // the server's, as if each gradient had been sent and applied here.
+      auto& s = self->state;
+      if (s.draining)
+        return current(s, false);
+      if (in.params.size() != s.params.size() || in.adam_m.size() != s.params.size() ||
+          in.adam_v.size() != s.params.size() ||
+          (!in.buffers.empty() && in.buffers.size() != s.buffers.size()))
+        return to_caf_error(
+          make_error(errc::invalid_argument,
+                     "parameter server: local steps from '{}' carry {} parameters and {} "
+                     "buffers, expected {} and {}",
+                     in.learner, in.params.size(), in.buffers.size(), s.params.size(),
+                     s.buffers.size()));
+      s.counters.received += in.steps + in.rejected;
+      if (in.base_version != s.counters.version || !s.pending.empty()) {
+        // Another gradient moved the weights meanwhile: not a lone learner.
+        write_log(s.opts.log,
+                  fmt::format("parameter server: refused {} local steps from '{}' taken "
+                              "from version {} (now {})",
+                              in.steps, in.learner, in.base_version, s.counters.version));
+        auto reply = current(s, false);
+        reply.rejected = true;
+        return reply;
+      }
+      s.params = std::move(in.params);
+      install_buffers(s, in.buffers);
+      s.adam->first_moment() = std::move(in.adam_m);
+      s.adam->second_moment() = std::move(in.adam_v);
+      s.adam->set_steps(in.adam_steps);
+      s.counters.version += in.steps;
+      s.counters.applied += in.steps;
+      s.counters.applied_by_learner[in.learner] += in.steps;
+      if (in.rejected > 0) {
+        s.counters.rejected += in.rejected;
+        s.counters.rejected_by_learner[in.learner] += in.rejected;
+        s.counters.rejected_by_worker[in.learner] += in.rejected;
+      }
+      if (in.steps > 0 && s.store)
+        s.store->publish(s.counters.version, s.params.data(),
+                         s.buffers.empty() ? nullptr : s.buffers.data());
+      count_batch(s, in.batch_env_steps);
+      return current(s, true);
+    },
     [self](leave_atom, const std::string& learner) -> uint64_t {
       // The learner's host is lost (or it ended): the step under way
       // completes with the rest; its own waiting gradient is answered unapplied.

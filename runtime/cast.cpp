@@ -215,6 +215,15 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
       lo.runner_batch_steps.push_back(num_steps *
                                       envs_of_slot(li * runners_per_learner + ri));
     lo.pipelined = !sync;
+    // The only learner of a run in one process applies its gradients itself,
+    // with the server's settings (bit for bit the same steps), and hands the
+    // server one batch's steps at a time (sync or async: with one learner
+    // that waits for every answer both apply each gradient as it comes); a
+    // coordinator's workers may add learners, so a run across processes
+    // keeps the round trips.
+    lo.local_optimizer = num_learners == 1 && cfg.get_string("cluster.listen").empty();
+    lo.adam = plan.server.adam;
+    lo.max_grad_norm = plan.server.max_grad_norm;
     lo.seed = seed * 7919 + li + resume_salt;
     if (auto g = resume.learner_gens.find(lo.name); g != resume.learner_gens.end())
       lo.start_gen = g->second;

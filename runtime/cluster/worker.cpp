@@ -240,6 +240,7 @@ int run_worker(const worker_options& opts) {
     // Async: the next gradient is computed while the answer to the last one
     // crosses the wire (actors/learner.hpp, gradients_in_flight).
     lo.gradients_in_flight = lo.pipelined ? 1 : 0;
+    lo.local_optimizer = false; // the coordinator's server has other learners
   }
   if (req_guest_runners(opts) > 0) {
     if (w->feed.empty())

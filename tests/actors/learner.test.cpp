@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <random>
 #include <vector>
@@ -399,4 +400,223 @@ TEST_CASE("with one gradient in flight a learner computes each gradient before t
     self->send_exit(server, caf::exit_reason::user_shutdown);
     self->send_exit(runner, caf::exit_reason::user_shutdown);
   }
+}
+
+namespace {
+
+// A scripted runner that first has the server apply another learner's
+// gradient, then sends its batches.
+caf::behavior
+meddling_runner(caf::event_based_actor* self, std::string name, caf::actor consumer,
+                std::shared_ptr<std::vector<actors::trajectory_batch>> batches,
+                caf::actor server, actors::gradient_update g) {
+  auto next = std::make_shared<size_t>(0);
+  auto meddled = std::make_shared<bool>(false);
+  return {
+    [=](actors::collect_atom, uint64_t n) {
+      auto send_batches = [=] {
+        for (uint64_t k = 0; k < n && *next < batches->size(); ++k) {
+          auto b = (*batches)[(*next)++];
+          b.runner = name;
+          self->send(consumer, std::move(b));
+        }
+      };
+      if (*meddled) {
+        send_batches();
+        return;
+      }
+      *meddled = true;
+      self->request(server, test::wait_limit, g).then([=](actors::weights_reply& r) {
+        CHECK(r.applied);
+        send_batches();
+      });
+    },
+  };
+}
+
+struct learned_run {
+  actors::parameter_server_state state;
+  std::vector<actors::learner_report> reports;
+  std::vector<float> published; // the store's newest weights
+};
+
+// One learner of a sync run with a real parameter server learns `batches`;
+// the server's state (weights, Adam's moments, counters) at the end.
+// `meddle`: a gradient of another learner that the runner has the server
+// apply before it hands over its first batch (after the learner took the
+// server's state), so that the learner's first local steps rest on a
+// version the server has left.
+learned_run learn_sync(caf::actor_system& sys, const learners::model_spec& spec,
+                       uint64_t seed,
+                       const std::vector<actors::trajectory_batch>& batches, bool local,
+                       const learners::adam_config& adam, double clip,
+                       std::optional<actors::gradient_update> meddle = std::nullopt,
+                       bool sync = true) {
+  caf::scoped_actor self{sys};
+  learners::actor_critic initial(spec, seed);
+  auto store = std::make_shared<actors::policy_store>(initial, 64);
+  actors::parameter_server_options ps_opts;
+  ps_opts.sync = sync;
+  ps_opts.num_learners = 1;
+  ps_opts.adam = adam;
+  ps_opts.max_grad_norm = clip;
+  ps_opts.log = [](const std::string&) {};
+  auto server = actors::spawn_parameter_server(
+    sys, ps_opts,
+    std::vector<float>(initial.params(), initial.params() + initial.param_count()), {},
+    store);
+  const size_t rows = batches.front().steps * batches.front().num_envs;
+  actors::learner_options lo;
+  lo.name = "L";
+  lo.spec = spec;
+  lo.algorithm.values["update_epochs"] = 2;
+  lo.algorithm.values["num_minibatches"] = 3;
+  lo.learning_rate = 1e-2; // large enough that every step moves the weights
+  lo.anneal_lr = true;
+  lo.steps_per_runner_batch = rows;
+  lo.local_optimizer = local;
+  lo.pipelined = !sync;
+  lo.adam = adam;
+  lo.max_grad_norm = clip;
+  lo.seed = seed;
+  lo.log = [](const std::string&) {};
+  auto budget = std::make_shared<actors::step_budget>(batches.size() * rows);
+  auto learner = actors::spawn_learner(sys, lo, server, caf::actor_cast<caf::actor>(self),
+                                       store, budget);
+  self->monitor(learner);
+  auto shared = std::make_shared<std::vector<actors::trajectory_batch>>(batches);
+  auto runner = meddle
+                  ? sys.spawn(meddling_runner, std::string{"L.runner0"}, learner, shared,
+                              server, *meddle)
+                  : sys.spawn(scripted_runner, std::string{"L.runner0"}, learner, shared);
+  self->send(learner, actors::runner_atom::value, uint64_t{0}, runner);
+  learned_run out;
+  bool ended = false;
+  while (!ended)
+    self->receive([&](actors::learner_report& r) { out.reports.push_back(std::move(r)); },
+                  [&](caf::down_msg& down) {
+                    CHECK(!down.reason);
+                    ended = true;
+                  },
+                  test::fail_after("the learner's reports and its end"));
+  self->request(server, test::wait_limit, actors::state_atom::value)
+    .receive([&](actors::parameter_server_state& s) { out.state = std::move(s); },
+             [&](caf::error&) { FAIL("no state from the parameter server"); });
+  const auto latest = store->latest();
+  out.published.assign(latest->model.params(),
+                       latest->model.params() + latest->model.param_count());
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE(
+  "a lone learner that applies its own optimizer steps ends with the parameter "
+  "server's weights, Adam state and counters bit for bit as if every gradient had "
+  "made the round trip, sync and async") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  caf::actor_system_config cfg;
+  actors::register_messages(cfg);
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys(cfg);
+  learners::model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 2;
+  spec.hidden = {16, 16};
+  const size_t steps = 8, envs = 4, nbatches = 4;
+  std::vector<actors::trajectory_batch> batches;
+  for (size_t b = 0; b < nbatches; ++b) {
+    batches.push_back(random_batch(gen, steps, envs));
+    batches.back().terminated[gen() % (steps * envs)] = 1;
+  }
+  learners::adam_config adam;
+  adam.eps = 1e-4; // not the default: the learner must take the server's
+  // A clip that binds on some gradients and not on others.
+  const double clip = 0.05 + 0.1 * static_cast<double>(gen() % 4);
+  CAPTURE(clip);
+  for (bool sync : {true, false}) {
+    CAPTURE(sync);
+    const auto trip =
+      learn_sync(sys, spec, seed, batches, false, adam, clip, std::nullopt, sync);
+    const auto local =
+      learn_sync(sys, spec, seed, batches, true, adam, clip, std::nullopt, sync);
+    const uint64_t gradients = nbatches * 2 * 3;
+    REQUIRE(trip.reports.size() == nbatches);
+    REQUIRE(local.reports.size() == nbatches);
+    for (size_t b = 0; b < nbatches; ++b) {
+      CAPTURE(b);
+      CHECK(local.reports[b].weights_version == trip.reports[b].weights_version);
+      CHECK(local.reports[b].loss_policy == trip.reports[b].loss_policy);
+      CHECK(local.reports[b].loss_value == trip.reports[b].loss_value);
+      CHECK(local.reports[b].rejected == 0);
+    }
+    CHECK(trip.state.version == gradients);
+    CHECK(local.state.version == gradients);
+    CHECK(local.state.adam_steps == trip.state.adam_steps);
+    CHECK(local.state.counters.applied == gradients);
+    CHECK(local.state.counters.received == trip.state.counters.received);
+    CHECK(local.state.counters.batches == nbatches);
+    CHECK(local.state.counters.env_steps == nbatches * steps * envs);
+    REQUIRE(local.state.params.size() == trip.state.params.size());
+    size_t moved = 0;
+    learners::actor_critic initial(spec, seed);
+    for (size_t i = 0; i < trip.state.params.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(local.state.params[i] == trip.state.params[i]);
+      REQUIRE(local.state.adam_m[i] == trip.state.adam_m[i]);
+      REQUIRE(local.state.adam_v[i] == trip.state.adam_v[i]);
+      REQUIRE(local.published[i] == trip.published[i]);
+      moved += local.state.params[i] != initial.params()[i];
+    }
+    // The comparison means something: the steps moved (nearly) every weight.
+    CHECK(moved > trip.state.params.size() * 9 / 10);
+  }
+}
+
+TEST_CASE("a lone learner's local steps taken from a version the server has left are "
+          "refused and counted, and the learner goes on from the server's state") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  caf::actor_system_config cfg;
+  actors::register_messages(cfg);
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys(cfg);
+  learners::model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 2;
+  spec.hidden = {8};
+  learners::actor_critic initial(spec, seed);
+  std::vector<actors::trajectory_batch> batches;
+  for (size_t b = 0; b < 2; ++b)
+    batches.push_back(random_batch(gen, 6, 3));
+  // Another learner's gradient, applied after our learner took version 0.
+  actors::gradient_update g;
+  g.learner = "other";
+  g.samples = 1;
+  g.learning_rate = 1e-3;
+  g.grad.resize(initial.param_count());
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : g.grad)
+    x = u(gen);
+  const auto run =
+    learn_sync(sys, spec, seed, batches, true, learners::adam_config{}, 0.5, g);
+  REQUIRE(run.reports.size() == 2);
+  const uint64_t per_batch = 2 * 3; // epochs x minibatches
+  // The first batch's steps rested on version 0: refused, counted as rejected.
+  CHECK(run.reports[0].rejected == per_batch);
+  CHECK(run.reports[0].weights_version == 1); // the server's, taken again
+  // The second batch's steps rest on the server's version 1 and land.
+  CHECK(run.reports[1].rejected == 0);
+  CHECK(run.reports[1].weights_version == 1 + per_batch);
+  CHECK(run.state.version == 1 + per_batch);
+  CHECK(run.state.counters.applied == 1 + per_batch);
+  CHECK(run.state.counters.received == 1 + 2 * per_batch);
+  CHECK(run.state.counters.batches == 1); // the refused batch is not in the weights
+  for (size_t i = 0; i < run.state.params.size(); ++i)
+    REQUIRE(run.published[i] == run.state.params[i]);
 }
