@@ -182,7 +182,16 @@ static int compare_doubles(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
+/* The mean round return as printed: "-" until a round has ended. */
+static const char* mean_text(double mean, char* text, size_t size) {
+  if (isnan(mean))
+    return "-";
+  snprintf(text, size, "%.2f", mean);
+  return text;
+}
+
 static void draw(const lane* l, uint64_t policy_version, double mean, long frame) {
+  char text[32];
   enum { ROWS = 12, COLS = 40 };
   char grid[ROWS][COLS + 1];
   int r, c, fy, c0, c1;
@@ -201,8 +210,9 @@ static void draw(const lane* l, uint64_t policy_version, double mean, long frame
   printf("\x1b[H");
   for (r = 0; r < ROWS; ++r)
     printf("|%s|\x1b[K\n", grid[r]);
-  printf("frame %ld  caught %d  missed %d  policy v%llu  mean round return %.2f\x1b[K\n",
-         frame, l->caught, l->missed, (unsigned long long)policy_version, mean);
+  printf("frame %ld  caught %d  missed %d  policy v%llu  mean round return %s\x1b[K\n",
+         frame, l->caught, l->missed, (unsigned long long)policy_version,
+         mean_text(mean, text, sizeof text));
   fflush(stdout);
 }
 
@@ -228,6 +238,7 @@ int main(int argc, char** argv) {
   troupe_status s;
   lane* lanes;
   double *round_return, *latency_us, history[HISTORY], mean = NAN;
+  char text[32];
   size_t i, n_history = 0, next_history = 0, n_latency = 0, cap_latency;
   long frame = 0, missed_frames = 0;
   double start, deadline, next_print, period = 1.0 / 60, seconds;
@@ -356,9 +367,10 @@ int main(int argc, char** argv) {
       uint64_t dropped = 0;
       troupe_session_progress(session, &p);
       troupe_agent_dropped(agent, &dropped);
-      printf("%6.1f s  frame %ld  policy v%llu  mean round return (last 100) %.2f  "
+      printf("%6.1f s  frame %ld  policy v%llu  mean round return (last 100) %s  "
              "dropped %llu\n",
-             now - start, frame, (unsigned long long)p.policy_version, mean,
+             now - start, frame, (unsigned long long)p.policy_version,
+             mean_text(mean, text, sizeof text),
              (unsigned long long)dropped);
       fflush(stdout);
       next_print += 1;
@@ -398,8 +410,8 @@ int main(int argc, char** argv) {
   printf("policy version %llu, updates %llu, transitions dropped %llu\n",
          (unsigned long long)p.policy_version, (unsigned long long)p.updates,
          (unsigned long long)p.transitions_dropped);
-  printf("mean round return of the last %zu rounds: %.2f (random play: about -7)\n",
-         n_history, mean);
+  printf("mean round return of the last %zu rounds: %s (random play: about -7)\n",
+         n_history, mean_text(mean, text, sizeof text));
   free(lanes);
   free(round_return);
   free(latency_us);

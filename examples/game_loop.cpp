@@ -120,6 +120,15 @@ double percentile(std::vector<double>& xs, double q) {
   return xs[k];
 }
 
+// The mean round return as printed: "-" until a round has ended.
+std::string mean_text(double mean) {
+  if (std::isnan(mean))
+    return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", mean);
+  return text;
+}
+
 void draw(const catcher::lane& l, const troupe::progress& p, double mean_return,
           long frame) {
   constexpr int rows = 12, cols = 40;
@@ -140,9 +149,9 @@ void draw(const catcher::lane& l, const troupe::progress& p, double mean_return,
   for (auto& row : grid)
     std::printf("|%s|\x1b[K\n", row);
   std::printf(
-    "frame %ld  caught %d  missed %d  policy v%llu  mean round return %.2f\x1b[K\n",
+    "frame %ld  caught %d  missed %d  policy v%llu  mean round return %s\x1b[K\n",
     frame, l.caught, l.missed, static_cast<unsigned long long>(p.policy_version),
-    mean_return);
+    mean_text(mean_return).c_str());
   std::fflush(stdout);
 }
 
@@ -241,10 +250,10 @@ int main(int argc, char** argv) {
       draw(lanes[0], session.progress(), mean, frame);
     else if (!terminal && now >= next_print) {
       const auto p = session.progress();
-      std::printf("%6.1f s  frame %ld  policy v%llu  mean round return (last 100) %.2f  "
+      std::printf("%6.1f s  frame %ld  policy v%llu  mean round return (last 100) %s  "
                   "dropped %llu\n",
                   std::chrono::duration<double>(now - start).count(), frame,
-                  static_cast<unsigned long long>(p.policy_version), mean,
+                  static_cast<unsigned long long>(p.policy_version), mean_text(mean).c_str(),
                   static_cast<unsigned long long>(agent.dropped()));
       std::fflush(stdout);
       next_print += std::chrono::seconds(1);
@@ -282,8 +291,8 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(p.policy_version),
               static_cast<unsigned long long>(p.updates),
               static_cast<unsigned long long>(p.transitions_dropped));
-  std::printf("mean round return of the last %zu rounds: %.2f (random play: about -7)\n",
-              last_returns.size(), mean);
+  std::printf("mean round return of the last %zu rounds: %s (random play: about -7)\n",
+              last_returns.size(), mean_text(mean).c_str());
   if (!closed.ok()) {
     std::fprintf(stderr, "game_loop: %s\n", closed.err().message.c_str());
     return 1;

@@ -201,6 +201,11 @@ def make_functions():
     return EnvFunctions(CREATE(create), DESTROY(destroy), RESET(reset), STEP(step))
 
 
+def mean_text(mean):
+    """The mean round return as printed: "-" until a round has ended."""
+    return "-" if math.isnan(mean) else f"{mean:.2f}"
+
+
 def draw(lane, policy_version, mean, frame):
     rows, cols = 12, 40
     grid = [[" "] * cols for _ in range(rows)]
@@ -213,7 +218,7 @@ def draw(lane, policy_version, mean, frame):
         grid[rows - 1][c] = "="
     out = ["\x1b[H"] + ["|" + "".join(r) + "|\x1b[K\n" for r in grid]
     out.append(f"frame {frame}  caught {lane.caught}  missed {lane.missed}  "
-               f"policy v{policy_version}  mean round return {mean:.2f}\x1b[K\n")
+               f"policy v{policy_version}  mean round return {mean_text(mean)}\x1b[K\n")
     sys.stdout.write("".join(out))
     sys.stdout.flush()
 
@@ -302,7 +307,7 @@ def main():
                 lib.troupe_session_progress(session, C.byref(progress))
                 lib.troupe_agent_dropped(agent, C.byref(dropped))
                 print(f"{now - start:6.1f} s  frame {frame}  policy v{progress.policy_version}  "
-                      f"mean round return (last 100) {mean:.2f}  dropped {dropped.value}",
+                      f"mean round return (last 100) {mean_text(mean)}  dropped {dropped.value}",
                       flush=True)
                 next_print += 1.0
             if not o.unthrottled:
@@ -329,7 +334,7 @@ def main():
     print(f"frames that missed their deadline: {missed_frames}")
     print(f"policy version {progress.policy_version}, updates {progress.updates}, "
           f"transitions dropped {progress.transitions_dropped}")
-    print(f"mean round return of the last {len(last_returns)} rounds: {mean:.2f} "
+    print(f"mean round return of the last {len(last_returns)} rounds: {mean_text(mean)} "
           "(random play: about -7)")
     return 0
 
