@@ -125,12 +125,13 @@ void join_server(caf::event_based_actor* gate, const actors::shared_actors& cast
 void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
            join_request& req, const std::string& address,
            caf::typed_response_promise<welcome>& rp, std::vector<caf::actor> feed = {}) {
-  auto refuse = [&](const std::string& why) {
+  // errc::unavailable: for now (the worker retries); any other: for good.
+  auto refuse = [&](const std::string& why, errc code = errc::invalid_argument) {
     actors::write_log(st->opts.log,
                       fmt::format("cluster: refused a join from {} (worker '{}'): {}",
                                   address, req.name, why));
-    rp.deliver(actors::to_caf_error(
-      make_error(errc::invalid_argument, "the coordinator refused the join: {}", why)));
+    rp.deliver(
+      actors::to_caf_error(make_error(code, "the coordinator refused the join: {}", why)));
   };
   if (req.protocol != protocol_version)
     return refuse(fmt::format("it speaks protocol {}, this coordinator speaks {}",
@@ -158,8 +159,13 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                               req.learners, st->opts.learners_per_host_max));
   for (auto& [a, h] : st->hosts)
     if (h.info.name == req.name)
-      return refuse(fmt::format("a live host of the run is named '{}' already (from {})",
-                                req.name, h.info.address));
+      // Most often the worker's own earlier life, killed and restarted
+      // before the coordinator declared it lost: the worker asks again.
+      return refuse(fmt::format("a live host of the run is named '{}' already (from {}); "
+                                "an unresponsive one is declared lost after "
+                                "cluster.timeout_ms",
+                                req.name, h.info.address),
+                    errc::unavailable);
   host_entry h;
   h.actor = req.host;
   h.info.name = req.name;

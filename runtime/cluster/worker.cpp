@@ -175,9 +175,25 @@ int run_worker(const worker_options& opts) {
   req.host = host;
   std::optional<welcome> w;
   std::string refused;
-  self->request(gate, join_timeout, std::move(req))
-    .receive([&](welcome& x) { w = std::move(x); },
-             [&](caf::error& e) { refused = actors::error_message(*sys, e); });
+  bool said_retry = false;
+  for (;;) {
+    bool for_now = false; // refused until a lost host of the name is declared lost
+    self->request(gate, join_timeout, req)
+      .receive([&](welcome& x) { w = std::move(x); },
+               [&](caf::error& e) {
+                 refused = actors::error_message(*sys, e);
+                 for_now = e.category() == actors::error_category &&
+                           e.code() == static_cast<uint8_t>(errc::unavailable);
+               });
+    if (w || !for_now || std::chrono::steady_clock::now() >= deadline)
+      break;
+    if (!said_retry) {
+      std::fprintf(stderr, "troupe: worker: %s; asking again until --reconnect-s %llu s\n",
+                   refused.c_str(), static_cast<unsigned long long>(opts.reconnect_s));
+      said_retry = true;
+    }
+    std::this_thread::sleep_for(connect_retry); // back-off between attempts
+  }
   if (!w)
     return fail_with(
       fmt::format("'{}' could not join the run at {}: {}", opts.name, where, refused));

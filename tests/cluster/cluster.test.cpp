@@ -664,14 +664,70 @@ TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeo
   CHECK(metric(run, "updates") > updates_before);
   CHECK(coord.err().find("could not fence") == std::string::npos);
   // The runners declared their statistics stream through the host's outbox.
+  // (A declaration under way when w2 froze fails with its connection; the
+  // new incarnation's must not.)
   CHECK(w1.err().find("declaring stream") == std::string::npos);
-  CHECK(w2.err().find("declaring stream") == std::string::npos);
+  const auto w2_err = w2.err();
+  const auto woken = w2_err.find("trying to rejoin");
+  REQUIRE(woken != std::string::npos);
+  CHECK(w2_err.find("declaring stream", woken) == std::string::npos);
   coord.signal(SIGTERM);
   REQUIRE(poll_until([&] { return !coord.running() && !w1.running() && !w2.running(); },
                      std::chrono::seconds(120)));
   CHECK(coord.status() == 0);
   CHECK(w1.status() == 0);
   CHECK(w2.status() == 0);
+}
+
+TEST_CASE("a worker started under the name of a frozen host that is not yet declared "
+          "lost is told to ask again, and joins once the frozen one is declared lost") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000,
+                                /*obs_norm=*/true);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  const std::vector<std::string> args{"worker", "--connect", addr, "--run",
+                                      run.filename().string(), "--name", "w1",
+                                      "--heartbeat-ms", "200", "--timeout-ms", "2000"};
+  child frozen(args, dir.path / "w1.out", dir.path / "w1.err", {token_env});
+  INFO("coordinator stderr: " << coord.err());
+  REQUIRE_MESSAGE(
+    poll_until([&] { return !coord.running() || metric(run, "updates") >= 5; },
+               std::chrono::seconds(120)),
+    "the first host never trained");
+  REQUIRE(coord.running());
+  frozen.signal(SIGSTOP);
+  // Its replacement, started at once: the coordinator still counts the frozen
+  // host as live (its connection is open) until cluster.timeout_ms passes.
+  child next(args, dir.path / "w1b.out", dir.path / "w1b.err", {token_env});
+  INFO("replacement stderr: " << next.err());
+  const bool rejoined = poll_until(
+    [&] {
+      return !coord.running() || !next.running() ||
+             (joins_of(coord.err(), "w1") == 2 &&
+              next.out().find("troupe: worker w1 joined the run") != std::string::npos &&
+              metric(run, "hosts_lost") == 1);
+    },
+    std::chrono::seconds(120));
+  frozen.kill_now();
+  REQUIRE_MESSAGE(coord.running(), "the coordinator ended");
+  REQUIRE_MESSAGE(next.running(), "the replacement gave up instead of asking again");
+  REQUIRE_MESSAGE(rejoined, "the replacement did not join within 120 s");
+  CHECK(next.err().find("a live host of the run is named 'w1' already") !=
+        std::string::npos);
+  CHECK(next.err().find("asking again until --reconnect-s") != std::string::npos);
+  CHECK(coord.err().find("lost host w1") != std::string::npos);
+  // The replacement trains: updates go on.
+  const double updates = metric(run, "updates");
+  CHECK(poll_until([&] { return !coord.running() || metric(run, "updates") > updates + 5; },
+                   std::chrono::seconds(120)));
+  coord.signal(SIGTERM);
+  REQUIRE(poll_until([&] { return !coord.running() && !next.running(); },
+                     std::chrono::seconds(120)));
+  CHECK(coord.status() == 0);
+  CHECK(next.status() == 0);
 }
 
 TEST_CASE("a coordinator killed and resumed on its address is joined again by a worker "
