@@ -36,6 +36,12 @@ using namespace troupe::test;
 
 namespace {
 
+// How long a silent host may stay before it is declared lost (the workers'
+// --timeout-ms and the coordinator's cluster.timeout_ms): 2 s, times the
+// sanitizer builds' TROUPE_TEST_TIMEOUT_SCALE (under ASan on two cores a
+// live worker once went 2 s without a heartbeat and was declared lost).
+const std::string lost_ms = std::to_string(2000 * TROUPE_TEST_TIMEOUT_SCALE);
+
 std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in),
@@ -177,10 +183,10 @@ obs_norm = {}
 
 [cluster]
 heartbeat_ms = 200
-timeout_ms = 2000
+timeout_ms = {}
 )",
                                                seed, (dir.path / "runs").string(), mode,
-                                               total, obs_norm));
+                                               total, obs_norm, lost_ms));
 }
 
 // The coordinator's run folder, once its cluster.json exists.
@@ -296,10 +302,10 @@ TEST_CASE("a coordinator and two workers train CartPole PPO async past a 100-epi
   const auto run = wait_for_run(dir, coord);
   const auto addr = address_of(run);
   child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1",
-            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
+            "--heartbeat-ms", "200", "--timeout-ms", lost_ms},
            dir.path / "w1.out", dir.path / "w1.err", {token_env});
   child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2",
-            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
+            "--heartbeat-ms", "200", "--timeout-ms", lost_ms},
            dir.path / "w2.out", dir.path / "w2.err", {token_env});
   const bool learned =
     poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
@@ -336,10 +342,10 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
   const auto run = wait_for_run(dir, coord);
   const auto addr = address_of(run);
   child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1",
-            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
+            "--heartbeat-ms", "200", "--timeout-ms", lost_ms},
            dir.path / "w1.out", dir.path / "w1.err", {token_env});
   child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2",
-            "--heartbeat-ms", "200", "--timeout-ms", "2000"},
+            "--heartbeat-ms", "200", "--timeout-ms", lost_ms},
            dir.path / "w2.out", dir.path / "w2.err", {token_env});
   INFO("coordinator stderr: " << coord.err() << "\nw1 stdout: " << w1.out()
                               << "\nw1 stderr: " << w1.err() << "\nw2 stdout: "
@@ -438,7 +444,7 @@ TEST_CASE("sync mode across processes: a killed worker leaves the step, which co
                                     "--heartbeat-ms",
                                     "200",
                                     "--timeout-ms",
-                                    "2000"};
+                                    lost_ms};
   };
   child w1(worker_args("w1"), dir.path / "w1.out", dir.path / "w1.err", {token_env});
   child w2(worker_args("w2"), dir.path / "w2.out", dir.path / "w2.err", {token_env});
@@ -523,17 +529,17 @@ obs_norm = true
 
 [cluster]
 heartbeat_ms = 200
-timeout_ms = 2000
+timeout_ms = {}
 )",
                                                         troupe::test::fresh_seed() % 1000,
-                                                        (dir.path / "runs").string()));
+                                                        (dir.path / "runs").string(), lost_ms));
   child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
               dir.path / "coord.err", {token_env});
   const auto run = wait_for_run(dir, coord);
   const auto addr = address_of(run);
   child e1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "e1",
             "--learners", "0", "--runners", "2", "--heartbeat-ms", "200", "--timeout-ms",
-            "2000"},
+            lost_ms},
            dir.path / "e1.out", dir.path / "e1.err", {token_env});
   INFO("coordinator stderr: " << coord.err() << "\ne1 stdout: " << e1.out()
                               << "\ne1 stderr: " << e1.err() << "\nrunning: coordinator "
@@ -611,7 +617,7 @@ TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeo
                                     "--heartbeat-ms",
                                     "200",
                                     "--timeout-ms",
-                                    "2000"};
+                                    lost_ms};
   };
   child w1(worker_args("w1"), dir.path / "w1.out", dir.path / "w1.err", {token_env});
   child w2(worker_args("w2"), dir.path / "w2.out", dir.path / "w2.err", {token_env});
@@ -690,7 +696,7 @@ TEST_CASE("a worker started under the name of a frozen host that is not yet decl
   const auto addr = address_of(run);
   const std::vector<std::string> args{"worker", "--connect", addr, "--run",
                                       run.filename().string(), "--name", "w1",
-                                      "--heartbeat-ms", "200", "--timeout-ms", "2000"};
+                                      "--heartbeat-ms", "200", "--timeout-ms", lost_ms};
   child frozen(args, dir.path / "w1.out", dir.path / "w1.err", {token_env});
   INFO("coordinator stderr: " << coord.err());
   REQUIRE_MESSAGE(
@@ -750,7 +756,7 @@ TEST_CASE("a coordinator killed and resumed on its address is joined again by a 
                                     "--heartbeat-ms",
                                     "200",
                                     "--timeout-ms",
-                                    "2000",
+                                    lost_ms,
                                     "--reconnect-s",
                                     reconnect_s};
   };
@@ -1009,7 +1015,7 @@ TEST_CASE("TLS between coordinator and workers: a worker with a certificate of t
   CHECK(joins_of(coord.err(), "stray") == 0);
 
   child w1({"worker", "--connect", addr, "--run", name, "--name", "w1", "--heartbeat-ms",
-            "200", "--timeout-ms", "2000", "--tls-certificate", p("w1.pem"), "--tls-key",
+            "200", "--timeout-ms", lost_ms, "--tls-certificate", p("w1.pem"), "--tls-key",
             p("w1.key"), "--tls-ca", p("run_ca.pem")},
            dir.path / "w1.out", dir.path / "w1.err", {token_env});
   // Its gradients reach the server: the run's updates pass 20 with hosts = 1.
