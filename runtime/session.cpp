@@ -28,6 +28,7 @@
 #include "runtime/json.hpp"
 #include "runtime/resume.hpp"
 #include "runtime/run_folder.hpp"
+#include "runtime/system_shutdown.hpp"
 
 namespace troupe::runtime {
 
@@ -45,6 +46,8 @@ constexpr auto snapshot_timeout = std::chrono::seconds(300);
 // How long the coordinator of a run across processes waits, once training
 // has ended, for its workers to leave before the final checkpoint.
 constexpr auto workers_leave_timeout = std::chrono::seconds(20);
+// How long close() waits for a coordinator's actor system to shut down.
+constexpr auto cluster_shutdown_limit = std::chrono::seconds(20);
 
 // "FILE:LINE: key: message" for an error caused by the value of `key`.
 error at_key(const config& cfg, const std::string& key, const error& e) {
@@ -656,8 +659,26 @@ result<training_result> session::close() {
       s.supervisor = caf::actor{};
       s.gate = caf::actor{};
     }
-    s.sys.reset();
-    s.sys_cfg.reset();
+    if (!s.node) {
+      s.sys.reset();
+      s.sys_cfg.reset();
+    } else if (!destroy_within(std::move(s.sys), std::move(s.sys_cfg),
+                               cluster_shutdown_limit)) {
+      // Seen about once in 20 runs of the cluster tests under load, after a
+      // worker left or was lost: the detached parameter server had ended but
+      // was still referenced once (gdb showed the count), so ~actor_system
+      // waited forever. The holder was not identified; the likeliest is CAF
+      // 0.17.6's middleman, whose BASP broker AddressSanitizer finds left in
+      // a reference cycle at shutdown with one mailbox element.
+      std::fprintf(stderr,
+                   "troupe: the actor system did not shut down within %lld s of the "
+                   "run's end (an ended actor of the run is still referenced, most likely "
+                   "by CAF's network layer after a host left); it is left to its "
+                   "thread, and the run's files are complete\n",
+                   static_cast<long long>(cluster_shutdown_limit.count()));
+      if (s.outcome && *s.outcome)
+        (*s.outcome)->actor_system_left = true;
+    }
   }
   std::lock_guard<std::mutex> lock(s.mtx);
   s.progress.running = false;

@@ -31,6 +31,12 @@ struct training_result {
   uint64_t updates = 0;       ///< batches learned
   double return_mean_100 = 0; ///< mean of the last 100 episode returns (NaN: none)
   bool interrupted = false;   ///< stopped before its budget (request_stop, a signal)
+  /// A coordinator's actor system (cluster.listen) did not shut down within
+  /// its limit after the final checkpoint and was left to a thread of its own
+  /// (an ended actor of the run still referenced, most likely by CAF 0.17's
+  /// network layer); the run's files are complete. A program should then end with std::_Exit
+  /// rather than wait on that thread at exit.
+  bool actor_system_left = false;
 };
 
 /// A snapshot of a session's progress.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -153,6 +154,14 @@ int cmd_train(const args_t& args) {
               r.run_dir.c_str(), static_cast<unsigned long long>(r.env_steps),
               static_cast<unsigned long long>(r.updates), r.return_mean_100,
               r.interrupted ? "  (interrupted)" : "");
+  if (r.actor_system_left) {
+    // A thread still waits inside the actor system's destructor (see
+    // training_result): the process ends without running exit handlers
+    // beside it. Everything is written and flushed.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(0);
+  }
   return 0;
 }
 
