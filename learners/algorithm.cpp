@@ -98,6 +98,8 @@ void metrics_sum::add(const loss_report& r) {
   m.policy_loss += r.policy_loss;
   m.value_loss += r.value_loss;
   m.entropy += r.entropy;
+  m.approx_kl += r.approx_kl;
+  m.clip_fraction += r.clip_fraction;
   m.gradients += 1;
 }
 
@@ -107,6 +109,8 @@ update_metrics metrics_sum::finish() const {
   out.policy_loss /= n;
   out.value_loss /= n;
   out.entropy /= n;
+  out.approx_kl /= n;
+  out.clip_fraction /= n;
   return out;
 }
 

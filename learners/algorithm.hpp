@@ -110,6 +110,8 @@ struct update_metrics {
   double policy_loss = 0;   ///< mean policy loss
   double value_loss = 0;    ///< mean value loss (before its coefficient)
   double entropy = 0;       ///< mean entropy
+  double approx_kl = 0;     ///< PPO: mean over gradients of mean((ratio - 1) - log ratio)
+  double clip_fraction = 0; ///< PPO: mean over gradients of the clipped rows' fraction
   size_t gradients = 0;     ///< gradients sent
 };
 

@@ -305,8 +305,8 @@ evaluate_scratch::arrays& evaluate_scratch::get() {
 }
 
 status actor_critic::evaluate(const float* obs, size_t rows,
-                              const stats_snapshot* obs_stats,
-                              policy_output& out) const {
+                              const stats_snapshot* obs_stats, policy_output& out,
+                              bool batch_statistics) const {
   const size_t dim = static_cast<size_t>(spec_.obs_dim);
   auto& scratch = out.scratch.get();
   const float* input = obs;
@@ -326,10 +326,11 @@ status actor_critic::evaluate(const float* obs, size_t rows,
                            spec_.obs_norm_clip, scratch.normalized.data());
     input = scratch.normalized.data();
   }
+  const auto mode = batch_statistics ? forward_mode::train : forward_mode::eval;
   network_forward(layout_.actor, spec_, params_.data(), buffers_.data(), input, rows,
-                  forward_mode::eval, scratch.actor);
+                  mode, scratch.actor);
   network_forward(layout_.critic, spec_, params_.data(), buffers_.data(), input, rows,
-                  forward_mode::eval, scratch.critic);
+                  mode, scratch.critic);
   out.rows = rows;
   // Swapped, not moved: the caches keep the previous call's arrays to grow into.
   if (spec_.action == action_kind::discrete) {

@@ -248,10 +248,12 @@ public:
   /// (raw, not yet normalized). When spec().obs_norm is set, they are
   /// normalized here with `obs_stats` (required then: mean and var of size
   /// obs_dim): clip((x - mean) / sqrt(var + eps), -clip, clip). Batch norm
-  /// uses the running statistics (eval mode). Fills logits or mean and
-  /// log_std, and value.
+  /// uses the running statistics (eval mode), or with `batch_statistics` in
+  /// local mode the statistics of these `rows` themselves (training mode, as
+  /// the local learning pass normalizes; the running statistics are left as
+  /// they are). Fills logits or mean and log_std, and value.
   status evaluate(const float* obs, size_t rows, const stats_snapshot* obs_stats,
-                  policy_output& out) const;
+                  policy_output& out, bool batch_statistics = false) const;
 
 private:
   model_spec spec_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "learners/mlp.hpp"
 #include "learners/rollout.hpp"
 
 namespace troupe::learners {
@@ -74,9 +75,9 @@ namespace {
 class ppo final : public algorithm {
 public:
   ppo(const model_spec& spec, double gamma, ppo_settings settings)
-    : discrete_(spec.action == action_kind::discrete),
-      gamma_(gamma),
-      s_(std::move(settings)) {}
+    : discrete_(spec.action == action_kind::discrete), gamma_(gamma),
+      s_(std::move(settings)),
+      same_pass_(s_.local_bn_same_pass && spec.batch_norm == batch_norm_mode::local) {}
 
   const char* name() const noexcept override { return "ppo"; }
 
@@ -134,7 +135,10 @@ public:
         std::swap(index[i - 1], index[host.generator().next() % i]);
       for (size_t m = 0; m < mbs; ++m) {
         const size_t lo = index.size() * m / mbs, hi = index.size() * (m + 1) / mbs;
-        const auto batch = rows_.gather(b, discrete_, lo, hi);
+        auto batch = rows_.gather(b, discrete_, lo, hi);
+        if (same_pass_ && !b.behavior_recorded)
+          if (auto ok = same_pass_old(acting, batch); !ok)
+            return ok.err();
         if (auto ok = host.load_weights(); !ok)
           return ok.err();
         auto rep = host.backend().ppo_gradient(batch, s_.loss);
@@ -150,9 +154,42 @@ public:
   }
 
 private:
+  // Local batch norm: the learning pass normalizes each minibatch with its
+  // own statistics, while the acting pass used running ones, so that the
+  // ratio would compare two differently normalized networks (its value is
+  // not 1 even for unchanged weights). The acting weights' log-probabilities
+  // and values are taken again over the minibatch, normalized as the
+  // learning pass normalizes it.
+  status same_pass_old(const actor_critic& acting, ppo_batch<float>& batch) {
+    const size_t rows = batch.rows;
+    if (auto ok = acting.evaluate(batch.obs, rows, nullptr, mb_out_,
+                                  /*batch_statistics=*/true);
+        !ok)
+      return ok;
+    const auto& spec = acting.spec();
+    if (discrete_)
+      categorical_forward<float>(mb_out_.logits.data(), rows, static_cast<size_t>(spec.n),
+                                 batch.discrete_actions, mb_head_);
+    else
+      gaussian_forward<float>(mb_out_.mean.data(), mb_out_.log_std.data(), rows,
+                              static_cast<size_t>(spec.act_dim), batch.box_actions,
+                              mb_head_);
+    mb_logp_.assign(mb_head_.logp.begin(),
+                    mb_head_.logp.begin() + static_cast<ptrdiff_t>(rows));
+    mb_values_.assign(mb_out_.value.begin(),
+                      mb_out_.value.begin() + static_cast<ptrdiff_t>(rows));
+    batch.old_logprob = mb_logp_.data();
+    batch.old_values = mb_values_.data();
+    return ok_status();
+  }
+
   bool discrete_;
   double gamma_;
   ppo_settings s_;
+  bool same_pass_; // local batch norm with local_bn_same_pass
+  policy_output mb_out_;
+  head_cache<float> mb_head_;
+  std::vector<float> mb_logp_, mb_values_;
   behavior_outputs acting_;
   advantage_rows rows_;
 };
@@ -168,6 +205,7 @@ std::unique_ptr<algorithm> make_ppo(const model_spec& spec, double gamma,
   s.gae_lambda = v.at("gae_lambda");
   s.num_minibatches = static_cast<size_t>(v.at("num_minibatches"));
   s.update_epochs = static_cast<size_t>(v.at("update_epochs"));
+  s.local_bn_same_pass = v.at("local_bn_same_pass") != 0;
   return std::make_unique<ppo>(spec, gamma, std::move(s));
 }
 
@@ -180,10 +218,12 @@ algorithm_info ppo_info() {
   info.summary = "clipped surrogate with GAE advantages, several epochs of minibatches "
                  "per batch (CleanRL's ppo.py)";
   info.hyperparameters = {
-    {"gae_lambda", t::floating, 0.95, 0.0, 1.0, false, false, "GAE lambda (CleanRL 0.95)"},
+    {"gae_lambda", t::floating, 0.95, 0.0, 1.0, false, false,
+     "GAE lambda (CleanRL 0.95)"},
     {"num_minibatches", t::integer, 4, 1, 65536, false, false,
      "minibatches per epoch (CleanRL 4); at most num_steps x num_envs"},
-    {"update_epochs", t::integer, 4, 1, 1000, false, false, "epochs per batch (CleanRL 4)"},
+    {"update_epochs", t::integer, 4, 1, 1000, false, false,
+     "epochs per batch (CleanRL 4)"},
     {"norm_adv", t::boolean, 1, 0, 1, false, false,
      "normalize advantages per minibatch (CleanRL)"},
     {"clip_coef", t::floating, 0.2, 0.0, 10.0, false, false,
@@ -191,7 +231,12 @@ algorithm_info ppo_info() {
     {"clip_vloss", t::boolean, 1, 0, 1, false, false, "clip the value loss (CleanRL)"},
     {"ent_coef", t::floating, 0.01, 0.0, 10.0, false, false,
      "entropy bonus weight (CleanRL 0.01)"},
-    {"vf_coef", t::floating, 0.5, 0.0, 100.0, false, false, "value loss weight (CleanRL 0.5)"},
+    {"vf_coef", t::floating, 0.5, 0.0, 100.0, false, false,
+     "value loss weight (CleanRL 0.5)"},
+    {"local_bn_same_pass", t::boolean, 1, 0, 1, false, false,
+     "model.batch_norm = local: the ratio's old log-probabilities and the value "
+     "clip's old values are taken over each minibatch with its own statistics, as "
+     "the learning pass normalizes (0: from the acting pass's running statistics)"},
   };
   info.make = make_ppo;
   return info;

@@ -19,6 +19,12 @@ struct ppo_settings {
   double gae_lambda = 0.95;    ///< GAE lambda
   size_t num_minibatches = 4;  ///< minibatches per epoch
   size_t update_epochs = 4;    ///< passes over each batch
+  /// Local batch norm: the ratio's old log-probability and the value clip's
+  /// old value are taken over each minibatch with the acting weights and the
+  /// minibatch's own statistics, as the learning pass normalizes (true), or
+  /// from the acting pass with running statistics (false: the two sides of
+  /// the ratio then normalize differently). No effect in other modes.
+  bool local_bn_same_pass = true;
 };
 
 /// PPO in the registry (learners/algorithm.cpp).

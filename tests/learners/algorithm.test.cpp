@@ -62,11 +62,13 @@ struct random_rollout {
   }
 };
 
-std::unique_ptr<algorithm> make(const std::string& name, hyperparameter_values values = {}) {
+std::unique_ptr<algorithm> make(const std::string& name,
+                                hyperparameter_values values = {},
+                                const model_spec& spec = small_spec()) {
   algorithm_settings s;
   s.name = name;
   s.values = std::move(values);
-  auto made = make_algorithm(small_spec(), s);
+  auto made = make_algorithm(spec, s);
   REQUIRE_MESSAGE(made.ok(), (made.ok() ? std::string{} : made.err().message));
   return std::move(*made);
 }
@@ -78,8 +80,8 @@ bool contains(const std::string& text, const std::string& part) {
 // Records what an update asks of the learner, on a CPU backend.
 class recording_host final : public update_host {
 public:
-  explicit recording_host(uint64_t seed)
-    : backend_(make_cpu_backend(small_spec(), adam_config{})), gen_(seed) {}
+  explicit recording_host(uint64_t seed, const model_spec& spec = small_spec())
+    : backend_(make_cpu_backend(spec, adam_config{})), gen_(seed) {}
   learner_backend& backend() override { return *backend_; }
   kernels::rng& generator() override { return gen_; }
   status load_weights() override {
@@ -210,6 +212,53 @@ TEST_CASE("a PPO update sends update_epochs x num_minibatches gradients covering
         CHECK(last == (e + 1 == epochs && i + 1 == mbs));
       }
       CHECK(rows == 13);
+    }
+  }
+}
+
+TEST_CASE("local batch norm: PPO's ratio takes the acting weights normalized as the "
+          "learning pass normalizes, so it is 1 for unchanged weights; taken from the "
+          "acting pass it is not") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  model_spec spec = small_spec();
+  spec.batch_norm = batch_norm_mode::local;
+  actor_critic model(spec, seed);
+  // Weights of unit scale (the initial policy layer's gain of 0.01 would
+  // make any policy nearly uniform).
+  std::normal_distribution<float> weight(0.0f, 1.0f);
+  for (size_t i = 0; i < model.param_count(); ++i)
+    model.params()[i] = weight(gen);
+  // Running statistics far from any minibatch's (the observations are
+  // standard normal): the acting pass normalizes unlike the learning pass.
+  std::uniform_real_distribution<float> shift(2.0f, 4.0f), var(0.01f, 0.1f);
+  const auto layers = model.batch_norm_layers();
+  REQUIRE(layers.size() == 2); // actor and critic
+  for (const auto& bn : layers)
+    for (int64_t j = 0; j < bn.width; ++j) {
+      model.buffers()[bn.running_mean + j] = shift(gen);
+      model.buffers()[bn.running_var + j] = var(gen);
+    }
+  random_rollout b(gen, 16, 4, 3);
+  // The host never changes the weights: every gradient is taken at the
+  // acting weights, over minibatches reshuffled each epoch.
+  for (const double same_pass : {1.0, 0.0}) {
+    CAPTURE(same_pass);
+    auto algo = make(
+      "ppo",
+      {{"update_epochs", 2}, {"num_minibatches", 3}, {"local_bn_same_pass", same_pass}},
+      spec);
+    recording_host host(seed, spec);
+    host.weights = &model;
+    auto m = algo->update(b.view, model, host);
+    REQUIRE(m.ok());
+    REQUIRE(m->gradients == 6);
+    if (same_pass != 0) {
+      CHECK(m->approx_kl < 1e-6);
+      CHECK(m->clip_fraction == 0.0);
+    } else {
+      CHECK(m->approx_kl > 1e-3);
     }
   }
 }
