@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -395,4 +396,20 @@ TEST_CASE("troupe train refuses a config with flat [algo] keys with exit status 
                    "into num_minibatches = 8 minibatches")
         != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir.path / "runs"));
+}
+
+TEST_CASE("every config the project ships under config/ loads and validates") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(TROUPE_SOURCE_DIR) / "config";
+  size_t files = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".toml")
+      continue;
+    ++files;
+    const auto path = entry.path().string();
+    CAPTURE(path);
+    auto cfg = troupe::runtime::load_config(path);
+    CHECK_MESSAGE(cfg.ok(), (cfg.ok() ? std::string{} : cfg.err().message));
+  }
+  CHECK(files >= 20); // the folder was found and read
 }
