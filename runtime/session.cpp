@@ -223,6 +223,11 @@ status session::start() {
                    static_cast<size_t>(s.cfg.get_int("run.threads")));
     s.sys_cfg->set("logger.verbosity", caf::atom("quiet"));
     s.sys = std::make_unique<caf::actor_system>(*s.sys_cfg);
+    // The constructor leaves this thread holding the system's logger (a
+    // thread-local reference), and ~actor_system waits until the logger is
+    // gone: a session closed on another thread while this one lived on
+    // waited forever. Nothing logs through it on this thread.
+    caf::logger::set_current_actor_system(nullptr);
     auto built = build_cast(*s.sys, s.cfg, s.spec, *s.env, s.device.kind, s.run_dir,
                             s.resume, s.options.cast);
     built.plan.end_on_done = s.node.has_value(); // workers' learners count too

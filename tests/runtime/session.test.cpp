@@ -8,6 +8,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <memory>
+#include <thread>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -345,4 +348,28 @@ TEST_CASE("a learner whose runner slots come from a factory trains with the fact
   CHECK(!seen[0].saved);
   dropped->store(seed + 5);
   CHECK(opened->progress().transitions_dropped == seed + 5);
+}
+
+TEST_CASE("a session started on one thread is closed on another while the first lives "
+          "on") {
+  // The thread that made the actor system held its logger, and the system's
+  // destructor waited for the logger forever when another thread closed it.
+  temp_folder dir("session-threads");
+  const uint64_t seed = troupe::test::fresh_seed() % 100000;
+  CAPTURE(seed);
+  auto opened = session::open(cartpole(dir.path / "out", seed, 2 * 512));
+  REQUIRE(opened.ok());
+  auto s = std::make_shared<session>(std::move(*opened));
+  REQUIRE(s->start().ok()); // this thread lives on while another closes
+  auto closing = std::async(std::launch::async, [s] { return s->close(); });
+  if (closing.wait_for(limit) != std::future_status::ready) {
+    // Left undestroyed: its destructor would wait for the hung close().
+    new auto(std::move(closing));
+    FAIL("close() on another thread than start() did not return within " << limit.count()
+                                                                         << " s");
+  }
+  auto r = closing.get();
+  INFO((r ? std::string{} : r.err().message));
+  REQUIRE(r.ok());
+  CHECK(r->env_steps > 0);
 }
