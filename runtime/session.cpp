@@ -304,27 +304,16 @@ std::string session::state::open_gate(const cast_handles& h,
     return fmt::format("cluster.listen {}:{}: cannot listen there: {}", listen.host,
                        listen.port, actors::error_message(*sys, port.error()));
   const std::string run = std::filesystem::path(run_dir).filename().string();
-  json j;
-  j["host"] = listen.host;
-  j["port"] = *port;
-  j["run"] = run;
   const auto path = std::filesystem::path(run_dir) / "cluster.json";
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
-    out.flush();
-    if (!out)
-      return fmt::format("cannot write {}", tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    return fmt::format("cannot rename {} to {}: {}", tmp, path.string(), ec.message());
+  if (auto problem = cluster::write_cluster_file(path.string(), listen, *port, run);
+      !problem.empty())
+    return problem;
   std::printf("troupe: coordinator of run %s listening on %s:%u; join with: troupe "
-              "worker --connect %s:%u --run %s\n",
+              "worker --connect %s:%u --run %s (or --connect-file %s, which "
+              "follows the coordinator to a new address when it is resumed)\n",
               run.c_str(), listen.host.c_str(), static_cast<unsigned>(*port),
-              listen.host.c_str(), static_cast<unsigned>(*port), run.c_str());
+              listen.host.c_str(), static_cast<unsigned>(*port), run.c_str(),
+              path.c_str());
   std::fflush(stdout);
   return {};
 }

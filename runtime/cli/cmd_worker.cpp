@@ -1,4 +1,5 @@
-// `troupe worker --connect HOST:PORT --run RUN [--learners N] [--runners-per-learner M]
+// `troupe worker (--connect HOST:PORT --run RUN | --connect-file CLUSTER_JSON)
+// [--learners N] [--runners-per-learner M]
 // [--runners R] [--device D] [--name NAME] [--heartbeat-ms MS] [--timeout-ms MS]
 // [--reconnect-s S]`: joins a run across processes (docs/cluster.md).
 #include <cerrno>
@@ -20,6 +21,11 @@ int cmd_worker(const args_t& args) {
   const std::vector<arg_spec> specs = {
     {"connect", true, false, "HOST:PORT of the coordinator (its cluster.json)"},
     {"run", true, false, "the run's name (cluster.json's \"run\"): its app identifier"},
+    {"connect-file", true, false,
+     "instead of --connect and --run: the coordinator's cluster.json (its run "
+     "folder's, on a file system this host sees), read again before every attempt "
+     "to reach the coordinator, so the worker follows it when it is resumed on "
+     "another address"},
     {"learners", true, false, "learners this worker hosts (default 1)"},
     {"runners-per-learner", true, false,
      "runners per learner (default: the run's algo.runners_per_learner)"},
@@ -45,21 +51,37 @@ int cmd_worker(const args_t& args) {
     return fail(exit_bad_input, parsed.err().message);
   auto connect = parsed->get("connect");
   auto run = parsed->get("run");
-  if (!connect || !run || run->empty() || !parsed->positional.empty())
+  auto connect_file = parsed->get("connect-file");
+  const bool by_file = connect_file.has_value();
+  if (by_file && connect)
+    return fail(exit_bad_input, "--connect and --connect-file: give one of them, got '" +
+                                  *connect + "' and '" + *connect_file + "'");
+  if ((by_file ? connect.has_value() : (!connect || !run || run->empty())) ||
+      (by_file && connect_file->empty()) || !parsed->positional.empty())
     return fail(exit_bad_input,
-                "usage: troupe worker --connect HOST:PORT --run RUN [--learners N] "
+                "usage: troupe worker (--connect HOST:PORT --run RUN | --connect-file "
+                "CLUSTER_JSON) [--learners N] "
                 "[--runners-per-learner M | --learners 0 --runners R] [--device D] "
                 "[--name NAME]\n" +
                   describe_args(specs) +
                   "The token comes from the environment variable TROUPE_CLUSTER_TOKEN.");
   cluster::worker_options o;
-  auto ep = cluster::parse_endpoint(*connect, "--connect");
-  if (!ep)
-    return fail(exit_bad_input, ep.err().message);
-  if (ep->port == 0)
-    return fail(exit_bad_input, "--connect: the port must be the coordinator's, not 0");
-  o.connect = *ep;
-  o.run = *run;
+  if (by_file) {
+    o.connect_file = *connect_file;
+    if (run) {
+      if (run->empty())
+        return fail(exit_bad_input, "--run: the run's name, not empty");
+      o.run = *run;
+    }
+  } else {
+    auto ep = cluster::parse_endpoint(*connect, "--connect");
+    if (!ep)
+      return fail(exit_bad_input, ep.err().message);
+    if (ep->port == 0)
+      return fail(exit_bad_input, "--connect: the port must be the coordinator's, not 0");
+    o.connect = *ep;
+    o.run = *run;
+  }
   auto learners = parsed->get_int("learners", 1, 0, 64);
   auto runners = parsed->get_int("runners-per-learner", 0, 0, 64);
   auto guest_runners = parsed->get_int("runners", 0, 0, 64);

@@ -6,7 +6,12 @@
 #include <cstring>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
+
+#include <unistd.h>
 
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
@@ -15,6 +20,8 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+
+#include "runtime/json.hpp"
 
 namespace troupe::cluster {
 
@@ -198,6 +205,92 @@ result<endpoint> parse_endpoint(const std::string& text, const std::string& what
                       port_text, text);
   e.port = static_cast<uint16_t>(port);
   return e;
+}
+
+bool wildcard_host(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "*";
+}
+
+namespace {
+
+std::string endpoint_text(const endpoint& e) {
+  return e.host.find(':') != std::string::npos ? fmt::format("[{}]:{}", e.host, e.port)
+                                               : fmt::format("{}:{}", e.host, e.port);
+}
+
+} // namespace
+
+std::string write_cluster_file(const std::string& path, const endpoint& listen,
+                               uint16_t port, const std::string& run) {
+  endpoint connect{listen.host, port};
+  if (wildcard_host(listen.host)) {
+    char name[256] = {};
+    connect.host = ::gethostname(name, sizeof name - 1) == 0 && name[0] != '\0'
+                     ? std::string(name)
+                     : std::string("localhost");
+  }
+  runtime::json j;
+  j["host"] = listen.host;
+  j["port"] = port;
+  j["run"] = run;
+  j["connect"] = endpoint_text(connect);
+  const auto tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump() << "\n";
+    out.flush();
+    if (!out)
+      return fmt::format("cannot write {}", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec)
+    return fmt::format("cannot rename {} to {}: {}", tmp, path, ec.message());
+  return {};
+}
+
+result<cluster_file> read_cluster_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    return make_error(errc::io_error, "{}: cannot open it: {}", path,
+                      std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto j = runtime::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return make_error(errc::bad_input,
+                      "{}: not a JSON object (a coordinator's cluster.json)", path);
+  cluster_file f;
+  auto run = j.find("run");
+  if (run == j.end() || !run->is_string() || run->get<std::string>().empty())
+    return make_error(errc::bad_input,
+                      "{}: \"run\" must be the run's name, a non-empty "
+                      "string",
+                      path);
+  f.run = run->get<std::string>();
+  if (auto c = j.find("connect"); c != j.end()) {
+    if (!c->is_string())
+      return make_error(errc::bad_input, "{}: \"connect\" must be a HOST:PORT string",
+                        path);
+    auto ep = parse_endpoint(c->get<std::string>(), path + ": \"connect\"");
+    if (!ep)
+      return ep.err();
+    f.connect = *ep;
+  } else {
+    auto h = j.find("host");
+    auto p = j.find("port");
+    if (h == j.end() || !h->is_string() || p == j.end() || !p->is_number_unsigned() ||
+        p->get<uint64_t>() > 65535)
+      return make_error(errc::bad_input,
+                        "{}: needs \"connect\" (HOST:PORT), or \"host\" (a string) and "
+                        "\"port\" (0 to 65535)",
+                        path);
+    f.connect = {h->get<std::string>(), static_cast<uint16_t>(p->get<uint64_t>())};
+  }
+  if (f.connect.port == 0 || wildcard_host(f.connect.host))
+    return make_error(errc::bad_input, "{}: {} is not an address to connect to", path,
+                      endpoint_text(f.connect));
+  return f;
 }
 
 } // namespace troupe::cluster

@@ -84,4 +84,25 @@ caf::expected<caf::actor> connect_gate(caf::actor_system& sys, const endpoint& a
 /// in the error (e.g. "--listen").
 result<endpoint> parse_endpoint(const std::string& text, const std::string& what);
 
+/// Whether `host` listens on every address (0.0.0.0, ::, *): nobody can
+/// connect to that name.
+bool wildcard_host(const std::string& host);
+
+/// What a coordinator's cluster.json says: where workers connect and the run.
+struct cluster_file {
+  endpoint connect; ///< "connect" (the listen address, a wildcard host replaced
+                    ///< by this machine's name), else "host" and "port"
+  std::string run;  ///< the run's name (its folder's)
+};
+
+/// Writes `path` (cluster.json) whole or not at all (a temporary file
+/// renamed over it): the listen address, the port it got, the run's name,
+/// and "connect", where a worker connects (the host name of this machine
+/// when `listen` is a wildcard). The problem, or empty.
+std::string write_cluster_file(const std::string& path, const endpoint& listen,
+                               uint16_t port, const std::string& run);
+
+/// Reads a cluster.json; an error naming the file and what is wrong in it.
+result<cluster_file> read_cluster_file(const std::string& path);
+
 } // namespace troupe::cluster

@@ -111,24 +111,7 @@ int run_worker(const worker_options& opts) {
     return fail_with(fmt::format("no token: set the environment variable {} to the "
                                  "run's cluster.token",
                                  token_variable));
-  node_settings ns;
-  ns.heartbeat_ms = opts.heartbeat_ms;
-  ns.timeout_ms = opts.timeout_ms;
-  ns.app_identifier = app_identifier(opts.run);
-  ns.tls = opts.tls;
-  const std::string where =
-    fmt::format("{}:{} (run {})", opts.connect.host, opts.connect.port, opts.run);
-
-  // Left running on return (see worker.hpp): released, never destroyed here.
-  auto sys_cfg = std::make_unique<caf::actor_system_config>();
-  actors::register_messages(*sys_cfg);
-  register_cluster_messages(*sys_cfg);
-  configure_node(*sys_cfg, ns);
-  sys_cfg->set("logger.verbosity", caf::atom("quiet"));
-  auto* sys = new caf::actor_system(*sys_cfg);
-  sys_cfg.release();
-
-  // -- reach the coordinator (bounded) ---------------------------------------
+  // How long it tries to reach the coordinator.
   auto deadline =
     std::chrono::steady_clock::now() + std::chrono::seconds(opts.reconnect_s);
   if (opts.rejoin_until_ms > 0) {
@@ -140,9 +123,63 @@ int run_worker(const worker_options& opts) {
                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                  until - std::chrono::system_clock::now());
   }
+
+  // The coordinator's address and the run: given, or from its cluster.json,
+  // which may not be written yet (workers started with the coordinator).
+  endpoint at = opts.connect;
+  std::string run = opts.run;
+  if (!opts.connect_file.empty()) {
+    bool said_wait = false;
+    for (;;) {
+      auto f = read_cluster_file(opts.connect_file);
+      if (f) {
+        if (!opts.run.empty() && f->run != opts.run)
+          return fail_with(fmt::format("--run {}: {} is the coordinator's file of run {}",
+                                       opts.run, opts.connect_file, f->run));
+        at = f->connect;
+        run = f->run;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline)
+        return fail_with(fmt::format("cannot read the coordinator's address within {} s "
+                                     "(--reconnect-s): {}",
+                                     opts.reconnect_s, f.err().message));
+      if (!said_wait) {
+        std::fprintf(
+          stderr, "troupe: worker: %s; reading it again until --reconnect-s %llu s\n",
+          f.err().message.c_str(), static_cast<unsigned long long>(opts.reconnect_s));
+        said_wait = true;
+      }
+      std::this_thread::sleep_for(connect_retry); // back-off between attempts
+    }
+  }
+  auto where_of = [&] {
+    return opts.connect_file.empty()
+             ? fmt::format("{}:{} (run {})", at.host, at.port, run)
+             : fmt::format("{}:{} (run {}, from {})", at.host, at.port, run,
+                           opts.connect_file);
+  };
+  std::string where = where_of();
+
+  node_settings ns;
+  ns.heartbeat_ms = opts.heartbeat_ms;
+  ns.timeout_ms = opts.timeout_ms;
+  ns.app_identifier = app_identifier(run);
+  ns.tls = opts.tls;
+
+  // Left running on return (see worker.hpp): released, never destroyed here.
+  auto sys_cfg = std::make_unique<caf::actor_system_config>();
+  actors::register_messages(*sys_cfg);
+  register_cluster_messages(*sys_cfg);
+  configure_node(*sys_cfg, ns);
+  sys_cfg->set("logger.verbosity", caf::atom("quiet"));
+  auto* sys = new caf::actor_system(*sys_cfg);
+  sys_cfg.release();
+
+  // -- reach the coordinator (bounded) ---------------------------------------
   caf::actor gate;
   for (;;) {
-    auto g = connect_gate(*sys, opts.connect, ns);
+    auto g = connect_gate(*sys, at, ns);
     if (g) {
       gate = *g;
       break;
@@ -156,6 +193,14 @@ int run_worker(const worker_options& opts) {
                                              : "cannot reach",
                     where, opts.reconnect_s, actors::error_message(*sys, g.error())));
     std::this_thread::sleep_for(connect_retry); // back-off between attempts
+    if (!opts.connect_file.empty()) {
+      // A coordinator resumed elsewhere rewrote it; a file being replaced
+      // or gone for a moment keeps the last address.
+      if (auto f = read_cluster_file(opts.connect_file); f && f->run == run) {
+        at = f->connect;
+        where = where_of();
+      }
+    }
   }
 
   // -- join ------------------------------------------------------------------

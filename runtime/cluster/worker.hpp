@@ -20,6 +20,12 @@ namespace troupe::cluster {
 struct worker_options {
   endpoint connect;                 ///< the coordinator's HOST:PORT
   std::string run;                  ///< the run's name (cluster.json's "run")
+  /// When set, the coordinator's cluster.json (on a file system both see):
+  /// `connect` and `run` come from it, and it is read again before every
+  /// attempt to reach the coordinator, so that a worker follows a
+  /// coordinator resumed on another address. `run`, when also set, must be
+  /// the file's.
+  std::string connect_file;
   std::string name;                 ///< its name in the run (unique among live hosts)
   uint64_t learners = 1;            ///< learners it hosts
   uint64_t runners_per_learner = 0; ///< 0: the run's algo.runners_per_learner

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -267,13 +268,15 @@ fs::path wait_for_run(const temp_folder& dir, child& coord) {
   return run;
 }
 
-std::string address_of(const fs::path& run) {
+std::string address_of(const fs::path& run, const std::string& host = "127.0.0.1") {
   auto j = nlohmann::json::parse(read_text(run / "cluster.json"));
-  REQUIRE(j.at("host").get<std::string>() == "127.0.0.1");
+  REQUIRE(j.at("host").get<std::string>() == host);
   REQUIRE(j.at("run").get<std::string>() == run.filename().string());
   const auto port = j.at("port").get<unsigned>();
   REQUIRE(port > 0);
-  return fmt::format("127.0.0.1:{}", port);
+  const auto addr = fmt::format("{}:{}", host, port);
+  REQUIRE(j.at("connect").get<std::string>() == addr);
+  return addr;
 }
 
 // The named column of metrics.csv's last row; NaN when none yet.
@@ -933,6 +936,81 @@ TEST_CASE("a coordinator killed and resumed on its address is joined again by a 
   CHECK(w1.status() == 0);
 }
 
+TEST_CASE("a coordinator resumed on another address is followed there by a worker "
+          "given its cluster.json (--connect-file)") {
+  temp_folder dir("troupe-cluster");
+  const auto cfg = write_config(dir, troupe::test::fresh_seed() % 1000, 2000000,
+                                /*obs_norm=*/true);
+  child coord({"train", cfg, "--listen", "127.0.0.1:0"}, dir.path / "coord.out",
+              dir.path / "coord.err", {token_env});
+  const auto run = wait_for_run(dir, coord);
+  const auto addr = address_of(run);
+  const auto file = (run / "cluster.json").string();
+  child w1({"worker", "--connect-file", file, "--name", "w1", "--heartbeat-ms", "200",
+            "--timeout-ms", lost_ms, "--reconnect-s", "120"},
+           dir.path / "w1.out", dir.path / "w1.err", {token_env});
+  INFO("coordinator stderr: " << coord.err() << "\nw1 stdout: " << w1.out()
+                              << "\nw1 stderr: " << w1.err());
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !coord.running() || !w1.running() ||
+                             (metric(run, "hosts") == 1 && metric(run, "updates") >= 5 &&
+                              count_of(w1.out(), "troupe: worker w1 joined the run") ==
+                                1);
+                    },
+                    std::chrono::seconds(120)),
+                  "w1 did not join and train within 120 s");
+  REQUIRE(coord.running());
+  REQUIRE(w1.running());
+  coord.kill_now();
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !w1.running() ||
+                             w1.err().find("trying to rejoin") != std::string::npos;
+                    },
+                    std::chrono::seconds(60)),
+                  "w1 did not say it tries to rejoin within 60 s");
+  REQUIRE(w1.running());
+
+  // Resumed on another loopback address and a fresh port: only the file
+  // can tell w1 where.
+  child coord2({"train", "--resume", run.string(), "--listen", "127.0.0.2:0"},
+               dir.path / "coord2.out", dir.path / "coord2.err", {token_env});
+  INFO("resumed coordinator stdout: " << coord2.out() << "\nresumed coordinator stderr: "
+                                      << coord2.err());
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !coord2.running() ||
+                             coord2.out().find("listening on 127.0.0.2:") !=
+                               std::string::npos;
+                    },
+                    std::chrono::seconds(120)),
+                  "the resumed coordinator did not listen within 120 s");
+  REQUIRE(coord2.running());
+  const auto addr2 = address_of(run, "127.0.0.2");
+  CHECK(addr2 != addr);
+  const bool rejoined = poll_until(
+    [&] {
+      return !coord2.running() || !w1.running() ||
+             (joins_of(coord2.err(), "w1") == 1 &&
+              count_of(w1.out(), "troupe: worker w1 joined the run") == 2 &&
+              metric(run, "hosts") == 1);
+    },
+    std::chrono::seconds(120));
+  REQUIRE_MESSAGE(rejoined, "w1 did not join the resumed coordinator within 120 s");
+  REQUIRE(coord2.running());
+  REQUIRE(w1.running());
+  CHECK(w1.out().find("joined the run at " + addr2) != std::string::npos);
+  coord2.signal(SIGTERM);
+  {
+    const auto hung = until_all_ended({{"resumed coordinator", &coord2}, {"w1", &w1}},
+                                      std::chrono::seconds(120));
+    REQUIRE_MESSAGE(hung.empty(), hung);
+  }
+  CHECK(coord2.status() == 0);
+  CHECK(w1.status() == 0);
+}
+
 TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinator logs "
           "the peer's address") {
   temp_folder dir("troupe-cluster");
@@ -1020,9 +1098,12 @@ TEST_CASE(
 TEST_CASE("troupe worker refuses bad arguments before it connects") {
   temp_folder dir("troupe-cluster");
   const std::vector<std::pair<std::string, std::string>> cases = {
-    {"worker --run r", "usage: troupe worker --connect HOST:PORT --run RUN"},
+    {"worker --run r", "usage: troupe worker (--connect HOST:PORT --run RUN"},
     {"worker --connect 127.0.0.1:1",
-     "usage: troupe worker --connect HOST:PORT --run RUN"},
+     "usage: troupe worker (--connect HOST:PORT --run RUN"},
+    {"worker --connect 127.0.0.1:1 --connect-file c.json",
+     "--connect and --connect-file: give one of them, got '127.0.0.1:1' and 'c.json'"},
+    {"worker --connect-file c.json --run ''", "--run: the run's name, not empty"},
     {"worker --connect 127.0.0.1:0 --run r",
      "--connect: the port must be the coordinator's"},
     {"worker --connect localhost --run r",
@@ -1055,6 +1136,44 @@ TEST_CASE("troupe worker refuses bad arguments before it connects") {
   CHECK(r.status == 1);
   CHECK(r.err.find("cannot reach the coordinator at 127.0.0.1:1 (run r) within 0 s") !=
         std::string::npos);
+
+  // A cluster.json that is missing, malformed, names no address to connect
+  // to or another run: status 1, naming the file and the rule.
+  const auto file = (dir.path / "cluster.json").string();
+  const std::vector<std::tuple<std::string, std::string, std::string>> files = {
+    {"", "", file + ": cannot open it"},
+    {"[1, 2]", "", file + ": not a JSON object"},
+    {R"({"host": "127.0.0.1", "port": 9})", "",
+     file + ": \"run\" must be the run's name"},
+    {R"({"run": "r", "port": 9})", "", file + ": needs \"connect\" (HOST:PORT)"},
+    {R"({"run": "r", "connect": "0.0.0.0:9"})", "",
+     file + ": 0.0.0.0:9 is not an address to connect to"},
+    {R"({"run": "r", "connect": "127.0.0.1:x"})", "",
+     file + ": \"connect\": the port must be 0 to 65535, got 'x'"},
+    {R"({"run": "r", "connect": "127.0.0.1:1"})", "--run other",
+     "--run other: " + file + " is the coordinator's file of run r"},
+    {R"({"run": "r", "connect": "127.0.0.1:1"})", "",
+     "cannot reach the coordinator at 127.0.0.1:1 (run r, from " + file + ") within 0 s"},
+  };
+  for (const auto& f : files) {
+    const std::string& text = std::get<0>(f);
+    const std::string& extra = std::get<1>(f);
+    const std::string& expected = std::get<2>(f);
+    std::filesystem::remove(file);
+    if (!text.empty()) {
+      std::ofstream out(file);
+      out << text;
+    }
+    CAPTURE(text);
+    auto rf =
+      run_command(fmt::format("TROUPE_CLUSTER_TOKEN=t timeout -k 10 {} '{}' worker "
+                              "--connect-file '{}' {} --reconnect-s 0",
+                              troupe_command_limit_s, TROUPE_BINARY, file, extra),
+                  dir);
+    CAPTURE(rf.err);
+    CHECK(rf.status == 1);
+    CHECK(rf.err.find(expected) != std::string::npos);
+  }
 }
 
 namespace {
