@@ -147,6 +147,8 @@ result<trajectory_batch> collect(runner_state& st) {
       return make_error(ok.err().code,
                         "env runner '{}': {} failed at step {} of batch {}: {}",
                         st.opts.name, b.env_id, t, b.sequence, ok.err().message);
+    if (st.opts.host)
+      st.opts.host->collected.fetch_add(n, std::memory_order_relaxed);
     for (size_t i = 0; i < n; ++i) {
       const size_t k = t * n + i;
       b.rewards[k] = env.rewards()[i];
@@ -317,7 +319,10 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
                                            m.mean, m.m2});
         s.delta_ready = false;
       }
+      const uint64_t batch_steps = batch->steps * batch->num_envs;
       self->send(s.consumer, std::move(*batch));
+      if (s.opts.host && s.opts.guest)
+        s.opts.host->finished.fetch_add(batch_steps, std::memory_order_relaxed);
       ++s.sent_in_request;
       if (--s.remaining > 0) {
         self->send(self, next_atom::value);

@@ -42,6 +42,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/host_counters.hpp"
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "envs/vector_env.hpp"
@@ -78,6 +79,11 @@ struct env_runner_options {
   log_sink log;                      ///< problem log; default stderr
   std::optional<env_runner_state> start_state; ///< start here instead of reset(seed)
                                      ///< (seed is then unused)
+  /// A runner on a worker of a run across processes: counts its steps in
+  /// `collected`, and when `guest` (it feeds a learner of another host) the
+  /// steps of each batch it sends in `finished`. Null: not counted.
+  std::shared_ptr<host_counters> host;
+  bool guest = false;
 };
 
 /// Mixed into a runner's seed to seed its policy's generator.

@@ -483,6 +483,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         skipped.runner_restarts = w.restarts;
         skipped.non_finite = w.non_finite;
         skipped.skipped = true;
+        if (w.opts.host)
+          w.opts.host->finished.fetch_add(skipped.env_steps, std::memory_order_relaxed);
         self->send(w.metrics, std::move(skipped));
         if (!w.opts.pipelined)
           ask_batch(*slot);
@@ -546,6 +548,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       rep.non_finite = w.non_finite;
       rep.episode_returns = std::move(b.episode_returns);
       rep.episode_lengths = std::move(b.episode_lengths);
+      if (w.opts.host)
+        w.opts.host->finished.fetch_add(rep.env_steps, std::memory_order_relaxed);
       self->send(w.metrics, std::move(rep));
       if (!w.opts.pipelined)
         ask_batch(*slot);

@@ -44,6 +44,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/host_counters.hpp"
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "learners/optimizer.hpp"
@@ -128,6 +129,9 @@ struct learner_options {
   /// The last sequence number sent, shared with the learner's replacements
   /// (a restarted learner goes on counting; required when incarnation != 0).
   std::shared_ptr<std::atomic<uint64_t>> gradient_sequence;
+  /// A learner on a worker: counts the steps of each batch it learned or
+  /// skipped in `finished`. Null: not counted.
+  std::shared_ptr<host_counters> host;
   log_sink log;                                ///< default stderr
 };
 

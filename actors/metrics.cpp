@@ -41,7 +41,8 @@ const char* const metrics_columns[] = {"wall_time_s",
                                        "gradients_rejected",
                                        "hosts",
                                        "hosts_lost",
-                                       "deltas_duplicate"};
+                                       "deltas_duplicate",
+                                       "env_steps_lost"};
 
 const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
 
@@ -74,6 +75,7 @@ struct metrics_state {
   uint64_t rejected = 0;
   uint64_t hosts = 0;      // worker processes joined and not lost (cluster runs)
   uint64_t hosts_lost = 0; // worker processes lost so far
+  uint64_t env_steps_lost = 0; // steps lost hosts collected and never learned
   // The keeper's and the server's counters of refused messages, as last told.
   uint64_t deltas_duplicate = 0; // sequenced deltas the keeper dropped as merged
   uint64_t server_refused = 0;   // gradients the server rejected or fenced
@@ -214,6 +216,7 @@ void write_row(metrics_state& st) {
   add(st.hosts);
   add(st.hosts_lost);
   add(st.deltas_duplicate);
+  add(st.env_steps_lost);
   TROUPE_CHECK(column == metrics_column_count, "metrics row has {} values for {} columns",
                column, metrics_column_count);
   if (st.csv && !append_line(st.csv, line))
@@ -383,9 +386,10 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
         self->send(s.coordinator, done_atom::value);
       }
     },
-    [self](hosts_atom, uint64_t hosts, uint64_t lost) {
+    [self](hosts_atom, uint64_t hosts, uint64_t lost, uint64_t env_steps_lost) {
       self->state.hosts = hosts;
       self->state.hosts_lost = lost;
+      self->state.env_steps_lost = env_steps_lost;
     },
     [self](tally_atom) {
       if (self->state.tally_in_flight)

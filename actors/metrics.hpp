@@ -8,8 +8,10 @@
 //   learner_report           -> (none)
 //   (row_atom)               -> metrics_counters   writes a row now (the final one)
 //   (state_atom)             -> metrics_counters   for checkpoints
-//   (hosts_atom, uint64_t hosts, uint64_t lost)  worker processes of a run
-//                               across processes (joined and alive, lost so far)
+//   (hosts_atom, uint64_t hosts, uint64_t lost, uint64_t env_steps_lost)
+//                               worker processes of a run across processes
+//                               (joined and alive, lost so far) and the env
+//                               steps the lost ones collected and never learned
 //   (tally_atom)             -> (none)  asks the keeper and the server (when
 //                               given) for their counters of refused messages;
 //                               it does so itself every tally_interval_ms and

@@ -81,6 +81,8 @@ caf::actor spawn_runner(caf::blocking_actor* self, cast_state& cs, runner_entry&
   req.consumer = r.guest_of ? r.guest_of : cs.learners[r.learner].actor;
   req.keeper = cs.opts.cast.views ? cs.opts.cast.views : cs.keeper;
   req.deltas = cs.opts.cast.deltas ? cs.opts.cast.deltas : cs.keeper;
+  req.host = cs.opts.cast.host;
+  req.guest = static_cast<bool>(r.guest_of);
   r.actor = cs.opts.cast.make_runner(req);
   if (!r.actor)
     return r.actor; // the factory has said why
@@ -105,6 +107,7 @@ std::string spawn_learner_at(caf::blocking_actor* self, cast_state& cs, size_t l
   auto lo = lp.options;
   lo.keeper = plan.deltas ? plan.deltas : cs.keeper;
   lo.report_to = caf::actor_cast<caf::actor>(self);
+  lo.host = plan.host;
   if (l.restarts > 0 && !cs.learner_states[li].learner.empty())
     lo.start_gen = cs.learner_states[li].gen;
   lo.batch_norm_views.clear();

@@ -50,6 +50,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/host_counters.hpp"
 #include "actors/learner.hpp"
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
@@ -70,6 +71,8 @@ struct runner_request {
   caf::actor keeper;     ///< the statistics keeper (views subscribe to it)
   caf::actor deltas;     ///< where its moment deltas go: the keeper, or a
                          ///< host's delta outbox
+  std::shared_ptr<host_counters> host; ///< the cast's host counters (may be null)
+  bool guest = false;                  ///< it feeds a learner of another host (consumer)
 };
 
 /// Spawns one environment runner; an invalid actor when it cannot (the
@@ -137,6 +140,9 @@ struct cast_plan {
   /// They are restarted like the others; the cast runs until it is stopped.
   size_t guest_runners = 0;
   std::vector<caf::actor> feed_learners; ///< the learners guest runners feed
+  /// A worker of a run across processes: its runners and learners count
+  /// their steps here (runner_request::host, learner_options::host).
+  std::shared_ptr<host_counters> host;
   std::string guest_prefix;              ///< guest runner i is "PREFIX.runnerI"
 };
 

@@ -29,6 +29,7 @@ struct host_entry {
   lost_host info;
   uint64_t sent_version = 0; // newest version the host has or is being sent
   bool in_flight = false;
+  host_progress progress; // its counters at its last answer to a push
 };
 
 struct gate_state {
@@ -36,6 +37,7 @@ struct gate_state {
   std::map<caf::actor_addr, host_entry> hosts;
   uint64_t joins = 0;
   uint64_t lost = 0;
+  uint64_t env_steps_lost = 0; // collected by lost hosts and never finished
   bool stopping = false;
   bool budget_told = false; // a host said the step budget is spent
   std::vector<caf::typed_response_promise<caf::ok_atom>> stop_waiters;
@@ -44,7 +46,7 @@ struct gate_state {
 void report_hosts(caf::event_based_actor* self, gate_state& st) {
   if (st.opts.cast.metrics)
     self->send(st.opts.cast.metrics, actors::hosts_atom::value,
-               static_cast<uint64_t>(st.hosts.size()), st.lost);
+               static_cast<uint64_t>(st.hosts.size()), st.lost, st.env_steps_lost);
 }
 
 // Sends the newest version to the host at `addr` unless it has it or a push
@@ -66,9 +68,10 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   it->second.sent_version = snap->version;
   self->request(it->second.actor, push_timeout, std::move(p))
     .then(
-      [self, st, addr](caf::ok_atom) {
+      [self, st, addr](host_progress& progress) {
         if (auto h = st->hosts.find(addr); h != st->hosts.end()) {
           h->second.in_flight = false;
+          h->second.progress = progress;
           push_newest(self, st, addr);
         }
       },
@@ -242,6 +245,7 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
     if (it == st->hosts.end())
       return;
     auto info = std::move(it->second.info);
+    const auto progress = it->second.progress;
     st->hosts.erase(it);
     // Once the run ends every host goes, however its connection closes.
     const bool left = st->stopping;
@@ -250,10 +254,18 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
         st->opts.log, fmt::format("cluster: host {} ({}) left", info.name, info.address));
     } else {
       st->lost += 1;
+      const uint64_t unfinished = progress.collected > progress.finished
+                                    ? progress.collected - progress.finished
+                                    : 0;
+      st->env_steps_lost += unfinished;
       actors::write_log(
         st->opts.log,
-        fmt::format("cluster: lost host {} ({}): it hosted {}; {} host(s) remain ({})",
-                    info.name, info.address, hosted(info), st->hosts.size(),
+        fmt::format("cluster: lost host {} ({}): it hosted {}; {} env steps it had "
+                    "collected were not learned (its count at its last answer to a "
+                    "weights push: {} collected, {} learned or sent on); {} host(s) "
+                    "remain ({})",
+                    info.name, info.address, hosted(info), unfinished, progress.collected,
+                    progress.finished, st->hosts.size(),
                     actors::error_message(self->system(), down.reason)));
       on_host_lost(self, st->opts.cast, info, st->opts.sync, st->opts.log);
     }

@@ -19,8 +19,11 @@
 //                          answers once every host has gone (the caller
 //                          bounds the wait)
 //   (actors::status_atom) -> (uint64_t hosts, uint64_t hosts_lost)
-// It sends to the metrics actor (actors::hosts_atom, hosts, hosts_lost) at
-// every change.
+// Every host answers a push with its host_progress (the environment steps its
+// runners collected and those that left its hands); when a host is lost,
+// the difference at its last answer is counted as env steps lost.
+// It sends to the metrics actor (actors::hosts_atom, hosts, hosts_lost,
+// env_steps_lost) at every change.
 #pragma once
 
 #include <memory>

@@ -15,7 +15,7 @@
 namespace troupe::cluster {
 
 /// Version of the join protocol; a worker of another version is refused.
-constexpr uint32_t protocol_version = 2;
+constexpr uint32_t protocol_version = 3;
 
 using join_atom = caf::atom_constant<caf::atom("join")>;
 
@@ -49,6 +49,19 @@ struct policy_push {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, policy_push& x) {
   return f(caf::meta::type_name("policy_push"), x.version, actors::raw(x.params), actors::raw(x.buffers));
+}
+
+/// A host's answer to a policy_push: its host_counters (actors/host_counters.hpp)
+/// at that moment, from which the gate counts what the host takes with it
+/// when it is lost.
+struct host_progress {
+  uint64_t collected = 0; ///< environment steps its runners took
+  uint64_t finished = 0;  ///< environment steps that left its hands
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, host_progress& x) {
+  return f(caf::meta::type_name("host_progress"), x.collected, x.finished);
 }
 
 /// The coordinator's answer to an accepted join.

@@ -79,11 +79,16 @@ struct host_cache {
 // The worker's host actor: takes the policy versions the gate pushes, and
 // passes the run's end on to the driver.
 caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cache> cache,
+                         std::shared_ptr<actors::host_counters> counters,
                          caf::actor driver) {
   return {
-    [cache](policy_push& p) {
+    [cache, counters](policy_push& p) {
       cache->take(std::move(p));
-      return caf::ok_atom::value;
+      // finished first: a batch counted there was collected before.
+      host_progress progress;
+      progress.finished = counters->finished.load(std::memory_order_relaxed);
+      progress.collected = counters->collected.load(std::memory_order_relaxed);
+      return progress;
     },
     [self, driver](actors::stop_atom) { self->send(driver, actors::stop_atom::value); },
   };
@@ -206,7 +211,8 @@ int run_worker(const worker_options& opts) {
   // -- join ------------------------------------------------------------------
   caf::scoped_actor self(*sys);
   auto cache = std::make_shared<host_cache>();
-  auto host = sys->spawn(host_actor, cache, caf::actor_cast<caf::actor>(self));
+  auto counters = std::make_shared<actors::host_counters>();
+  auto host = sys->spawn(host_actor, cache, counters, caf::actor_cast<caf::actor>(self));
   join_request req;
   req.protocol = protocol_version;
   req.name = opts.name;
@@ -311,6 +317,7 @@ int run_worker(const worker_options& opts) {
     plan.guest_prefix = opts.name;
   }
   plan.existing = actors::shared_actors{w->keeper, w->server, w->metrics};
+  plan.host = counters;
   cache->take(std::move(w->weights));
   cache->set_store(plan.store);
   {

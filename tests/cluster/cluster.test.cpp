@@ -455,6 +455,22 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
   // Async: no sync membership to leave.
   CHECK(log.find("leaves the parameter server's sync steps") == std::string::npos);
   CHECK(log.find("it hosted learners w2.learner0 (1 runners each)") != std::string::npos);
+  // What w2 had collected and not learned, by its own count at its last
+  // answer to a weights push, is the env_steps_lost column.
+  {
+    std::smatch m;
+    const std::regex said(
+      R"(lost host w2 \(.*\): it hosted .*; (\d+) env steps it had )"
+      R"(collected were not learned \(its count at its last answer to )"
+      R"(a weights push: (\d+) collected, (\d+) learned or sent on\))");
+    REQUIRE_MESSAGE(std::regex_search(log, m, said), "no count of w2's unlearned steps");
+    const double unlearned = std::stod(m[1].str());
+    const double collected = std::stod(m[2].str());
+    const double finished = std::stod(m[3].str());
+    CHECK(collected >= finished);
+    CHECK(unlearned == collected - finished);
+    CHECK(metric(run, "env_steps_lost") == unlearned);
+  }
   // Its incarnation is fenced at the keeper (whose answer names the last of
   // its observation deltas merged) and at the parameter server.
   CHECK(log.find("fenced host w2 (incarnation ") != std::string::npos);

@@ -1,5 +1,6 @@
-// The coordinator's gate in one process (no middleman): what it does with a
-// host's word that the step budget is spent.
+// The coordinator's gate in one process (no connection between processes):
+// what it does with a host's word that the step budget is spent, and what it
+// counts when a host is lost.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -8,12 +9,17 @@
 #include <vector>
 
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
 
 #include "actors/messages.hpp"
 #include "actors/policy_store.hpp"
 #include "learners/model.hpp"
 #include "runtime/cluster/gate.hpp"
 #include "runtime/cluster/messages.hpp"
+#include "actors/metrics.hpp"
+#include "kernels/rng.hpp"
+#include "tests/seed.hpp"
 
 using namespace troupe;
 
@@ -59,4 +65,124 @@ TEST_CASE("gate: a host that spent the step budget on its own count ends the run
           "the run ends");
   }
   supervisor->send_exit(gate, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("gate: a lost host's steps collected and not finished at its last answer to a "
+          "push are counted as env steps lost") {
+  caf::actor_system_config cfg;
+  actors::register_messages(cfg);
+  cluster::register_cluster_messages(cfg);
+  cfg.load<caf::io::middleman>(); // the gate asks it for a host's address
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto mtx = std::make_shared<std::mutex>();
+  caf::scoped_actor metrics{sys};
+  caf::scoped_actor self{sys};
+  cluster::gate_options go;
+  go.token = "t";
+  go.cast.metrics = caf::actor_cast<caf::actor>(metrics);
+  learners::model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 2;
+  auto store = std::make_shared<actors::policy_store>(learners::actor_critic(spec, 1), 4);
+  go.store = store;
+  go.log = [log, mtx](const std::string& line) {
+    std::lock_guard<std::mutex> g(*mtx);
+    log->push_back(line);
+  };
+  auto gate = cluster::spawn_gate(sys, std::move(go));
+
+  // A host whose counters move on between its two answers: the second counts.
+  kernels::rng gen(troupe::test::fresh_seed());
+  std::vector<cluster::host_progress> answers(2);
+  answers[0].collected = 1000 + gen.next() % 100000;
+  answers[0].finished = gen.next() % answers[0].collected;
+  answers[1].collected = answers[0].collected + 1 + gen.next() % 100000;
+  answers[1].finished =
+    answers[0].finished + gen.next() % (answers[1].collected - answers[0].finished);
+  CAPTURE(answers[1].collected);
+  CAPTURE(answers[1].finished);
+  auto tell = caf::actor_cast<caf::actor>(self);
+  auto host = sys.spawn([answers, tell](caf::event_based_actor* h) -> caf::behavior {
+    auto pushes = std::make_shared<size_t>(0);
+    return {
+      [h, answers, tell,
+       pushes](cluster::policy_push& p) -> caf::result<cluster::host_progress> {
+        // The answer is on its way to the gate before the test hears of it.
+        auto rp = h->make_response_promise<cluster::host_progress>();
+        rp.deliver(answers[std::min(*pushes, answers.size() - 1)]);
+        ++*pushes;
+        h->send(tell, p.version);
+        return rp;
+      },
+      [](actors::stop_atom) {},
+    };
+  });
+
+  cluster::join_request req;
+  req.protocol = cluster::protocol_version;
+  req.name = "h1";
+  req.learners = 1;
+  req.runners_per_learner = 2;
+  req.token = "t";
+  req.host = host;
+  bool joined = false;
+  self->request(gate, std::chrono::seconds(30), req)
+    .receive([&](cluster::welcome&) { joined = true; },
+             [](caf::error& e) { FAIL("the join was refused: " << to_string(e)); });
+  REQUIRE(joined);
+  auto hosts_row = [&](uint64_t& hosts, uint64_t& lost, uint64_t& steps) {
+    bool got = false;
+    metrics->receive(
+      [&](actors::hosts_atom, uint64_t h, uint64_t l, uint64_t s) {
+        hosts = h;
+        lost = l;
+        steps = s;
+        got = true;
+      },
+      caf::after(std::chrono::seconds(30)) >> [] {});
+    return got;
+  };
+  uint64_t hosts = 0, lost = 0, steps = 0;
+  REQUIRE_MESSAGE(hosts_row(hosts, lost, steps), "no hosts row within 30 s of the join");
+  CHECK(hosts == 1);
+  CHECK(lost == 0);
+  CHECK(steps == 0);
+
+  // Two new versions, each pushed and answered in turn.
+  std::vector<float> params(store->latest()->model.param_count(), 0.5f);
+  std::vector<float> buffers(store->latest()->model.buffer_count(), 0.0f);
+  for (uint64_t version = 1; version <= 2; ++version) {
+    store->publish(version, params.data(), buffers.data());
+    self->send(gate, actors::publish_atom::value, version);
+    uint64_t pushed = 0;
+    self->receive([&](uint64_t v) { pushed = v; },
+                  caf::after(std::chrono::seconds(30)) >> [] {});
+    REQUIRE_MESSAGE(pushed == version,
+                    "version " << version << " was not pushed within 30 s");
+  }
+  // The host's answer reached the gate's mailbox before its word to the
+  // test, so the gate answers this only after it has handled the answer.
+  self->request(gate, std::chrono::seconds(30), actors::status_atom::value)
+    .receive([](uint64_t, uint64_t) {},
+             [](caf::error& e) { FAIL("no status from the gate: " << to_string(e)); });
+
+  self->send_exit(host, caf::exit_reason::kill);
+  REQUIRE_MESSAGE(hosts_row(hosts, lost, steps), "no hosts row within 30 s of the loss");
+  CHECK(hosts == 0);
+  CHECK(lost == 1);
+  CHECK(steps == answers[1].collected - answers[1].finished);
+  {
+    std::lock_guard<std::mutex> g(*mtx);
+    REQUIRE(log->size() == 2);
+    CHECK(
+      log->back().find(fmt::format(
+        "cluster: lost host h1 (unknown): it hosted learners h1.learner0 (2 runners "
+        "each); {} env steps it had collected were not learned (its count at its last "
+        "answer to a weights push: {} collected, {} learned or sent on)",
+        answers[1].collected - answers[1].finished, answers[1].collected,
+        answers[1].finished)) == 0);
+  }
+  self->send_exit(gate, caf::exit_reason::user_shutdown);
 }
