@@ -1,5 +1,6 @@
-// `troupe plot RUN_DIR... [--out FILE]`: learning curves of one run (or
-// several, overlaid) as a self-contained SVG (runtime/cli/plot.hpp).
+// `troupe plot RUN_DIR... [--out FILE] [--bands]`: learning curves of one run
+// (or several, overlaid; with --bands, the median and quartiles of each
+// config's seeds) as a self-contained SVG (runtime/cli/plot.hpp).
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -15,12 +16,15 @@ namespace troupe::runtime {
 int cmd_plot(const args_t& args) {
   static const std::vector<arg_spec> specs = {
     {"out", true, false, "SVG file to write (default RUN_DIR/curve.svg for one run)"},
+    {"bands", false, false,
+     "one curve per run.name (the seeds of one config): the median over a band "
+     "from the first to the third quartile"},
   };
   auto parsed = parse_args("troupe plot", args, specs);
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
   auto usage = [&] {
-    return fmt::format("usage: troupe plot RUN_DIR... [--out FILE]\n{}",
+    return fmt::format("usage: troupe plot RUN_DIR... [--out FILE] [--bands]\n{}",
                        describe_args(specs));
   };
   const auto& dirs = parsed->positional;
@@ -34,7 +38,7 @@ int cmd_plot(const args_t& args) {
                             dirs.size(), usage()));
   const std::string out_path =
     out ? *out : (std::filesystem::path(dirs[0]) / "curve.svg").string();
-  auto written = write_curves_svg(dirs, out_path);
+  auto written = write_curves_svg(dirs, out_path, parsed->flag("bands"));
   if (!written) {
     const auto code = written.err().code;
     return fail(code == errc::io_error ? exit_failure : exit_bad_input,

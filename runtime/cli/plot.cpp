@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -333,21 +334,93 @@ std::vector<size_t> thin_rows(const std::vector<size_t>& rows, PixelX&& pixel_x,
   return kept;
 }
 
+// Grid points of a band.
+constexpr size_t band_points = 200;
+
+double quantile(const std::vector<double>& sorted, double p) {
+  const double h = (static_cast<double>(sorted.size()) - 1) * p;
+  const auto lo = static_cast<size_t>(std::floor(h));
+  if (lo + 1 >= sorted.size())
+    return sorted.back();
+  return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[lo + 1] - sorted[lo]);
+}
+
+// The groups of runs that share run.name, in order of first appearance.
+std::vector<std::vector<const run_curve*>> groups_of(const std::vector<run_curve>& runs) {
+  std::vector<std::vector<const run_curve*>> groups;
+  std::vector<std::string> names;
+  for (auto& run : runs) {
+    auto at = std::find(names.begin(), names.end(), run.name);
+    if (at == names.end()) {
+      names.push_back(run.name);
+      groups.push_back({&run});
+    } else {
+      groups[static_cast<size_t>(at - names.begin())].push_back(&run);
+    }
+  }
+  return groups;
+}
+
+// Draws one group's band and median in one panel, as contiguous segments.
+void draw_band(std::string& svg, const band_series& b, size_t group, const char* color,
+               const std::function<double(double)>& px,
+               const std::function<double(double)>& py) {
+  // A segment ends where the grid skips a point (too few runs there).
+  size_t begin = 0;
+  while (begin < b.x.size()) {
+    size_t end = begin + 1;
+    while (end < b.x.size() && b.index[end] == b.index[end - 1] + 1)
+      ++end;
+    std::string area, line;
+    for (size_t i = begin; i < end; ++i) {
+      area +=
+        fmt::format("{}{:.2f},{:.2f}", area.empty() ? "" : " ", px(b.x[i]), py(b.q75[i]));
+      line += fmt::format("{}{:.2f},{:.2f}", line.empty() ? "" : " ", px(b.x[i]),
+                          py(b.median[i]));
+    }
+    for (size_t i = end; i-- > begin;)
+      area += fmt::format(" {:.2f},{:.2f}", px(b.x[i]), py(b.q25[i]));
+    svg += fmt::format("<polygon class=\"band\" data-group=\"{}\" fill=\"{}\" "
+                       "fill-opacity=\"0.2\" stroke=\"none\" points=\"{}\"/>\n",
+                       group, color, area);
+    svg += fmt::format("<polyline class=\"median\" data-group=\"{}\" fill=\"none\" "
+                       "stroke=\"{}\" stroke-width=\"2\" stroke-linejoin=\"round\" "
+                       "points=\"{}\"/>\n",
+                       group, color, line);
+    begin = end;
+  }
+}
+
 void draw_panel(std::string& svg, const panel_def& panel, double left,
-                const std::vector<run_curve>& runs) {
+                const std::vector<run_curve>& runs, bool bands) {
   double x_hi = 0, y_lo = std::numeric_limits<double>::infinity(), y_hi = -y_lo;
   double x_lo = 0; // steps and time start at 0; negative data widens it
   size_t points = 0;
-  for (auto& run : runs) {
-    const auto& xs = run.*panel.x;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      if (!finite_point(run, xs, i))
-        continue;
-      ++points;
-      x_lo = std::min(x_lo, xs[i]);
-      x_hi = std::max(x_hi, xs[i]);
-      y_lo = std::min(y_lo, run.return_mean_100[i]);
-      y_hi = std::max(y_hi, run.return_mean_100[i]);
+  std::vector<band_series> group_bands;
+  if (bands) {
+    for (auto& group : groups_of(runs)) {
+      group_bands.push_back(run_bands(group, panel.x, band_points));
+      const auto& b = group_bands.back();
+      for (size_t i = 0; i < b.x.size(); ++i) {
+        ++points;
+        x_lo = std::min(x_lo, b.x[i]);
+        x_hi = std::max(x_hi, b.x[i]);
+        y_lo = std::min(y_lo, b.q25[i]);
+        y_hi = std::max(y_hi, b.q75[i]);
+      }
+    }
+  } else {
+    for (auto& run : runs) {
+      const auto& xs = run.*panel.x;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        if (!finite_point(run, xs, i))
+          continue;
+        ++points;
+        x_lo = std::min(x_lo, xs[i]);
+        x_hi = std::max(x_hi, xs[i]);
+        y_lo = std::min(y_lo, run.return_mean_100[i]);
+        y_hi = std::max(y_hi, run.return_mean_100[i]);
+      }
     }
   }
   const double top = panel_top, bottom = panel_top + panel_height;
@@ -399,6 +472,12 @@ void draw_panel(std::string& svg, const panel_def& panel, double left,
     svg += fmt::format("<text class=\"y-tick\" x=\"{}\" y=\"{:.2f}\" "
                        "text-anchor=\"end\">{}</text>\n",
                        left - 8, y + 4, tick_label(v, ay.step, y_largest));
+  }
+  if (bands) {
+    for (size_t g = 0; g < group_bands.size(); ++g)
+      draw_band(svg, group_bands[g], g, palette[g % std::size(palette)], px, py);
+    svg += "</g>\n";
+    return;
   }
   for (size_t r = 0; r < runs.size(); ++r) {
     const auto& run = runs[r];
@@ -484,14 +563,72 @@ result<run_curve> read_run_curve(const std::string& run_dir) {
   return run;
 }
 
-std::string render_curves_svg(const std::vector<run_curve>& runs) {
-  const double legend_rows = runs.size() > 1 ? static_cast<double>(runs.size()) : 0;
+band_series run_bands(const std::vector<const run_curve*>& runs,
+                      std::vector<double> run_curve::*xs_of, size_t points) {
+  band_series out;
+  // Each run's finite points, in row order (x grows with the rows).
+  struct curve {
+    std::vector<double> x, y;
+  };
+  std::vector<curve> curves;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (auto* run : runs) {
+    curve c;
+    const auto& xs = run->*xs_of;
+    for (size_t i = 0; i < xs.size(); ++i)
+      if (finite_point(*run, xs, i) && (c.x.empty() || xs[i] >= c.x.back())) {
+        c.x.push_back(xs[i]);
+        c.y.push_back(run->return_mean_100[i]);
+      }
+    if (c.x.empty())
+      continue;
+    lo = std::min(lo, c.x.front());
+    hi = std::max(hi, c.x.back());
+    curves.push_back(std::move(c));
+  }
+  if (curves.empty() || points == 0)
+    return out;
+  const size_t needed = (runs.size() + 1) / 2;
+  std::vector<double> values;
+  for (size_t k = 0; k < points; ++k) {
+    const double x = points == 1 ? hi
+                                 : lo + (hi - lo) * static_cast<double>(k) /
+                                          static_cast<double>(points - 1);
+    values.clear();
+    for (auto& c : curves) {
+      if (x > c.x.back())
+        continue; // the run ended before x
+      auto after = std::upper_bound(c.x.begin(), c.x.end(), x);
+      if (after == c.x.begin())
+        continue; // before its first point
+      values.push_back(c.y[static_cast<size_t>(after - c.x.begin()) - 1]);
+    }
+    if (values.empty() || values.size() < needed)
+      continue;
+    std::sort(values.begin(), values.end());
+    out.x.push_back(x);
+    out.q25.push_back(quantile(values, 0.25));
+    out.median.push_back(quantile(values, 0.5));
+    out.q75.push_back(quantile(values, 0.75));
+    out.index.push_back(k);
+  }
+  return out;
+}
+
+std::string render_curves_svg(const std::vector<run_curve>& runs, bool bands) {
+  const auto groups = groups_of(runs);
+  const size_t entries = bands ? groups.size() : runs.size();
+  const bool legend = bands || runs.size() > 1;
+  const double legend_rows = legend ? static_cast<double>(entries) : 0;
   const double height = panel_top + panel_height + 60 + legend_rows * 18;
   std::string title;
-  if (runs.size() == 1)
+  if (runs.size() == 1 && !bands)
     title = run_label(runs[0]);
   else
     title = overlay_title(runs);
+  if (bands)
+    title += fmt::format(" in {} group{}: median and quartiles", groups.size(),
+                         groups.size() == 1 ? "" : "s");
 
   std::string svg;
   svg += fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" "
@@ -503,22 +640,28 @@ std::string render_curves_svg(const std::vector<run_curve>& runs) {
   svg += fmt::format("<text class=\"title\" x=\"{}\" y=\"26\" text-anchor=\"middle\" "
                      "font-size=\"17\">{}</text>\n",
                      width / 2, escape_xml(title));
-  if (runs.size() == 1)
+  if (runs.size() == 1 && !bands)
     svg += fmt::format("<text class=\"subtitle\" x=\"{}\" y=\"46\" text-anchor=\"middle\" "
                        "fill=\"#555\">{}</text>\n",
                        width / 2, escape_xml(summary(runs[0])));
   for (size_t p = 0; p < 2; ++p)
-    draw_panel(svg, panels[p], panel_left[p], runs);
-  if (runs.size() > 1) {
+    draw_panel(svg, panels[p], panel_left[p], runs, bands);
+  if (legend) {
     double y = panel_top + panel_height + 62;
-    for (size_t r = 0; r < runs.size(); ++r, y += 18) {
+    for (size_t r = 0; r < entries; ++r, y += 18) {
       const char* color = palette[r % std::size(palette)];
-      svg += fmt::format("<g class=\"legend\" data-run=\"{}\"><line x1=\"{}\" y1=\"{}\" "
-                         "x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"3\"/>"
-                         "<text x=\"{}\" y=\"{}\">{} ({})</text></g>\n",
-                         r, panel_left[0], y - 4, panel_left[0] + 24, y - 4, color,
-                         panel_left[0] + 32, y, escape_xml(run_label(runs[r])),
-                         escape_xml(runs[r].folder));
+      const std::string text =
+        bands ? fmt::format("{}: median of {} run{}, band from the first to the third "
+                            "quartile",
+                            run_label(*groups[r][0]), groups[r].size(),
+                            groups[r].size() == 1 ? "" : "s")
+              : fmt::format("{} ({})", run_label(runs[r]), runs[r].folder);
+      svg +=
+        fmt::format("<g class=\"legend\" data-{}=\"{}\"><line x1=\"{}\" y1=\"{}\" "
+                    "x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"3\"/>"
+                    "<text x=\"{}\" y=\"{}\">{}</text></g>\n",
+                    bands ? "group" : "run", r, panel_left[0], y - 4, panel_left[0] + 24,
+                    y - 4, color, panel_left[0] + 32, y, escape_xml(text));
     }
   }
   svg += "</svg>\n";
@@ -526,7 +669,7 @@ std::string render_curves_svg(const std::vector<run_curve>& runs) {
 }
 
 status write_curves_svg(const std::vector<std::string>& run_dirs,
-                        const std::string& out_path) {
+                        const std::string& out_path, bool bands) {
   if (run_dirs.empty())
     return make_error(errc::invalid_argument, "no run folder to plot");
   std::vector<run_curve> runs;
@@ -536,7 +679,7 @@ status write_curves_svg(const std::vector<std::string>& run_dirs,
       return run.err();
     runs.push_back(std::move(*run));
   }
-  return write_file_atomically(out_path, render_curves_svg(runs));
+  return write_file_atomically(out_path, render_curves_svg(runs, bands));
 }
 
 status write_curve_svg(const std::string& run_dir, const std::string& out_path) {

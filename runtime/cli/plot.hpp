@@ -41,14 +41,38 @@ result<run_curve> read_run_curve(const std::string& run_dir);
 /// several). Points with a non-finite coordinate are skipped; runs without
 /// a finite point draw "no data yet". A curve of more than 4 points per pixel
 /// column keeps, per column, the first, last, lowest and highest points.
-std::string render_curves_svg(const std::vector<run_curve>& runs);
+/// With `bands`, runs of the same run.name (the seeds of one config) are
+/// one group, drawn as its median curve over a shaded band from the first
+/// to the third quartile (see run_bands) instead of one line per run.
+std::string render_curves_svg(const std::vector<run_curve>& runs, bool bands = false);
+
+/// The runs of one group summarized on a common x grid.
+struct band_series {
+  std::vector<double> x;      ///< grid points, increasing
+  std::vector<double> q25;    ///< first quartile of the runs' values there
+  std::vector<double> median; ///< their median
+  std::vector<double> q75;    ///< their third quartile
+  std::vector<size_t> index;  ///< each point's place on the grid (gaps: points left out)
+};
+
+/// The band of `runs` against `xs_of` (env steps or wall time): `points`
+/// grid points evenly spaced from the smallest first x to the largest last
+/// x of the runs' finite points. A run's value at x is its return at its
+/// last finite row with an x not above it (its curve as a step function),
+/// and it has none before its first finite row or past its last row.
+/// Quartiles interpolate linearly between order statistics (type 7); a
+/// grid point where fewer than half of the runs (rounded up) have a value
+/// is left out.
+band_series run_bands(const std::vector<const run_curve*>& runs,
+                      std::vector<double> run_curve::*xs_of, size_t points);
 
 /// Writes the learning curves of `run_dir` to `out_path` (a temporary file
 /// renamed into place, so the file is complete or absent).
 status write_curve_svg(const std::string& run_dir, const std::string& out_path);
 
-/// Writes the learning curves of several runs, overlaid, to `out_path`.
+/// Writes the learning curves of several runs, overlaid (or, with `bands`,
+/// as one band per run.name), to `out_path`.
 status write_curves_svg(const std::vector<std::string>& run_dirs,
-                        const std::string& out_path);
+                        const std::string& out_path, bool bands = false);
 
 } // namespace troupe::runtime

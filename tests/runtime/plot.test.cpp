@@ -496,3 +496,179 @@ TEST_CASE("troupe plot on a folder without metrics exits 2 naming the file") {
   CHECK(none.status == 2);
   CHECK(none.err.find("does-not-exist") != std::string::npos);
 }
+
+namespace {
+
+// Reference of run_bands' value of one run at x, by a plain scan: the
+// return of the last finite row whose x is at most `x`; NaN before the
+// first finite row and past the last one.
+double reference_value(const fake_metrics& m, const std::vector<double>& xs, double x) {
+  double value = std::numeric_limits<double>::quiet_NaN();
+  double last_x = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (!std::isfinite(xs[i]) || !std::isfinite(m.returns[i]))
+      continue;
+    last_x = xs[i];
+    if (xs[i] <= x)
+      value = m.returns[i];
+  }
+  return x > last_x ? std::numeric_limits<double>::quiet_NaN() : value;
+}
+
+// Type-7 quantile of unsorted values, computed in long double.
+double reference_quantile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const long double h = static_cast<long double>(v.size() - 1) * p;
+  const auto lo = static_cast<size_t>(h);
+  if (lo + 1 >= v.size())
+    return v.back();
+  return static_cast<double>(v[lo] +
+                             (h - static_cast<long double>(lo)) * (v[lo + 1] - v[lo]));
+}
+
+} // namespace
+
+TEST_CASE("run_bands: the median and quartiles of the runs' step curves at each grid "
+          "point, left out where fewer than half of the runs have a value") {
+  const auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 2 + gen() % 6;
+  CAPTURE(n);
+  std::vector<fake_metrics> ms;
+  std::vector<run_curve> runs(n);
+  for (size_t r = 0; r < n; ++r) {
+    // Runs of different lengths: some end early, so the last grid points
+    // have fewer values.
+    ms.emplace_back(seed + r, 3 + gen() % 60, -100, 500, 0.25);
+    runs[r].name = "group";
+    runs[r].env_steps = ms[r].env_steps;
+    runs[r].wall_time_s = ms[r].wall_time_s;
+    runs[r].return_mean_100 = ms[r].returns;
+  }
+  std::vector<const run_curve*> group;
+  for (auto& r : runs)
+    group.push_back(&r);
+  for (auto xs_of : {&run_curve::env_steps, &run_curve::wall_time_s}) {
+    const size_t points = 2 + gen() % 300;
+    auto b = run_bands(group, xs_of, points);
+    // The grid, from the smallest first to the largest last finite x.
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (size_t r = 0; r < n; ++r)
+      for (size_t i = 0; i < ms[r].returns.size(); ++i)
+        if (std::isfinite(ms[r].returns[i])) {
+          lo = std::min(lo, (runs[r].*xs_of)[i]);
+          hi = std::max(hi, (runs[r].*xs_of)[i]);
+        }
+    REQUIRE(b.x.size() == b.median.size());
+    REQUIRE(b.x.size() == b.q25.size());
+    REQUIRE(b.x.size() == b.q75.size());
+    REQUIRE(b.x.size() == b.index.size());
+    size_t at = 0;
+    for (size_t k = 0; k < points; ++k) {
+      const double x =
+        lo + (hi - lo) * static_cast<double>(k) / static_cast<double>(points - 1);
+      std::vector<double> values;
+      for (size_t r = 0; r < n; ++r) {
+        const double v = reference_value(ms[r], runs[r].*xs_of, x);
+        if (std::isfinite(v))
+          values.push_back(v);
+      }
+      CAPTURE(k);
+      if (values.empty() || values.size() < (n + 1) / 2) {
+        CHECK((at == b.index.size() || b.index[at] != k));
+        continue;
+      }
+      REQUIRE(at < b.index.size());
+      REQUIRE(b.index[at] == k);
+      CHECK(b.x[at] == doctest::Approx(x).epsilon(1e-12));
+      CHECK(b.q25[at] ==
+            doctest::Approx(reference_quantile(values, 0.25)).epsilon(1e-12));
+      CHECK(b.median[at] ==
+            doctest::Approx(reference_quantile(values, 0.5)).epsilon(1e-12));
+      CHECK(b.q75[at] ==
+            doctest::Approx(reference_quantile(values, 0.75)).epsilon(1e-12));
+      ++at;
+    }
+    CHECK(at == b.x.size());
+  }
+}
+
+TEST_CASE("plot --bands draws one median and band per run.name, placed by the returns") {
+  const auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  temp_folder dir("plot");
+  // Group "alpha": three runs of constant returns a < b < c; group "beta":
+  // two of d < e. Same steps and times for all.
+  const double a = static_cast<double>(gen() % 100);
+  const double b = a + 50 + static_cast<double>(gen() % 100);
+  const double c = b + 50 + static_cast<double>(gen() % 100);
+  const double d = static_cast<double>(gen() % 200);
+  const double e = d + 50 + static_cast<double>(gen() % 200);
+  auto constant = [](double value) {
+    std::string text = std::string(metrics_header) + "\n";
+    for (int i = 1; i <= 50; ++i)
+      text += fmt::format("{},{},{},1,{},1,1,1,1,1,1,1,1,1,1,0.001\n", 0.1 * i, 1000 * i,
+                          i, value);
+    return text;
+  };
+  std::vector<std::string> dirs;
+  int k = 0;
+  for (auto [name, value] : std::vector<std::pair<std::string, double>>{
+         {"alpha", a}, {"beta", d}, {"alpha", b}, {"alpha", c}, {"beta", e}})
+    dirs.push_back(make_run(dir, fmt::format("{}-{}", name, k++),
+                            config_toml(name, "CartPole-v1", "ppo", "sync"),
+                            constant(value))
+                     .string());
+  auto out = dir.path / "bands.svg";
+  auto written = write_curves_svg(dirs, out.string(), true);
+  REQUIRE_MESSAGE(written, written.err().message);
+  const auto svg = read_text(out);
+  CHECK(svg.find("5 runs: ppo (sync) on CartPole-v1 in 2 groups: median and quartiles") !=
+        std::string::npos);
+  CHECK(svg.find("alpha: ppo (sync) on CartPole-v1: median of 3 runs") !=
+        std::string::npos);
+  CHECK(svg.find("beta: ppo (sync) on CartPole-v1: median of 2 runs") !=
+        std::string::npos);
+  for (const char* id : {"env_steps", "wall_time_s"}) {
+    CAPTURE(id);
+    const auto group = panel(svg, id);
+    CHECK(elements(group, "polyline").size() == 2); // the medians only
+    // The pixel rows of a group's median and of its band's upper and lower
+    // edges; y = bottom - (v - lo) * scale, so ratios of differences are
+    // ratios of returns.
+    auto rows = [&](const std::string& tag, size_t g) {
+      std::vector<double> ys;
+      for (auto& el : elements(group, tag))
+        if (attribute(el, "data-group") == std::to_string(g) &&
+            attribute(el, "class") == (tag == "polygon" ? "band" : "median"))
+          for (auto& p : polyline_points(el))
+            ys.push_back(p.y);
+      std::sort(ys.begin(), ys.end());
+      ys.erase(std::unique(ys.begin(), ys.end()), ys.end());
+      return ys;
+    };
+    for (size_t g = 0; g < 2; ++g) {
+      CAPTURE(g);
+      auto med = rows("polyline", g);
+      auto band = rows("polygon", g);
+      REQUIRE(med.size() == 1);
+      REQUIRE(band.size() == 2); // the third quartile above (smaller y), the first below
+      const double up = med[0] - band[0], down = band[1] - med[0];
+      REQUIRE(up > 0);
+      REQUIRE(down > 0);
+      // alpha: quartiles a + (b-a)/2 and b + (c-b)/2 around b; beta:
+      // d + (e-d)/4 and d + 3(e-d)/4 around (d+e)/2.
+      const double expected = g == 0 ? (b - a) / (c - b) : 1.0;
+      CHECK(down / up == doctest::Approx(expected).epsilon(0.01));
+    }
+  }
+  // From the command line, too.
+  auto r = run_troupe(fmt::format("plot '{}' '{}' --bands --out '{}'", dirs[0], dirs[1],
+                                  (dir.path / "cli.svg").string()),
+                      dir);
+  CAPTURE(r.err);
+  CHECK(r.status == 0);
+  CHECK(read_text(dir.path / "cli.svg").find("class=\"band\"") != std::string::npos);
+}
