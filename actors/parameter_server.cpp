@@ -94,21 +94,39 @@ void count_batch(server_state& st, uint64_t batch_env_steps) {
   st.counters.env_steps += batch_env_steps;
 }
 
+// Publishes the current weights as the current version.
+void publish_current(server_state& st) {
+  if (st.store)
+    st.store->publish(st.counters.version, st.params.data(),
+                      st.buffers.empty() ? nullptr : st.buffers.data());
+}
+
 // Clips and applies one gradient, bumps the version and publishes it.
 void apply(server_state& st, std::vector<float>& grad, double lr) {
   if (st.opts.max_grad_norm > 0)
     learners::clip_grad_norm(grad.data(), grad.size(), st.opts.max_grad_norm);
   st.adam->step(st.params.data(), grad.data(), lr);
   st.counters.version += 1;
-  if (st.store)
-    st.store->publish(st.counters.version, st.params.data(),
-                      st.buffers.empty() ? nullptr : st.buffers.data());
+  publish_current(st);
 }
 
 // Batch-norm running statistics sent with a gradient that is applied.
 void install_buffers(server_state& st, const std::vector<float>& buffers) {
   if (!buffers.empty() && buffers.size() == st.buffers.size())
     st.buffers = buffers;
+}
+
+// Weights and Adam's state from elsewhere (a lone learner's local steps, a
+// checkpoint) become the server's: parameters, buffers (kept when `buffers`
+// is empty), both moments and the step count. The caller has checked sizes.
+void install_weights(server_state& st, std::vector<float>&& params,
+                     const std::vector<float>& buffers, std::vector<float>&& adam_m,
+                     std::vector<float>&& adam_v, uint64_t adam_steps) {
+  st.params = std::move(params);
+  install_buffers(st, buffers);
+  st.adam->first_moment() = std::move(adam_m);
+  st.adam->second_moment() = std::move(adam_v);
+  st.adam->set_steps(adam_steps);
 }
 
 // Where a gradient (or its buffers) holds a NaN or an infinity, in words; empty if none.
@@ -336,11 +354,8 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
         reply.rejected = true;
         return reply;
       }
-      s.params = std::move(in.params);
-      install_buffers(s, in.buffers);
-      s.adam->first_moment() = std::move(in.adam_m);
-      s.adam->second_moment() = std::move(in.adam_v);
-      s.adam->set_steps(in.adam_steps);
+      install_weights(s, std::move(in.params), in.buffers, std::move(in.adam_m),
+                      std::move(in.adam_v), in.adam_steps);
       s.counters.version += in.steps;
       s.counters.applied += in.steps;
       s.counters.applied_by_learner[in.learner] += in.steps;
@@ -349,9 +364,8 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
         s.counters.rejected_by_learner[in.learner] += in.rejected;
         s.counters.rejected_by_worker[in.learner] += in.rejected;
       }
-      if (in.steps > 0 && s.store)
-        s.store->publish(s.counters.version, s.params.data(),
-                         s.buffers.empty() ? nullptr : s.buffers.data());
+      if (in.steps > 0)
+        publish_current(s);
       count_batch(s, in.batch_env_steps);
       return current(s, true);
     },
@@ -453,16 +467,11 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
                      "parameter server: restored state has {} parameters, "
                      "expected {}",
                      in.params.size(), s.params.size()));
-      s.params = std::move(in.params);
-      s.buffers = std::move(in.buffers);
-      s.adam->first_moment() = std::move(in.adam_m);
-      s.adam->second_moment() = std::move(in.adam_v);
-      s.adam->set_steps(in.adam_steps);
+      install_weights(s, std::move(in.params), in.buffers, std::move(in.adam_m),
+                      std::move(in.adam_v), in.adam_steps);
       s.counters = in.counters;
       s.counters.version = in.version;
-      if (s.store)
-        s.store->publish(s.counters.version, s.params.data(),
-                         s.buffers.empty() ? nullptr : s.buffers.data());
+      publish_current(s);
       return s.counters.version;
     },
   };

@@ -121,21 +121,38 @@ void discrete_action_indices(const rollout_view& batch, std::vector<int64_t>& ou
     out[k] = static_cast<int64_t>(batch.actions[k]);
 }
 
+void behavior_outputs::head_logp(const model_spec& spec, size_t rows,
+                                 const int64_t* discrete_actions,
+                                 const float* box_actions) {
+  if (spec.action == action_kind::discrete)
+    categorical_forward<float>(out.logits.data(), rows, static_cast<size_t>(spec.n),
+                               discrete_actions, head);
+  else
+    gaussian_forward<float>(out.mean.data(), out.log_std.data(), rows,
+                            static_cast<size_t>(spec.act_dim), box_actions, head);
+  logp.assign(head.logp.begin(), head.logp.begin() + static_cast<ptrdiff_t>(rows));
+}
+
 status behavior_outputs::compute(const actor_critic& model, const rollout_view& batch) {
   const size_t rows = batch.rows(), all = rows + batch.envs;
   if (auto ok = model.evaluate(batch.observations, all, nullptr, out); !ok)
     return ok;
   values.assign(out.value.begin(), out.value.begin() + static_cast<ptrdiff_t>(all));
   const auto& spec = model.spec();
-  if (spec.action == action_kind::discrete) {
+  if (spec.action == action_kind::discrete)
     discrete_action_indices(batch, actions_i64);
-    categorical_forward<float>(out.logits.data(), rows, static_cast<size_t>(spec.n),
-                               actions_i64.data(), head);
-  } else {
-    gaussian_forward<float>(out.mean.data(), out.log_std.data(), rows,
-                            static_cast<size_t>(spec.act_dim), batch.actions, head);
-  }
-  logp.assign(head.logp.begin(), head.logp.begin() + static_cast<ptrdiff_t>(rows));
+  head_logp(spec, rows, actions_i64.data(), batch.actions);
+  return ok_status();
+}
+
+status behavior_outputs::compute_rows(const actor_critic& model,
+                                      const float* observations, size_t rows,
+                                      const int64_t* discrete_actions,
+                                      const float* box_actions, bool batch_statistics) {
+  if (auto ok = model.evaluate(observations, rows, nullptr, out, batch_statistics); !ok)
+    return ok;
+  values.assign(out.value.begin(), out.value.begin() + static_cast<ptrdiff_t>(rows));
+  head_logp(model.spec(), rows, discrete_actions, box_actions);
   return ok_status();
 }
 

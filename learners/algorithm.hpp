@@ -183,6 +183,19 @@ struct behavior_outputs {
   /// Evaluates `model` on every row of `batch` (values of the bootstrap rows
   /// too) and the log-probability of each action.
   status compute(const actor_critic& model, const rollout_view& batch);
+
+  /// Evaluates `model` on `rows` rows of observations taken `discrete_actions`
+  /// (indices) or `box_actions` (the other null): `values` and `logp` get
+  /// `rows` entries. With `batch_statistics`, batch-norm layers normalize
+  /// with these rows' own statistics (local batch norm's learning pass).
+  status compute_rows(const actor_critic& model, const float* observations, size_t rows,
+                      const int64_t* discrete_actions, const float* box_actions,
+                      bool batch_statistics);
+
+private:
+  // The head's log-probabilities of the first `rows` rows of `out`.
+  void head_logp(const model_spec& spec, size_t rows, const int64_t* discrete_actions,
+                 const float* box_actions);
 };
 
 /// Sums loss reports into update_metrics; finish() turns sums into means.

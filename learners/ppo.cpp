@@ -161,25 +161,13 @@ private:
   // and values are taken again over the minibatch, normalized as the
   // learning pass normalizes it.
   status same_pass_old(const actor_critic& acting, ppo_batch<float>& batch) {
-    const size_t rows = batch.rows;
-    if (auto ok = acting.evaluate(batch.obs, rows, nullptr, mb_out_,
-                                  /*batch_statistics=*/true);
+    if (auto ok = minibatch_.compute_rows(acting, batch.obs, batch.rows,
+                                          batch.discrete_actions, batch.box_actions,
+                                          /*batch_statistics=*/true);
         !ok)
       return ok;
-    const auto& spec = acting.spec();
-    if (discrete_)
-      categorical_forward<float>(mb_out_.logits.data(), rows, static_cast<size_t>(spec.n),
-                                 batch.discrete_actions, mb_head_);
-    else
-      gaussian_forward<float>(mb_out_.mean.data(), mb_out_.log_std.data(), rows,
-                              static_cast<size_t>(spec.act_dim), batch.box_actions,
-                              mb_head_);
-    mb_logp_.assign(mb_head_.logp.begin(),
-                    mb_head_.logp.begin() + static_cast<ptrdiff_t>(rows));
-    mb_values_.assign(mb_out_.value.begin(),
-                      mb_out_.value.begin() + static_cast<ptrdiff_t>(rows));
-    batch.old_logprob = mb_logp_.data();
-    batch.old_values = mb_values_.data();
+    batch.old_logprob = minibatch_.logp.data();
+    batch.old_values = minibatch_.values.data();
     return ok_status();
   }
 
@@ -187,9 +175,7 @@ private:
   double gamma_;
   ppo_settings s_;
   bool same_pass_; // local batch norm with local_bn_same_pass
-  policy_output mb_out_;
-  head_cache<float> mb_head_;
-  std::vector<float> mb_logp_, mb_values_;
+  behavior_outputs minibatch_; // same_pass_old's, over one minibatch
   behavior_outputs acting_;
   advantage_rows rows_;
 };
