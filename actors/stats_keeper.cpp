@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -24,6 +25,7 @@ struct publication {
   std::vector<caf::actor> subscribers;
   uint64_t unpublished_merges = 0;
   uint64_t published_version = 0;
+  std::optional<learners::stats_snapshot> frozen; // stats.freeze_after reached
 };
 
 struct keeper_state {
@@ -45,10 +47,21 @@ void publish(keeper_actor* self, const std::string& name) {
   if (!s)
     return;
   pub.unpublished_merges = 0;
+  if (pub.frozen)
+    return; // the last snapshot stays the one readers have
   pub.published_version = s->version;
-  if (pub.subscribers.empty())
+  if (pub.subscribers.empty() && st.opts.freeze_after == 0)
     return;
   stats_streams::snapshot_into(*s, st.scratch);
+  if (st.opts.freeze_after > 0 && st.scratch.count >= st.opts.freeze_after) {
+    pub.frozen = st.scratch;
+    write_log(st.opts.log,
+              fmt::format("troupe stats_keeper: stream '{}' frozen at {} samples "
+                          "(stats.freeze_after {}): readers keep this snapshot",
+                          name, st.scratch.count, st.opts.freeze_after));
+  }
+  if (pub.subscribers.empty())
+    return;
   auto msg = caf::make_message(st.scratch);
   for (auto& sub : pub.subscribers)
     self->send(sub, msg);
@@ -138,6 +151,9 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
       auto snap = self->state.streams.snapshot(name);
       if (!snap)
         return to_caf_error(snap.err());
+      if (auto p = self->state.pubs.find(name);
+          p != self->state.pubs.end() && p->second.frozen)
+        *snap = *p->second.frozen;
       auto sender = caf::actor_cast<caf::actor>(self->current_sender());
       if (sender) {
         auto& subs = self->state.pubs[name].subscribers;

@@ -51,6 +51,12 @@ struct stats_keeper_options {
   uint64_t publish_every_merges = 8;  ///< publish after this many merges...
   uint64_t publish_interval_ms = 10;  ///< ...or this long after an unpublished merge (0: never by time)
   size_t logged_rejections_per_worker = 10; ///< then only every 1000th is logged
+  /// An experiment's control (stats.freeze_after): the first snapshot of a
+  /// stream whose sample count reaches this is the last one published, and
+  /// later subscribers get it too, so that every reader normalizes with
+  /// fixed statistics from then on (the keeper's moments, and checkpoints,
+  /// go on counting). 0: never.
+  uint64_t freeze_after = 0;
   log_sink log;                             ///< rejection log; default stderr
 };
 

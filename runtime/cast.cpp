@@ -101,6 +101,7 @@ void plan_shared_actors(actors::cast_plan& plan, const config& cfg,
   plan.keeper.momentum = cfg.get_float("stats.momentum");
   plan.keeper.publish_every_merges =
     static_cast<uint64_t>(cfg.get_int("stats.publish_every_merges"));
+  plan.keeper.freeze_after = static_cast<uint64_t>(cfg.get_int("stats.freeze_after"));
   plan.keeper.publish_interval_ms =
     static_cast<uint64_t>(cfg.get_int("stats.publish_interval_ms"));
 

@@ -195,6 +195,12 @@ void add_stats(std::vector<option_spec>& out) {
                            "cumulative: exact moments of all data seen; ema: running = momentum*running + (1-momentum)*batch"));
   out.push_back(opt_float("stats", "momentum", 0.99, 0.0, 1.0,
                           "weight of the running statistics in ema mode", false, true));
+  out.push_back(
+    opt_int("stats", "freeze_after", 0, 0, int_max,
+            "an experiment's control: once a stream has merged this many samples "
+            "its snapshot stops changing for every reader (observation streams "
+            "count env steps; global batch-norm streams count each minibatch row "
+            "once per epoch); 0: never"));
   out.push_back(opt_int("stats", "publish_every_merges", 8, 1, int_max,
                         "the keeper publishes a snapshot after this many merges"));
   out.push_back(opt_int("stats", "publish_interval_ms", 10, 0, 3600000,

@@ -666,3 +666,76 @@ TEST_CASE("a host's statistics relay subscribes once per stream and hands the ke
   CHECK(relay_down);
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE(
+  "stats.freeze_after: the snapshot that reaches the sample count is the last one "
+  "readers get, while the keeper's own moments go on") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  keeper_fixture fx;
+  auto opts = fx.options(1, 0);
+  opts.freeze_after = 200 + rng() % 2000;
+  CAPTURE(opts.freeze_after);
+  auto keeper = spawn_stats_keeper(*fx.sys, opts);
+  caf::scoped_actor self{*fx.sys};
+  const size_t dim = 3;
+  ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"}, uint64_t{dim});
+  auto early = subscribe_view(*fx.sys, keeper, "obs", dim);
+  REQUIRE(early.ok());
+  std::vector<float> before, all;
+  uint64_t frozen_version = 0, merged = 0;
+  // Deltas until the count passes the limit, then a few more.
+  size_t after = 0;
+  while (after < 3) {
+    auto x = random_rows(rng, 50 + rng() % 250, dim, 2.0 + merged, 1.0 + 0.1 * merged);
+    all.insert(all.end(), x.begin(), x.end());
+    if (frozen_version == 0)
+      before.insert(before.end(), x.begin(), x.end());
+    self->send(keeper, delta_of("obs", "w",
+                                kernels::compute_moments(x.data(), x.size() / dim, dim)));
+    ++merged;
+    if (frozen_version == 0 && before.size() / dim >= opts.freeze_after)
+      frozen_version = merged;
+    else if (frozen_version != 0)
+      ++after;
+  }
+  sync(self, keeper);
+  const auto want = reference(before, dim);
+  const auto want_var = want.variance();
+  auto check_frozen = [&](const learners::stats_snapshot& got) {
+    CHECK(got.version == frozen_version);
+    CHECK(got.count == want.count);
+    REQUIRE(got.mean.size() == dim);
+    for (size_t j = 0; j < dim; ++j) {
+      CHECK(std::fabs(got.mean[j] - want.mean[j]) <=
+            1e-12 * std::fabs(want.mean[j]) + 1e-12);
+      CHECK(std::fabs(got.var[j] - want_var[j]) <= 1e-12 * want_var[j]);
+    }
+  };
+  // A reader subscribed after the freeze gets the frozen snapshot.
+  auto late = subscribe_view(*fx.sys, keeper, "obs", dim);
+  REQUIRE(late.ok());
+  check_frozen((*late)->read());
+  // The early reader's last snapshot is the frozen one: once it is there, the
+  // keeper (which answered the sync after publishing everything) sent no later one.
+  const auto limit = std::chrono::steady_clock::now() + test::wait_limit;
+  while ((*early)->read().version < frozen_version &&
+         std::chrono::steady_clock::now() < limit)
+    std::this_thread::yield();
+  check_frozen((*early)->read());
+  // The keeper's own moments include every delta.
+  auto current =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"obs"});
+  CHECK(current.version == merged);
+  CHECK(current.count == all.size() / dim);
+  {
+    std::lock_guard<std::mutex> g(fx.log_mtx);
+    REQUIRE(fx.log.size() == 1);
+    CHECK(fx.log[0] ==
+          fmt::format("troupe stats_keeper: stream 'obs' frozen at {} samples "
+                      "(stats.freeze_after {}): readers keep this snapshot",
+                      want.count, opts.freeze_after));
+  }
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
