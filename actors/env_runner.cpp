@@ -62,6 +62,8 @@ struct runner_state {
   std::vector<float> raw_observations; // [T x N x obs_dim], for the moments
   kernels::moments batch_moments;
   bool delta_ready = false; // batch_moments hold a clean batch not yet sent
+  kernels::moments local_moments;      // local_obs_stats: every clean batch's
+  learners::stats_snapshot local_snap; // ... and what normalizes the next
   uint64_t remaining = 0;
   uint64_t sent_in_request = 0;
   caf::typed_response_promise<uint64_t> pending;
@@ -114,6 +116,13 @@ result<trajectory_batch> collect(runner_state& st) {
     snap = &st.view->read();
     b.stats_version = snap->version;
     b.normalized = true;
+    if (st.opts.local_obs_stats) {
+      if (st.local_snap.mean.size() != od) { // mean 0, variance 1 until the first batch
+        st.local_snap.mean.assign(od, 0.0);
+        st.local_snap.var.assign(od, 1.0);
+      }
+      snap = &st.local_snap;
+    }
   }
   uint64_t policy_version = UINT64_MAX;
   uint64_t non_finite = 0;
@@ -187,11 +196,22 @@ result<trajectory_batch> collect(runner_state& st) {
                           "the batch's moments were not sent to the keeper",
                           st.opts.name, b.env_id, non_finite, b.sequence, first_bad_env,
                           first_bad_step));
-  } else if (st.keeper) {
+  } else if (st.keeper || st.opts.local_obs_stats) {
     kernels::compute_moments_into(st.raw_observations.data(), steps * n, od,
                                   st.batch_moments);
-    st.delta_ready = true;
-    st.status.deltas_sent += 1;
+    if (st.keeper) {
+      st.delta_ready = true;
+      st.status.deltas_sent += 1;
+    }
+    if (st.opts.local_obs_stats) {
+      if (st.local_moments.dim() != od)
+        st.local_moments = kernels::moments(od);
+      kernels::merge(st.local_moments, st.batch_moments);
+      st.local_snap.version += 1;
+      st.local_snap.count = st.local_moments.count;
+      st.local_snap.mean = st.local_moments.mean;
+      st.local_snap.var = st.local_moments.variance();
+    }
   }
   return b;
 }

@@ -84,6 +84,14 @@ struct env_runner_options {
   /// steps of each batch it sends in `finished`. Null: not counted.
   std::shared_ptr<host_counters> host;
   bool guest = false;
+  /// With a view (observation normalization): normalize with this runner's
+  /// own running moments instead of the view's global ones, as one
+  /// VecNormalize per worker would (model.obs_norm_scope = "runner"). They
+  /// start at mean 0, variance 1 and merge each clean batch's raw moments
+  /// after it is collected; a restarted runner starts them again. The view
+  /// still gives the batch its statistics version, and the keeper still gets
+  /// the raw moments (checkpoints and eval use the global ones).
+  bool local_obs_stats = false;
 };
 
 /// Mixed into a runner's seed to seed its policy's generator.

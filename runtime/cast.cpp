@@ -251,10 +251,12 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
   const bool box = spec.action == learners::action_kind::box;
   const double obs_scale = cfg.get_float("env.obs_scale");
   const double obs_spread = cfg.get_float("env.obs_scale_spread");
+  const bool runner_obs_norm = cfg.get_string("model.obs_norm_scope") == "runner";
   plan.make_runner = [&sys, store = plan.store, env_id, envs_of_slot, env_threads,
                       num_steps, seed, runners_per_learner, obs_norm, eps, clip, box,
-                      resume_salt, obs_scale, obs_spread, saved_runners = resume.runners,
-                      spec, factories = options.runner_factories,
+                      resume_salt, obs_scale, obs_spread, runner_obs_norm,
+                      saved_runners = resume.runners, spec,
+                      factories = options.runner_factories,
                       obs_dim = spec.obs_dim](const actors::runner_request& req) {
     const uint64_t slot = req.learner * runners_per_learner + req.index;
     const size_t n = envs_of_slot(slot);
@@ -298,6 +300,7 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     ro.obs_epsilon = eps;
     ro.obs_clip = clip;
     ro.obs_scale = obs_scale * std::pow(obs_spread, static_cast<double>(slot));
+    ro.local_obs_stats = obs_norm && runner_obs_norm;
     if (continues) {
       if (auto fits = actors::check_runner_state(saved->second, *shared, req.name); fits)
         ro.start_state = saved->second;

@@ -216,6 +216,12 @@ void add_model(std::vector<option_spec>& out) {
                            "activation after every hidden layer"));
   out.push_back(opt_bool("model", "obs_norm", false,
                          "normalize observations with the global running statistics"));
+  out.push_back(
+    opt_string("model", "obs_norm_scope", "global", {"global", "runner"},
+               "with obs_norm: global (the keeper's moments of every runner's "
+               "observations) or runner (each runner's own running moments, as "
+               "one VecNormalize per worker; checkpoints and eval keep the "
+               "global ones)"));
   out.push_back(opt_float("model", "obs_norm_eps", 1e-8, 0.0, 1.0,
                           "added to the variance before the square root in the "
                           "observation normalizer (runners, checkpoints and troupe eval)",

@@ -694,3 +694,87 @@ TEST_CASE("a runner given a state that does not fit quits with a message naming 
     CHECK(envs::same_state(vec->save_state(), before)); // nothing half restored
   }
 }
+
+TEST_CASE("a runner with its own observation statistics normalizes each batch with the "
+          "moments of its earlier batches, not the view's") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  const std::string id = "MountainCar-v0";
+  const size_t n = 2 + seed % 5, steps = 20 + seed % 30, batches = 3;
+  std::shared_ptr<envs::vector_env> vec = envs::make_vector_env(id, n).value();
+  const size_t od = vec->obs_dim();
+  stats_keeper_options ko;
+  ko.log = fx.logger();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+  // The view's snapshot is far from the data: a batch normalized with it
+  // would be off by orders of magnitude.
+  auto view = std::make_shared<learners::stats_view>(od, "obs");
+  std::vector<double> mean = {100.0, -50.0}, var = {1e4, 1e3};
+  REQUIRE(view->publish(7, 1000, mean.data(), var.data(), od).ok());
+  env_runner_options opts;
+  opts.name = "runner-local";
+  opts.seed = seed;
+  opts.steps_per_batch = steps;
+  opts.obs_clip = 0; // no clip: every value is compared
+  opts.local_obs_stats = true;
+  opts.log = fx.logger();
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space),
+                     caf::actor_cast<caf::actor>(self), keeper, view);
+  auto got = collect(self, runner, batches);
+  REQUIRE(got.size() == batches);
+
+  // Replay with scalar environments; the reference moments of the batches
+  // before each one in long double.
+  std::vector<std::unique_ptr<envs::env>> scalar;
+  std::vector<std::vector<float>> obs(n);
+  std::vector<bool> ended(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    scalar.push_back(envs::make_env(id).value());
+    obs[i] = scalar[i]->reset(seed + i);
+  }
+  std::vector<float> earlier; // raw observations of the batches before
+  for (size_t k = 0; k < batches; ++k) {
+    CAPTURE(k);
+    const auto& b = got[k];
+    CHECK(b.stats_version == 7); // the batch still names the global version
+    CHECK(b.normalized);
+    std::vector<double> m(od, 0.0), v(od, 1.0);
+    if (!earlier.empty()) {
+      const size_t rows = earlier.size() / od;
+      for (size_t j = 0; j < od; ++j) {
+        long double s = 0, q = 0;
+        for (size_t r = 0; r < rows; ++r)
+          s += earlier[r * od + j];
+        const long double mu = s / rows;
+        for (size_t r = 0; r < rows; ++r)
+          q += (earlier[r * od + j] - mu) * (earlier[r * od + j] - mu);
+        m[j] = static_cast<double>(mu);
+        v[j] = static_cast<double>(q / rows);
+      }
+    }
+    std::vector<float> this_batch;
+    for (size_t t = 0; t < steps; ++t)
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < od; ++j) {
+          this_batch.push_back(obs[i][j]);
+          const double z = (obs[i][j] - m[j]) / std::sqrt(v[j] + opts.obs_epsilon);
+          CHECK(b.observations[(t * n + i) * od + j] ==
+                doctest::Approx(z).epsilon(1e-5).scale(1.0));
+        }
+        if (ended[i]) {
+          scalar[i]->reset(obs[i].data());
+          ended[i] = false;
+        } else {
+          auto r = scalar[i]->step(&b.actions[(t * n + i) * b.action_dim], obs[i].data());
+          ended[i] = r->terminated || r->truncated;
+        }
+      }
+    // This batch's raw observations join the runner's moments afterwards.
+    earlier.insert(earlier.end(), this_batch.begin(), this_batch.end());
+  }
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
