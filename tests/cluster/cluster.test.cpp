@@ -211,6 +211,31 @@ std::string until_all_ended(const std::vector<std::pair<std::string, child*>>& c
   return report;
 }
 
+// Waits until coordinator `c` says it listens on an address starting with `at`.
+void wait_listening(child& c, const std::string& at) {
+  REQUIRE_MESSAGE(poll_until(
+                    [&] {
+                      return !c.running() ||
+                             c.out().find("listening on " + at) != std::string::npos;
+                    },
+                    std::chrono::seconds(120)),
+                  "the coordinator did not listen on " << at << " within 120 s");
+  REQUIRE(c.running());
+}
+
+// Ends a run: SIGTERM to the first of `children` (the coordinator), then
+// every one of them must end within 120 s, each with exit status 0.
+void stop_run(const std::vector<std::pair<std::string, child*>>& children) {
+  children.front().second->signal(SIGTERM);
+  const auto hung = until_all_ended(children, std::chrono::seconds(120));
+  REQUIRE_MESSAGE(hung.empty(), hung);
+  for (const auto& c : children) {
+    const std::string& name = c.first;
+    CAPTURE(name);
+    CHECK(c.second->status() == 0);
+  }
+}
+
 // The small CartPole PPO config of these tests (async unless `mode` says
 // sync): no local learner.
 std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total,
@@ -381,15 +406,7 @@ TEST_CASE("a coordinator and two workers train CartPole PPO async past a 100-epi
   CHECK(metric(run, "hosts") == 2);
   CHECK(metric(run, "hosts_lost") == 0);
   // The coordinator stops on SIGTERM; its workers are told and leave.
-  coord.signal(SIGTERM);
-  {
-    const auto hung = until_all_ended({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}},
-                                      std::chrono::seconds(120));
-    REQUIRE_MESSAGE(hung.empty(), hung);
-  }
-  CHECK(coord.status() == 0);
-  CHECK(w1.status() == 0);
-  CHECK(w2.status() == 0);
+  stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
   const auto log = coord.err();
   CHECK(log.find("host w1 (127.0.0.1:") != std::string::npos);
   CHECK(log.find("host w2 (127.0.0.1:") != std::string::npos);
@@ -478,14 +495,7 @@ TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on 
         std::string::npos);
   CHECK(log.find("at the parameter server (") != std::string::npos);
   CHECK(log.find("could not fence") == std::string::npos);
-  coord.signal(SIGTERM);
-  {
-    const auto hung =
-      until_all_ended({{"coordinator", &coord}, {"w1", &w1}}, std::chrono::seconds(120));
-    REQUIRE_MESSAGE(hung.empty(), hung);
-  }
-  CHECK(coord.status() == 0);
-  CHECK(w1.status() == 0);
+  stop_run({{"coordinator", &coord}, {"w1", &w1}});
   CHECK(applied_by(coord.err(), "w1.learner0") > 0);
   CHECK(applied_by(coord.err(), "w2.learner0") > 0);
   // Exactly once: the keeper's sample count is the sum of the samples of the
@@ -691,13 +701,7 @@ timeout_ms = {}
     "the learner did not go on learning within 60 s of the loss");
   REQUIRE(coord.running());
   CHECK(metric(run, "hosts_lost") == 1);
-  coord.signal(SIGTERM);
-  {
-    const auto hung =
-      until_all_ended({{"coordinator", &coord}}, std::chrono::seconds(120));
-    REQUIRE_MESSAGE(hung.empty(), hung);
-  }
-  CHECK(coord.status() == 0);
+  stop_run({{"coordinator", &coord}});
 }
 
 TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeout and "
@@ -788,15 +792,7 @@ TEST_CASE("a frozen worker (SIGSTOP) is declared lost after the connection timeo
   const auto woken = w2_err.find("trying to rejoin");
   REQUIRE(woken != std::string::npos);
   CHECK(w2_err.find("declaring stream", woken) == std::string::npos);
-  coord.signal(SIGTERM);
-  {
-    const auto hung = until_all_ended({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}},
-                                      std::chrono::seconds(120));
-    REQUIRE_MESSAGE(hung.empty(), hung);
-  }
-  CHECK(coord.status() == 0);
-  CHECK(w1.status() == 0);
-  CHECK(w2.status() == 0);
+  stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
 }
 
 TEST_CASE("a worker started under the name of a frozen host that is not yet declared "
@@ -843,14 +839,7 @@ TEST_CASE("a worker started under the name of a frozen host that is not yet decl
   const double updates = metric(run, "updates");
   CHECK(poll_until([&] { return !coord.running() || metric(run, "updates") > updates + 5; },
                    std::chrono::seconds(120)));
-  coord.signal(SIGTERM);
-  {
-    const auto hung = until_all_ended({{"coordinator", &coord}, {"next", &next}},
-                                      std::chrono::seconds(120));
-    REQUIRE_MESSAGE(hung.empty(), hung);
-  }
-  CHECK(coord.status() == 0);
-  CHECK(next.status() == 0);
+  stop_run({{"coordinator", &coord}, {"next", &next}});
 }
 
 TEST_CASE("a coordinator killed and resumed on its address is joined again by a worker "
@@ -919,15 +908,7 @@ TEST_CASE("a coordinator killed and resumed on its address is joined again by a 
                dir.path / "coord2.out", dir.path / "coord2.err", {token_env});
   INFO("resumed coordinator stdout: " << coord2.out() << "\nresumed coordinator stderr: "
                                       << coord2.err());
-  REQUIRE_MESSAGE(poll_until(
-                    [&] {
-                      return !coord2.running() ||
-                             coord2.out().find("listening on " + addr) !=
-                               std::string::npos;
-                    },
-                    std::chrono::seconds(120)),
-                  "the resumed coordinator did not listen within 120 s");
-  REQUIRE(coord2.running());
+  wait_listening(coord2, addr);
   const size_t rows_at_start = lines_of(read_text(run / "metrics.csv")).size();
   const bool rejoined = poll_until(
     [&] {
@@ -942,14 +923,7 @@ TEST_CASE("a coordinator killed and resumed on its address is joined again by a 
   REQUIRE(coord2.running());
   REQUIRE(w1.running());
   CHECK(metric(run, "hosts") == 1);
-  coord2.signal(SIGTERM);
-  {
-    const auto hung = until_all_ended({{"resumed coordinator", &coord2}, {"w1", &w1}},
-                                      std::chrono::seconds(120));
-    REQUIRE_MESSAGE(hung.empty(), hung);
-  }
-  CHECK(coord2.status() == 0);
-  CHECK(w1.status() == 0);
+  stop_run({{"resumed coordinator", &coord2}, {"w1", &w1}});
 }
 
 TEST_CASE("a coordinator resumed on another address is followed there by a worker "
@@ -994,15 +968,7 @@ TEST_CASE("a coordinator resumed on another address is followed there by a worke
                dir.path / "coord2.out", dir.path / "coord2.err", {token_env});
   INFO("resumed coordinator stdout: " << coord2.out() << "\nresumed coordinator stderr: "
                                       << coord2.err());
-  REQUIRE_MESSAGE(poll_until(
-                    [&] {
-                      return !coord2.running() ||
-                             coord2.out().find("listening on 127.0.0.2:") !=
-                               std::string::npos;
-                    },
-                    std::chrono::seconds(120)),
-                  "the resumed coordinator did not listen within 120 s");
-  REQUIRE(coord2.running());
+  wait_listening(coord2, "127.0.0.2:");
   const auto addr2 = address_of(run, "127.0.0.2");
   CHECK(addr2 != addr);
   const bool rejoined = poll_until(
@@ -1017,14 +983,7 @@ TEST_CASE("a coordinator resumed on another address is followed there by a worke
   REQUIRE(coord2.running());
   REQUIRE(w1.running());
   CHECK(w1.out().find("joined the run at " + addr2) != std::string::npos);
-  coord2.signal(SIGTERM);
-  {
-    const auto hung = until_all_ended({{"resumed coordinator", &coord2}, {"w1", &w1}},
-                                      std::chrono::seconds(120));
-    REQUIRE_MESSAGE(hung.empty(), hung);
-  }
-  CHECK(coord2.status() == 0);
-  CHECK(w1.status() == 0);
+  stop_run({{"resumed coordinator", &coord2}, {"w1", &w1}});
 }
 
 TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinator logs "
@@ -1072,9 +1031,7 @@ TEST_CASE("a worker with a wrong token is refused: it exits 1 and the coordinato
   }
   CHECK(coord.running());
   CHECK(metric(run, "hosts") != 1); // nobody joined (NaN before any row, else 0)
-  coord.signal(SIGTERM);
-  REQUIRE(poll_until([&] { return !coord.running(); }, std::chrono::seconds(120)));
-  CHECK(coord.status() == 0);
+  stop_run({{"coordinator", &coord}});
 }
 
 TEST_CASE(
@@ -1274,14 +1231,7 @@ TEST_CASE("TLS between coordinator and workers: a worker with a certificate of t
   REQUIRE(w1.running());
   REQUIRE_MESSAGE(trained, "no 20 updates with the TLS worker within 120 s");
   CHECK(joins_of(coord.err(), "w1") == 1);
-  coord.signal(SIGTERM);
-  {
-    const auto hung =
-      until_all_ended({{"coordinator", &coord}, {"w1", &w1}}, std::chrono::seconds(120));
-    REQUIRE_MESSAGE(hung.empty(), hung);
-  }
-  CHECK(coord.status() == 0);
-  CHECK(w1.status() == 0);
+  stop_run({{"coordinator", &coord}, {"w1", &w1}});
 }
 
 TEST_CASE("TLS files are checked before anything starts, naming the key or flag") {
