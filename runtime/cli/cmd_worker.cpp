@@ -56,8 +56,8 @@ int cmd_worker(const args_t& args) {
   if (by_file && connect)
     return fail(exit_bad_input, "--connect and --connect-file: give one of them, got '" +
                                   *connect + "' and '" + *connect_file + "'");
-  if ((by_file ? connect.has_value() : (!connect || !run || run->empty())) ||
-      (by_file && connect_file->empty()) || !parsed->positional.empty())
+  if ((by_file ? connect_file->empty() : (!connect || !run || run->empty())) ||
+      !parsed->positional.empty())
     return fail(exit_bad_input,
                 "usage: troupe worker (--connect HOST:PORT --run RUN | --connect-file "
                 "CLUSTER_JSON) [--learners N] "

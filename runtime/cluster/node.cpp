@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -21,6 +20,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include "learners/safetensors.hpp"
 #include "runtime/json.hpp"
 
 namespace troupe::cluster {
@@ -234,18 +234,9 @@ std::string write_cluster_file(const std::string& path, const endpoint& listen,
   j["port"] = port;
   j["run"] = run;
   j["connect"] = endpoint_text(connect);
-  const auto tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
-    out.flush();
-    if (!out)
-      return fmt::format("cannot write {}", tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    return fmt::format("cannot rename {} to {}: {}", tmp, path, ec.message());
+  const std::string text = j.dump() + "\n";
+  if (auto ok = learners::write_file_atomically(path, text.data(), text.size()); !ok)
+    return ok.err().message;
   return {};
 }
 
