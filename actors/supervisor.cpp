@@ -355,6 +355,35 @@ void stop_runners_and_learners(caf::blocking_actor* self, cast_state& cs) {
       self->send_exit(l.actor, caf::exit_reason::user_shutdown);
 }
 
+// How long the end of a run waits for its metrics actor to answer.
+constexpr auto metrics_drain_wait = std::chrono::seconds(30);
+
+// A learner sends its last report to the metrics actor and then ends; its down
+// message can reach this supervisor before the metrics actor has read that
+// report and asked for the checkpoint it makes due. One round trip to the
+// metrics actor, sent after every learner's down message, comes back after
+// every such request (in-process, each sender's messages keep their order), so
+// the requests of the run's last updates are forwarded instead of lost.
+void forward_late_checkpoints(caf::blocking_actor* self, cast_state& cs) {
+  if (cs.stopping || !cs.metrics || cs.opts.cast.existing)
+    return; // an existing metrics actor reports to its own supervisor
+  self->request(cs.metrics, metrics_drain_wait, state_atom::value)
+    .receive([](metrics_counters&) {},
+             [&](caf::error& e) {
+               write_log(cs.opts.log,
+                         fmt::format("supervisor: the metrics actor did not answer at the "
+                                     "run's end: {}",
+                                     error_message(self->system(), e)));
+             });
+  bool pending = true;
+  while (pending)
+    self->receive(
+      [&](ckpt_atom, uint64_t updates) {
+        self->send(cs.opts.owner, ckpt_atom::value, updates);
+      },
+      caf::after(std::chrono::seconds(0)) >> [&] { pending = false; });
+}
+
 void supervise(caf::blocking_actor* self, cast_state& cs) {
   auto owner = cs.opts.owner;
   if (auto why = start_cast(self, cs); !why.empty()) {
@@ -436,6 +465,7 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
         check_flag();
         running = still_running();
       });
+  forward_late_checkpoints(self, cs);
   // Every learner has ended: the owner gets the cast's last random states for
   // its final checkpoint, and the runners go; the keeper, the server and the
   // metrics actor stay for that checkpoint.

@@ -192,7 +192,9 @@ TEST_CASE("the supervisor spawns the cast from its plan, and the run learns exac
   CHECK(end.failure.empty());
   REQUIRE(server);
   REQUIRE(keeper);
-  CHECK_FALSE(end.checkpoints.empty());
+  // 12 updates with a checkpoint every 4: each request reaches the owner, the
+  // last ones too, which fall due as the learners end.
+  CHECK(end.checkpoints == std::vector<uint64_t>{4, 8, 12});
   {
     std::lock_guard<std::mutex> g(fx.mtx);
     REQUIRE(fx.requests.size() == 4); // two learners x two runners, none restarted
@@ -212,6 +214,33 @@ TEST_CASE("the supervisor spawns the cast from its plan, and the run learns exac
   auto row = ask<metrics_counters>(self, metrics, row_atom::value);
   CHECK(row.env_steps == ps.env_steps);
   CHECK(row.updates == batches);
+  shut_down(self, {keeper, server, metrics});
+}
+
+TEST_CASE("checkpoints that fall due while the learners end still reach the owner, "
+          "however far the metrics actor lags behind") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  supervisor_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t batches = 12;
+  supervisor_options opts;
+  opts.cast = fx.plan(seed, 2, 2, batches, [](const runner_request&) { return 0; });
+  opts.cast.metrics.checkpoint_every_updates = 3;
+  opts.owner = caf::actor_cast<caf::actor>(self);
+  opts.log = fx.sink();
+  auto sup = spawn_supervisor(*fx.sys, opts);
+  caf::actor keeper, server, metrics;
+  // A backlog in front of every learner report: the metrics actor reads the
+  // run's reports, and asks for their checkpoints, long after the learners
+  // ended (before the fix every request after the learners' ends was lost).
+  auto end = await_run(self, keeper, server, metrics, [&] {
+    for (int i = 0; i < 200000; ++i)
+      caf::anon_send(metrics, hosts_atom::value, uint64_t{0}, uint64_t{0}, uint64_t{0});
+  });
+  CHECK(end.failure.empty());
+  CHECK_FALSE(end.interrupted);
+  CHECK(end.checkpoints == std::vector<uint64_t>{3, 6, 9, 12});
   shut_down(self, {keeper, server, metrics});
 }
 
