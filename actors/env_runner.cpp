@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -68,6 +69,13 @@ struct runner_state {
   uint64_t sent_in_request = 0;
   caf::typed_response_promise<uint64_t> pending;
   bool collecting = false;
+  // A checkpoint's hold: no batch is started while held (a due one waits in
+  // `deferred`); a hold asked for before `hold_at` batches answers once the
+  // runner has sent them.
+  bool held = false;
+  bool deferred = false;
+  uint64_t hold_at = 0;
+  std::optional<caf::typed_response_promise<env_runner_state>> hold_pending;
 };
 
 using runner_actor = caf::stateful_actor<runner_state>;
@@ -323,6 +331,10 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
       auto& s = self->state;
       if (!s.collecting)
         return;
+      if (s.held) {
+        s.deferred = true;
+        return;
+      }
       auto batch = collect(s);
       if (!batch) {
         // The environments are mid-batch: the runner ends, and its supervisor
@@ -349,6 +361,32 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
       } else {
         s.collecting = false;
         s.pending.deliver(s.sent_in_request);
+      }
+      if (s.hold_pending && s.status.batches >= s.hold_at) {
+        s.held = true;
+        s.hold_pending->deliver(take_state(s));
+        s.hold_pending.reset();
+      }
+    },
+    // Holds between two batches once `at` batches are sent, answering with
+    // the state then; a batch due meanwhile waits for (release_atom).
+    [self](hold_atom, uint64_t at) -> caf::result<env_runner_state> {
+      auto& s = self->state;
+      if (s.status.batches >= at) {
+        s.held = true;
+        return take_state(s);
+      }
+      s.hold_at = at;
+      s.hold_pending = self->make_response_promise<env_runner_state>();
+      return *s.hold_pending;
+    },
+    [self](release_atom) {
+      auto& s = self->state;
+      s.held = false;
+      s.hold_pending.reset(); // a hold that was given up on
+      if (s.deferred) {
+        s.deferred = false;
+        self->send(self, next_atom::value);
       }
     },
     [self](status_atom) { return self->state.status; },

@@ -687,6 +687,16 @@ struct feeder_state {
 
 using feeder_actor = caf::stateful_actor<feeder_state>;
 
+// A feeder's part of a checkpoint: nothing to restore (the game owns its
+// environments), its counters only.
+env_runner_state saved_state(const feeder_state& st) {
+  env_runner_state out;
+  out.runner = st.opts.name;
+  out.env_id = st.agent->env_id();
+  out.status = st.status;
+  return out;
+}
+
 void start_batch(feeder_state& st) {
   auto& a = *st.agent;
   const size_t n = st.opts.num_envs, steps = a.steps_per_segment();
@@ -842,14 +852,10 @@ caf::behavior game_feeder(feeder_actor* self, game_feeder_options opts,
     },
     [self](wake_atom) { fill(self); },
     [self](status_atom) { return self->state.status; },
-    [self](state_atom) {
-      // Nothing to restore: the game owns its environments.
-      env_runner_state out;
-      out.runner = self->state.opts.name;
-      out.env_id = self->state.agent->env_id();
-      out.status = self->state.status;
-      return out;
-    },
+    [self](state_atom) { return saved_state(self->state); },
+    // Nothing to hold either: the game steps its environments.
+    [self](hold_atom, uint64_t) { return saved_state(self->state); },
+    [](release_atom) {},
   };
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -453,6 +455,30 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       ask_batch(r);
     running = outstanding();
   };
+  // A checkpoint's cut: the learner's state is answered once it has learned
+  // (or skipped) every batch the held runners had sent.
+  std::map<std::string, uint64_t> learned_next; // per runner: the last batch's sequence + 1
+  std::optional<std::pair<caf::typed_response_promise<learner_state>, held_runners>>
+    hold_answer;
+  auto has_learned = [&](const held_runners& h) {
+    for (size_t i = 0; i < h.names.size() && i < h.next_sequence.size(); ++i) {
+      const bool mine = std::any_of(runners.begin(), runners.end(), [&](const runner_slot& r) {
+        return r.name == h.names[i];
+      });
+      if (!mine || h.next_sequence[i] == 0)
+        continue;
+      auto it = learned_next.find(h.names[i]);
+      if (it == learned_next.end() || it->second < h.next_sequence[i])
+        return false;
+    }
+    return true;
+  };
+  auto answer_hold = [&](bool anyway) {
+    if (hold_answer && (anyway || has_learned(hold_answer->second))) {
+      hold_answer->first.deliver(learner_state{w.opts.name, w.gen.state()});
+      hold_answer.reset();
+    }
+  };
   self->receive_while([&] { return running; })(
     [&](trajectory_batch& b) {
       auto slot = std::find_if(runners.begin(), runners.end(),
@@ -460,6 +486,14 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       if (slot == runners.end() || !slot->outstanding)
         return;
       slot->outstanding = false;
+      // Whichever way this handler returns, the batch is dealt with then.
+      struct after_batch {
+        std::function<void()> done;
+        ~after_batch() { done(); }
+      } after{[&, name = b.runner, next = b.sequence + 1] {
+        learned_next[name] = next;
+        answer_hold(false);
+      }};
       if (slot->guest && !slot->guest_batches) {
         slot->guest_batches = true;
         write_log(w.opts.log, fmt::format("learner '{}': first batch from guest runner "
@@ -620,6 +654,13 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
     [&](state_atom) {
       return learner_state{w.opts.name, w.gen.state()};
     },
+    [&](held_runners& h) -> caf::result<learner_state> {
+      if (has_learned(h))
+        return learner_state{w.opts.name, w.gen.state()};
+      answer_hold(true); // an earlier one, given up on by its asker
+      hold_answer.emplace(self->make_response_promise<learner_state>(), std::move(h));
+      return hold_answer->first;
+    },
     [&](caf::exit_msg& msg) {
       failure = msg.reason;
       running = false;
@@ -631,6 +672,7 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
     if (auto ok = finish_push(w, late); !ok)
       write_log(w.opts.log, fmt::format("learner '{}': {}", w.opts.name, ok.err().message));
   }
+  answer_hold(true);
   if (w.opts.report_to)
     self->send(w.opts.report_to, learner_state{w.opts.name, w.gen.state()});
   if (failure)

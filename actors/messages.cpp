@@ -34,6 +34,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<metrics_counters>("metrics_counters");
   cfg.add_message_type<supervisor_status>("supervisor_status");
   cfg.add_message_type<learner_state>("learner_state");
+  cfg.add_message_type<held_runners>("held_runners");
   cfg.add_message_type<cast_snapshot>("cast_snapshot");
   cfg.add_message_type<std::vector<double>>("std::vector<double>");
   cfg.add_error_category(error_category,

@@ -252,6 +252,10 @@ using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
 using row_atom = caf::atom_constant<caf::atom("row")>;
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
 using runner_atom = caf::atom_constant<caf::atom("runner")>;
+/// A checkpoint's consistent cut: runners stop between batches, learners
+/// learn what they were sent, then (release_atom) lets the cast go on.
+using hold_atom = caf::atom_constant<caf::atom("hold")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
 
 /// One learner's gradient for the parameter server. With incarnation != 0 the
 /// server applies it at most once per (worker, incarnation, learner, sequence)
@@ -424,6 +428,18 @@ struct learner_state {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, learner_state& x) {
   return f(caf::meta::type_name("learner_state"), x.learner, x.gen);
+}
+
+/// Held runners and how many batches each had sent (their next sequence
+/// number): a learner asked with it answers once it has learned them all.
+struct held_runners {
+  std::vector<std::string> names;       ///< runner names
+  std::vector<uint64_t> next_sequence;  ///< per name: batches it had sent
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, held_runners& x) {
+  return f(caf::meta::type_name("held_runners"), x.names, x.next_sequence);
 }
 
 /// The random states of a whole cast, for checkpoints: every runner's state

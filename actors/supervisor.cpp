@@ -40,6 +40,7 @@ struct cast_state {
   bool budget_spent = false; // end_on_done: the metrics actor said so
   bool ready = false; // the owner has the keeper, the server and the metrics actor
   std::string failure;
+  uint64_t hold = 0; // the checkpoint hold under way (0: none); see take_snapshot
 };
 
 // Waits for the answer to a request; the error's text, or empty.
@@ -307,38 +308,86 @@ constexpr auto snapshot_wait = std::chrono::seconds(30);
 // ends after the batch it is collecting).
 constexpr auto runners_end_wait = std::chrono::seconds(10);
 
+// How long a checkpoint may hold the cast before the supervisor lets it go
+// on by itself (its owner releases it as soon as the checkpoint is written).
+constexpr auto hold_limit = std::chrono::seconds(120);
+
+// Lets the held runners go on (each starts the batch that waited).
+void release_runners(caf::blocking_actor* self, cast_state& cs) {
+  if (cs.hold == 0)
+    return;
+  cs.hold = 0;
+  for (auto& r : cs.runners)
+    if (r.actor && !r.guest_of)
+      self->send(r.actor, release_atom::value);
+}
+
 // The random states of the cast: live runners and learners are asked (each
 // answers between two batches); an ended learner's last state is used.
-cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs) {
+//
+// With `hold`, the states are a consistent cut for a checkpoint taken while
+// the run goes on: each runner stops between two batches and answers with its
+// state then, each learner answers once it has learned every batch those
+// runners had sent (so the parameter server, the keeper and the metrics
+// actor, asked after this, hold exactly what the saved runners produced),
+// and nothing moves until (release_atom). In sync mode every runner first
+// reaches the most batches any runner has sent: a learner inside a sync step
+// waits for the others' gradients of that step, whose batches must come.
+cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs, bool hold) {
   cast_snapshot out;
   auto skipped = [&](const std::string& who, const caf::error& e) {
     write_log(cs.opts.log,
               fmt::format("supervisor: no state from {} for this checkpoint: {}", who,
                           error_message(self->system(), e)));
   };
+  hold = hold && !cs.stopping;
+  uint64_t sync_target = 0;
+  if (hold) {
+    release_runners(self, cs); // an earlier hold nobody released
+    cs.hold = static_cast<uint64_t>(
+      std::chrono::steady_clock::now().time_since_epoch().count());
+    self->delayed_send(self, hold_limit, release_atom::value, cs.hold);
+    if (cs.opts.cast.server.sync)
+      for (auto& r : cs.runners)
+        if (r.actor && !r.guest_of)
+          self->request(r.actor, snapshot_wait, status_atom::value)
+            .receive(
+              [&](env_runner_status& st) { sync_target = std::max(sync_target, st.batches); },
+              [](caf::error&) {});
+  }
+  held_runners sent;
   for (auto& r : cs.runners) {
     if (!r.actor)
       continue;
-    self->request(r.actor, snapshot_wait, state_atom::value)
-      .receive(
-        [&](env_runner_state& st) {
-          if (!nothing_to_restore(st)) // a game-driven feeder: nothing to save
-            out.runners.push_back(std::move(st));
-        },
-        [&](caf::error& e) {
-          if (e != caf::sec::request_receiver_down)
-            skipped("runner '" + r.name + "'", e);
-        }); // a runner that failed meanwhile: its replacement starts fresh
+    auto take = [&](env_runner_state& st) {
+      if (hold && !r.guest_of) {
+        sent.names.push_back(r.name);
+        sent.next_sequence.push_back(st.status.batches);
+      }
+      if (!nothing_to_restore(st)) // a game-driven feeder: nothing to save
+        out.runners.push_back(std::move(st));
+    };
+    auto failed = [&](caf::error& e) {
+      if (e != caf::sec::request_receiver_down)
+        skipped("runner '" + r.name + "'", e);
+    }; // a runner that failed meanwhile: its replacement starts fresh
+    if (hold && !r.guest_of)
+      self->request(r.actor, snapshot_wait, hold_atom::value, sync_target)
+        .receive(take, failed);
+    else
+      self->request(r.actor, snapshot_wait, state_atom::value).receive(take, failed);
   }
   for (size_t i = 0; i < cs.learners.size(); ++i) {
     auto& l = cs.learners[i];
-    if (l.alive)
-      self->request(l.actor, snapshot_wait, state_atom::value)
-        .receive([&](learner_state& st) { cs.learner_states[i] = std::move(st); },
-                 [&](caf::error& e) {
-                   if (e != caf::sec::request_receiver_down)
-                     skipped("learner '" + l.name + "'", e);
-                 });
+    auto take = [&](learner_state& st) { cs.learner_states[i] = std::move(st); };
+    auto failed = [&](caf::error& e) {
+      if (e != caf::sec::request_receiver_down)
+        skipped("learner '" + l.name + "'", e);
+    };
+    if (l.alive && hold)
+      self->request(l.actor, snapshot_wait, sent).receive(take, failed);
+    else if (l.alive)
+      self->request(l.actor, snapshot_wait, state_atom::value).receive(take, failed);
     if (!cs.learner_states[i].learner.empty())
       out.learners.push_back(cs.learner_states[i]);
   }
@@ -431,7 +480,17 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
         if (cs.learners[i].name == st.learner)
           cs.learner_states[i] = std::move(st);
     },
-    [&](state_atom) { return take_snapshot(self, cs); },
+    [&](state_atom) { return take_snapshot(self, cs, false); },
+    [&](hold_atom) { return take_snapshot(self, cs, true); },
+    [&](release_atom) { release_runners(self, cs); },
+    [&](release_atom, uint64_t hold) {
+      if (hold == cs.hold) {
+        write_log(cs.opts.log, fmt::format("supervisor: a checkpoint held the cast for "
+                                           "{} s; it goes on",
+                                           hold_limit.count()));
+        release_runners(self, cs);
+      }
+    },
     [&](learners_atom) {
       std::vector<caf::actor> alive;
       for (auto& l : cs.learners)
@@ -469,7 +528,7 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
   // Every learner has ended: the owner gets the cast's last random states for
   // its final checkpoint, and the runners go; the keeper, the server and the
   // metrics actor stay for that checkpoint.
-  self->send(owner, take_snapshot(self, cs));
+  self->send(owner, take_snapshot(self, cs, false));
   // With a host's delta outbox (a worker of a run across processes) the
   // runners' ends are awaited (bounded), so that every delta they sent is in
   // the outbox before the owner hears done_atom and flushes it.

@@ -363,13 +363,15 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
   std::string failure;
   std::string write_failure; // a checkpoint or metrics file that could not be written
   std::optional<actors::cast_snapshot> last_snapshot;
-  // A checkpoint while training goes on: the supervisor collects the cast's
-  // random states. It ends right after sending its final snapshot (already in
-  // our mailbox then), so a checkpoint due at that moment finds it gone and is
+  // A checkpoint while training goes on: the supervisor holds the cast at a
+  // consistent cut and collects its random states; the keeper, the server
+  // and the metrics actor are read while it is held, then it goes on. The
+  // supervisor ends right after sending its final snapshot (already in our
+  // mailbox then), so a checkpoint due at that moment finds it gone and is
   // left to the final checkpoint, which is written from that snapshot.
   auto periodic_checkpoint = [&] {
     std::optional<actors::cast_snapshot> snap;
-    self->request(sup, caf::infinite, actors::state_atom::value)
+    self->request(sup, caf::infinite, actors::hold_atom::value)
       .receive([&](actors::cast_snapshot& s) { snap = std::move(s); },
                [&](caf::error& e) {
                  if (e != caf::sec::request_receiver_down)
@@ -378,7 +380,9 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
                });
     if (!snap)
       return;
-    if (auto ok = checkpoint_with(self, *snap); !ok && write_failure.empty()) {
+    auto ok = checkpoint_with(self, *snap);
+    self->send(sup, actors::release_atom::value);
+    if (!ok && write_failure.empty()) {
       // A run that cannot save its progress stops rather than train on
       // unsaved: the previous checkpoint stays as it was.
       write_failure = "checkpoint failed: " + ok.err().message;
@@ -585,8 +589,9 @@ result<std::string> session::save_checkpoint() {
   }
   try {
     caf::scoped_actor self(*s.sys);
+    // Held at a consistent cut while the checkpoint is written (see drive_run).
     auto snap = ask_for<actors::cast_snapshot>(self, sup, snapshot_timeout,
-                                               actors::state_atom::value);
+                                               actors::hold_atom::value);
     if (!snap) {
       // The run may have reached its end between the check above and the
       // ask (its supervisor is then gone): wait for the session to see it
@@ -600,7 +605,9 @@ result<std::string> session::save_checkpoint() {
                         "session::save_checkpoint: no snapshot of the cast: {}",
                         snap.err().message);
     }
-    return s.checkpoint_with(self, *snap);
+    auto written = s.checkpoint_with(self, *snap);
+    self->send(sup, actors::release_atom::value);
+    return written;
   } catch (const std::exception& e) {
     return make_error(errc::unavailable, "session::save_checkpoint: {}", e.what());
   }
