@@ -831,7 +831,13 @@ uint64_t largest_file(const fs::path& folder) {
 TEST_CASE("a finished run's events file holds metrics.csv's rows as TensorBoard scalars, "
           "and run.tensorboard = false writes none") {
   temp_folder dir("train-tensorboard");
-  auto run = finished_run(dir);
+  auto on = run_troupe(fmt::format("train '{}' --set run.output_dir='\"on\"' "
+                                   "--set algo.total_env_steps=5120 --set run.log_every_updates=1",
+                                   config_path()),
+                       dir);
+  INFO(on.err);
+  REQUIRE(on.status == 0);
+  const auto run = only_run(dir.path / "on");
   const auto files = troupe::test::tb_event_files(run);
   REQUIRE(files.size() == 1);
   const auto read = troupe::test::read_tb_events_file(files.front());
