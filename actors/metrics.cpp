@@ -246,9 +246,8 @@ void write_row(metrics_state& st) {
       st, fmt::format("cannot write {}: {}", st.opts.jsonl_path, std::strerror(errno)));
   if (st.events) {
     // At its env step; the event's wall time is the Unix time TensorBoard shows.
-    if (auto written = st.events->write_scalars(unix_now(),
-                                                static_cast<int64_t>(st.c.env_steps),
-                                                scalars);
+    if (auto written = st.events->write_scalars(
+          unix_now(), static_cast<int64_t>(st.c.env_steps), scalars);
         !written)
       write_failed(st, written.err().message);
   }

@@ -18,9 +18,10 @@
 //                               it does so itself every tally_interval_ms and
 //                               before the final row
 //   (status_atom)            -> std::string        the first failed open or write of
-//                               metrics.csv, metrics.jsonl or the events file (path and the system's
-//                               reason); empty when none. On such a failure it also
-//                               sends (stop_atom) to the coordinator: the run stops.
+//                               metrics.csv, metrics.jsonl or the events file (path and
+//                               the system's reason); empty when none. On such a failure
+//                               it also sends (stop_atom) to the coordinator: the run
+//                               stops.
 // It sends to the coordinator: (ckpt_atom, uint64_t updates), (done_atom),
 // (stop_atom).
 #pragma once

@@ -165,7 +165,8 @@ result<tb_event_file> tb_event_file::create(const std::string& folder, double wa
     if (fd < 0) {
       if (errno == EEXIST)
         continue;
-      return make_error(errc::io_error, "cannot create {}: {}", path, std::strerror(errno));
+      return make_error(errc::io_error, "cannot create {}: {}", path,
+                        std::strerror(errno));
     }
     tb_event_file file(fd, std::move(path));
     if (auto written = file.write_record(tb_file_version_event(wall_time)); !written)

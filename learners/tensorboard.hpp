@@ -63,7 +63,8 @@ public:
 
   /// Appends one Event of `scalars` at `step`; the error names the file and
   /// the system's reason.
-  status write_scalars(double wall_time, int64_t step, const std::vector<tb_scalar>& scalars);
+  status write_scalars(double wall_time, int64_t step,
+                       const std::vector<tb_scalar>& scalars);
 
   /// Appends `payload` (a serialized Event) as one record.
   status write_record(std::string_view payload);

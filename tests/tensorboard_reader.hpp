@@ -89,30 +89,30 @@ bool for_each_field(const std::string& s, size_t begin, size_t end, F&& field) {
     uint64_t value = 0;
     size_t start = at;
     switch (type) {
-      case 0:
-        if (!varint(s, at, end, value))
-          return false;
-        break;
-      case 1:
-        if (end - at < 8)
-          return false;
-        value = le(s, at, 8);
-        at += 8;
-        break;
-      case 2:
-        if (!varint(s, at, end, value) || end - at < value)
-          return false;
-        start = at;
-        at += value;
-        break;
-      case 5:
-        if (end - at < 4)
-          return false;
-        value = le(s, at, 4);
-        at += 4;
-        break;
-      default:
+    case 0:
+      if (!varint(s, at, end, value))
         return false;
+      break;
+    case 1:
+      if (end - at < 8)
+        return false;
+      value = le(s, at, 8);
+      at += 8;
+      break;
+    case 2:
+      if (!varint(s, at, end, value) || end - at < value)
+        return false;
+      start = at;
+      at += value;
+      break;
+    case 5:
+      if (end - at < 4)
+        return false;
+      value = le(s, at, 4);
+      at += 4;
+      break;
+    default:
+      return false;
     }
     if (!field(number, type, start, value))
       return false;
@@ -124,16 +124,17 @@ inline bool parse_value(const std::string& s, size_t begin, size_t end, tb_event
   std::string tag;
   float simple = 0;
   bool has_simple = false;
-  bool ok = for_each_field(s, begin, end, [&](uint32_t n, uint32_t t, size_t at, uint64_t v) {
-    if (n == 1 && t == 2)
-      tag = s.substr(at, v);
-    else if (n == 2 && t == 5) {
-      const auto bits = static_cast<uint32_t>(v);
-      std::memcpy(&simple, &bits, 4);
-      has_simple = true;
-    }
-    return true;
-  });
+  bool ok =
+    for_each_field(s, begin, end, [&](uint32_t n, uint32_t t, size_t at, uint64_t v) {
+      if (n == 1 && t == 2)
+        tag = s.substr(at, v);
+      else if (n == 2 && t == 5) {
+        const auto bits = static_cast<uint32_t>(v);
+        std::memcpy(&simple, &bits, 4);
+        has_simple = true;
+      }
+      return true;
+    });
   if (!ok || !has_simple)
     return false;
   ev.values.emplace_back(std::move(tag), simple);
@@ -141,23 +142,24 @@ inline bool parse_value(const std::string& s, size_t begin, size_t end, tb_event
 }
 
 inline bool parse_event(const std::string& s, tb_event& ev) {
-  return for_each_field(s, 0, s.size(), [&](uint32_t n, uint32_t t, size_t at, uint64_t v) {
-    if (n == 1 && t == 1)
-      std::memcpy(&ev.wall_time, &v, 8);
-    else if (n == 2 && t == 0) {
-      ev.has_step = true;
-      ev.step = static_cast<int64_t>(v);
-    } else if (n == 3 && t == 2)
-      ev.file_version = s.substr(at, v);
-    else if (n == 5 && t == 2) {
-      ev.has_summary = true;
-      return for_each_field(s, at, at + v, [&](uint32_t n2, uint32_t t2, size_t at2,
-                                               uint64_t v2) {
-        return n2 != 1 || t2 != 2 || parse_value(s, at2, at2 + v2, ev);
-      });
-    }
-    return true;
-  });
+  return for_each_field(
+    s, 0, s.size(), [&](uint32_t n, uint32_t t, size_t at, uint64_t v) {
+      if (n == 1 && t == 1)
+        std::memcpy(&ev.wall_time, &v, 8);
+      else if (n == 2 && t == 0) {
+        ev.has_step = true;
+        ev.step = static_cast<int64_t>(v);
+      } else if (n == 3 && t == 2)
+        ev.file_version = s.substr(at, v);
+      else if (n == 5 && t == 2) {
+        ev.has_summary = true;
+        return for_each_field(
+          s, at, at + v, [&](uint32_t n2, uint32_t t2, size_t at2, uint64_t v2) {
+            return n2 != 1 || t2 != 2 || parse_value(s, at2, at2 + v2, ev);
+          });
+      }
+      return true;
+    });
 }
 
 } // namespace detail
@@ -211,8 +213,8 @@ inline tb_read read_tb_events_file(const std::filesystem::path& path) {
 }
 
 /// The files of `folder` whose names start with "events.out.tfevents.", sorted.
-inline std::vector<std::filesystem::path> tb_event_files(
-  const std::filesystem::path& folder) {
+inline std::vector<std::filesystem::path>
+tb_event_files(const std::filesystem::path& folder) {
   std::vector<std::filesystem::path> out;
   for (auto& e : std::filesystem::directory_iterator(folder))
     if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0)

@@ -256,7 +256,8 @@ void check_events_match_csv(const std::string& csv_path, const fs::path& events_
       CAPTURE(header[c]);
       REQUIRE(k < ev.values.size());
       CHECK(ev.values[k].first == header[c]);
-      CHECK(ev.values[k].second == static_cast<float>(std::strtod(cells[c].c_str(), nullptr)));
+      CHECK(ev.values[k].second ==
+            static_cast<float>(std::strtod(cells[c].c_str(), nullptr)));
       ++k;
     }
     CHECK(k == ev.values.size());
@@ -293,8 +294,9 @@ TEST_CASE("every metrics row is also a TensorBoard event at its env step whose s
   // The first event's wall time is now's Unix time, as the file's name says.
   const auto first = troupe::test::read_tb_events_file(files.front());
   REQUIRE(first.error.empty());
-  CHECK(files.front().filename().string().find(fmt::format(
-          ".{}.", static_cast<int64_t>(first.events.front().wall_time))) != std::string::npos);
+  CHECK(files.front().filename().string().find(
+          fmt::format(".{}.", static_cast<int64_t>(first.events.front().wall_time))) !=
+        std::string::npos);
 
   // A resumed run: a second actor continues the counters and appends to
   // metrics.csv, and writes its rows into a file of its own.
@@ -310,8 +312,8 @@ TEST_CASE("every metrics row is also a TensorBoard event at its env step whose s
   files = troupe::test::tb_event_files(dir.path);
   REQUIRE(files.size() == 2);
   std::ifstream again(files.front(), std::ios::binary);
-  CHECK(std::string(std::istreambuf_iterator<char>(again), std::istreambuf_iterator<char>()) ==
-        old_bytes);
+  CHECK(std::string(std::istreambuf_iterator<char>(again),
+                    std::istreambuf_iterator<char>()) == old_bytes);
   const auto second = troupe::test::read_tb_events_file(files.back());
   REQUIRE_MESSAGE(second.error.empty(), second.error);
   REQUIRE(second.events.size() >= 2);

@@ -27,7 +27,8 @@ namespace {
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
 }
 
 // Random scalars: tags of random length and characters (a '/' group at
@@ -40,8 +41,8 @@ std::vector<tb_scalar> random_scalars(std::mt19937_64& rng, std::vector<double>&
   for (auto& s : out) {
     const int n = length(rng);
     for (int i = 0; i < n; ++i)
-      s.tag.push_back(i > 0 && i + 1 < n && letter(rng) == 'q' ? '/'
-                                                                  : static_cast<char>(letter(rng)));
+      s.tag.push_back(
+        i > 0 && i + 1 < n && letter(rng) == 'q' ? '/' : static_cast<char>(letter(rng)));
     const double x = mantissa(rng) * std::pow(10.0, exponent(rng));
     exact.push_back(x);
     s.value = static_cast<float>(x);
@@ -70,7 +71,8 @@ TEST_CASE("the test reader's CRC-32C gives the standard check value and troupe's
     CHECK(crc32c(bytes.data(), bytes.size()) == whole);
     // Continuing from a prefix's CRC gives the whole's.
     const size_t cut = bytes.size() / 3;
-    CHECK(crc32c(bytes.data() + cut, bytes.size() - cut, crc32c(bytes.data(), cut)) == whole);
+    CHECK(crc32c(bytes.data() + cut, bytes.size() - cut, crc32c(bytes.data(), cut)) ==
+          whole);
     CHECK(tfrecord_masked_crc(bytes.data(), bytes.size()) ==
           troupe::test::reference_masked_crc(bytes.data(), bytes.size()));
   }
@@ -87,8 +89,8 @@ TEST_CASE("an events file written from random scalars reads back with every tag,
   auto file = tb_event_file::create(dir.path.string(), opened);
   REQUIRE_MESSAGE(file.ok(), file.err().message);
   const auto name = fs::path(file->path()).filename().string();
-  CHECK(name.rfind(fmt::format("events.out.tfevents.{}.", static_cast<int64_t>(opened)), 0) ==
-        0);
+  CHECK(name.rfind(fmt::format("events.out.tfevents.{}.", static_cast<int64_t>(opened)),
+                   0) == 0);
   CHECK(fs::path(file->path()).parent_path() == dir.path);
 
   struct written {
@@ -148,7 +150,8 @@ TEST_CASE("changing any one byte of an events file fails the reader's CRC check"
   REQUIRE(file.ok());
   std::vector<double> exact;
   for (int64_t step = 1; step <= 3; ++step)
-    REQUIRE(file->write_scalars(1.7e9 + step, step * 1000, random_scalars(rng, exact)).ok());
+    REQUIRE(
+      file->write_scalars(1.7e9 + step, step * 1000, random_scalars(rng, exact)).ok());
   const std::string whole = read_bytes(file->path());
   REQUIRE(read_tb_events(whole).error.empty());
   std::uniform_int_distribution<int> flip(1, 255);
@@ -163,8 +166,9 @@ TEST_CASE("changing any one byte of an events file fails the reader's CRC check"
   }
 }
 
-TEST_CASE("a second events file made in the same second gets a name of its own and leaves "
-          "the first whole") {
+TEST_CASE(
+  "a second events file made in the same second gets a name of its own and leaves "
+  "the first whole") {
   temp_folder dir("tensorboard-second");
   auto a = tb_event_file::create(dir.path.string(), 1.7e9 + 0.1);
   REQUIRE(a.ok());

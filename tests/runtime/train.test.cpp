@@ -831,10 +831,11 @@ uint64_t largest_file(const fs::path& folder) {
 TEST_CASE("a finished run's events file holds metrics.csv's rows as TensorBoard scalars, "
           "and run.tensorboard = false writes none") {
   temp_folder dir("train-tensorboard");
-  auto on = run_troupe(fmt::format("train '{}' --set run.output_dir='\"on\"' "
-                                   "--set algo.total_env_steps=5120 --set run.log_every_updates=1",
-                                   config_path()),
-                       dir);
+  auto on = run_troupe(
+    fmt::format("train '{}' --set run.output_dir='\"on\"' "
+                "--set algo.total_env_steps=5120 --set run.log_every_updates=1",
+                config_path()),
+    dir);
   INFO(on.err);
   REQUIRE(on.status == 0);
   const auto run = only_run(dir.path / "on");
@@ -866,10 +867,11 @@ TEST_CASE("a finished run's events file holds metrics.csv's rows as TensorBoard 
     CHECK(cells == scalars.size());
   }
 
-  auto off = run_troupe(fmt::format("train '{}' --set run.output_dir='\"off\"' "
-                                    "--set algo.total_env_steps=2048 --set run.tensorboard=false",
-                                    config_path()),
-                        dir);
+  auto off =
+    run_troupe(fmt::format("train '{}' --set run.output_dir='\"off\"' "
+                           "--set algo.total_env_steps=2048 --set run.tensorboard=false",
+                           config_path()),
+               dir);
   INFO(off.err);
   REQUIRE(off.status == 0);
   const auto off_run = only_run(dir.path / "off");
