@@ -170,7 +170,7 @@ inline tb_read read_tb_events(const std::string& bytes) {
   size_t at = 0;
   while (at < bytes.size()) {
     if (bytes.size() - at < 12) {
-      out.error = fmt::format("record at byte {}: a cut-short length", at);
+      out.error = fmt::format("record at byte {}: cut short in its length", at);
       return out;
     }
     const uint64_t length = detail::le(bytes, at, 8);

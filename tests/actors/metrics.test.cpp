@@ -24,6 +24,7 @@
 #include "actors/parameter_server.hpp"
 #include "actors/stats_keeper.hpp"
 #include "tests/actors/ask.hpp"
+#include "tests/file_size_limit.hpp"
 #include "tests/seed.hpp"
 #include "tests/temp_folder.hpp"
 #include "tests/tensorboard_reader.hpp"
@@ -374,5 +375,43 @@ TEST_CASE("an events file that cannot be created is reported with its path and t
   r.env_steps = 16;
   self->send(metrics, r);
   ask<metrics_counters>(self, metrics, row_atom::value);
+  self->send_exit(metrics, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("an events file the system refuses to write to is reported with its path and "
+          "the system's reason and stops the run") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self(sys);
+  troupe::test::temp_folder dir("metrics-tensorboard-full");
+  std::mt19937_64 rng(troupe::test::fresh_seed());
+  metrics_options mo; // no metrics.csv: the events file is the only one written
+  mo.tensorboard_dir = dir.path.string();
+  mo.quiet = true;
+  mo.log_every_updates = 1;
+  auto metrics = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  self->send(metrics, random_report(rng));
+  ask<metrics_counters>(self, metrics, state_atom::value); // the row is written
+  const auto files = troupe::test::tb_event_files(dir.path);
+  REQUIRE(files.size() == 1);
+  {
+    // As a full disk: the file may not grow by a whole row.
+    troupe::test::file_size_limit limit(fs::file_size(files.front()) + 8);
+    REQUIRE(limit.ok());
+    self->send(metrics, random_report(rng));
+    bool stopped = false;
+    self->receive([&](stop_atom) { stopped = true; },
+                  troupe::test::fail_after("stop_atom from the metrics actor"));
+    CHECK(stopped);
+  }
+  const auto status = ask<std::string>(self, metrics, status_atom::value);
+  CHECK(status.find("cannot write " + files.front().string() + ": " +
+                    std::strerror(EFBIG)) != std::string::npos);
+  // Later reports are taken without a crash and add nothing to the file.
+  const auto size = fs::file_size(files.front());
+  self->send(metrics, random_report(rng));
+  ask<metrics_counters>(self, metrics, row_atom::value);
+  CHECK(fs::file_size(files.front()) == size);
   self->send_exit(metrics, caf::exit_reason::user_shutdown);
 }

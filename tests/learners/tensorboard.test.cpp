@@ -3,6 +3,7 @@
 // masked CRCs of every record checked, the Event fields decoded.
 #include <doctest/doctest.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "learners/tensorboard.hpp"
+#include "tests/file_size_limit.hpp"
 #include "tests/temp_folder.hpp"
 #include "tests/tensorboard_reader.hpp"
 
@@ -203,4 +205,29 @@ TEST_CASE("an events file that cannot be created is an error naming the path and
     CHECK(file.err().message.find(path) != std::string::npos);
     CHECK(file.err().message.find(std::strerror(ENOTDIR)) != std::string::npos);
   }
+}
+
+TEST_CASE("a record the system refuses to write is an error naming the file and the "
+          "system's reason") {
+  temp_folder dir("tensorboard-full");
+  auto file = tb_event_file::create(dir.path.string(), 1.7e9);
+  REQUIRE(file.ok());
+  REQUIRE(file->write_scalars(1.7e9 + 1, 10, {{"x", 0.5f}}).ok());
+  const auto size = fs::file_size(file->path());
+  {
+    // As a full disk: the file may grow by a few bytes, less than a record.
+    troupe::test::file_size_limit limit(size + 8);
+    REQUIRE(limit.ok());
+    auto written = file->write_scalars(1.7e9 + 2, 20, {{"x", 1.5f}, {"y", -2.5f}});
+    REQUIRE(!written.ok());
+    CHECK(written.err().code == troupe::errc::io_error);
+    CHECK(written.err().message.find("cannot write " + file->path()) !=
+          std::string::npos);
+    CHECK(written.err().message.find(std::strerror(EFBIG)) != std::string::npos);
+  }
+  // What was written before reads back whole; the torn record is reported.
+  const auto read = read_tb_events_file(file->path());
+  CHECK(read.error.find("cut short") != std::string::npos);
+  REQUIRE(read.events.size() == 2);
+  CHECK(read.events[1].step == 10);
 }
