@@ -10,11 +10,14 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "learners/tensorboard.hpp"
 
 namespace troupe::actors {
 
@@ -85,6 +88,7 @@ struct metrics_state {
   uint64_t last_row_updates = UINT64_MAX;
   std::FILE* csv = nullptr;
   std::FILE* jsonl = nullptr;
+  std::unique_ptr<learners::tb_event_file> events; // the TensorBoard events file
   std::string write_error; // the first failed open or write; the run is stopped then
   ~metrics_state() {
     if (csv)
@@ -99,6 +103,13 @@ using metrics_actor = caf::stateful_actor<metrics_state>;
 double elapsed(const metrics_state& st) {
   return st.c.wall_time_s +
          std::chrono::duration<double>(clock_type::now() - st.started).count();
+}
+
+// Seconds since the Unix epoch, TensorBoard's wall time.
+double unix_now() {
+  return std::chrono::duration<double>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
 }
 
 double mean_return(const metrics_state& st) {
@@ -151,6 +162,7 @@ void write_failed(metrics_state& st, const std::string& what) {
   if (st.jsonl)
     std::fclose(st.jsonl);
   st.csv = st.jsonl = nullptr;
+  st.events.reset();
   if (st.coordinator)
     caf::anon_send(st.coordinator, stop_atom::value);
 }
@@ -172,21 +184,28 @@ void write_row(metrics_state& st) {
   // The same row in both files: metrics.csv writes a figure with 9
   // significant digits and "nan" when there is none; metrics.jsonl writes the
   // number that text reads back as, and null for "nan" (JSON has no NaN).
+  // The events file holds that number as a float32 scalar tagged with the
+  // column's name, and leaves out "nan" cells.
   std::string line;
   nlohmann::ordered_json row;
+  std::vector<learners::tb_scalar> scalars;
   size_t column = 0;
   auto add = [&](auto x) {
     const char* name = metrics_columns[column++];
     std::string text;
     if constexpr (std::is_floating_point_v<decltype(x)>) {
       text = num(x);
-      if (std::isfinite(x))
-        row[name] = std::strtod(text.c_str(), nullptr);
-      else
+      if (std::isfinite(x)) {
+        const double read_back = std::strtod(text.c_str(), nullptr);
+        row[name] = read_back;
+        scalars.push_back({name, static_cast<float>(read_back)});
+      } else {
         row[name] = nullptr;
+      }
     } else {
       text = std::to_string(x);
       row[name] = x;
+      scalars.push_back({name, static_cast<float>(x)});
     }
     line += (column > 1 ? "," : "") + text;
   };
@@ -225,6 +244,13 @@ void write_row(metrics_state& st) {
   if (st.jsonl && !append_line(st.jsonl, row.dump()))
     write_failed(
       st, fmt::format("cannot write {}: {}", st.opts.jsonl_path, std::strerror(errno)));
+  if (st.events) {
+    // At its env step; the event's wall time is the Unix time TensorBoard shows.
+    if (auto written = st.events->write_scalars(
+          unix_now(), static_cast<int64_t>(st.c.env_steps), scalars);
+        !written)
+      write_failed(st, written.err().message);
+  }
   if (!st.opts.quiet && !st.opts.progress_line)
     std::printf(
       "steps %llu  updates %llu  return_mean_100 %s  sps %.0f  policy_lag %.2f  "
@@ -342,6 +368,14 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
     if (!st.jsonl)
       write_failed(st, fmt::format("cannot open {} for appending: {}", st.opts.jsonl_path,
                                    std::strerror(errno)));
+  }
+  if (!st.opts.tensorboard_dir.empty() && st.write_error.empty()) {
+    // A new file each start: a resumed run never writes into an old one.
+    auto events = learners::tb_event_file::create(st.opts.tensorboard_dir, unix_now());
+    if (events)
+      st.events = std::make_unique<learners::tb_event_file>(std::move(*events));
+    else
+      write_failed(st, events.err().message);
   }
   schedule_tally(self);
   return {

@@ -1,5 +1,6 @@
 // The metrics actor: gathers the learners' reports (counters, episode
-// returns, losses, lags), writes metrics.csv and metrics.jsonl rows, prints
+// returns, losses, lags), writes metrics.csv and metrics.jsonl rows (and the
+// same rows as TensorBoard scalars in an events file), prints
 // a progress line about once a second on a terminal (plain log lines
 // otherwise), and tells the coordinator when a checkpoint is due and when
 // the step budget is spent.
@@ -17,9 +18,10 @@
 //                               it does so itself every tally_interval_ms and
 //                               before the final row
 //   (status_atom)            -> std::string        the first failed open or write of
-//                               metrics.csv or metrics.jsonl (path and the system's
-//                               reason); empty when none. On such a failure it also
-//                               sends (stop_atom) to the coordinator: the run stops.
+//                               metrics.csv, metrics.jsonl or the events file (path and
+//                               the system's reason); empty when none. On such a failure
+//                               it also sends (stop_atom) to the coordinator: the run
+//                               stops.
 // It sends to the coordinator: (ckpt_atom, uint64_t updates), (done_atom),
 // (stop_atom).
 #pragma once
@@ -46,6 +48,8 @@ extern const size_t metrics_column_count;
 struct metrics_options {
   std::string csv_path;                  ///< metrics.csv (appended to; header when new)
   std::string jsonl_path;                ///< metrics.jsonl (appended to)
+  /// Folder of a new TensorBoard events file holding every row (empty: none).
+  std::string tensorboard_dir;
   uint64_t log_every_updates = 10;       ///< a row every this many updates
   uint64_t checkpoint_every_updates = 0; ///< ask for a checkpoint this often (0: never)
   uint64_t total_env_steps = 0;          ///< budget, for the progress line and done_atom

@@ -1,10 +1,14 @@
 // The metrics actor's rows: the columns that come from the statistics
 // keeper's and the parameter server's own counters (deltas_duplicate,
 // gradients_rejected), so that what a lost or fenced host sent is counted
-// even when no learner reports it.
+// even when no learner reports it; and the same rows as TensorBoard events.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -20,12 +24,15 @@
 #include "actors/parameter_server.hpp"
 #include "actors/stats_keeper.hpp"
 #include "tests/actors/ask.hpp"
+#include "tests/file_size_limit.hpp"
 #include "tests/seed.hpp"
 #include "tests/temp_folder.hpp"
+#include "tests/tensorboard_reader.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
 using troupe::test::ask;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -174,5 +181,237 @@ TEST_CASE("without a keeper and a server the metrics row keeps the learners' cou
   auto row = last_row(mo.csv_path);
   CHECK(row.at("gradients_rejected") == "2");
   CHECK(row.at("deltas_duplicate") == "0");
+  self->send_exit(metrics, caf::exit_reason::user_shutdown);
+}
+
+// -- TensorBoard events file -------------------------------------------------
+
+namespace {
+
+// Header and rows of a metrics.csv, split at commas.
+std::vector<std::vector<std::string>> csv_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<std::string>> out;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');)
+      cells.push_back(c);
+    out.push_back(std::move(cells));
+  }
+  return out;
+}
+
+// A learner report with random figures in every field a row shows.
+learner_report random_report(std::mt19937_64& rng) {
+  std::uniform_int_distribution<uint64_t> steps(1, 5000), small(0, 7), episodes(0, 3);
+  std::normal_distribution<double> normal(0.0, 50.0);
+  learner_report r;
+  r.learner = "learner" + std::to_string(small(rng) % 2);
+  r.env_steps = steps(rng);
+  for (uint64_t e = episodes(rng); e > 0; --e) {
+    r.episode_returns.push_back(normal(rng));
+    r.episode_lengths.push_back(steps(rng));
+  }
+  r.policy_lag = small(rng);
+  r.stats_version = steps(rng);
+  r.stats_lag = small(rng);
+  r.weights_version = steps(rng);
+  r.loss_policy = normal(rng) * 1e-3;
+  r.loss_value = std::abs(normal(rng));
+  r.entropy = std::abs(normal(rng)) * 1e-2;
+  r.learning_rate = std::abs(normal(rng)) * 1e-5;
+  r.dropped = small(rng);
+  r.rejected = small(rng);
+  r.runner_restarts = small(rng);
+  r.non_finite = small(rng);
+  return r;
+}
+
+// Checks that the events of `events_path` are the rows of `csv_path` after
+// the file_version event: one event per row at its env_steps, each cell but
+// "nan" a scalar tagged with its column, equal to the float32 of the cell.
+void check_events_match_csv(const std::string& csv_path, const fs::path& events_path) {
+  const auto lines = csv_lines(csv_path);
+  REQUIRE(lines.size() >= 2);
+  const auto& header = lines.front();
+  const auto read = troupe::test::read_tb_events_file(events_path);
+  REQUIRE_MESSAGE(read.error.empty(), read.error);
+  REQUIRE(read.events.size() == lines.size());
+  CHECK(read.events.front().file_version == "brain.Event:2");
+  CHECK(!read.events.front().has_step);
+  const size_t env_steps_column =
+    std::find(header.begin(), header.end(), "env_steps") - header.begin();
+  REQUIRE(env_steps_column < header.size());
+  for (size_t i = 1; i < lines.size(); ++i) {
+    CAPTURE(i);
+    const auto& cells = lines[i];
+    const auto& ev = read.events[i];
+    REQUIRE(cells.size() == header.size());
+    CHECK(ev.has_step);
+    CHECK(ev.step == static_cast<int64_t>(std::stoull(cells[env_steps_column])));
+    size_t k = 0;
+    for (size_t c = 0; c < header.size(); ++c) {
+      if (cells[c] == "nan")
+        continue;
+      CAPTURE(header[c]);
+      REQUIRE(k < ev.values.size());
+      CHECK(ev.values[k].first == header[c]);
+      CHECK(ev.values[k].second ==
+            static_cast<float>(std::strtod(cells[c].c_str(), nullptr)));
+      ++k;
+    }
+    CHECK(k == ev.values.size());
+  }
+}
+
+} // namespace
+
+TEST_CASE("every metrics row is also a TensorBoard event at its env step whose scalars "
+          "are the row's cells, and a restarted metrics actor starts a new events file") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self(sys);
+  troupe::test::temp_folder dir("metrics-tensorboard");
+  const uint64_t seed = troupe::test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  metrics_options mo;
+  mo.csv_path = (dir.path / "metrics.csv").string();
+  mo.tensorboard_dir = dir.path.string();
+  mo.quiet = true;
+  mo.log_every_updates = 1 + rng() % 2;
+  auto metrics = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  const int reports = 10 + static_cast<int>(rng() % 20);
+  for (int i = 0; i < reports; ++i)
+    self->send(metrics, random_report(rng));
+  auto counters = ask<metrics_counters>(self, metrics, row_atom::value);
+  CHECK(ask<std::string>(self, metrics, status_atom::value).empty());
+  self->send_exit(metrics, caf::exit_reason::user_shutdown);
+  auto files = troupe::test::tb_event_files(dir.path);
+  REQUIRE(files.size() == 1);
+  check_events_match_csv(mo.csv_path, files.front());
+  // The first event's wall time is now's Unix time, as the file's name says.
+  const auto first = troupe::test::read_tb_events_file(files.front());
+  REQUIRE(first.error.empty());
+  CHECK(files.front().filename().string().find(
+          fmt::format(".{}.", static_cast<int64_t>(first.events.front().wall_time))) !=
+        std::string::npos);
+
+  // A resumed run: a second actor continues the counters and appends to
+  // metrics.csv, and writes its rows into a file of its own.
+  std::ifstream old_in(files.front(), std::ios::binary);
+  const std::string old_bytes((std::istreambuf_iterator<char>(old_in)),
+                              std::istreambuf_iterator<char>());
+  mo.start = counters;
+  auto resumed = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  for (int i = 0; i < 4; ++i)
+    self->send(resumed, random_report(rng));
+  ask<metrics_counters>(self, resumed, row_atom::value);
+  self->send_exit(resumed, caf::exit_reason::user_shutdown);
+  files = troupe::test::tb_event_files(dir.path);
+  REQUIRE(files.size() == 2);
+  std::ifstream again(files.front(), std::ios::binary);
+  CHECK(std::string(std::istreambuf_iterator<char>(again),
+                    std::istreambuf_iterator<char>()) == old_bytes);
+  const auto second = troupe::test::read_tb_events_file(files.back());
+  REQUIRE_MESSAGE(second.error.empty(), second.error);
+  REQUIRE(second.events.size() >= 2);
+  CHECK(second.events[1].step > static_cast<int64_t>(counters.env_steps));
+}
+
+TEST_CASE("without a TensorBoard folder the metrics actor writes no events file") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self(sys);
+  troupe::test::temp_folder dir("metrics-no-tensorboard");
+  std::mt19937_64 rng(troupe::test::fresh_seed());
+  metrics_options mo;
+  mo.csv_path = (dir.path / "metrics.csv").string();
+  mo.quiet = true;
+  mo.log_every_updates = 1;
+  auto metrics = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  for (int i = 0; i < 3; ++i)
+    self->send(metrics, random_report(rng));
+  ask<metrics_counters>(self, metrics, row_atom::value);
+  self->send_exit(metrics, caf::exit_reason::user_shutdown);
+  CHECK(csv_lines(mo.csv_path).size() == 4);
+  CHECK(troupe::test::tb_event_files(dir.path).empty());
+}
+
+TEST_CASE("an events file that cannot be created is reported with its path and the "
+          "system's reason and stops the run") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self(sys);
+  troupe::test::temp_folder dir("metrics-tensorboard-unwritable");
+  metrics_options mo;
+  mo.csv_path = (dir.path / "metrics.csv").string();
+  mo.quiet = true;
+  std::string reason;
+  SUBCASE("the folder does not exist") {
+    mo.tensorboard_dir = (dir.path / "missing").string();
+    reason = std::strerror(ENOENT);
+  }
+  SUBCASE("the folder is a file") {
+    mo.tensorboard_dir = dir.write("not-a-folder", "text");
+    reason = std::strerror(ENOTDIR);
+  }
+  auto metrics = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  bool stopped = false;
+  self->receive([&](stop_atom) { stopped = true; },
+                troupe::test::fail_after("stop_atom from the metrics actor"));
+  CHECK(stopped);
+  const auto status = ask<std::string>(self, metrics, status_atom::value);
+  CHECK(status.find("cannot create " + mo.tensorboard_dir + "/events.out.tfevents.") !=
+        std::string::npos);
+  CHECK(status.find(reason) != std::string::npos);
+  // Reports after the failure are taken without a crash and write nothing.
+  learner_report r;
+  r.learner = "learner0";
+  r.env_steps = 16;
+  self->send(metrics, r);
+  ask<metrics_counters>(self, metrics, row_atom::value);
+  self->send_exit(metrics, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("an events file the system refuses to write to is reported with its path and "
+          "the system's reason and stops the run") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self(sys);
+  troupe::test::temp_folder dir("metrics-tensorboard-full");
+  std::mt19937_64 rng(troupe::test::fresh_seed());
+  metrics_options mo; // no metrics.csv: the events file is the only one written
+  mo.tensorboard_dir = dir.path.string();
+  mo.quiet = true;
+  mo.log_every_updates = 1;
+  auto metrics = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  self->send(metrics, random_report(rng));
+  ask<metrics_counters>(self, metrics, state_atom::value); // the row is written
+  const auto files = troupe::test::tb_event_files(dir.path);
+  REQUIRE(files.size() == 1);
+  {
+    // As a full disk: the file may not grow by a whole row.
+    troupe::test::file_size_limit limit(fs::file_size(files.front()) + 8);
+    REQUIRE(limit.ok());
+    self->send(metrics, random_report(rng));
+    bool stopped = false;
+    self->receive([&](stop_atom) { stopped = true; },
+                  troupe::test::fail_after("stop_atom from the metrics actor"));
+    CHECK(stopped);
+  }
+  const auto status = ask<std::string>(self, metrics, status_atom::value);
+  CHECK(status.find("cannot write " + files.front().string() + ": " +
+                    std::strerror(EFBIG)) != std::string::npos);
+  // Later reports are taken without a crash and add nothing to the file.
+  const auto size = fs::file_size(files.front());
+  self->send(metrics, random_report(rng));
+  ask<metrics_counters>(self, metrics, row_atom::value);
+  CHECK(fs::file_size(files.front()) == size);
   self->send_exit(metrics, caf::exit_reason::user_shutdown);
 }

@@ -33,6 +33,7 @@
 #include "runtime/train.hpp"
 #include "tests/cli_support.hpp"
 #include "tests/runtime/failing_env.hpp"
+#include "tests/tensorboard_reader.hpp"
 
 extern char** environ;
 
@@ -939,6 +940,57 @@ uint64_t largest_file(const fs::path& folder) {
 }
 
 } // namespace
+
+TEST_CASE("a finished run's events file holds metrics.csv's rows as TensorBoard scalars, "
+          "and run.tensorboard = false writes none") {
+  temp_folder dir("train-tensorboard");
+  auto on = run_troupe(
+    fmt::format("train '{}' --set run.output_dir='\"on\"' "
+                "--set algo.total_env_steps=5120 --set run.log_every_updates=1",
+                config_path()),
+    dir);
+  INFO(on.err);
+  REQUIRE(on.status == 0);
+  const auto run = only_run(dir.path / "on");
+  const auto files = troupe::test::tb_event_files(run);
+  REQUIRE(files.size() == 1);
+  const auto read = troupe::test::read_tb_events_file(files.front());
+  REQUIRE_MESSAGE(read.error.empty(), read.error);
+  const auto rows = read_metrics(run);
+  REQUIRE(rows.size() >= 2);
+  REQUIRE(read.events.size() == rows.size() + 1);
+  CHECK(read.events.front().file_version == "brain.Event:2");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    CAPTURE(i);
+    const auto& ev = read.events[i + 1];
+    CHECK(ev.step == static_cast<int64_t>(std::stoull(rows[i].at("env_steps"))));
+    std::map<std::string, float> scalars(ev.values.begin(), ev.values.end());
+    CHECK(scalars.size() == ev.values.size()); // no tag twice
+    size_t cells = 0;
+    for (const auto& [column, cell] : rows[i]) {
+      CAPTURE(column);
+      if (cell == "nan") {
+        CHECK(scalars.count(column) == 0);
+        continue;
+      }
+      ++cells;
+      REQUIRE(scalars.count(column) == 1);
+      CHECK(scalars.at(column) == static_cast<float>(std::strtod(cell.c_str(), nullptr)));
+    }
+    CHECK(cells == scalars.size());
+  }
+
+  auto off =
+    run_troupe(fmt::format("train '{}' --set run.output_dir='\"off\"' "
+                           "--set algo.total_env_steps=2048 --set run.tensorboard=false",
+                           config_path()),
+               dir);
+  INFO(off.err);
+  REQUIRE(off.status == 0);
+  const auto off_run = only_run(dir.path / "off");
+  CHECK(fs::exists(off_run / "metrics.csv"));
+  CHECK(troupe::test::tb_event_files(off_run).empty());
+}
 
 TEST_CASE("a disk that fills while a checkpoint is written stops the run with the path "
           "and the system's reason, and leaves the previous checkpoint whole") {
