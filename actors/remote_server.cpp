@@ -193,22 +193,25 @@ struct remote_server::impl {
                     c.shape.num_envs, c.slots.empty() ? 0 : c.slots.front(), c.minor));
   }
 
-  // A refusal: counted for the client, logged, answered with ERROR; past the
-  // budget the session is dropped.
+  // A refusal: counted for the client, logged, answered with one ERROR: its own
+  // code within the budget; past it, too_many_errors (naming the last offence)
+  // and the session is dropped.
   outcome refuse(connection& c, uint64_t sequence, error_code code, const error& e) {
     c.errors += 1;
     log(fmt::format("{}: {}: {} (error {} of {} allowed)", who(c), to_string(code),
                     e.message, c.errors, opts.max_errors));
     count(&remote_server_counters::errors); // counters move after the log line
-    send_error(c, sequence, code, e.message);
-    if (c.errors <= opts.max_errors)
+    if (c.errors <= opts.max_errors) {
+      send_error(c, sequence, code, e.message);
       return outcome::keep;
+    }
     // The session ends before the client hears why: what it then sees is done.
     const auto reply = encode_error(
       reply_header(c, sequence),
       error_reply{error_code::too_many_errors,
-                  fmt::format("more than {} malformed messages: the session is dropped",
-                              opts.max_errors)});
+                  fmt::format("more than remote.max_errors {} malformed messages: the "
+                              "session is dropped; the last: {}: {}",
+                              opts.max_errors, to_string(code), e.message)});
     if (c.session) {
       end_session(c, "too many errors");
       count(&remote_server_counters::sessions_dropped);
@@ -336,6 +339,7 @@ struct remote_server::impl {
       totals.steps += 1;
       totals.env_steps += k;
     }
+    c.last_sequence = h.sequence; // only an answered message uses its number up
     send(c.routing_id, encode_act(reply_header(c, h.sequence), reply, c.shape));
     return outcome::keep;
   }
@@ -344,9 +348,14 @@ struct remote_server::impl {
   // rule of the agent's that the decoder does not know.
   outcome agent_failed(connection& c, const header& h, const error& e) {
     if (e.code == errc::unavailable) {
-      send_error(c, h.sequence, error_code::server_closing,
-                 "the run is ending: " + e.message);
-      return outcome::keep;
+      // The run is ending: the session ends as at stop(), with CLOSE, which
+      // answers this STEP (it carries its sequence number).
+      header close = reply_header(c, h.sequence);
+      close.type = kind::close;
+      const auto reply = encode_signal(close);
+      end_session(c, "the run ends");
+      send(c.routing_id, reply);
+      return outcome::forget;
     }
     return refuse(c, h.sequence, error_code::count_mismatch, e);
   }
@@ -376,38 +385,50 @@ struct remote_server::impl {
     error_code code = error_code::none;
     auto h = decode_header(views.data(), views.size(), code);
     if (!h)
-      return refuse(c, 0, code, h.err());
+      return refuse(c, readable_sequence(views.data(), views.size()), code, h.err());
+    const bool in_session =
+      h->type == kind::step || h->type == kind::ping || h->type == kind::close;
+    // A session this connection does not hold (dropped, closed, of another
+    // connection, or of a troupe that restarted): the client must say HELLO.
+    auto not_open = [&] {
+      return refuse(
+        c, h->sequence, error_code::unknown_session,
+        error{
+          errc::invalid_argument,
+          c.welcomed
+            ? fmt::format("{} message: session {} is not this connection's session {}",
+                          to_string(h->type), h->session, c.session)
+            : fmt::format("{} message: session {} is not open on this connection (it "
+                          "was closed or dropped, or troupe restarted): say HELLO for "
+                          "a new session",
+                          to_string(h->type), h->session)});
+    };
+    if (in_session && !c.welcomed && h->session != 0)
+      return not_open();
     if (auto ok = check_client_kind(h->type, c.session != 0, code); !ok)
       return refuse(c, h->sequence, code, ok.err());
-    if (h->type != kind::hello) {
-      if (h->session != c.session)
-        return refuse(c, h->sequence, error_code::unknown_session,
-                      error{errc::invalid_argument,
-                            fmt::format("{} message: session {} is not this connection's "
-                                        "session {}",
-                                        to_string(h->type), h->session, c.session)});
-      if (c.any_sequence && h->sequence <= c.last_sequence)
-        return refuse(
-          c, h->sequence, error_code::bad_sequence,
-          error{errc::invalid_argument,
-                fmt::format("{} message: sequence {} must be above the "
-                            "previous message's {}",
-                            to_string(h->type), h->sequence, c.last_sequence)});
+    if (in_session) {
       if (!c.welcomed)
         return refuse(c, h->sequence, error_code::out_of_order,
                       error{errc::invalid_argument,
                             fmt::format("{} message: the session waits for WELCOME "
                                         "(remote.min_envs {} not reached)",
                                         to_string(h->type), opts.min_envs)});
+      if (h->session != c.session)
+        return not_open();
+      if (c.any_sequence && h->sequence <= c.last_sequence)
+        return refuse(
+          c, h->sequence, error_code::bad_sequence,
+          error{errc::invalid_argument,
+                fmt::format("{} message: sequence {} must be above {}, the last "
+                            "sequence troupe answered in this session",
+                            to_string(h->type), h->sequence, c.last_sequence)});
     }
     switch (h->type) {
     case kind::hello:
       return on_hello(c, *h, views.data(), views.size());
-    case kind::step: {
-      auto out = on_step(c, *h, views.data(), views.size());
-      c.last_sequence = h->sequence;
-      return out;
-    }
+    case kind::step:
+      return on_step(c, *h, views.data(), views.size());
     case kind::ping:
       if (auto ok = decode_signal(*h, views.size(), code); !ok)
         return refuse(c, h->sequence, code, ok.err());

@@ -421,6 +421,13 @@ result<header> decode_header(const frame_view* frames, size_t count, error_code&
   return h;
 }
 
+uint64_t readable_sequence(const frame_view* frames, size_t count) noexcept {
+  if (count == 0 || frames[0].size != header_size ||
+      std::memcmp(frames[0].data, magic, 4) != 0 || frames[0].data[4] != protocol_major)
+    return 0;
+  return get_u64(frames[0].data + 8);
+}
+
 result<hello> decode_hello(const header& h, const frame_view* frames, size_t count,
                            error_code& code) {
   if (auto ok = frame_count(h, count, 2, code); !ok)

@@ -25,7 +25,7 @@ namespace troupe::actors::remote {
 /// The protocol's major version (must match).
 constexpr uint8_t protocol_major = 1;
 /// The protocol's minor version (the lower of both sides' is agreed).
-constexpr uint8_t protocol_minor = 0;
+constexpr uint8_t protocol_minor = 1;
 /// Bytes in a header frame.
 constexpr size_t header_size = 32;
 /// Most environments in one session.
@@ -59,8 +59,8 @@ enum class error_code : uint32_t {
   bad_magic = 2,        ///< the header does not start with TRPE
   version_mismatch = 3, ///< another major version
   unknown_kind = 4,     ///< not a kind, or a kind troupe sends
-  out_of_order = 5,     ///< a kind the session's state does not allow
-  unknown_session = 6,  ///< not this connection's session
+  out_of_order = 5,     ///< a kind the connection's state does not allow
+  unknown_session = 6,  ///< a session not open on this connection
   bad_frame_count = 7,  ///< another number of frames than the kind has
   bad_handshake = 8,    ///< a HELLO's JSON is malformed
   space_mismatch = 9,   ///< a HELLO's spaces are not troupe's
@@ -71,7 +71,7 @@ enum class error_code : uint32_t {
   too_many_errors = 14, ///< the session is dropped for its errors
   timeout = 15,         ///< the session is dropped for silence
   server_full = 16,     ///< no room for the HELLO's environments
-  server_closing = 17,  ///< troupe is stopping
+  server_closing = 17,  ///< reserved: not sent since 1.1 (CLOSE instead)
   bad_flags = 18,       ///< undefined flag bits set in a STEP
 };
 
@@ -184,6 +184,11 @@ std::vector<frame> encode_signal(header h);
 
 /// The header: 32 bytes, magic TRPE, major version 1, a known kind.
 result<header> decode_header(const frame_view* frames, size_t count, error_code& code);
+
+/// The sequence number of a message whose header frame has version 1's layout
+/// (32 bytes, magic TRPE, major version 1), whatever its kind; 0 for any other
+/// (an ERROR's sequence when decode_header refused the header).
+uint64_t readable_sequence(const frame_view* frames, size_t count) noexcept;
 
 /// A HELLO's handshake (the JSON frame; its num_envs must equal the header's).
 result<hello> decode_hello(const header& h, const frame_view* frames, size_t count,

@@ -320,8 +320,8 @@ int troupe_remote_retryable(const troupe_remote* r, int status) {
   if (status != TROUPE_REMOTE_ERROR || !r)
     return 0;
   switch (r->last_code) {
-  case 5:  /* out_of_order: a restarted troupe does not know the session */
-  case 6:  /* unknown_session */
+  case 5:  /* out_of_order: a STEP before WELCOME, a second HELLO */
+  case 6:  /* unknown_session: dropped, closed, or troupe restarted */
   case 14: /* too_many_errors */
   case 15: /* timeout */
   case 16: /* server_full */

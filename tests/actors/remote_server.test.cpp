@@ -8,6 +8,7 @@
 // naming what it expected.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -164,7 +166,7 @@ struct client {
     std::vector<frame> frames;
     auto h = receive_header("WELCOME", frames);
     REQUIRE_MESSAGE(h.type == kind::welcome, "expected WELCOME, got "
-                                               << to_string(h.type) << ": "
+                                               << std::string(to_string(h.type)) << ": "
                                                << error_text(frames));
     auto views = views_of(frames);
     error_code code = error_code::none;
@@ -185,8 +187,9 @@ struct client {
     send(encode_step(next_header(), m));
     std::vector<frame> frames;
     auto h = receive_header("ACT", frames);
-    REQUIRE_MESSAGE(h.type == kind::act, "expected ACT, got " << to_string(h.type) << ": "
-                                                              << error_text(frames));
+    REQUIRE_MESSAGE(h.type == kind::act, "expected ACT, got "
+                                           << std::string(to_string(h.type)) << ": "
+                                           << error_text(frames));
     CHECK(h.sequence == sent);
     env_shape shape = trained_shape();
     shape.num_envs = n;
@@ -202,15 +205,15 @@ struct client {
     send(frames);
     std::vector<frame> got;
     auto h = receive_header(std::string("ERROR ") + to_string(code), got);
-    REQUIRE_MESSAGE(h.type == kind::error, "expected ERROR " << to_string(code)
-                                                             << ", got "
-                                                             << to_string(h.type));
+    REQUIRE_MESSAGE(h.type == kind::error, "expected ERROR "
+                                             << std::string(to_string(code)) << ", got "
+                                             << std::string(to_string(h.type)));
     auto views = views_of(got);
     error_code c = error_code::none;
     auto e = decode_error(h, views.data(), views.size(), c);
     REQUIRE(e.ok());
-    CHECK_MESSAGE(e->code == code, "expected " << to_string(code) << ", got "
-                                               << to_string(e->code) << ": "
+    CHECK_MESSAGE(e->code == code, "expected " << std::string(to_string(code)) << ", got "
+                                               << std::string(to_string(e->code)) << ": "
                                                << e->message);
     return e->message;
   }
@@ -310,7 +313,8 @@ TEST_CASE("every malformed message gets ERROR with its code and the server keeps
   bad.refused(wrong_magic, error_code::bad_magic);
   auto major2 = encode_signal(bad.next_header());
   major2[0][4] = 2;
-  CHECK(bad.refused(major2, error_code::version_mismatch).find("got 2.0") !=
+  major2[0][5] = 7;
+  CHECK(bad.refused(major2, error_code::version_mismatch).find("got 2.7") !=
         std::string::npos);
   good_round();
   bad.n = 2;
@@ -377,7 +381,8 @@ TEST_CASE("every malformed message gets ERROR with its code and the server keeps
                 "the log names the client and its address");
 }
 
-TEST_CASE("a client over its error budget is dropped and its session is gone") {
+TEST_CASE("a client over its error budget gets one ERROR too_many_errors naming its last "
+          "offence, and its session is gone") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -393,21 +398,33 @@ TEST_CASE("a client over its error budget is dropped and its session is gone") {
   nan_obs.obs[0] = std::nanf("");
   c.refused(encode_step(c.next_header(), nan_obs), error_code::non_finite);
   c.refused(encode_step(c.next_header(), nan_obs), error_code::non_finite);
-  c.refused(encode_step(c.next_header(), nan_obs), error_code::non_finite);
+  // The third: too_many_errors is its one answer, not a non_finite before it.
+  const uint64_t third = c.seq + 1;
   std::vector<frame> frames;
+  c.send(encode_step(c.next_header(), nan_obs));
   auto h = c.receive_header("ERROR too_many_errors", frames);
   REQUIRE(h.type == kind::error);
+  CHECK(h.sequence == third);
   auto views = views_of(frames);
   error_code code = error_code::none;
   auto e = decode_error(h, views.data(), views.size(), code);
   REQUIRE(e.ok());
-  CHECK(e->code == error_code::too_many_errors);
+  CHECK_MESSAGE(e->code == error_code::too_many_errors,
+                "expected too_many_errors, got " << std::string(to_string(e->code))
+                                                 << ": " << e->message);
+  CHECK(e->message.find("more than remote.max_errors 2 malformed messages") !=
+        std::string::npos);
+  CHECK(e->message.find("the last: non_finite: STEP message: observations") !=
+        std::string::npos);
   CHECK(s.server->counters().sessions_dropped == 1);
   CHECK(s.server->counters().envs_connected == 0);
+  CHECK(s.server->counters().errors == 3);
   // Its four transitions were in an unfinished segment: discarded and counted.
   CHECK(s.agent->abandoned() == 4);
+  // The next message the client receives answers its next message: nothing
+  // else came after too_many_errors.
   c.refused(encode_step(c.next_header(), random_step(gen, 4, false)),
-            error_code::out_of_order);
+            error_code::unknown_session);
 }
 
 TEST_CASE(
@@ -434,7 +451,7 @@ TEST_CASE(
     // the CLOSE was handled (the sockets of two clients are not ordered).
     header ping = c.next_header();
     ping.type = kind::ping;
-    c.refused(encode_signal(ping), error_code::out_of_order);
+    c.refused(encode_signal(ping), error_code::unknown_session);
   }
   // The next session needs both slots: its WELCOME says the CLOSE freed them.
   client next(ctx, s.server->endpoint());
@@ -456,7 +473,7 @@ TEST_CASE(
   CHECK(s.server->counters().sessions_dropped == 1);
   CHECK(s.agent->abandoned() == 12);
   next.refused(encode_step(next.next_header(), random_step(gen, 2, false)),
-               error_code::out_of_order);
+               error_code::unknown_session);
 }
 
 TEST_CASE(
@@ -678,8 +695,9 @@ key_pair new_keys() {
 
 } // namespace
 
-TEST_CASE("CURVE: a client with an allowed key steps; an unknown key, a wrong server key "
-          "and a plaintext client get nothing through and are counted and logged") {
+TEST_CASE(
+  "CURVE: a client with an allowed key steps, while an unknown key, a wrong server key "
+  "and a plaintext client get nothing through and are counted and logged") {
   if (!zmq_has("curve"))
     TROUPE_SKIP("this libzmq has no CURVE");
   const uint64_t seed = fresh_seed();
@@ -999,6 +1017,246 @@ TEST_CASE("a HELLO waiting for remote.min_envs is dropped after timeout_ms with 
   h = b.receive_header("WELCOME for the second client", frames);
   CHECK(h.type == kind::welcome);
   CHECK(s.server->counters().sessions == 2);
+}
+
+// -- the rules of docs/protocol.md, one by one
+// -------------------------------------------
+
+namespace {
+
+// The ERROR (code and header) of the next message on `c`; fails naming `expected`.
+std::pair<header, error_reply> next_error(client& c, const std::string& expected) {
+  std::vector<frame> frames;
+  auto h = c.receive_header(expected, frames);
+  REQUIRE_MESSAGE(h.type == kind::error,
+                  "expected " << expected << ", got " << std::string(to_string(h.type)));
+  auto views = views_of(frames);
+  error_code code = error_code::none;
+  auto e = decode_error(h, views.data(), views.size(), code);
+  REQUIRE_MESSAGE(e.ok(), (e.ok() ? "" : e.err().message));
+  return {h, *e};
+}
+
+} // namespace
+
+TEST_CASE(
+  "a client that comes back after troupe dropped its session gets unknown_session, "
+  "on the same connection or a new one, and a new HELLO is welcomed") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  remote_server_options o;
+  o.heartbeat_ms = 100;
+  o.timeout_ms = 1000; // above a loaded machine's pause between HELLO and the first STEP
+  served s(make_agent(4, 64, seed), o);
+  zmq::context_t ctx;
+  client c(ctx, s.server->endpoint());
+  c.hello(2, "returns");
+  const uint64_t dropped = c.session;
+  c.step_once(random_step(gen, 2, true));
+  troupe::test::wait_until([&] { return s.server->counters().sessions_dropped == 1; },
+                           "troupe to drop the silent session");
+  CHECK(next_error(c, "ERROR timeout").second.code == error_code::timeout);
+  // The same connection, the old session id: STEP, PING and CLOSE.
+  const auto same = c.refused(encode_step(c.next_header(), random_step(gen, 2, false)),
+                              error_code::unknown_session);
+  CHECK(same.find(fmt::format("session {} is not open on this connection", dropped)) !=
+        std::string::npos);
+  CHECK(same.find("say HELLO for a new session") != std::string::npos);
+  for (kind k : {kind::ping, kind::close}) {
+    header h = c.next_header();
+    h.type = k;
+    c.refused(encode_signal(h), error_code::unknown_session);
+  }
+  // A new connection with the old session id.
+  client other(ctx, s.server->endpoint());
+  other.session = dropped;
+  other.n = 2;
+  other.refused(encode_step(other.next_header(), random_step(gen, 2, false)),
+                error_code::unknown_session);
+  // Without a session id it is a STEP before HELLO: out_of_order.
+  other.session = 0;
+  other.refused(encode_step(other.next_header(), random_step(gen, 2, true)),
+                error_code::out_of_order);
+  // HELLO on the same connection makes a new session, which steps.
+  c.hello(2, "returns");
+  CHECK(c.session != dropped);
+  c.step_once(random_step(gen, 2, true));
+  CHECK(s.server->counters().sessions == 2);
+}
+
+TEST_CASE("an ERROR carries the offending message's sequence whenever its header has "
+          "version 1's layout, whatever its kind, and 0 otherwise") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  remote_server_options o;
+  o.max_errors = 100;
+  served s(make_agent(4, 64, seed), o);
+  zmq::context_t ctx;
+  client c(ctx, s.server->endpoint());
+  auto expect = [&](std::vector<frame> frames, error_code code, uint64_t sequence) {
+    CAPTURE(to_string(code));
+    c.send(frames);
+    auto [h, e] = next_error(c, std::string("ERROR ") + to_string(code));
+    CHECK_MESSAGE(e.code == code,
+                  "got " << std::string(to_string(e.code)) << ": " << e.message);
+    CHECK(h.sequence == sequence);
+  };
+  auto random_sequence = [&] { return 1 + gen() % (uint64_t{1} << 62); };
+  for (int session = 0; session < 2; ++session) {
+    header h = c.next_header();
+    h.sequence = random_sequence();
+    auto unknown = encode_signal(h);
+    unknown[0][6] = static_cast<uint8_t>(9 + gen() % 247); // no such kind
+    expect(unknown, error_code::unknown_kind, h.sequence);
+    h.type = kind::pong; // a kind troupe sends
+    expect(encode_signal(h), error_code::unknown_kind, h.sequence);
+    auto major2 = encode_signal(h);
+    major2[0][4] = 2;
+    expect(major2, error_code::version_mismatch, 0);
+    auto magic = encode_signal(h);
+    magic[0][0] = 'X';
+    expect(magic, error_code::bad_magic, 0);
+    auto longer = encode_signal(h);
+    longer[0].push_back(0);
+    expect(longer, error_code::bad_header, 0);
+    if (session == 0)
+      c.hello(2);
+  }
+}
+
+TEST_CASE("a refused message does not use its sequence number up, whatever the refusal, "
+          "and numbers rise per session") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  remote_server_options o;
+  o.max_errors = 100;
+  served s(make_agent(4, 64, seed), o);
+  zmq::context_t ctx;
+  client c(ctx, s.server->endpoint());
+  c.hello(2);
+  c.step_once(random_step(gen, 2, true));
+  auto again = [&] { c.seq -= 1; }; // the next message reuses the refused one's number
+  step nan_obs = random_step(gen, 2, false);
+  nan_obs.obs[3] = std::nanf("");
+  c.refused(encode_step(c.next_header(), nan_obs), error_code::non_finite);
+  again();
+  c.step_once(random_step(gen, 2, false));
+  header other = c.next_header();
+  other.session += 1;
+  c.refused(encode_step(other, random_step(gen, 2, false)), error_code::unknown_session);
+  again();
+  c.step_once(random_step(gen, 2, false));
+  auto short_rewards = encode_step(c.next_header(), random_step(gen, 2, false));
+  short_rewards[3].resize(8);
+  c.refused(short_rewards, error_code::count_mismatch);
+  again();
+  header bad_ping = c.next_header();
+  bad_ping.type = kind::ping;
+  auto ping_frames = encode_signal(bad_ping);
+  ping_frames.push_back(frame{1});
+  c.refused(ping_frames, error_code::bad_frame_count);
+  again();
+  c.step_once(random_step(gen, 2, false));
+  // Numbers rise per session: after CLOSE the same connection starts again at 1.
+  header close = c.next_header();
+  close.type = kind::close;
+  c.send(encode_signal(close));
+  c.seq = 0;
+  c.session = 0;
+  c.hello(2);
+  c.step_once(random_step(gen, 2, true));
+  CHECK(c.seq == 2);
+  CHECK(s.server->counters().errors == 4);
+}
+
+TEST_CASE("an environment's first STEP in a session must report reward 0 and flags 0: "
+          "either set is refused with bad_env_id and changes nothing") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  remote_server_options o;
+  o.max_errors = 100;
+  served s(make_agent(4, 64, seed), o);
+  zmq::context_t ctx;
+  client c(ctx, s.server->endpoint());
+  c.hello(3);
+  step reward_first = random_step(gen, 3, true);
+  const uint32_t id = reward_first.env_ids[gen() % 3];
+  const size_t at =
+    std::find(reward_first.env_ids.begin(), reward_first.env_ids.end(), id) -
+    reward_first.env_ids.begin();
+  reward_first.rewards[at] = 0.5 + static_cast<double>(gen() % 7);
+  CHECK(c.refused(encode_step(c.next_header(), reward_first), error_code::bad_env_id)
+          .find(fmt::format("env id {} has no action outstanding", id)) !=
+        std::string::npos);
+  for (uint8_t flag : {flag_terminated, flag_truncated}) {
+    step flag_first = random_step(gen, 3, true);
+    flag_first.flags[at] = flag;
+    for (int j = 0; j < 4; ++j)
+      flag_first.final_obs.push_back(0.1f * static_cast<float>(j + 1));
+    CHECK(c.refused(encode_step(c.next_header(), flag_first), error_code::bad_env_id)
+            .find(fmt::format("flags 0x{:02x}", flag)) != std::string::npos);
+  }
+  CHECK(s.agent->counters().env_steps == 0);
+  c.step_once(random_step(gen, 3, true));
+  c.step_once(random_step(gen, 3, false)); // now every id has an action outstanding
+  CHECK(s.agent->counters().transitions == 3);
+}
+
+TEST_CASE("a HELLO whose num_envs is 0 is refused with count_mismatch and makes no "
+          "session") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  served s(make_agent(4, 64, seed));
+  zmq::context_t ctx;
+  client c(ctx, s.server->endpoint());
+  hello m{"none", trained_shape()};
+  m.shape.num_envs = 0;
+  auto frames = encode_hello(c.next_header(), m);
+  CHECK(c.refused(frames, error_code::count_mismatch)
+          .find("HELLO message: num_envs must be in [1, 1048576], got 0") !=
+        std::string::npos);
+  CHECK(s.server->counters().sessions == 0);
+  c.n = 1;
+  std::mt19937_64 gen(seed);
+  c.refused(encode_step(c.next_header(), random_step(gen, 1, true)),
+            error_code::out_of_order);
+  c.hello(1); // the connection is free for a HELLO
+}
+
+TEST_CASE(
+  "a stopping troupe ends every session with CLOSE, and a STEP that arrives once "
+  "the run's agent is closed is answered with CLOSE, never ERROR server_closing") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  served s(make_agent(4, 64, seed));
+  zmq::context_t ctx;
+  client ending(ctx, s.server->endpoint());
+  ending.hello(2, "ending");
+  ending.step_once(random_step(gen, 2, true));
+  client stopped(ctx, s.server->endpoint());
+  stopped.hello(2, "stopped");
+  stopped.step_once(random_step(gen, 2, true));
+  s.agent->close(); // the run ends before the server stops
+  const uint64_t sent = ending.seq + 1;
+  ending.send(encode_step(ending.next_header(), random_step(gen, 2, false)));
+  std::vector<frame> frames;
+  auto h = ending.receive_header("CLOSE", frames);
+  CHECK_MESSAGE(h.type == kind::close, "got " << std::string(to_string(h.type)) << ": "
+                                              << client::error_text(frames));
+  CHECK(h.sequence == sent);
+  CHECK(h.session == ending.session);
+  CHECK(s.server->counters().envs_connected == 2);
+  ending.refused(encode_step(ending.next_header(), random_step(gen, 2, false)),
+                 error_code::unknown_session);
+  s.server->stop();
+  h = stopped.receive_header("CLOSE at stop", frames);
+  CHECK(h.type == kind::close);
+  CHECK(h.session == stopped.session);
 }
 
 // -- a slow client ------------------------------------------------------------------------

@@ -341,9 +341,10 @@ TEST_CASE(
 
   f = good;
   f[4] = 2;
+  f[5] = 7;
   v = {f.data(), f.size()};
   check_refused(decode_header(&v, 1, code), code, error_code::version_mismatch,
-                "major version 1 is required, got 2.0");
+                "major version 1 is required, got 2.7");
 
   for (uint8_t bad : {uint8_t{0}, uint8_t{9}, uint8_t{255}}) {
     f = good;
@@ -352,6 +353,45 @@ TEST_CASE(
     check_refused(decode_header(&v, 1, code), code, error_code::unknown_kind,
                   "got " + std::to_string(bad));
   }
+}
+
+TEST_CASE("a refused header's sequence is readable whenever the header has version 1's "
+          "layout, whatever its kind, and is 0 for another length, magic or major") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  header h;
+  h.type = kind::step;
+  h.sequence = 1 + gen() % (uint64_t{1} << 63);
+  h.session = gen();
+  const frame good = encode_header(h);
+  frame_view v{good.data(), good.size()};
+  CHECK(readable_sequence(&v, 1) == h.sequence);
+  error_code code = error_code::none;
+  for (uint8_t any_kind :
+       {uint8_t{0}, uint8_t{2}, uint8_t{9}, static_cast<uint8_t>(10 + gen() % 246)}) {
+    CAPTURE(int(any_kind));
+    frame f = good;
+    f[6] = any_kind;
+    v = {f.data(), f.size()};
+    CHECK(readable_sequence(&v, 1) == h.sequence);
+  }
+  frame f = good;
+  f[4] = static_cast<uint8_t>(2 + gen() % 254);
+  v = {f.data(), f.size()};
+  CHECK_FALSE(decode_header(&v, 1, code).ok());
+  CHECK(readable_sequence(&v, 1) == 0);
+  f = good;
+  f[gen() % 4] ^= static_cast<uint8_t>(1 + gen() % 255);
+  v = {f.data(), f.size()};
+  CHECK(readable_sequence(&v, 1) == 0);
+  for (size_t size : {size_t{0}, size_t{31}, size_t{33}}) {
+    f = good;
+    f.resize(size, 0);
+    v = {f.data(), f.size()};
+    CHECK(readable_sequence(&v, 1) == 0);
+  }
+  CHECK(readable_sequence(nullptr, 0) == 0);
 }
 
 TEST_CASE("kinds out of order are refused: STEP before WELCOME, a second HELLO, "

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
@@ -412,4 +413,44 @@ TEST_CASE("every config the project ships under config/ loads and validates") {
     CHECK_MESSAGE(cfg.ok(), (cfg.ok() ? std::string{} : cfg.err().message));
   }
   CHECK(files >= 20); // the folder was found and read
+}
+
+TEST_CASE("docs/protocol.md's TOML blocks validate, and its [remote] block sets every "
+          "remote.* key to its default") {
+  const std::string path = std::string(TROUPE_SOURCE_DIR) + "/docs/protocol.md";
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE_MESSAGE(in, "cannot read " << path);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  std::vector<std::string> blocks;
+  for (size_t at = text.find("```toml\n"); at != std::string::npos;
+       at = text.find("```toml\n", at)) {
+    const size_t begin = at + 8;
+    const size_t end = text.find("```", begin);
+    REQUIRE_MESSAGE(end != std::string::npos, "an unclosed ```toml block in " << path);
+    blocks.push_back(text.substr(begin, end - begin));
+    at = end + 3;
+  }
+  REQUIRE(blocks.size() >= 2); // "Security" and "troupe's side"
+  size_t with_every_key = 0;
+  for (const auto& block : blocks) {
+    CAPTURE(block);
+    auto cfg = parse_config(block, "docs/protocol.md");
+    REQUIRE_MESSAGE(cfg.ok(), (cfg.ok() ? std::string{} : cfg.err().message));
+    if (block.find("obs_dim") == std::string::npos)
+      continue;
+    ++with_every_key;
+    for (const auto& spec : schema()) {
+      if (spec.section != "remote")
+        continue;
+      CAPTURE(spec.name());
+      CHECK_MESSAGE(cfg->origin(spec.name()) != "default",
+                    spec.name() << " is missing from the block");
+      if (spec.type == value_type::integer)
+        CHECK(cfg->get_int(spec.name()) == std::get<int64_t>(spec.default_value));
+      else if (spec.type == value_type::string)
+        CHECK(cfg->get_string(spec.name()) == std::get<std::string>(spec.default_value));
+    }
+  }
+  CHECK(with_every_key == 1);
 }
