@@ -149,7 +149,8 @@ typedef struct troupe_progress {
 /** Opens a session from a TOML config file with n_overrides
  *  "section.key=value" overrides (overrides may be NULL when 0). A bad config
  *  opens nothing (TROUPE_BAD_CONFIG; the message names file:line, key,
- *  expected and given). Any thread. */
+ *  expected and given); a missing file is TROUPE_NOT_FOUND, an unreadable
+ *  one TROUPE_IO_ERROR. Any thread. */
 TROUPE_API troupe_status troupe_session_open(int abi_version, const char* config_path,
                                              const char* const* overrides,
                                              size_t n_overrides, troupe_session** out);

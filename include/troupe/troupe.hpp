@@ -98,7 +98,8 @@ class session {
 public:
   /// Opens a session from the TOML file `config_path` with `--set`-style
   /// overrides ("section.key=value"). A bad config opens nothing: the error
-  /// (errc::bad_config) names file:line, key, expected and given.
+  /// (errc::bad_config) names file:line, key, expected and given; a missing
+  /// file is errc::not_found, an unreadable one errc::io_error.
   static result<session> open(const std::string& config_path,
                               const std::vector<std::string>& overrides = {});
 

@@ -132,9 +132,14 @@ static void bad_config(void) {
   CHECK(troupe_session_open_toml(TROUPE_ABI_VERSION, "[run]\nseed = 1\n", "ok.toml",
                                  overrides, 1, &s) == TROUPE_BAD_CONFIG);
   CHECK_MESSAGE("algo.gamma");
+  /* A missing file is not_found (the header's code for a file that does not
+   * exist), not io_error; a folder in its place is not a config file either. */
   CHECK(troupe_session_open(TROUPE_ABI_VERSION, "/nonexistent/troupe/c.toml", NULL, 0,
-                            &s) != TROUPE_OK);
-  CHECK_MESSAGE("/nonexistent/troupe/c.toml");
+                            &s) == TROUPE_NOT_FOUND);
+  CHECK(s == NULL);
+  CHECK_MESSAGE("/nonexistent/troupe/c.toml: no such config file");
+  CHECK(troupe_session_open(TROUPE_ABI_VERSION, "/", NULL, 0, &s) == TROUPE_NOT_FOUND);
+  CHECK_MESSAGE("/: is a folder");
   CHECK(troupe_session_open(TROUPE_ABI_VERSION, NULL, NULL, 0, &s) ==
         TROUPE_INVALID_ARGUMENT);
   CHECK_MESSAGE("config_path is NULL");

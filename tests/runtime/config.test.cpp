@@ -216,7 +216,7 @@ TEST_CASE("troupe check prints the resolved config, or every error with exit sta
         != std::string::npos);
   r = run_troupe("check missing.toml", dir);
   CHECK(r.status == 2);
-  CHECK(r.err.find("missing.toml: cannot open config file") != std::string::npos);
+  CHECK(r.err.find("missing.toml: no such config file") != std::string::npos);
   r = run_troupe(fmt::format("check '{}' --set run.seed=x", good), dir);
   CHECK(r.status == 2);
   CHECK(r.err.find("--set run.seed=x") != std::string::npos);
