@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-ABI_VERSION = 1  # TROUPE_ABI_VERSION of include/troupe/troupe.h
+ABI_VERSION = 2  # TROUPE_ABI_VERSION of include/troupe/troupe.h
 OK = 0
 
 # -- Catcher (the rules of examples/catcher.hpp) -------------------------------
@@ -105,7 +105,7 @@ class Progress(C.Structure):
 class EnvDescription(C.Structure):
     _fields_ = [("id", C.c_char_p), ("obs_dim", C.c_size_t),
                 ("obs_low", C.POINTER(C.c_float)), ("obs_high", C.POINTER(C.c_float)),
-                ("num_actions", C.c_int64), ("action_dim", C.c_size_t),
+                ("num_actions", C.c_size_t), ("action_dim", C.c_size_t),
                 ("action_low", C.POINTER(C.c_float)), ("action_high", C.POINTER(C.c_float)),
                 ("max_episode_steps", C.c_int)]
 

@@ -35,8 +35,9 @@
 extern "C" {
 #endif
 
-/** The binary interface this header describes; pass it to the opening calls. */
-#define TROUPE_ABI_VERSION 1
+/** The binary interface this header describes; pass it to the opening calls.
+ *  2: troupe_agent_act_batch takes buffer sizes; num_actions is size_t. */
+#define TROUPE_ABI_VERSION 2
 
 /** Result of every call; mirrors troupe::errc. */
 typedef enum troupe_status {
@@ -67,8 +68,9 @@ TROUPE_API int troupe_abi_version(void);
  */
 TROUPE_API const char* troupe_version(void);
 
-/** Stable short name of a status ("bad_config", ...; static storage). Any thread,
- * concurrent. */
+/** Stable short name of a status: "ok" for TROUPE_OK, else the code's name
+ *  ("bad_config", ...), "unknown" for a value outside the enum (static
+ *  storage). Any thread, concurrent. */
 TROUPE_API const char* troupe_status_name(troupe_status status);
 
 /** Message of this thread's last failed call ("" if none); valid until this
@@ -90,7 +92,7 @@ typedef struct troupe_env_description {
   size_t obs_dim;           /**< floats per observation (> 0) */
   const float* obs_low;     /**< obs_dim lower bounds */
   const float* obs_high;    /**< obs_dim upper bounds */
-  int64_t num_actions;      /**< Discrete: number of actions; 0 for Box */
+  size_t num_actions;       /**< Discrete: number of actions (<= 2^24); 0 for Box */
   size_t action_dim;        /**< Box: floats per action; ignored for Discrete */
   const float* action_low;  /**< Box: action_dim lower bounds; NULL for Discrete */
   const float* action_high; /**< Box: action_dim upper bounds; NULL for Discrete */
@@ -225,15 +227,21 @@ TROUPE_API troupe_status troupe_agent_act(troupe_agent* agent, size_t slot,
                                           const float* obs, size_t obs_size,
                                           float* action, size_t action_size);
 
-/** act for slots [first_slot, first_slot + count), rows one after another.
- *  The calling thread owns those slots for the call. */
+/** act for slots [first_slot, first_slot + count), rows one after another:
+ *  obs_size must be count * obs_dim and actions_size at least
+ *  count * action_dim (else TROUPE_DIMENSION_MISMATCH naming both). The
+ *  calling thread owns those slots for the call. */
 TROUPE_API troupe_status troupe_agent_act_batch(troupe_agent* agent, size_t first_slot,
                                                 size_t count, const float* obs,
-                                                float* actions);
+                                                size_t obs_size, float* actions,
+                                                size_t actions_size);
 
-/** The outcome of slot's last action (terminated/truncated 0 or 1;
- *  final_obs: the observation ending a truncated episode, or NULL). Never
- *  blocks unless block_when_full. Same thread rule as troupe_agent_act. */
+/** The outcome of slot's last action. terminated and truncated are 0 or 1
+ *  (another value: TROUPE_INVALID_ARGUMENT naming the flag and the value);
+ *  both 1 is accepted and terminated wins, as in Gymnasium: the episode ends
+ *  without bootstrapping from final_obs. final_obs: the observation ending a
+ *  truncated episode (obs_dim floats), or NULL. Never blocks unless
+ *  block_when_full. Same thread rule as troupe_agent_act. */
 TROUPE_API troupe_status troupe_agent_report(troupe_agent* agent, size_t slot,
                                              double reward, int terminated, int truncated,
                                              const float* final_obs);

@@ -19,7 +19,7 @@
 namespace troupe {
 
 /// Version of the binary interface; the C API checks it at open (troupe.h).
-inline constexpr int abi_version = 1;
+inline constexpr int abi_version = 2;
 
 /// The library's version, "MAJOR.MINOR.PATCH".
 const char* version() noexcept;
@@ -32,7 +32,7 @@ struct env_description {
   std::string id;                 ///< registry id, e.g. "MyGame-v0"; must be new
   std::vector<float> obs_low;     ///< Box observation lower bounds (size obs_dim)
   std::vector<float> obs_high;    ///< Box observation upper bounds (size obs_dim)
-  int64_t num_actions = 0;        ///< Discrete: number of actions; 0 for a Box action
+  size_t num_actions = 0;         ///< Discrete: number of actions (<= 2^24); 0: Box
   std::vector<float> action_low;  ///< Box action lower bounds (empty when Discrete)
   std::vector<float> action_high; ///< Box action upper bounds (empty when Discrete)
   int max_episode_steps = 0;      ///< time limit (truncation); 0: none
@@ -174,7 +174,8 @@ public:
   status act_batch(size_t first_slot, size_t count, const float* obs, float* actions);
 
   /// The outcome of `slot`'s last action; `final_obs` is the observation that
-  /// ended a truncated episode (for bootstrapping), else may be null.
+  /// ended a truncated episode (for bootstrapping), else may be null. Both
+  /// flags set: terminated wins, as in Gymnasium (no bootstrapping).
   status report(size_t slot, double reward, bool terminated, bool truncated,
                 const float* final_obs = nullptr);
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -53,6 +54,20 @@ troupe_status fail(errc code, const std::string& message) noexcept {
 
 troupe_status done(const troupe::status& s) noexcept {
   return s.ok() ? TROUPE_OK : fail(s.err());
+}
+
+// As done(), for a C++ call whose message starts with its own name
+// (`cxx_call`: "agent::act: ...", "register_environment('id'): ..."): the
+// message names `call`, which the caller called, instead.
+troupe_status done_as(const troupe::status& s, const char* cxx_call, const char* call) {
+  if (s.ok())
+    return TROUPE_OK;
+  auto e = s.err();
+  const size_t n = std::strlen(cxx_call);
+  if (e.message.compare(0, n, cxx_call) == 0 && e.message.size() > n &&
+      (e.message[n] == ':' || e.message[n] == '('))
+    e.message = std::string(call) + e.message.substr(n);
+  return fail(e);
 }
 
 // Runs `body` (returning troupe_status), turning an exception into a status.
@@ -179,6 +194,9 @@ const char* troupe_version(void) {
 const char* troupe_status_name(troupe_status status) {
   if (static_cast<int>(status) < 0 || static_cast<int>(status) > TROUPE_UNAVAILABLE)
     return "unknown";
+  // errc::none is "none" inside (and on the wire); a status of success is "ok".
+  if (status == TROUPE_OK)
+    return "ok";
   return troupe::to_string(static_cast<errc>(status));
 }
 
@@ -506,12 +524,13 @@ troupe_status troupe_agent_act(troupe_agent* a, size_t slot, const float* obs,
                   fmt::format("{}: slot {}: the action buffer holds {} values; the agent "
                               "writes action_dim = {}",
                               call, slot, action_size, ag.action_dim()));
-    return done(ag.act(slot, obs, action));
+    return done_as(ag.act(slot, obs, action), "agent::act", call);
   });
 }
 
 troupe_status troupe_agent_act_batch(troupe_agent* a, size_t first_slot, size_t count,
-                                     const float* obs, float* actions) {
+                                     const float* obs, size_t obs_size, float* actions,
+                                     size_t actions_size) {
   constexpr const char* call = "troupe_agent_act_batch";
   return guarded(call, [&] {
     TROUPE_AGENT(call, a);
@@ -519,7 +538,27 @@ troupe_status troupe_agent_act_batch(troupe_agent* a, size_t first_slot, size_t 
       return null_argument(call, "obs");
     if (actions == nullptr)
       return null_argument(call, "actions");
-    return done(ag.act_batch(first_slot, count, obs, actions));
+    // count rows of obs_dim and action_dim floats; a count too large for the
+    // products is out of any buffer's reach (and of the slots' range).
+    const size_t od = ag.obs_dim(), ad = ag.action_dim();
+    if (count > ag.slots())
+      return fail(errc::invalid_argument,
+                  fmt::format("{}: count must be at most the agent's {} slots, got {}",
+                              call, ag.slots(), count));
+    if (obs_size != count * od)
+      return fail(errc::dimension_mismatch,
+                  fmt::format("{}: slots [{}, {}): the observations hold {} values; "
+                              "count * obs_dim = {} * {} = {} are needed",
+                              call, first_slot, first_slot + count, obs_size, count, od,
+                              count * od));
+    if (actions_size < count * ad)
+      return fail(errc::dimension_mismatch,
+                  fmt::format("{}: slots [{}, {}): the action buffer holds {} values; "
+                              "the agent writes count * action_dim = {} * {} = {}",
+                              call, first_slot, first_slot + count, actions_size, count,
+                              ad, count * ad));
+    return done_as(ag.act_batch(first_slot, count, obs, actions), "agent::act_batch",
+                   call);
   });
 }
 
@@ -528,7 +567,16 @@ troupe_status troupe_agent_report(troupe_agent* a, size_t slot, double reward,
   constexpr const char* call = "troupe_agent_report";
   return guarded(call, [&] {
     TROUPE_AGENT(call, a);
-    return done(ag.report(slot, reward, terminated != 0, truncated != 0, final_obs));
+    // Flags are 0 or 1: another value is a caller's bug (an uninitialized
+    // int, a count passed by mistake), not a truth value to guess at.
+    for (auto [name, value] :
+         {std::pair{"terminated", terminated}, std::pair{"truncated", truncated}})
+      if (value != 0 && value != 1)
+        return fail(
+          errc::invalid_argument,
+          fmt::format("{}: slot {}: {} must be 0 or 1, got {}", call, slot, name, value));
+    return done_as(ag.report(slot, reward, terminated == 1, truncated == 1, final_obs),
+                   "agent::report", call);
   });
 }
 
@@ -616,16 +664,8 @@ troupe_status troupe_policy_act(const troupe_policy* p, const float* obs, size_t
                   fmt::format("{}: the action buffer holds {} values; the policy writes "
                               "action_dim = {}",
                               call, action_size, pol.action_dim()));
-    auto acted = pol.act(obs, obs_size, action, deterministic != 0, seed);
-    if (!acted.ok()) {
-      // The C++ message names policy::act; the caller called this function.
-      auto e = acted.err();
-      const std::string prefix = "policy::act: ";
-      if (e.message.rfind(prefix, 0) == 0)
-        e.message = std::string(call) + ": " + e.message.substr(prefix.size());
-      return fail(e);
-    }
-    return TROUPE_OK;
+    return done_as(pol.act(obs, obs_size, action, deterministic != 0, seed),
+                   "policy::act", call);
   });
 }
 

@@ -49,12 +49,17 @@ result<envs::env_spec> to_spec(const env_description& d) {
   spec.max_episode_steps = d.max_episode_steps;
   spec.early_truncation = true; // a game may end an episode on its own
   if (d.num_actions > 0) {
+    // The registry's bound (envs::check_spec), checked here before the
+    // count is narrowed to the space's int64_t.
+    constexpr size_t max_actions = size_t{1} << 24;
+    if (d.num_actions > max_actions)
+      return bad(fmt::format("num_actions must be in [1, {}] for a Discrete action (0 "
+                             "for a Box), got {}",
+                             max_actions, d.num_actions));
     if (!d.action_low.empty() || !d.action_high.empty())
       return bad("a Discrete action (num_actions > 0) takes no action bounds");
-    spec.action_space = envs::space::discrete(d.num_actions);
+    spec.action_space = envs::space::discrete(static_cast<int64_t>(d.num_actions));
   } else {
-    if (d.num_actions < 0)
-      return bad(fmt::format("num_actions must be >= 0, got {}", d.num_actions));
     if (d.action_low.empty() || d.action_low.size() != d.action_high.size())
       return bad(fmt::format("a Box action needs action_low and action_high of the same "
                              "non-zero size, got {} and {}",

@@ -10,9 +10,13 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <thread>
+#include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include <troupe/troupe.h>
 #include <troupe/troupe.hpp>
 
 #include "envs/registry.hpp"
@@ -73,6 +77,12 @@ troupe::env_description walk_description(const std::string& id) {
 std::string fresh_id(const char* base) {
   return fmt::format("{}{}-v0", base, fresh_seed() % 1000000);
 }
+
+// One type for a count of actions, wherever the API states one.
+static_assert(std::is_same_v<decltype(troupe::env_description::num_actions),
+                             decltype(std::declval<troupe::policy>().num_actions())>);
+static_assert(std::is_same_v<decltype(troupe_env_description::num_actions),
+                             decltype(troupe_policy_info::num_actions)>);
 
 } // namespace
 
