@@ -124,6 +124,16 @@ TROUPE_API troupe_status
 troupe_register_environment(int abi_version, const troupe_env_description* description,
                             const troupe_env_functions* functions, void* user_data);
 
+/** Registers only the spaces of an environment that the game steps itself,
+ *  for the game-driven form (troupe_session_make_agent): troupe acts and
+ *  learns from what the game reports and never creates, resets or steps an
+ *  instance, so no callbacks are needed. A session over the id started
+ *  without an agent fails with TROUPE_INVALID_ARGUMENT saying so. Same
+ *  checks of the description and thread rule as troupe_register_environment. */
+TROUPE_API troupe_status
+troupe_register_environment_spaces(int abi_version,
+                                   const troupe_env_description* description);
+
 /** Removes a registration (TROUPE_NOT_FOUND for an unknown id; built-in ids
  *  are refused). Same thread rule as troupe_register_environment. */
 TROUPE_API troupe_status troupe_unregister_environment(const char* id);

@@ -61,9 +61,17 @@ using environment_factory = std::function<std::unique_ptr<environment>()>;
 status register_environment(const env_description& description,
                             environment_factory factory);
 
-/// Removes an environment registered with register_environment; sessions
-/// already open keep the environments they made. errc::not_found for an
-/// unknown id; built-in environments cannot be removed.
+/// Registers the spaces of an environment that the game steps itself: for
+/// the game-driven form (session::make_agent), where troupe only acts and
+/// learns and never makes, resets or steps an instance. A session over the
+/// id that is started without an agent fails with errc::invalid_argument
+/// saying so. Same checks, errors and thread rule as register_environment.
+status register_environment_spaces(const env_description& description);
+
+/// Removes an environment registered with register_environment or
+/// register_environment_spaces; sessions already open keep the environments
+/// they made. errc::not_found for an unknown id; built-in environments
+/// cannot be removed. Any thread, concurrent.
 status unregister_environment(const std::string& id);
 
 /// The ids of every registered environment, built-in ones first.

@@ -179,6 +179,33 @@ public:
   }
 };
 
+// The C description as the C++ one (d.id is set); the error names `call`,
+// the id and the fields.
+troupe_status to_description(const char* call, const troupe_env_description& d,
+                             troupe::env_description& desc) {
+  if (d.obs_dim == 0 || d.obs_low == nullptr || d.obs_high == nullptr)
+    return fail(errc::invalid_argument,
+                fmt::format("{}('{}'): obs_dim must be > 0 with obs_low and obs_high "
+                            "given (obs_dim {}, obs_low {}, obs_high {})",
+                            call, d.id, d.obs_dim, d.obs_low ? "set" : "NULL",
+                            d.obs_high ? "set" : "NULL"));
+  desc.id = d.id;
+  desc.obs_low.assign(d.obs_low, d.obs_low + d.obs_dim);
+  desc.obs_high.assign(d.obs_high, d.obs_high + d.obs_dim);
+  desc.num_actions = d.num_actions;
+  desc.max_episode_steps = d.max_episode_steps;
+  if (d.num_actions == 0) {
+    if (d.action_dim == 0 || d.action_low == nullptr || d.action_high == nullptr)
+      return fail(errc::invalid_argument,
+                  fmt::format("{}('{}'): a Box action (num_actions 0) needs action_dim "
+                              "> 0 with action_low and action_high (action_dim {})",
+                              call, d.id, d.action_dim));
+    desc.action_low.assign(d.action_low, d.action_low + d.action_dim);
+    desc.action_high.assign(d.action_high, d.action_high + d.action_dim);
+  }
+  return TROUPE_OK;
+}
+
 } // namespace
 
 extern "C" {
@@ -227,7 +254,11 @@ troupe_status troupe_register_environment(int abi_version,
     if (d == nullptr)
       return null_argument(call, "description");
     if (fns == nullptr)
-      return null_argument(call, "functions");
+      return fail(errc::invalid_argument,
+                  fmt::format("{}: functions is NULL (an environment that only a game "
+                              "steps registers its spaces with "
+                              "troupe_register_environment_spaces)",
+                              call));
     if (d->id == nullptr)
       return null_argument(call, "description->id");
     if (!fns->create || !fns->destroy || !fns->reset || !fns->step)
@@ -237,35 +268,37 @@ troupe_status troupe_register_environment(int abi_version,
                               : !fns->destroy ? "destroy"
                               : !fns->reset   ? "reset"
                                               : "step"));
-    if (d->obs_dim == 0 || d->obs_low == nullptr || d->obs_high == nullptr)
-      return fail(errc::invalid_argument,
-                  fmt::format("{}('{}'): obs_dim must be > 0 with obs_low and obs_high "
-                              "given (obs_dim {}, obs_low {}, obs_high {})",
-                              call, d->id, d->obs_dim, d->obs_low ? "set" : "NULL",
-                              d->obs_high ? "set" : "NULL"));
     troupe::env_description desc;
-    desc.id = d->id;
-    desc.obs_low.assign(d->obs_low, d->obs_low + d->obs_dim);
-    desc.obs_high.assign(d->obs_high, d->obs_high + d->obs_dim);
-    desc.num_actions = d->num_actions;
-    desc.max_episode_steps = d->max_episode_steps;
-    if (d->num_actions == 0) {
-      if (d->action_dim == 0 || d->action_low == nullptr || d->action_high == nullptr)
-        return fail(errc::invalid_argument,
-                    fmt::format("{}('{}'): a Box action (num_actions 0) needs action_dim "
-                                "> 0 with action_low and action_high (action_dim {})",
-                                call, d->id, d->action_dim));
-      desc.action_low.assign(d->action_low, d->action_low + d->action_dim);
-      desc.action_high.assign(d->action_high, d->action_high + d->action_dim);
-    }
+    if (auto s = to_description(call, *d, desc); s != TROUPE_OK)
+      return s;
     auto table = std::make_shared<const c_table>(c_table{*fns, user_data});
-    return done(troupe::register_environment(
-      desc, [table]() -> std::unique_ptr<troupe::environment> {
-        void* instance = table->fns.create(table->user_data);
-        if (instance == nullptr)
-          return std::make_unique<failed_environment>();
-        return std::make_unique<c_environment>(table, instance);
-      }));
+    return done_as(troupe::register_environment(
+                     desc,
+                     [table]() -> std::unique_ptr<troupe::environment> {
+                       void* instance = table->fns.create(table->user_data);
+                       if (instance == nullptr)
+                         return std::make_unique<failed_environment>();
+                       return std::make_unique<c_environment>(table, instance);
+                     }),
+                   "register_environment", call);
+  });
+}
+
+troupe_status troupe_register_environment_spaces(int abi_version,
+                                                 const troupe_env_description* d) {
+  constexpr const char* call = "troupe_register_environment_spaces";
+  return guarded(call, [&] {
+    if (auto s = check_abi(call, abi_version); s != TROUPE_OK)
+      return s;
+    if (d == nullptr)
+      return null_argument(call, "description");
+    if (d->id == nullptr)
+      return null_argument(call, "description->id");
+    troupe::env_description desc;
+    if (auto s = to_description(call, *d, desc); s != TROUPE_OK)
+      return s;
+    return done_as(troupe::register_environment_spaces(desc),
+                   "register_environment_spaces", call);
   });
 }
 
@@ -374,7 +407,7 @@ troupe_status troupe_session_start(troupe_session* s) {
   constexpr const char* call = "troupe_session_start";
   return guarded(call, [&] {
     TROUPE_SESSION(call, s);
-    return done(sess.start());
+    return done_as(sess.start(), "session::start", call);
   });
 }
 

@@ -403,6 +403,93 @@ static void agent_before_start(void) {
   troupe_session_free(s);
 }
 
+/* An environment the game steps itself registers its spaces only; a session
+ * over it trains with an agent and refuses to start without one. */
+static void spaces_only(void) {
+  troupe_env_description d;
+  troupe_session* s = NULL;
+  troupe_agent* a = NULL;
+  troupe_progress progress;
+  char id[64], toml[1024], output_dir[512];
+  float obs[2] = {0.0f, 2.0f}, action = -1.0f;
+  const float inverted[2] = {500.0f, -100.0f};
+  const char* tmp = getenv("TMPDIR");
+
+  snprintf(id, sizeof id, "CSpaces%ld-v0", (long)time(NULL) % 100000);
+  snprintf(output_dir, sizeof output_dir, "%s/troupe-c-api-%s", tmp ? tmp : "/tmp", id);
+  d = walk_description(id);
+  CHECK(troupe_register_environment(TROUPE_ABI_VERSION, &d, NULL, NULL) ==
+        TROUPE_INVALID_ARGUMENT);
+  CHECK_MESSAGE("functions is NULL");
+  CHECK_MESSAGE("troupe_register_environment_spaces");
+  CHECK(troupe_register_environment_spaces(TROUPE_ABI_VERSION - 1, &d) ==
+        TROUPE_UNSUPPORTED_VERSION);
+  CHECK(troupe_register_environment_spaces(TROUPE_ABI_VERSION, NULL) ==
+        TROUPE_INVALID_ARGUMENT);
+  CHECK_MESSAGE("troupe_register_environment_spaces: description is NULL");
+  d.obs_low = NULL;
+  CHECK(troupe_register_environment_spaces(TROUPE_ABI_VERSION, &d) ==
+        TROUPE_INVALID_ARGUMENT);
+  CHECK_MESSAGE("troupe_register_environment_spaces('CSpaces");
+  CHECK_MESSAGE("obs_low NULL");
+  d.obs_low = inverted;
+  CHECK(troupe_register_environment_spaces(TROUPE_ABI_VERSION, &d) ==
+        TROUPE_INVALID_ARGUMENT);
+  CHECK_MESSAGE("troupe_register_environment_spaces('CSpaces");
+  CHECK_MESSAGE("obs bounds 0: low 500 must be <= high 100");
+  d.obs_low = obs_low;
+  if (troupe_register_environment_spaces(TROUPE_ABI_VERSION, &d) != TROUPE_OK) {
+    CHECK(!"registering the spaces");
+    return;
+  }
+  CHECK(troupe_register_environment_spaces(TROUPE_ABI_VERSION, &d) ==
+        TROUPE_INVALID_ARGUMENT);
+  CHECK_MESSAGE("already registered");
+
+  snprintf(toml, sizeof toml,
+           "[run]\nname = \"cspaces\"\nseed = 3\noutput_dir = \"%s\"\n"
+           "checkpoint_every_updates = 0\n"
+           "[env]\nid = \"%s\"\nnum_envs = 2\n"
+           "[algo]\nname = \"ppo\"\nmode = \"sync\"\nnum_steps = 16\n",
+           output_dir, id);
+  /* Without an agent nothing could step it: start refuses, saying so. */
+  if (troupe_session_open_toml(TROUPE_ABI_VERSION, toml, "cspaces.toml", NULL, 0, &s) !=
+      TROUPE_OK) {
+    CHECK(!"opening the runtime-driven session");
+    return;
+  }
+  CHECK(troupe_session_start(s) == TROUPE_INVALID_ARGUMENT);
+  CHECK_MESSAGE("troupe_session_start: env.id 'CSpaces");
+  CHECK_MESSAGE("registered with its spaces only");
+  CHECK_MESSAGE("make_agent()");
+  troupe_session_free(s);
+
+  /* With an agent it trains from what the game reports. */
+  s = NULL;
+  if (troupe_session_open_toml(TROUPE_ABI_VERSION, toml, "cspaces.toml", NULL, 0, &s) !=
+      TROUPE_OK) {
+    CHECK(!"opening the game-driven session");
+    return;
+  }
+  CHECK(troupe_session_make_agent(s, 2, NULL, &a) == TROUPE_OK);
+  CHECK(troupe_session_start(s) == TROUPE_OK);
+  CHECK(troupe_agent_act(a, 0, obs, 2, &action, 1) == TROUPE_OK);
+  CHECK(action == 0.0f || action == 1.0f);
+  /* Both flags: accepted, terminated wins. */
+  CHECK(troupe_agent_report(a, 0, 1.0, 1, 1, obs) == TROUPE_OK);
+  CHECK(troupe_session_close(s, &progress) == TROUPE_OK);
+  CHECK(progress.episodes == 1);
+  troupe_agent_free(a);
+  troupe_session_free(s);
+  CHECK(troupe_unregister_environment(id) == TROUPE_OK);
+  if (failures == 0) {
+    char command[700];
+    snprintf(command, sizeof command, "rm -rf '%s'", output_dir);
+    if (system(command) != 0)
+      fprintf(stderr, "could not remove %s\n", output_dir);
+  }
+}
+
 int main(void) {
   walk_context context;
   char id[64], run_dir[512];
@@ -413,6 +500,7 @@ int main(void) {
   bad_config();
   null_handles();
   agent_before_start();
+  spaces_only();
   if (train_walker(&context, id, sizeof id, run_dir, sizeof run_dir))
     policy_calls(run_dir);
   if (failures == 0) {

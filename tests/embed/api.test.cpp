@@ -145,6 +145,34 @@ TEST_CASE("an environment registered with a factory is listed, made and stepped 
     CHECK((*batch)->autoreset()[i] == 1);
 }
 
+TEST_CASE("max_episode_steps = 0 registers an environment without a time limit") {
+  walk_context context;
+  auto d = walk_description(fresh_id("NoLimit"));
+  d.max_episode_steps = 0;
+  auto ok = troupe::register_environment(
+    d, [&context] { return std::make_unique<walk>(context); });
+  REQUIRE_MESSAGE(ok.ok(), ok.err().message);
+  auto env = troupe::envs::make_env(d.id);
+  REQUIRE(env.ok());
+  float obs[2], left = 0;
+  (*env)->reset(fresh_seed(), obs);
+  // Walking left never reaches the goal; without a limit nothing cuts it short.
+  for (int t = 0; t < 200; ++t) {
+    auto s = (*env)->step(&left, obs);
+    REQUIRE(s.ok());
+    REQUIRE_FALSE(s->truncated);
+    REQUIRE_FALSE(s->terminated);
+  }
+  d.max_episode_steps = -1;
+  d.id = fresh_id("Negative");
+  auto negative = troupe::register_environment(
+    d, [&context] { return std::make_unique<walk>(context); });
+  REQUIRE_FALSE(negative.ok());
+  CHECK(negative.err().message.find("max_episode_steps must be >= 0, got -1") !=
+        std::string::npos);
+  CHECK(troupe::unregister_environment(d.id).err().code == troupe::errc::not_found);
+}
+
 TEST_CASE("register_environment refuses a taken id, bad bounds and an empty factory") {
   walk_context context;
   auto factory = [&context] { return std::make_unique<walk>(context); };
