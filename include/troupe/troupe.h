@@ -117,9 +117,10 @@ typedef struct troupe_env_functions {
 
 /** Registers an environment: a config's env.id = description->id then trains
  *  it like a built-in one. The description and table are copied; user_data
- *  is passed to every callback and must outlive the registration. Call
- *  before opening the sessions that use it, from one thread, while no
- *  session runs. */
+ *  is passed to every callback and must outlive the registration and the
+ *  sessions that made instances of it. Any thread, concurrent with every
+ *  call (the registry is locked), also while sessions run; register before
+ *  opening the sessions that use the id. */
 TROUPE_API troupe_status
 troupe_register_environment(int abi_version, const troupe_env_description* description,
                             const troupe_env_functions* functions, void* user_data);
@@ -135,12 +136,14 @@ troupe_register_environment_spaces(int abi_version,
                                    const troupe_env_description* description);
 
 /** Removes a registration (TROUPE_NOT_FOUND for an unknown id; built-in ids
- *  are refused). Same thread rule as troupe_register_environment. */
+ *  are refused). Sessions already open keep the instances they made. Same
+ *  thread rule as troupe_register_environment. */
 TROUPE_API troupe_status troupe_unregister_environment(const char* id);
 
 /** The registered ids, one per line, into buf (always NUL-terminated when
  *  size > 0); *needed (may be NULL) gets the bytes the whole list needs,
- *  NUL included; TROUPE_INVALID_ARGUMENT when buf is too small. Any thread. */
+ *  NUL included; TROUPE_INVALID_ARGUMENT when buf is too small. Any thread,
+ *  concurrent. */
 TROUPE_API troupe_status troupe_environment_ids(char* buf, size_t size, size_t* needed);
 
 /* -- sessions (training) ------------------------------------------------- */

@@ -57,7 +57,9 @@ using environment_factory = std::function<std::unique_ptr<environment>()>;
 
 /// Registers an environment under `description.id`, so that a config's
 /// env.id trains it like a built-in one. Call before opening sessions that
-/// use it. errc::invalid_argument (id taken, bad bounds) names the id and field.
+/// use it; any thread, concurrent with every call (the registry is locked),
+/// also while sessions run. errc::invalid_argument (id taken, bad bounds)
+/// names the id and field.
 status register_environment(const env_description& description,
                             environment_factory factory);
 
