@@ -165,7 +165,12 @@ status add_locked(table& t, registration r) {
   if (auto ok = check_spec(r.spec); !ok)
     return make_error(ok.err().code, "cannot register environment '{}': {}", r.spec.id,
                       ok.err().message);
-  if (!r.make)
+  if (r.spaces_only && (r.make || r.make_vector))
+    return make_error(errc::invalid_argument,
+                      "cannot register environment '{}': a spaces-only registration takes "
+                      "no factory (make and make_vector must be empty)",
+                      r.spec.id);
+  if (!r.spaces_only && !r.make)
     return make_error(errc::invalid_argument,
                       "cannot register environment '{}': it has no factory (make is empty)",
                       r.spec.id);
@@ -213,6 +218,16 @@ result<std::shared_ptr<const registration>> find_registration(const std::string&
       return r;
   return make_error(errc::not_found, "unknown environment id '{}' (valid ids: {})", id,
                     fmt::join(ids_locked(t), ", "));
+}
+
+// The refusal to make an instance of a spaces-only registration.
+error no_instances(const std::string& id) {
+  return error{errc::invalid_argument,
+               fmt::format("environment '{}' was registered with its spaces only: troupe "
+                           "cannot make an instance to step (register it with callbacks "
+                           "or a factory for that; a game-driven session, whose game steps "
+                           "itself, needs only the spaces)",
+                           id)};
 }
 
 } // namespace
@@ -263,10 +278,19 @@ result<std::shared_ptr<const env_spec>> find_spec(const std::string& id) {
   return std::shared_ptr<const env_spec>(*r, &(*r)->spec);
 }
 
+result<bool> is_spaces_only(const std::string& id) {
+  auto r = find_registration(id);
+  if (!r)
+    return r.err();
+  return (*r)->spaces_only;
+}
+
 result<std::unique_ptr<env>> make_env(const std::string& id) {
   auto r = find_registration(id);
   if (!r)
     return r.err();
+  if ((*r)->spaces_only)
+    return no_instances(id);
   std::unique_ptr<env> e;
   try {
     e = (*r)->make();
@@ -290,6 +314,8 @@ result<std::unique_ptr<vector_env>> make_vector_env(const std::string& id,
                       "num_envs = {}, threads = {}",
                       id, num_envs, threads);
   const registration& reg = **r;
+  if (reg.spaces_only)
+    return no_instances(id);
   if (!reg.make_vector)
     return make_instance_vector_env(reg.spec, reg.make, num_envs, threads);
   std::unique_ptr<vector_env> v;

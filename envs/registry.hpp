@@ -38,6 +38,12 @@ struct registration {
   /// threads. Optional: when empty, make_vector_env builds a generic batch
   /// of `make`'s environments (envs/instance_vector_env.hpp).
   std::function<std::unique_ptr<vector_env>(size_t num_envs, size_t threads)> make_vector;
+
+  /// The spaces only: an environment that troupe never steps (a game that
+  /// drives itself through the embedding's agent), so `make` and
+  /// `make_vector` stay empty and make_env / make_vector_env refuse the id,
+  /// saying so.
+  bool spaces_only = false;
 };
 
 /// Whether `spec` can be registered: a non-empty id without spaces or
@@ -49,8 +55,8 @@ struct registration {
 status check_spec(const env_spec& spec);
 
 /// Adds `r` after every environment registered before it. errc::invalid_argument
-/// naming the id when the id is taken, the spec is invalid (check_spec) or
-/// `make` is empty.
+/// naming the id when the id is taken, the spec is invalid (check_spec), or
+/// `make` is empty (set, for a spaces_only registration).
 status register_env(registration r);
 
 /// Removes the environment `id` registered by register_env; environments
@@ -69,14 +75,20 @@ std::vector<std::string> registered_ids();
 /// errc::not_found listing the valid ids when unknown.
 result<std::shared_ptr<const env_spec>> find_spec(const std::string& id);
 
+/// Whether `id` was registered with its spaces only (registration::spaces_only);
+/// errc::not_found listing the valid ids when unknown.
+result<bool> is_spaces_only(const std::string& id);
+
 /// A new environment `id`; errc::not_found listing the valid ids when
 /// unknown; errc::invalid_argument when the factory fails or makes an
-/// environment of another id or other space sizes.
+/// environment of another id or other space sizes, or `id` was registered
+/// with its spaces only.
 result<std::unique_ptr<env>> make_env(const std::string& id);
 
 /// `num_envs` environments `id` stepped as a batch on up to `threads`
 /// threads; errc::not_found listing the valid ids when unknown,
-/// errc::invalid_argument when num_envs or threads is 0 or the factory fails.
+/// errc::invalid_argument when num_envs or threads is 0, the factory fails or
+/// `id` was registered with its spaces only.
 result<std::unique_ptr<vector_env>> make_vector_env(const std::string& id,
                                                     size_t num_envs, size_t threads = 1);
 

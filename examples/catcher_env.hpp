@@ -1,6 +1,7 @@
-// Catcher (examples/catcher.hpp) as training sees it: a troupe::environment
-// and its description, shared by examples/game_loop.cpp (the game drives)
-// and examples/simulator.cpp (the runtime drives).
+// Catcher (examples/catcher.hpp) as training sees it: its description, which
+// examples/game_loop.cpp (the game drives) registers alone, and a
+// troupe::environment, which examples/simulator.cpp (the runtime drives)
+// registers with it.
 #pragma once
 
 #include <memory>
@@ -53,6 +54,11 @@ inline troupe::env_description description() {
 inline troupe::status register_catcher() {
   return troupe::register_environment(description(),
                                       [] { return std::make_unique<environment>(); });
+}
+
+/// Registers Catcher-v0's spaces alone, for a game that steps its lanes itself.
+inline troupe::status register_catcher_spaces() {
+  return troupe::register_environment_spaces(description());
 }
 
 } // namespace catcher

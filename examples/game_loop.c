@@ -94,38 +94,6 @@ static float lane_step(lane* l, int action, int* round_over) {
   return reward;
 }
 
-/* -- the game as training sees it (callbacks of troupe_register_environment) -- */
-
-static void* env_create(void* user_data) {
-  (void)user_data;
-  return calloc(1, sizeof(lane));
-}
-
-static void env_destroy(void* instance, void* user_data) {
-  (void)user_data;
-  free(instance);
-}
-
-static void env_reset(void* instance, void* user_data, uint64_t seed, float* obs) {
-  lane* l = instance;
-  (void)user_data;
-  l->s = seed;
-  lane_reset(l);
-  lane_observe(l, obs);
-}
-
-static int env_step(void* instance, void* user_data, const float* action, float* obs,
-                    double* reward, int* terminated, int* truncated) {
-  lane* l = instance;
-  int over = 0;
-  (void)user_data;
-  *reward = lane_step(l, (int)action[0], &over);
-  *terminated = over && l->fruits >= FRUITS_PER_ROUND;
-  *truncated = over && !*terminated;
-  lane_observe(l, obs);
-  return 0;
-}
-
 /* -- the program --------------------------------------------------------------- */
 
 typedef struct options {
@@ -228,7 +196,6 @@ static int failed(const char* call, troupe_status s) {
 int main(int argc, char** argv) {
   options o = {60, 0, 32, 0, 1, "runs"};
   troupe_env_description d;
-  troupe_env_functions f;
   static const float obs_low[OBS_DIM] = {-1, -2, -1, -1},
                      obs_high[OBS_DIM] = {1, 2, 1, 1};
   char config[2048];
@@ -258,12 +225,9 @@ int main(int argc, char** argv) {
   d.obs_high = obs_high;
   d.num_actions = NUM_ACTIONS;
   d.max_episode_steps = MAX_FRAMES;
-  f.create = env_create;
-  f.destroy = env_destroy;
-  f.reset = env_reset;
-  f.step = env_step;
-  if ((s = troupe_register_environment(TROUPE_ABI_VERSION, &d, &f, NULL)) != TROUPE_OK)
-    return failed("troupe_register_environment", s);
+  /* The game steps its lanes itself: troupe needs Catcher's spaces only. */
+  if ((s = troupe_register_environment_spaces(TROUPE_ABI_VERSION, &d)) != TROUPE_OK)
+    return failed("troupe_register_environment_spaces", s);
 
   /* PPO, the lanes' transitions gathered into small batches (4 segments of 32
    * frames), so that at 60 frames per second the policy improves within a minute. */

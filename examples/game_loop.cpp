@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
     return 2;
   const bool terminal = o.draw && isatty(STDOUT_FILENO);
 
-  if (auto s = catcher::register_catcher(); !s.ok()) {
+  // The game steps its lanes itself: troupe needs Catcher's spaces only.
+  if (auto s = catcher::register_catcher_spaces(); !s.ok()) {
     std::fprintf(stderr, "game_loop: %s\n", s.err().message.c_str());
     return 1;
   }

@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-ABI_VERSION = 1  # TROUPE_ABI_VERSION of include/troupe/troupe.h
+ABI_VERSION = 2  # TROUPE_ABI_VERSION of include/troupe/troupe.h
 OK = 0
 
 # -- Catcher (the rules of examples/catcher.hpp) -------------------------------
@@ -105,21 +105,9 @@ class Progress(C.Structure):
 class EnvDescription(C.Structure):
     _fields_ = [("id", C.c_char_p), ("obs_dim", C.c_size_t),
                 ("obs_low", C.POINTER(C.c_float)), ("obs_high", C.POINTER(C.c_float)),
-                ("num_actions", C.c_int64), ("action_dim", C.c_size_t),
+                ("num_actions", C.c_size_t), ("action_dim", C.c_size_t),
                 ("action_low", C.POINTER(C.c_float)), ("action_high", C.POINTER(C.c_float)),
                 ("max_episode_steps", C.c_int)]
-
-
-CREATE = C.CFUNCTYPE(C.c_void_p, C.c_void_p)
-DESTROY = C.CFUNCTYPE(None, C.c_void_p, C.c_void_p)
-RESET = C.CFUNCTYPE(None, C.c_void_p, C.c_void_p, C.c_uint64, C.POINTER(C.c_float))
-STEP = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_void_p, C.POINTER(C.c_float),
-                   C.POINTER(C.c_float), C.POINTER(C.c_double), C.POINTER(C.c_int),
-                   C.POINTER(C.c_int))
-
-
-class EnvFunctions(C.Structure):
-    _fields_ = [("create", CREATE), ("destroy", DESTROY), ("reset", RESET), ("step", STEP)]
 
 
 def find_library(given):
@@ -137,8 +125,7 @@ def load(path):
     lib.troupe_last_error.restype = C.c_char_p
     lib.troupe_status_name.restype = C.c_char_p
     lib.troupe_status_name.argtypes = [C.c_int]
-    lib.troupe_register_environment.argtypes = [C.c_int, C.POINTER(EnvDescription),
-                                                C.POINTER(EnvFunctions), C.c_void_p]
+    lib.troupe_register_environment_spaces.argtypes = [C.c_int, C.POINTER(EnvDescription)]
     lib.troupe_session_open_toml.argtypes = [C.c_int, C.c_char_p, C.c_char_p,
                                              C.POINTER(C.c_char_p), C.c_size_t,
                                              C.POINTER(C.c_void_p)]
@@ -167,38 +154,6 @@ def check(lib, call, status):
     if status != OK:
         raise CallFailed(f"{call}: {lib.troupe_status_name(status).decode()}: "
                          f"{lib.troupe_last_error().decode()}")
-
-
-# The instances training makes through the callbacks, by handle.
-instances = {}
-
-
-def make_functions():
-    def create(_user):
-        handle = len(instances) + 1
-        instances[handle] = Lane(handle)
-        return handle
-
-    def destroy(instance, _user):
-        instances.pop(instance, None)
-
-    def reset(instance, _user, seed, obs):
-        lane = instances[instance]
-        lane.s = seed
-        lane.reset()
-        lane.observe(obs)
-
-    def step(instance, _user, action, obs, reward, terminated, truncated):
-        lane = instances[instance]
-        r, over = lane.step(int(action[0]))
-        reward[0] = r
-        terminated[0] = int(over and lane.fruits >= FRUITS_PER_ROUND)
-        truncated[0] = int(over and not terminated[0])
-        lane.observe(obs)
-        return 0
-
-    # Kept alive in the returned structure's owner (see main).
-    return EnvFunctions(CREATE(create), DESTROY(destroy), RESET(reset), STEP(step))
 
 
 def mean_text(mean):
@@ -246,10 +201,9 @@ def main():
     low, high = floats(-1, -2, -1, -1), floats(1, 2, 1, 1)
     desc = EnvDescription(b"Catcher-v0", OBS_DIM, low, high, NUM_ACTIONS, 0, None, None,
                           MAX_FRAMES)
-    functions = make_functions()  # must outlive the registration: kept until exit
-    check(lib, "troupe_register_environment",
-          lib.troupe_register_environment(ABI_VERSION, C.byref(desc), C.byref(functions),
-                                          None))
+    # The game steps its lanes itself: troupe needs Catcher's spaces only.
+    check(lib, "troupe_register_environment_spaces",
+          lib.troupe_register_environment_spaces(ABI_VERSION, C.byref(desc)))
     out_dir = o.output_dir.replace("\\", "\\\\").replace('"', '\\"')
     config = ("[run]\nname = \"catcher_game_loop_py\"\nseed = 7\ndevice = \"cpu\"\n"
               f"output_dir = \"{out_dir}\"\ncheckpoint_every_updates = 0\n"

@@ -24,7 +24,8 @@ namespace troupe::learners {
 /// where done_t = terminated_t or truncated_t: a truncated episode is
 /// bootstrapped with the value of its last observation (x_{t+1}, which
 /// next-step autoreset keeps), a terminated one is not, and neither carries
-/// the trace into the next episode. A reset step (autoreset = 1) is no
+/// the trace into the next episode; one both terminated and truncated is
+/// terminated (Gymnasium's rule). A reset step (autoreset = 1) is no
 /// transition: its advantage and return are 0 and `valid` is 0.
 /// returns_t = A_t + V(x_t).
 void compute_gae(size_t steps, size_t envs, const float* rewards,

@@ -602,10 +602,25 @@ result<st_file> parse_safetensors(const std::byte* data, size_t size,
                       source, size);
   uint64_t header_len = 0;
   std::memcpy(&header_len, data, 8);
+  // A safetensors file is an 8-byte header length and a JSON object: a
+  // file whose ninth byte cannot open one, or whose length is implausible,
+  // is some other file (a config, a PyTorch .pt) rather than a damaged one.
+  if (size > 8 && static_cast<char>(data[8]) != '{') {
+    const auto c = static_cast<unsigned char>(data[8]);
+    return make_error(errc::corrupt_file,
+                      "{}: not a safetensors file: byte 8 is {}, where a safetensors "
+                      "file's header, a JSON object, starts with '{{' (the first 8 bytes, "
+                      "read as the header length, give {})",
+                      source,
+                      c >= 0x20 && c < 0x7f ? fmt::format("'{}'", static_cast<char>(c))
+                                            : fmt::format("0x{:02x}", c),
+                      header_len);
+  }
   if (header_len > st_max_header_bytes)
     return make_error(errc::corrupt_file,
-                      "{}: header length {} exceeds the limit of {} bytes", source,
-                      header_len, st_max_header_bytes);
+                      "{}: not a safetensors file: its first 8 bytes, read as the header "
+                      "length, give {}, which exceeds the limit of {} bytes",
+                      source, header_len, st_max_header_bytes);
   if (header_len > size - 8)
     return make_error(errc::corrupt_file,
                       "{}: header length {} goes beyond the end of the file ({} bytes "

@@ -91,7 +91,9 @@ struct st_file {
 constexpr uint64_t st_max_header_bytes = 100'000'000;
 
 /// Parses a whole safetensors image held in memory; `source` names it in
-/// error messages (usually the file path).
+/// error messages (usually the file path). An image whose ninth byte does
+/// not open a JSON object, or whose header length exceeds
+/// st_max_header_bytes, is reported as "not a safetensors file".
 result<st_file> parse_safetensors(const std::byte* data, size_t size,
                                   const std::string& source);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -669,7 +670,15 @@ result<config> parse_text(const std::string& text, const std::string& path,
   return finish(std::move(cfg), ctx.algo, overrides, std::move(problems));
 }
 
+// The file's text: errc::not_found when there is no such file (or it is a
+// folder), errc::io_error when the system refuses to read one that exists.
 result<std::string> read_text(const std::string& path) {
+  std::error_code ec;
+  const auto kind = std::filesystem::status(path, ec).type();
+  if (kind == std::filesystem::file_type::not_found)
+    return make_error(errc::not_found, "{}: no such config file", path);
+  if (kind == std::filesystem::file_type::directory)
+    return make_error(errc::not_found, "{}: is a folder, not a config file", path);
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return make_error(errc::io_error, "{}: cannot open config file", path);

@@ -97,7 +97,8 @@ private:
 /// Loads and validates FILE, then applies `--set section.key=value`
 /// overrides. On failure, the error message lists every problem, one per
 /// line, each naming file:line (or the override), the key, what was expected
-/// and what was given.
+/// and what was given (errc::bad_config). errc::not_found when FILE does not
+/// exist, errc::io_error when it exists but cannot be read.
 result<config> load_config(const std::string& path,
                            const std::vector<std::string>& overrides = {});
 

@@ -35,8 +35,9 @@
 extern "C" {
 #endif
 
-/** The binary interface this header describes; pass it to the opening calls. */
-#define TROUPE_ABI_VERSION 1
+/** The binary interface this header describes; pass it to the opening calls.
+ *  2: troupe_agent_act_batch takes buffer sizes; num_actions is size_t. */
+#define TROUPE_ABI_VERSION 2
 
 /** Result of every call; mirrors troupe::errc. */
 typedef enum troupe_status {
@@ -67,8 +68,9 @@ TROUPE_API int troupe_abi_version(void);
  */
 TROUPE_API const char* troupe_version(void);
 
-/** Stable short name of a status ("bad_config", ...; static storage). Any thread,
- * concurrent. */
+/** Stable short name of a status: "ok" for TROUPE_OK, else the code's name
+ *  ("bad_config", ...), "unknown" for a value outside the enum (static
+ *  storage). Any thread, concurrent. */
 TROUPE_API const char* troupe_status_name(troupe_status status);
 
 /** Message of this thread's last failed call ("" if none); valid until this
@@ -90,7 +92,7 @@ typedef struct troupe_env_description {
   size_t obs_dim;           /**< floats per observation (> 0) */
   const float* obs_low;     /**< obs_dim lower bounds */
   const float* obs_high;    /**< obs_dim upper bounds */
-  int64_t num_actions;      /**< Discrete: number of actions; 0 for Box */
+  size_t num_actions;       /**< Discrete: number of actions (<= 2^24); 0 for Box */
   size_t action_dim;        /**< Box: floats per action; ignored for Discrete */
   const float* action_low;  /**< Box: action_dim lower bounds; NULL for Discrete */
   const float* action_high; /**< Box: action_dim upper bounds; NULL for Discrete */
@@ -115,20 +117,33 @@ typedef struct troupe_env_functions {
 
 /** Registers an environment: a config's env.id = description->id then trains
  *  it like a built-in one. The description and table are copied; user_data
- *  is passed to every callback and must outlive the registration. Call
- *  before opening the sessions that use it, from one thread, while no
- *  session runs. */
+ *  is passed to every callback and must outlive the registration and the
+ *  sessions that made instances of it. Any thread, concurrent with every
+ *  call (the registry is locked), also while sessions run; register before
+ *  opening the sessions that use the id. */
 TROUPE_API troupe_status
 troupe_register_environment(int abi_version, const troupe_env_description* description,
                             const troupe_env_functions* functions, void* user_data);
 
+/** Registers only the spaces of an environment that the game steps itself,
+ *  for the game-driven form (troupe_session_make_agent): troupe acts and
+ *  learns from what the game reports and never creates, resets or steps an
+ *  instance, so no callbacks are needed. A session over the id started
+ *  without an agent fails with TROUPE_INVALID_ARGUMENT saying so. Same
+ *  checks of the description and thread rule as troupe_register_environment. */
+TROUPE_API troupe_status
+troupe_register_environment_spaces(int abi_version,
+                                   const troupe_env_description* description);
+
 /** Removes a registration (TROUPE_NOT_FOUND for an unknown id; built-in ids
- *  are refused). Same thread rule as troupe_register_environment. */
+ *  are refused). Sessions already open keep the instances they made. Same
+ *  thread rule as troupe_register_environment. */
 TROUPE_API troupe_status troupe_unregister_environment(const char* id);
 
 /** The registered ids, one per line, into buf (always NUL-terminated when
  *  size > 0); *needed (may be NULL) gets the bytes the whole list needs,
- *  NUL included; TROUPE_INVALID_ARGUMENT when buf is too small. Any thread. */
+ *  NUL included; TROUPE_INVALID_ARGUMENT when buf is too small. Any thread,
+ *  concurrent. */
 TROUPE_API troupe_status troupe_environment_ids(char* buf, size_t size, size_t* needed);
 
 /* -- sessions (training) ------------------------------------------------- */
@@ -149,7 +164,8 @@ typedef struct troupe_progress {
 /** Opens a session from a TOML config file with n_overrides
  *  "section.key=value" overrides (overrides may be NULL when 0). A bad config
  *  opens nothing (TROUPE_BAD_CONFIG; the message names file:line, key,
- *  expected and given). Any thread. */
+ *  expected and given); a missing file is TROUPE_NOT_FOUND, an unreadable
+ *  one TROUPE_IO_ERROR. Any thread. */
 TROUPE_API troupe_status troupe_session_open(int abi_version, const char* config_path,
                                              const char* const* overrides,
                                              size_t n_overrides, troupe_session** out);
@@ -224,15 +240,21 @@ TROUPE_API troupe_status troupe_agent_act(troupe_agent* agent, size_t slot,
                                           const float* obs, size_t obs_size,
                                           float* action, size_t action_size);
 
-/** act for slots [first_slot, first_slot + count), rows one after another.
- *  The calling thread owns those slots for the call. */
+/** act for slots [first_slot, first_slot + count), rows one after another:
+ *  obs_size must be count * obs_dim and actions_size at least
+ *  count * action_dim (else TROUPE_DIMENSION_MISMATCH naming both). The
+ *  calling thread owns those slots for the call. */
 TROUPE_API troupe_status troupe_agent_act_batch(troupe_agent* agent, size_t first_slot,
                                                 size_t count, const float* obs,
-                                                float* actions);
+                                                size_t obs_size, float* actions,
+                                                size_t actions_size);
 
-/** The outcome of slot's last action (terminated/truncated 0 or 1;
- *  final_obs: the observation ending a truncated episode, or NULL). Never
- *  blocks unless block_when_full. Same thread rule as troupe_agent_act. */
+/** The outcome of slot's last action. terminated and truncated are 0 or 1
+ *  (another value: TROUPE_INVALID_ARGUMENT naming the flag and the value);
+ *  both 1 is accepted and terminated wins, as in Gymnasium: the episode ends
+ *  without bootstrapping from final_obs. final_obs: the observation ending a
+ *  truncated episode (obs_dim floats), or NULL. Never blocks unless
+ *  block_when_full. Same thread rule as troupe_agent_act. */
 TROUPE_API troupe_status troupe_agent_report(troupe_agent* agent, size_t slot,
                                              double reward, int terminated, int truncated,
                                              const float* final_obs);

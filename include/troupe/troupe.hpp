@@ -19,7 +19,7 @@
 namespace troupe {
 
 /// Version of the binary interface; the C API checks it at open (troupe.h).
-inline constexpr int abi_version = 1;
+inline constexpr int abi_version = 2;
 
 /// The library's version, "MAJOR.MINOR.PATCH".
 const char* version() noexcept;
@@ -32,7 +32,7 @@ struct env_description {
   std::string id;                 ///< registry id, e.g. "MyGame-v0"; must be new
   std::vector<float> obs_low;     ///< Box observation lower bounds (size obs_dim)
   std::vector<float> obs_high;    ///< Box observation upper bounds (size obs_dim)
-  int64_t num_actions = 0;        ///< Discrete: number of actions; 0 for a Box action
+  size_t num_actions = 0;         ///< Discrete: number of actions (<= 2^24); 0: Box
   std::vector<float> action_low;  ///< Box action lower bounds (empty when Discrete)
   std::vector<float> action_high; ///< Box action upper bounds (empty when Discrete)
   int max_episode_steps = 0;      ///< time limit (truncation); 0: none
@@ -57,13 +57,23 @@ using environment_factory = std::function<std::unique_ptr<environment>()>;
 
 /// Registers an environment under `description.id`, so that a config's
 /// env.id trains it like a built-in one. Call before opening sessions that
-/// use it. errc::invalid_argument (id taken, bad bounds) names the id and field.
+/// use it; any thread, concurrent with every call (the registry is locked),
+/// also while sessions run. errc::invalid_argument (id taken, bad bounds)
+/// names the id and field.
 status register_environment(const env_description& description,
                             environment_factory factory);
 
-/// Removes an environment registered with register_environment; sessions
-/// already open keep the environments they made. errc::not_found for an
-/// unknown id; built-in environments cannot be removed.
+/// Registers the spaces of an environment that the game steps itself: for
+/// the game-driven form (session::make_agent), where troupe only acts and
+/// learns and never makes, resets or steps an instance. A session over the
+/// id that is started without an agent fails with errc::invalid_argument
+/// saying so. Same checks, errors and thread rule as register_environment.
+status register_environment_spaces(const env_description& description);
+
+/// Removes an environment registered with register_environment or
+/// register_environment_spaces; sessions already open keep the environments
+/// they made. errc::not_found for an unknown id; built-in environments
+/// cannot be removed. Any thread, concurrent.
 status unregister_environment(const std::string& id);
 
 /// The ids of every registered environment, built-in ones first.
@@ -98,7 +108,8 @@ class session {
 public:
   /// Opens a session from the TOML file `config_path` with `--set`-style
   /// overrides ("section.key=value"). A bad config opens nothing: the error
-  /// (errc::bad_config) names file:line, key, expected and given.
+  /// (errc::bad_config) names file:line, key, expected and given; a missing
+  /// file is errc::not_found, an unreadable one errc::io_error.
   static result<session> open(const std::string& config_path,
                               const std::vector<std::string>& overrides = {});
 
@@ -173,7 +184,8 @@ public:
   status act_batch(size_t first_slot, size_t count, const float* obs, float* actions);
 
   /// The outcome of `slot`'s last action; `final_obs` is the observation that
-  /// ended a truncated episode (for bootstrapping), else may be null.
+  /// ended a truncated episode (for bootstrapping), else may be null. Both
+  /// flags set: terminated wins, as in Gymnasium (no bootstrapping).
   status report(size_t slot, double reward, bool terminated, bool truncated,
                 const float* final_obs = nullptr);
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -53,6 +54,20 @@ troupe_status fail(errc code, const std::string& message) noexcept {
 
 troupe_status done(const troupe::status& s) noexcept {
   return s.ok() ? TROUPE_OK : fail(s.err());
+}
+
+// As done(), for a C++ call whose message starts with its own name
+// (`cxx_call`: "agent::act: ...", "register_environment('id'): ..."): the
+// message names `call`, which the caller called, instead.
+troupe_status done_as(const troupe::status& s, const char* cxx_call, const char* call) {
+  if (s.ok())
+    return TROUPE_OK;
+  auto e = s.err();
+  const size_t n = std::strlen(cxx_call);
+  if (e.message.compare(0, n, cxx_call) == 0 && e.message.size() > n &&
+      (e.message[n] == ':' || e.message[n] == '('))
+    e.message = std::string(call) + e.message.substr(n);
+  return fail(e);
 }
 
 // Runs `body` (returning troupe_status), turning an exception into a status.
@@ -164,6 +179,33 @@ public:
   }
 };
 
+// The C description as the C++ one (d.id is set); the error names `call`,
+// the id and the fields.
+troupe_status to_description(const char* call, const troupe_env_description& d,
+                             troupe::env_description& desc) {
+  if (d.obs_dim == 0 || d.obs_low == nullptr || d.obs_high == nullptr)
+    return fail(errc::invalid_argument,
+                fmt::format("{}('{}'): obs_dim must be > 0 with obs_low and obs_high "
+                            "given (obs_dim {}, obs_low {}, obs_high {})",
+                            call, d.id, d.obs_dim, d.obs_low ? "set" : "NULL",
+                            d.obs_high ? "set" : "NULL"));
+  desc.id = d.id;
+  desc.obs_low.assign(d.obs_low, d.obs_low + d.obs_dim);
+  desc.obs_high.assign(d.obs_high, d.obs_high + d.obs_dim);
+  desc.num_actions = d.num_actions;
+  desc.max_episode_steps = d.max_episode_steps;
+  if (d.num_actions == 0) {
+    if (d.action_dim == 0 || d.action_low == nullptr || d.action_high == nullptr)
+      return fail(errc::invalid_argument,
+                  fmt::format("{}('{}'): a Box action (num_actions 0) needs action_dim "
+                              "> 0 with action_low and action_high (action_dim {})",
+                              call, d.id, d.action_dim));
+    desc.action_low.assign(d.action_low, d.action_low + d.action_dim);
+    desc.action_high.assign(d.action_high, d.action_high + d.action_dim);
+  }
+  return TROUPE_OK;
+}
+
 } // namespace
 
 extern "C" {
@@ -179,6 +221,9 @@ const char* troupe_version(void) {
 const char* troupe_status_name(troupe_status status) {
   if (static_cast<int>(status) < 0 || static_cast<int>(status) > TROUPE_UNAVAILABLE)
     return "unknown";
+  // errc::none is "none" inside (and on the wire); a status of success is "ok".
+  if (status == TROUPE_OK)
+    return "ok";
   return troupe::to_string(static_cast<errc>(status));
 }
 
@@ -209,7 +254,11 @@ troupe_status troupe_register_environment(int abi_version,
     if (d == nullptr)
       return null_argument(call, "description");
     if (fns == nullptr)
-      return null_argument(call, "functions");
+      return fail(errc::invalid_argument,
+                  fmt::format("{}: functions is NULL (an environment that only a game "
+                              "steps registers its spaces with "
+                              "troupe_register_environment_spaces)",
+                              call));
     if (d->id == nullptr)
       return null_argument(call, "description->id");
     if (!fns->create || !fns->destroy || !fns->reset || !fns->step)
@@ -219,35 +268,37 @@ troupe_status troupe_register_environment(int abi_version,
                               : !fns->destroy ? "destroy"
                               : !fns->reset   ? "reset"
                                               : "step"));
-    if (d->obs_dim == 0 || d->obs_low == nullptr || d->obs_high == nullptr)
-      return fail(errc::invalid_argument,
-                  fmt::format("{}('{}'): obs_dim must be > 0 with obs_low and obs_high "
-                              "given (obs_dim {}, obs_low {}, obs_high {})",
-                              call, d->id, d->obs_dim, d->obs_low ? "set" : "NULL",
-                              d->obs_high ? "set" : "NULL"));
     troupe::env_description desc;
-    desc.id = d->id;
-    desc.obs_low.assign(d->obs_low, d->obs_low + d->obs_dim);
-    desc.obs_high.assign(d->obs_high, d->obs_high + d->obs_dim);
-    desc.num_actions = d->num_actions;
-    desc.max_episode_steps = d->max_episode_steps;
-    if (d->num_actions == 0) {
-      if (d->action_dim == 0 || d->action_low == nullptr || d->action_high == nullptr)
-        return fail(errc::invalid_argument,
-                    fmt::format("{}('{}'): a Box action (num_actions 0) needs action_dim "
-                                "> 0 with action_low and action_high (action_dim {})",
-                                call, d->id, d->action_dim));
-      desc.action_low.assign(d->action_low, d->action_low + d->action_dim);
-      desc.action_high.assign(d->action_high, d->action_high + d->action_dim);
-    }
+    if (auto s = to_description(call, *d, desc); s != TROUPE_OK)
+      return s;
     auto table = std::make_shared<const c_table>(c_table{*fns, user_data});
-    return done(troupe::register_environment(
-      desc, [table]() -> std::unique_ptr<troupe::environment> {
-        void* instance = table->fns.create(table->user_data);
-        if (instance == nullptr)
-          return std::make_unique<failed_environment>();
-        return std::make_unique<c_environment>(table, instance);
-      }));
+    return done_as(troupe::register_environment(
+                     desc,
+                     [table]() -> std::unique_ptr<troupe::environment> {
+                       void* instance = table->fns.create(table->user_data);
+                       if (instance == nullptr)
+                         return std::make_unique<failed_environment>();
+                       return std::make_unique<c_environment>(table, instance);
+                     }),
+                   "register_environment", call);
+  });
+}
+
+troupe_status troupe_register_environment_spaces(int abi_version,
+                                                 const troupe_env_description* d) {
+  constexpr const char* call = "troupe_register_environment_spaces";
+  return guarded(call, [&] {
+    if (auto s = check_abi(call, abi_version); s != TROUPE_OK)
+      return s;
+    if (d == nullptr)
+      return null_argument(call, "description");
+    if (d->id == nullptr)
+      return null_argument(call, "description->id");
+    troupe::env_description desc;
+    if (auto s = to_description(call, *d, desc); s != TROUPE_OK)
+      return s;
+    return done_as(troupe::register_environment_spaces(desc),
+                   "register_environment_spaces", call);
   });
 }
 
@@ -356,7 +407,7 @@ troupe_status troupe_session_start(troupe_session* s) {
   constexpr const char* call = "troupe_session_start";
   return guarded(call, [&] {
     TROUPE_SESSION(call, s);
-    return done(sess.start());
+    return done_as(sess.start(), "session::start", call);
   });
 }
 
@@ -506,12 +557,13 @@ troupe_status troupe_agent_act(troupe_agent* a, size_t slot, const float* obs,
                   fmt::format("{}: slot {}: the action buffer holds {} values; the agent "
                               "writes action_dim = {}",
                               call, slot, action_size, ag.action_dim()));
-    return done(ag.act(slot, obs, action));
+    return done_as(ag.act(slot, obs, action), "agent::act", call);
   });
 }
 
 troupe_status troupe_agent_act_batch(troupe_agent* a, size_t first_slot, size_t count,
-                                     const float* obs, float* actions) {
+                                     const float* obs, size_t obs_size, float* actions,
+                                     size_t actions_size) {
   constexpr const char* call = "troupe_agent_act_batch";
   return guarded(call, [&] {
     TROUPE_AGENT(call, a);
@@ -519,7 +571,27 @@ troupe_status troupe_agent_act_batch(troupe_agent* a, size_t first_slot, size_t 
       return null_argument(call, "obs");
     if (actions == nullptr)
       return null_argument(call, "actions");
-    return done(ag.act_batch(first_slot, count, obs, actions));
+    // count rows of obs_dim and action_dim floats; a count too large for the
+    // products is out of any buffer's reach (and of the slots' range).
+    const size_t od = ag.obs_dim(), ad = ag.action_dim();
+    if (count > ag.slots())
+      return fail(errc::invalid_argument,
+                  fmt::format("{}: count must be at most the agent's {} slots, got {}",
+                              call, ag.slots(), count));
+    if (obs_size != count * od)
+      return fail(errc::dimension_mismatch,
+                  fmt::format("{}: slots [{}, {}): the observations hold {} values; "
+                              "count * obs_dim = {} * {} = {} are needed",
+                              call, first_slot, first_slot + count, obs_size, count, od,
+                              count * od));
+    if (actions_size < count * ad)
+      return fail(errc::dimension_mismatch,
+                  fmt::format("{}: slots [{}, {}): the action buffer holds {} values; "
+                              "the agent writes count * action_dim = {} * {} = {}",
+                              call, first_slot, first_slot + count, actions_size, count,
+                              ad, count * ad));
+    return done_as(ag.act_batch(first_slot, count, obs, actions), "agent::act_batch",
+                   call);
   });
 }
 
@@ -528,7 +600,16 @@ troupe_status troupe_agent_report(troupe_agent* a, size_t slot, double reward,
   constexpr const char* call = "troupe_agent_report";
   return guarded(call, [&] {
     TROUPE_AGENT(call, a);
-    return done(ag.report(slot, reward, terminated != 0, truncated != 0, final_obs));
+    // Flags are 0 or 1: another value is a caller's bug (an uninitialized
+    // int, a count passed by mistake), not a truth value to guess at.
+    for (auto [name, value] :
+         {std::pair{"terminated", terminated}, std::pair{"truncated", truncated}})
+      if (value != 0 && value != 1)
+        return fail(
+          errc::invalid_argument,
+          fmt::format("{}: slot {}: {} must be 0 or 1, got {}", call, slot, name, value));
+    return done_as(ag.report(slot, reward, terminated == 1, truncated == 1, final_obs),
+                   "agent::report", call);
   });
 }
 
@@ -616,16 +697,8 @@ troupe_status troupe_policy_act(const troupe_policy* p, const float* obs, size_t
                   fmt::format("{}: the action buffer holds {} values; the policy writes "
                               "action_dim = {}",
                               call, action_size, pol.action_dim()));
-    auto acted = pol.act(obs, obs_size, action, deterministic != 0, seed);
-    if (!acted.ok()) {
-      // The C++ message names policy::act; the caller called this function.
-      auto e = acted.err();
-      const std::string prefix = "policy::act: ";
-      if (e.message.rfind(prefix, 0) == 0)
-        e.message = std::string(call) + ": " + e.message.substr(prefix.size());
-      return fail(e);
-    }
-    return TROUPE_OK;
+    return done_as(pol.act(obs, obs_size, action, deterministic != 0, seed),
+                   "policy::act", call);
   });
 }
 

@@ -4,6 +4,8 @@
 // returns. The adapter checks actions, observations and rewards and applies
 // the time limit; embedded environments save no internal state, so a resumed
 // run starts fresh episodes (docs/environments.md, "Resume").
+// register_environment_spaces registers the spaces alone, for a game that
+// steps itself (the game-driven form): the registry makes no instance of it.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -22,11 +24,14 @@ namespace troupe {
 
 namespace {
 
-// The description as an env_spec; the error names the id, the field and the values.
-result<envs::env_spec> to_spec(const env_description& d) {
+// The time limit of an environment registered without one (runtime/remote_run.cpp's).
+constexpr int no_time_limit = 1 << 30;
+
+// The description as an env_spec; the error names `call`, the id, the field
+// and the values.
+result<envs::env_spec> to_spec(const char* call, const env_description& d) {
   auto bad = [&](const std::string& why) {
-    return make_error(errc::invalid_argument, "register_environment('{}'): {}", d.id,
-                      why);
+    return make_error(errc::invalid_argument, "{}('{}'): {}", call, d.id, why);
   };
   if (d.id.empty())
     return bad("the id is empty");
@@ -46,15 +51,22 @@ result<envs::env_spec> to_spec(const env_description& d) {
   envs::env_spec spec;
   spec.id = d.id;
   spec.observation_space = envs::space::box(d.obs_low, d.obs_high);
-  spec.max_episode_steps = d.max_episode_steps;
+  // 0 is "no time limit" (the game ends its episodes); the registry wants a
+  // limit, so it gets one no episode reaches, as remote environments do.
+  spec.max_episode_steps = d.max_episode_steps > 0 ? d.max_episode_steps : no_time_limit;
   spec.early_truncation = true; // a game may end an episode on its own
   if (d.num_actions > 0) {
+    // The registry's bound (envs::check_spec), checked here before the
+    // count is narrowed to the space's int64_t.
+    constexpr size_t max_actions = size_t{1} << 24;
+    if (d.num_actions > max_actions)
+      return bad(fmt::format("num_actions must be in [1, {}] for a Discrete action (0 "
+                             "for a Box), got {}",
+                             max_actions, d.num_actions));
     if (!d.action_low.empty() || !d.action_high.empty())
       return bad("a Discrete action (num_actions > 0) takes no action bounds");
-    spec.action_space = envs::space::discrete(d.num_actions);
+    spec.action_space = envs::space::discrete(static_cast<int64_t>(d.num_actions));
   } else {
-    if (d.num_actions < 0)
-      return bad(fmt::format("num_actions must be >= 0, got {}", d.num_actions));
     if (d.action_low.empty() || d.action_low.size() != d.action_high.size())
       return bad(fmt::format("a Box action needs action_low and action_high of the same "
                              "non-zero size, got {} and {}",
@@ -78,7 +90,7 @@ status register_environment(const env_description& description,
       return make_error(errc::invalid_argument,
                         "register_environment('{}'): the factory is empty",
                         description.id);
-    auto spec = to_spec(description);
+    auto spec = to_spec("register_environment", description);
     if (!spec)
       return spec.err();
     const std::string id = description.id;
@@ -128,6 +140,18 @@ status register_environment(const env_description& description,
     };
     return envs::register_env(
       envs::callback_registration(std::move(*spec), std::move(make_callbacks)));
+  });
+}
+
+status register_environment_spaces(const env_description& description) {
+  return embed::guarded_status("register_environment_spaces", [&]() -> status {
+    auto spec = to_spec("register_environment_spaces", description);
+    if (!spec)
+      return spec.err();
+    envs::registration r;
+    r.spec = std::move(*spec);
+    r.spaces_only = true;
+    return envs::register_env(std::move(r));
   });
 }
 

@@ -297,6 +297,19 @@ status session::start() {
       return make_error(errc::invalid_argument, "session::start: the session is closed");
     if (impl_->inner)
       return make_error(errc::invalid_argument, "session::start: already started");
+    if (!impl_->game) {
+      // Nothing but the game can step an environment registered with its
+      // spaces only: without an agent the runners would fail to make it.
+      const auto& id = impl_->cfg.get_string("env.id");
+      if (auto only = envs::is_spaces_only(id); only && *only)
+        return make_error(
+          errc::invalid_argument,
+          "session::start: env.id '{}' ({}) was registered with its spaces only "
+          "(register_environment_spaces), for the game-driven form: call make_agent() "
+          "before start() so that the game steps it, or register '{}' with "
+          "callbacks (register_environment) to have troupe step it",
+          id, impl_->cfg.origin("env.id"), id);
+    }
     runtime::session_options so;
     if (impl_->game) {
       const auto learners = static_cast<size_t>(impl_->cfg.get_int("algo.num_learners"));

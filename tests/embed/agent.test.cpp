@@ -4,6 +4,7 @@
 // the game reports, and a slot whose thread stops calling stalls nothing.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -117,4 +118,83 @@ TEST_CASE("a game-driven session acts from the caller's loop and learns from wha
   auto shipped = troupe::policy::load(s.run_dir());
   REQUIRE_MESSAGE(shipped.ok(), (shipped ? std::string() : shipped.err().message));
   CHECK(shipped->obs_dim() == 4);
+}
+
+TEST_CASE("an environment registered with its spaces only trains in the game-driven form "
+          "and is refused, saying so, by a session without an agent") {
+  temp_folder dir("embed-spaces");
+  const auto id = fmt::format("Spaces{}-v0", fresh_seed() % 1000000);
+  troupe::env_description d;
+  d.id = id;
+  d.obs_low = {-5, -5, -5};
+  d.obs_high = {5, 5, 5};
+  d.num_actions = 2;
+  d.max_episode_steps = 50;
+  REQUIRE(troupe::register_environment_spaces(d).ok());
+  auto ids = troupe::environment_ids();
+  CHECK(std::find(ids.begin(), ids.end(), id) != ids.end());
+  // Its description goes through register_environment's checks, named after the call.
+  auto bad = d;
+  bad.id = id + "-bad";
+  bad.obs_high = {5};
+  auto refused = troupe::register_environment_spaces(bad);
+  CHECK(contains(refused, "register_environment_spaces('" + bad.id + "')"));
+  CHECK(contains(refused, "got 3 and 1"));
+  // Nothing can make an instance of it.
+  auto made = troupe::envs::make_env(id);
+  REQUIRE_FALSE(made.ok());
+  CHECK(made.err().message.find("registered with its spaces only") != std::string::npos);
+  CHECK_FALSE(troupe::envs::make_vector_env(id, 2).ok());
+
+  const auto config = fmt::format(
+    "[run]\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = 0\n"
+    "[env]\nid = \"{}\"\nnum_envs = 2\n"
+    "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 100000000\n"
+    "num_steps = 16\n",
+    fresh_seed() % 1000, (dir.path / "runs").string(), id);
+
+  // The runtime-driven form: start() refuses before any runner tries to make it.
+  {
+    auto opened = troupe::session::open_toml(config, "spaces.toml");
+    REQUIRE_MESSAGE(opened.ok(), (opened ? std::string() : opened.err().message));
+    auto started = opened->start();
+    REQUIRE_FALSE(started.ok());
+    CHECK(started.err().code == troupe::errc::invalid_argument);
+    CHECK(contains(started, "env.id '" + id + "' (spaces.toml:"));
+    CHECK(contains(started, "registered with its spaces only"));
+    CHECK(contains(started, "make_agent()"));
+    CHECK(opened->close().ok());
+  }
+
+  // The game-driven form: the game's own walker, two slots.
+  auto opened = troupe::session::open_toml(config, "spaces.toml");
+  REQUIRE_MESSAGE(opened.ok(), (opened ? std::string() : opened.err().message));
+  troupe::session s = std::move(*opened);
+  auto agent_made = s.make_agent(2);
+  REQUIRE_MESSAGE(agent_made.ok(), (agent_made ? std::string() : agent_made.err().message));
+  troupe::agent agent = *agent_made;
+  CHECK(agent.obs_dim() == 3);
+  CHECK(agent.action_dim() == 1);
+  auto started = s.start();
+  REQUIRE_MESSAGE(started.ok(), started.err().message);
+  float x[2] = {0, 0};
+  bool learned = false;
+  // Bounded: one update needs 32 transitions; 200,000 is far beyond.
+  for (uint64_t step = 0; step < 200000 && !learned; ++step) {
+    const size_t i = step % 2;
+    float obs[3] = {x[i], 1.0f, -1.0f}, action = -1;
+    REQUIRE(agent.act(i, obs, &action).ok());
+    REQUIRE((action == 0.0f || action == 1.0f));
+    x[i] += action > 0.5f ? 1.0f : -1.0f;
+    const bool terminated = x[i] >= 3 || x[i] <= -3;
+    REQUIRE(agent.report(i, terminated && x[i] > 0 ? 1.0 : 0.0, terminated, false).ok());
+    if (terminated)
+      x[i] = 0;
+    if (step % 64 == 0)
+      learned = s.progress().updates >= 1;
+  }
+  CHECK_MESSAGE(learned, "no update from 200,000 game steps");
+  auto closed = s.close();
+  REQUIRE_MESSAGE(closed.ok(), (closed ? std::string() : closed.err().message));
+  CHECK(troupe::unregister_environment(id).ok());
 }

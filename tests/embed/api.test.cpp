@@ -9,10 +9,15 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <thread>
+#include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include <troupe/troupe.h>
 #include <troupe/troupe.hpp>
 
 #include "envs/registry.hpp"
@@ -74,6 +79,12 @@ std::string fresh_id(const char* base) {
   return fmt::format("{}{}-v0", base, fresh_seed() % 1000000);
 }
 
+// One type for a count of actions, wherever the API states one.
+static_assert(std::is_same_v<decltype(troupe::env_description::num_actions),
+                             decltype(std::declval<troupe::policy>().num_actions())>);
+static_assert(std::is_same_v<decltype(troupe_env_description::num_actions),
+                             decltype(troupe_policy_info::num_actions)>);
+
 } // namespace
 
 TEST_CASE("an environment registered with a factory is listed, made and stepped with its "
@@ -133,6 +144,34 @@ TEST_CASE("an environment registered with a factory is listed, made and stepped 
   REQUIRE((*batch)->step(left.data()).ok());
   for (size_t i = 0; i < 3; ++i)
     CHECK((*batch)->autoreset()[i] == 1);
+}
+
+TEST_CASE("max_episode_steps = 0 registers an environment without a time limit") {
+  walk_context context;
+  auto d = walk_description(fresh_id("NoLimit"));
+  d.max_episode_steps = 0;
+  auto ok = troupe::register_environment(
+    d, [&context] { return std::make_unique<walk>(context); });
+  REQUIRE_MESSAGE(ok.ok(), ok.err().message);
+  auto env = troupe::envs::make_env(d.id);
+  REQUIRE(env.ok());
+  float obs[2], left = 0;
+  (*env)->reset(fresh_seed(), obs);
+  // Walking left never reaches the goal; without a limit nothing cuts it short.
+  for (int t = 0; t < 200; ++t) {
+    auto s = (*env)->step(&left, obs);
+    REQUIRE(s.ok());
+    REQUIRE_FALSE(s->truncated);
+    REQUIRE_FALSE(s->terminated);
+  }
+  d.max_episode_steps = -1;
+  d.id = fresh_id("Negative");
+  auto negative = troupe::register_environment(
+    d, [&context] { return std::make_unique<walk>(context); });
+  REQUIRE_FALSE(negative.ok());
+  CHECK(negative.err().message.find("max_episode_steps must be >= 0, got -1") !=
+        std::string::npos);
+  CHECK(troupe::unregister_environment(d.id).err().code == troupe::errc::not_found);
 }
 
 TEST_CASE("register_environment refuses a taken id, bad bounds and an empty factory") {
@@ -315,4 +354,102 @@ TEST_CASE("unregister_environment removes an embedder's id and refuses built-in 
   REQUIRE(closed.ok());
   CHECK(closed->env_steps == 0);
   CHECK_FALSE(closed->running);
+}
+
+TEST_CASE("environments register, unregister and are listed from several threads at "
+          "once, through the C++ and the C API") {
+  walk_context context;
+  const std::string base = fmt::format("Conc{}", fresh_seed() % 1000000);
+  constexpr int threads = 4, per_thread = 40;
+  // Problems seen on the threads, checked after they joined (doctest's
+  // assertions are not thread-safe).
+  std::mutex mutex;
+  std::vector<std::string> problems;
+  auto problem = [&](std::string text) {
+    std::lock_guard<std::mutex> lock(mutex);
+    problems.push_back(std::move(text));
+  };
+  std::vector<std::atomic<int>> contested_wins(per_thread);
+  static const float low[2] = {-100, -100}, high[2] = {100, 100};
+  troupe_env_functions table{};
+  table.create = [](void*) -> void* { return nullptr; };
+  table.destroy = [](void*, void*) {};
+  table.reset = [](void*, void*, uint64_t, float*) {};
+  table.step = [](void*, void*, const float*, float*, double*, int*, int*) { return 1; };
+
+  // A session trains meanwhile: registering is not limited to quiet times.
+  temp_folder dir("embed-concurrent");
+  auto opened = troupe::session::open_toml(
+    fmt::format("[run]\nseed = 4\noutput_dir = \"{}\"\ncheckpoint_every_updates = 0\n"
+                "[env]\nid = \"CartPole-v1\"\nnum_envs = 2\n"
+                "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 100000000\n"
+                "num_steps = 16\n",
+                (dir.path / "runs").string()),
+    "concurrent.toml");
+  REQUIRE_MESSAGE(opened.ok(), (opened ? std::string() : opened.err().message));
+  REQUIRE(opened->start().ok());
+
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        const auto own = fmt::format("{}-t{}-{}-v0", base, t, i);
+        troupe::status s;
+        if (i % 3 == 0) {
+          s = troupe::register_environment(walk_description(own), [&context] {
+            return std::make_unique<walk>(context);
+          });
+        } else if (i % 3 == 1) {
+          s = troupe::register_environment_spaces(walk_description(own));
+        } else {
+          troupe_env_description d{};
+          d.id = own.c_str();
+          d.obs_dim = 2;
+          d.obs_low = low;
+          d.obs_high = high;
+          d.num_actions = 2;
+          d.max_episode_steps = 20;
+          if (troupe_register_environment(TROUPE_ABI_VERSION, &d, &table, nullptr) !=
+              TROUPE_OK)
+            s = troupe::error{troupe::errc::invalid_argument, troupe_last_error()};
+        }
+        if (!s.ok())
+          problem(own + ": " + s.err().message);
+        // Every thread claims the same contested id: exactly one may win.
+        const auto contested = fmt::format("{}-contested-{}-v0", base, i);
+        if (troupe::register_environment_spaces(walk_description(contested)).ok())
+          ++contested_wins[i];
+        auto ids = troupe::environment_ids();
+        if (std::find(ids.begin(), ids.end(), own) == ids.end())
+          problem(own + " is not listed after its registration");
+        if (!troupe::envs::find_spec(own).ok())
+          problem(own + " is not found after its registration");
+        if (i % 2 == 1) {
+          if (auto u = troupe::unregister_environment(own); !u.ok())
+            problem(own + ": " + u.err().message);
+        }
+      }
+    });
+  for (auto& w : workers)
+    w.join();
+  CHECK(opened->progress().running);
+  auto closed = opened->close();
+  CHECK_MESSAGE(closed.ok(), (closed ? std::string() : closed.err().message));
+
+  for (auto& p : problems)
+    FAIL_CHECK(p);
+  auto ids = troupe::environment_ids();
+  for (int i = 0; i < per_thread; ++i) {
+    CAPTURE(i);
+    CHECK(contested_wins[i].load() == 1);
+    for (int t = 0; t < threads; ++t) {
+      const auto own = fmt::format("{}-t{}-{}-v0", base, t, i);
+      CHECK((std::find(ids.begin(), ids.end(), own) != ids.end()) == (i % 2 == 0));
+      if (i % 2 == 0)
+        CHECK(troupe::unregister_environment(own).ok());
+    }
+    const auto contested = fmt::format("{}-contested-{}-v0", base, i);
+    CHECK(troupe::unregister_environment(contested).ok());
+  }
+  CHECK(context.made == 0); // registering makes no instance
 }

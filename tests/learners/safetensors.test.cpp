@@ -212,6 +212,46 @@ TEST_CASE("a malformed length field or header is an error naming the file") {
                  "__metadata__ entry \"k\" must be a string"));
 }
 
+TEST_CASE("a file that is not safetensors is reported as not a safetensors file, with its "
+          "path") {
+  temp_folder dir("safetensors-other");
+  // A config handed over in place of a policy: "[run]\nse" read as a length
+  // is 7,306,000,000,000,000,000 or so; byte 8 is the 'e' of "seed".
+  const auto toml = (dir.path / "policy.safetensors").string();
+  {
+    std::ofstream out(toml, std::ios::binary);
+    out << "[run]\nseed = 5\n[env]\nid = \"CartPole-v1\"\n";
+  }
+  auto got = read_safetensors(toml);
+  REQUIRE(!got);
+  CHECK(got.err().code == troupe::errc::corrupt_file);
+  CHECK(contains(got.err().message, toml + ": not a safetensors file"));
+  CHECK(contains(got.err().message, "byte 8 is 'e'"));
+  CHECK_FALSE(contains(got.err().message, "exceeds the limit"));
+
+  // Random bytes whose ninth is not '{', and a '{' behind an implausible length.
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  std::vector<std::byte> noise(64);
+  for (auto& b : noise)
+    b = static_cast<std::byte>(rng() & 0xff);
+  if (noise[8] == std::byte{'{'})
+    noise[8] = std::byte{'}'};
+  auto random = parse(noise);
+  REQUIRE(!random);
+  CHECK(contains(random.err().message, "mem.safetensors: not a safetensors file"));
+
+  auto image = assemble("{}", {});
+  const uint64_t huge = st_max_header_bytes + 1 + rng() % 1000000;
+  for (int i = 0; i < 8; ++i)
+    image[i] = static_cast<std::byte>((huge >> (8 * i)) & 0xff);
+  auto implausible = parse(image);
+  REQUIRE(!implausible);
+  CHECK(contains(implausible.err().message, "mem.safetensors: not a safetensors file"));
+  CHECK(contains(implausible.err().message, std::to_string(huge)));
+}
+
 TEST_CASE("a malformed tensor entry is an error naming the tensor and the expectation") {
   auto seed = fresh_seed();
   CAPTURE(seed);

@@ -202,6 +202,24 @@ TEST_CASE("config describe lists every option with its type, default and range")
   }
 }
 
+TEST_CASE("docs/training.md lists every [model] option with its default and its values") {
+  std::ifstream in(std::string(TROUPE_SOURCE_DIR) + "/docs/training.md");
+  REQUIRE(in);
+  const std::string doc((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
+  size_t listed = 0;
+  for (auto& spec : schema()) {
+    if (spec.section != "model")
+      continue;
+    CAPTURE(spec.name());
+    const auto row = fmt::format("| `{}` | `{}` | {} | ", spec.key,
+                                 to_toml(spec.default_value), spec.expectation());
+    CHECK_MESSAGE(doc.find(row) != std::string::npos, "no row starting ", row);
+    ++listed;
+  }
+  CHECK(listed >= 10);
+}
+
 TEST_CASE("troupe check prints the resolved config, or every error with exit status 2") {
   temp_folder dir("check");
   auto good = dir.write("good.toml", "[run]\nseed = 5\n");
@@ -217,7 +235,7 @@ TEST_CASE("troupe check prints the resolved config, or every error with exit sta
         != std::string::npos);
   r = run_troupe("check missing.toml", dir);
   CHECK(r.status == 2);
-  CHECK(r.err.find("missing.toml: cannot open config file") != std::string::npos);
+  CHECK(r.err.find("missing.toml: no such config file") != std::string::npos);
   r = run_troupe(fmt::format("check '{}' --set run.seed=x", good), dir);
   CHECK(r.status == 2);
   CHECK(r.err.find("--set run.seed=x") != std::string::npos);
