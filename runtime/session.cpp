@@ -214,8 +214,10 @@ status session::start() {
     s.sys_cfg = std::make_unique<caf::actor_system_config>();
     actors::register_messages(*s.sys_cfg);
     if (s.node) {
-      s.node->app_identifier =
-        cluster::app_identifier(std::filesystem::path(s.run_dir).filename().string());
+      // Workers that name the run, and workers that learn it from the welcome.
+      s.node->app_identifiers = {
+        cluster::app_identifier(std::filesystem::path(s.run_dir).filename().string()),
+        cluster::any_run_identifier()};
       cluster::register_cluster_messages(*s.sys_cfg);
       cluster::configure_node(*s.sys_cfg, *s.node);
     }
@@ -288,6 +290,7 @@ std::string session::state::open_gate(const cast_handles& h,
   cluster::gate_options go;
   go.token = token;
   go.config_toml = cfg.to_toml();
+  go.run = std::filesystem::path(run_dir).filename().string();
   go.cast.keeper = h.keeper;
   go.cast.server = h.server;
   go.cast.metrics = h.metrics;

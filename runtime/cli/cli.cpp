@@ -21,7 +21,7 @@ const std::vector<command>& commands() {
      "CONFIG [--set section.key=value ...] [--resume RUN_DIR] [--listen HOST:PORT]",
      "train from a config file into a run folder (metrics, checkpoints, curve)", cmd_train},
     {{"worker"},
-     "--connect HOST:PORT --run RUN [--learners N] [--runners-per-learner M] "
+     "(--connect HOST:PORT [--run RUN] | --connect-file CLUSTER_JSON) [--learners N] [--runners-per-learner M] "
      "[--device D] [--name NAME]",
      "join a run across processes: host learners and runners for its coordinator",
      cmd_worker},

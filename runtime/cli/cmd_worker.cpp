@@ -1,4 +1,4 @@
-// `troupe worker (--connect HOST:PORT --run RUN | --connect-file CLUSTER_JSON)
+// `troupe worker (--connect HOST:PORT [--run RUN] | --connect-file CLUSTER_JSON)
 // [--learners N] [--runners-per-learner M]
 // [--runners R] [--device D] [--name NAME] [--heartbeat-ms MS] [--timeout-ms MS]
 // [--reconnect-s S]`: joins a run across processes (docs/cluster.md).
@@ -20,7 +20,9 @@ namespace troupe::runtime {
 int cmd_worker(const args_t& args) {
   const std::vector<arg_spec> specs = {
     {"connect", true, false, "HOST:PORT of the coordinator (its cluster.json)"},
-    {"run", true, false, "the run's name (cluster.json's \"run\"): its app identifier"},
+    {"run", true, false,
+     "the run's name (cluster.json's \"run\"), checked when given: a coordinator of "
+     "another run refuses the connection (default: any run, learned from the coordinator)"},
     {"connect-file", true, false,
      "instead of --connect and --run: the coordinator's cluster.json (its run "
      "folder's, on a file system this host sees), read again before every attempt "
@@ -56,10 +58,10 @@ int cmd_worker(const args_t& args) {
   if (by_file && connect)
     return fail(exit_bad_input, "--connect and --connect-file: give one of them, got '" +
                                   *connect + "' and '" + *connect_file + "'");
-  if ((by_file ? connect_file->empty() : (!connect || !run || run->empty())) ||
+  if ((by_file ? connect_file->empty() : !connect) ||
       !parsed->positional.empty())
     return fail(exit_bad_input,
-                "usage: troupe worker (--connect HOST:PORT --run RUN | --connect-file "
+                "usage: troupe worker (--connect HOST:PORT [--run RUN] | --connect-file "
                 "CLUSTER_JSON) [--learners N] "
                 "[--runners-per-learner M | --learners 0 --runners R] [--device D] "
                 "[--name NAME]\n" +
@@ -68,11 +70,6 @@ int cmd_worker(const args_t& args) {
   cluster::worker_options o;
   if (by_file) {
     o.connect_file = *connect_file;
-    if (run) {
-      if (run->empty())
-        return fail(exit_bad_input, "--run: the run's name, not empty");
-      o.run = *run;
-    }
   } else {
     auto ep = cluster::parse_endpoint(*connect, "--connect");
     if (!ep)
@@ -80,6 +77,10 @@ int cmd_worker(const args_t& args) {
     if (ep->port == 0)
       return fail(exit_bad_input, "--connect: the port must be the coordinator's, not 0");
     o.connect = *ep;
+  }
+  if (run) {
+    if (run->empty())
+      return fail(exit_bad_input, "--run: the run's name, not empty");
     o.run = *run;
   }
   auto learners = parsed->get_int("learners", 1, 0, 64);

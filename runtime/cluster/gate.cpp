@@ -181,6 +181,7 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
     h.info.learners.push_back(fmt::format("{}.learner{}", req.name, i));
   welcome w;
   w.config_toml = st->opts.config_toml;
+  w.run = st->opts.run;
   w.host_index = st->joins++;
   w.keeper = st->opts.cast.keeper;
   w.server = st->opts.cast.server;

@@ -41,6 +41,7 @@ namespace troupe::cluster {
 struct gate_options {
   std::string token;                           ///< the run's shared secret
   std::string config_toml;                     ///< the run's resolved config
+  std::string run;                             ///< the run's name, told to each joiner
   actors::shared_actors cast;                  ///< keeper, server, metrics
   std::shared_ptr<actors::policy_store> store; ///< where the server publishes versions
   uint64_t learners_per_host_max = 64;         ///< a join asking for more is refused

@@ -15,7 +15,7 @@
 namespace troupe::cluster {
 
 /// Version of the join protocol; a worker of another version is refused.
-constexpr uint32_t protocol_version = 3;
+constexpr uint32_t protocol_version = 4;
 
 using join_atom = caf::atom_constant<caf::atom("join")>;
 
@@ -74,12 +74,13 @@ struct welcome {
   std::vector<std::string> learner_names; ///< the names its learners must use
   policy_push weights;                    ///< the newest policy version
   std::vector<caf::actor> feed; ///< an environment-only host: the learners to feed
+  std::string run;              ///< the run's name (its folder's, cluster.json's "run")
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, welcome& x) {
   return f(caf::meta::type_name("welcome"), x.config_toml, x.host_index, x.keeper,
-           x.server, x.metrics, x.learner_names, x.weights, x.feed);
+           x.server, x.metrics, x.learner_names, x.weights, x.feed, x.run);
 }
 
 /// Registers the cluster's message types with `cfg` (after

@@ -26,7 +26,11 @@
 namespace troupe::cluster {
 
 std::string app_identifier(const std::string& run) {
-  return "troupe-cluster-1:" + run;
+  return any_run_identifier() + ":" + run;
+}
+
+std::string any_run_identifier() {
+  return "troupe-cluster-1";
 }
 
 bool same_token(const std::string& given, const std::string& expected) {
@@ -59,7 +63,7 @@ result<node_settings> node_settings_from(const runtime::config& cfg,
                       "{}: cluster.timeout_ms must be larger than cluster.heartbeat_ms "
                       "({}), got {}",
                       cfg.origin("cluster.timeout_ms"), s.heartbeat_ms, s.timeout_ms);
-  s.app_identifier = app_identifier(run);
+  s.app_identifiers = {app_identifier(run)};
   s.tls.certificate = cfg.get_string("cluster.tls_certificate");
   s.tls.key = cfg.get_string("cluster.tls_key");
   s.tls.ca = cfg.get_string("cluster.tls_ca");
@@ -159,7 +163,8 @@ void configure_node(caf::actor_system_config& cfg, const node_settings& s) {
           caf::timespan{std::chrono::milliseconds(s.heartbeat_ms)});
   cfg.set("middleman.connection-timeout",
           caf::timespan{std::chrono::milliseconds(s.timeout_ms)});
-  cfg.set("middleman.app-identifiers", std::vector<std::string>{s.app_identifier});
+  // A handshake succeeds when the two lists share an entry.
+  cfg.set("middleman.app-identifiers", s.app_identifiers);
   if (s.tls.enabled()) {
     // CAF's OpenSSL module: with a certificate set, it requires a certificate
     // that chains to `cafile` from the peer on every connection, both ways

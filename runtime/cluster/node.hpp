@@ -36,7 +36,7 @@ struct tls_files {
 struct node_settings {
   uint64_t heartbeat_ms = 500; ///< middleman.heartbeat-interval
   uint64_t timeout_ms = 3000;  ///< middleman.connection-timeout
-  std::string app_identifier;  ///< middleman.app-identifiers (one entry)
+  std::vector<std::string> app_identifiers; ///< middleman.app-identifiers
   tls_files tls;               ///< with a certificate: TLS on every connection
 };
 
@@ -52,6 +52,11 @@ status check_tls(const tls_files& t, const std::array<std::string, 3>& keys,
 /// folder, cluster.json's "run"): "troupe-cluster-1:RUN". Nodes of different
 /// runs refuse each other in the middleman's handshake, before any message.
 std::string app_identifier(const std::string& run);
+
+/// The app identifier of a worker that names no run ("troupe-cluster-1"):
+/// every coordinator accepts it beside its run's own, and the worker learns
+/// the run from the welcome (the token still decides who joins).
+std::string any_run_identifier();
 
 /// Whether `given` equals the non-empty `expected`, in a time that depends
 /// on expected's length only (not on where they differ).

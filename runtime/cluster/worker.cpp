@@ -160,7 +160,8 @@ int run_worker(const worker_options& opts) {
   }
   auto where_of = [&] {
     return opts.connect_file.empty()
-             ? fmt::format("{}:{} (run {})", at.host, at.port, run)
+             ? fmt::format("{}:{} (run {})", at.host, at.port,
+                           run.empty() ? std::string{"not named: any"} : run)
              : fmt::format("{}:{} (run {}, from {})", at.host, at.port, run,
                            opts.connect_file);
   };
@@ -169,7 +170,7 @@ int run_worker(const worker_options& opts) {
   node_settings ns;
   ns.heartbeat_ms = opts.heartbeat_ms;
   ns.timeout_ms = opts.timeout_ms;
-  ns.app_identifier = app_identifier(run);
+  ns.app_identifiers = {run.empty() ? any_run_identifier() : app_identifier(run)};
   ns.tls = opts.tls;
 
   // Left running on return (see worker.hpp): released, never destroyed here.
@@ -248,6 +249,13 @@ int run_worker(const worker_options& opts) {
   if (!w)
     return fail_with(
       fmt::format("'{}' could not join the run at {}: {}", opts.name, where, refused));
+  if (run.empty()) { // no --run: the coordinator's welcome names it
+    run = w->run;
+    where = where_of();
+  } else if (w->run != run) {
+    return fail_with(fmt::format("--run {}: the coordinator at {} runs {}", run, where,
+                                 w->run));
+  }
 
   // -- the cast of this host ---------------------------------------------------
   auto cfg = runtime::parse_config(w->config_toml, "the config of the run at " + where);

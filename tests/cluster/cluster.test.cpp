@@ -390,8 +390,9 @@ TEST_CASE("a coordinator and two workers train CartPole PPO async past a 100-epi
   child w1({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w1",
             "--heartbeat-ms", "200", "--timeout-ms", lost_ms},
            dir.path / "w1.out", dir.path / "w1.err", {token_env});
-  child w2({"worker", "--connect", addr, "--run", run.filename().string(), "--name", "w2",
-            "--heartbeat-ms", "200", "--timeout-ms", lost_ms},
+  // w2 names no run: it joins the run listening there and learns its name.
+  child w2({"worker", "--connect", addr, "--name", "w2", "--heartbeat-ms", "200",
+            "--timeout-ms", lost_ms},
            dir.path / "w2.out", dir.path / "w2.err", {token_env});
   const bool learned =
     poll_until([&] { return !coord.running() || metric(run, "return_mean_100") > 200; },
@@ -411,6 +412,8 @@ TEST_CASE("a coordinator and two workers train CartPole PPO async past a 100-epi
   CHECK(log.find("host w1 (127.0.0.1:") != std::string::npos);
   CHECK(log.find("host w2 (127.0.0.1:") != std::string::npos);
   CHECK(log.find("lost host") == std::string::npos);
+  CHECK(w2.out().find("joined the run at " + addr + " (run " + run.filename().string() +
+                      ")") != std::string::npos);
 }
 
 TEST_CASE("a worker killed with SIGKILL is reported as lost and the run goes on "
@@ -1071,9 +1074,8 @@ TEST_CASE(
 TEST_CASE("troupe worker refuses bad arguments before it connects") {
   temp_folder dir("troupe-cluster");
   const std::vector<std::pair<std::string, std::string>> cases = {
-    {"worker --run r", "usage: troupe worker (--connect HOST:PORT --run RUN"},
-    {"worker --connect 127.0.0.1:1",
-     "usage: troupe worker (--connect HOST:PORT --run RUN"},
+    {"worker --run r", "usage: troupe worker (--connect HOST:PORT [--run RUN]"},
+    {"worker --connect 127.0.0.1:1 --run ''", "--run: the run's name, not empty"},
     {"worker --connect 127.0.0.1:1 --connect-file c.json",
      "--connect and --connect-file: give one of them, got '127.0.0.1:1' and 'c.json'"},
     {"worker --connect-file c.json --run ''", "--run: the run's name, not empty"},
@@ -1109,6 +1111,15 @@ TEST_CASE("troupe worker refuses bad arguments before it connects") {
   CHECK(r.status == 1);
   CHECK(r.err.find("cannot reach the coordinator at 127.0.0.1:1 (run r) within 0 s") !=
         std::string::npos);
+  // --run is optional: without it the worker tries to reach any run there.
+  r = run_command(fmt::format("TROUPE_CLUSTER_TOKEN=t timeout -k 10 {} '{}' worker "
+                              "--connect 127.0.0.1:1 --reconnect-s 0",
+                              troupe_command_limit_s, TROUPE_BINARY),
+                  dir);
+  CAPTURE(r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("cannot reach the coordinator at 127.0.0.1:1 (run not named: any) "
+                   "within 0 s") != std::string::npos);
 
   // A cluster.json that is missing, malformed, names no address to connect
   // to or another run: status 1, naming the file and the rule.
