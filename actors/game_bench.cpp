@@ -236,7 +236,11 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
     auto deadline = clock_type::now();
     for (uint64_t f = 0; f < o.frames && failed.ok(); ++f) {
       deadline += period;
-      std::this_thread::sleep_until(deadline);
+      if (o.spin)
+        while (clock_type::now() < deadline) {
+        }
+      else
+        std::this_thread::sleep_until(deadline);
       const bool acts_lead = f % 2 == 1;
       if (!acts_lead)
         time_control(control_first);

@@ -27,6 +27,8 @@ struct embed_bench_options {
   size_t latency_samples = 1000000;      ///< act() calls timed, at most (the first ones)
   double frame_hz = 0; ///< frames per second (sleep to each deadline); 0: unthrottled
   uint64_t frames = 1200; ///< throttled: frames played (the loop's length)
+  bool spin = false; ///< throttled: busy-wait to each deadline instead of sleeping
+                     ///< (the core never idles: a diagnostic, not how a game waits)
 };
 
 /// Latency percentiles of one kind of timed call, in microseconds.

@@ -25,7 +25,10 @@ int bench_embed(const args_t& args) {
     {"hz", true, false,
      "frames per second: sleep to each frame's deadline, then act for every slot "
      "(default 0: unthrottled)"},
-    {"frames", true, false, "with --hz: frames played (default 1200)"}};
+    {"frames", true, false, "with --hz: frames played (default 1200)"},
+    {"spin", false, false,
+     "with --hz: busy-wait to each deadline instead of sleeping, so the core never idles "
+     "(a diagnostic: what the first act costs when the caches stay warm)"}};
   auto parsed = parse_args("bench embed", args, specs);
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
@@ -45,11 +48,15 @@ int bench_embed(const args_t& args) {
   auto frames = parsed->get_int("frames", 1200, 2, int64_t{1} << 40);
   if (!frames)
     return fail(exit_bad_input, frames.err().message);
+  if (*hz == 0 && parsed->flag("spin"))
+    return fail(exit_bad_input, "bench embed: --spin needs --hz (it is how the throttled "
+                                "loop waits for a frame's deadline)");
   if (*hz == 0 && parsed->flag("frames"))
     return fail(exit_bad_input, "bench embed: --frames needs --hz (frames of a throttled "
                                 "loop); the unthrottled loop runs until --steps are learned");
   opts.frame_hz = static_cast<double>(*hz);
   opts.frames = static_cast<uint64_t>(*frames);
+  opts.spin = parsed->flag("spin");
   opts.train_env_steps = static_cast<uint64_t>(*steps);
   opts.slots = static_cast<size_t>(*slots);
   opts.seed = static_cast<uint64_t>(*seed);
@@ -75,6 +82,7 @@ int bench_embed(const args_t& args) {
       out["hz"] = *hz;
       out["frames"] = r->frames;
       out["missed_frames"] = r->missed_frames;
+      out["wait"] = opts.spin ? "spin" : "sleep";
       auto summary = [](const actors::latency_summary& l) {
         runtime::json j;
         j["p50_us"] = rounded(l.p50_us, 3);
@@ -94,9 +102,9 @@ int bench_embed(const args_t& args) {
   fmt::print("game-driven CartPole, {} slots, one PPO learner, {:.1f} s\n", opts.slots,
              r->seconds);
   if (opts.frame_hz > 0) {
-    fmt::print("{} frames at {} Hz, {} missed; acts and the control take turns to run "
-               "first after the sleep\n",
-               r->frames, *hz, r->missed_frames);
+    fmt::print("{} frames at {} Hz ({} to each deadline), {} missed; acts and the control "
+               "take turns to run first after the wait\n",
+               r->frames, *hz, opts.spin ? "busy-waiting" : "sleeping", r->missed_frames);
     fmt::print("{:<34} {:>9} {:>9} {:>9} {:>8}\n", "latency (us)", "p50", "p99", "max",
                "calls");
     auto row = [](const char* what, const actors::latency_summary& l) {
@@ -105,7 +113,7 @@ int bench_embed(const args_t& args) {
     };
     row("act(), first of a frame", r->first_act);
     row("act(), the rest", r->rest_act);
-    row("control, first after the sleep", r->control_first);
+    row("control, first after the wait", r->control_first);
     row("control, after the frame's acts", r->control_warm);
   }
   fmt::print("act() latency over {} calls: p50 {:.2f} us, p99 {:.2f} us, max {:.1f} us\n",
