@@ -184,25 +184,28 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
   }
 
   std::vector<std::array<float, 4>> obs(o.slots);
+  static_assert(sizeof(std::array<float, 4>) == 4 * sizeof(float),
+                "act_batch reads the observations as one [slots x 4] block");
   for (size_t s = 0; s < o.slots; ++s)
     games[s]->reset(o.seed + s, obs[s].data());
   std::vector<double> latency_us;
   latency_us.reserve(o.latency_samples);
   embed_bench_result out;
   auto& a = **agent;
-  // One env step of slot s: act (timed, into `into` when given), step, report.
-  auto play = [&](size_t s, std::vector<double>* into) -> status {
-    float action = 0;
+  // Times one act() or act_batch() call (into `into` when given).
+  auto timed = [&](std::vector<double>* into, auto&& call) -> status {
     const auto t0 = clock_type::now();
-    auto acted = a.act(s, obs[s].data(), &action);
+    auto acted = call();
     const auto t1 = clock_type::now();
-    if (!acted.ok())
-      return acted;
     const double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
-    if (latency_us.size() < o.latency_samples)
+    if (acted.ok() && latency_us.size() < o.latency_samples)
       latency_us.push_back(us);
-    if (into)
+    if (acted.ok() && into)
       into->push_back(us);
+    return acted;
+  };
+  // Steps slot s's game with `action` and reports the outcome.
+  auto step = [&](size_t s, float action) -> status {
     auto r = games[s]->step(&action, obs[s].data());
     if (!r)
       return r.err();
@@ -213,6 +216,22 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
       games[s]->reset(obs[s].data());
     ++out.game_env_steps;
     return reported;
+  };
+  // One env step of slot s: act (timed, into `into` when given), step, report.
+  auto play = [&](size_t s, std::vector<double>* into) -> status {
+    float action = 0;
+    auto acted = timed(into, [&] { return a.act(s, obs[s].data(), &action); });
+    return acted.ok() ? step(s, action) : acted;
+  };
+  // One env step of every slot: one act_batch() call (timed), then steps.
+  std::vector<float> actions(o.slots);
+  auto play_all = [&](std::vector<double>* into) -> status {
+    auto acted = timed(into, [&] {
+      return a.act_batch(0, o.slots, obs[0].data(), actions.data());
+    });
+    for (size_t s = 0; s < o.slots && acted.ok(); ++s)
+      acted = step(s, actions[s]);
+    return acted;
   };
   const auto start = clock_type::now();
   status failed = ok_status();
@@ -244,8 +263,11 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
       const bool acts_lead = f % 2 == 1;
       if (!acts_lead)
         time_control(control_first);
-      for (size_t s = 0; s < o.slots && failed.ok(); ++s)
-        failed = play(s, s == 0 && acts_lead ? &first : &rest);
+      if (o.batch)
+        failed = play_all(acts_lead ? &first : &rest);
+      else
+        for (size_t s = 0; s < o.slots && failed.ok(); ++s)
+          failed = play(s, s == 0 && acts_lead ? &first : &rest);
       if (acts_lead)
         time_control(control_warm);
       ++out.frames;

@@ -29,6 +29,7 @@ struct embed_bench_options {
   uint64_t frames = 1200; ///< throttled: frames played (the loop's length)
   bool spin = false; ///< throttled: busy-wait to each deadline instead of sleeping
                      ///< (the core never idles: a diagnostic, not how a game waits)
+  bool batch = false; ///< throttled: one act_batch() per frame for every slot
 };
 
 /// Latency percentiles of one kind of timed call, in microseconds.
@@ -56,6 +57,8 @@ struct embed_bench_result {
   // Throttled only. Frames alternate which runs first after the sleep: the
   // acts (odd frames) or the control (even frames), so that neither warms
   // the core for the other.
+  // With batch, first_act is a frame's act_batch() call where it runs first
+  // after the wait, rest_act one where it runs after the control.
   latency_summary first_act;     ///< the first act() of a frame that acts first
   latency_summary rest_act;      ///< every other act() of every frame
   latency_summary control_first; ///< the control right after the sleep

@@ -1,4 +1,4 @@
-// `troupe bench embed [--json] [--steps N] [--slots N] [--hz F --frames N]`:
+// `troupe bench embed [--json] [--steps N] [--slots N] [--hz F --frames N --spin --batch]`:
 // the game-driven form measured (actors::bench_embed): CartPoles stepped on
 // the calling thread act through a game agent while one PPO learner trains
 // from their transitions. Reports act() latency (p50, p99, max), the env steps
@@ -28,7 +28,9 @@ int bench_embed(const args_t& args) {
     {"frames", true, false, "with --hz: frames played (default 1200)"},
     {"spin", false, false,
      "with --hz: busy-wait to each deadline instead of sleeping, so the core never idles "
-     "(a diagnostic: what the first act costs when the caches stay warm)"}};
+     "(a diagnostic: what the first act costs when the caches stay warm)"},
+    {"batch", false, false,
+     "with --hz: one act_batch() call per frame for every slot instead of one act() each"}};
   auto parsed = parse_args("bench embed", args, specs);
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
@@ -51,12 +53,16 @@ int bench_embed(const args_t& args) {
   if (*hz == 0 && parsed->flag("spin"))
     return fail(exit_bad_input, "bench embed: --spin needs --hz (it is how the throttled "
                                 "loop waits for a frame's deadline)");
+  if (*hz == 0 && parsed->flag("batch"))
+    return fail(exit_bad_input, "bench embed: --batch needs --hz (the throttled loop acts "
+                                "for a frame's slots in one call)");
   if (*hz == 0 && parsed->flag("frames"))
     return fail(exit_bad_input, "bench embed: --frames needs --hz (frames of a throttled "
                                 "loop); the unthrottled loop runs until --steps are learned");
   opts.frame_hz = static_cast<double>(*hz);
   opts.frames = static_cast<uint64_t>(*frames);
   opts.spin = parsed->flag("spin");
+  opts.batch = parsed->flag("batch");
   opts.train_env_steps = static_cast<uint64_t>(*steps);
   opts.slots = static_cast<size_t>(*slots);
   opts.seed = static_cast<uint64_t>(*seed);
@@ -83,6 +89,7 @@ int bench_embed(const args_t& args) {
       out["frames"] = r->frames;
       out["missed_frames"] = r->missed_frames;
       out["wait"] = opts.spin ? "spin" : "sleep";
+      out["calls"] = opts.batch ? "act_batch" : "act";
       auto summary = [](const actors::latency_summary& l) {
         runtime::json j;
         j["p50_us"] = rounded(l.p50_us, 3);
@@ -111,8 +118,13 @@ int bench_embed(const args_t& args) {
       fmt::print("{:<34} {:>9.2f} {:>9.2f} {:>9.1f} {:>8}\n", what, l.p50_us, l.p99_us,
                  l.max_us, l.samples);
     };
-    row("act(), first of a frame", r->first_act);
-    row("act(), the rest", r->rest_act);
+    if (opts.batch) {
+      row("act_batch(), first after the wait", r->first_act);
+      row("act_batch(), after the control", r->rest_act);
+    } else {
+      row("act(), first of a frame", r->first_act);
+      row("act(), the rest", r->rest_act);
+    }
     row("control, first after the wait", r->control_first);
     row("control, after the frame's acts", r->control_warm);
   }

@@ -193,6 +193,7 @@ TEST_CASE("bench embed --hz reports the first act() of a frame apart from the re
   CHECK(out.at("hz") == 1000);
   CHECK(out.at("frames") == 40);
   CHECK(out.at("wait") == "sleep");
+  CHECK(out.at("calls") == "act");
   CHECK(out.at("missed_frames").get<uint64_t>() <= 40);
   CHECK(out.at("game_env_steps") == 120); // 40 frames x 3 slots
   CHECK(out.at("act_samples") == 120);
@@ -216,6 +217,16 @@ TEST_CASE("bench embed --hz reports the first act() of a frame apart from the re
   CHECK(table.out.find("busy-waiting") != std::string::npos);
   CHECK(table.out.find("act(), first of a frame") != std::string::npos);
   CHECK(table.out.find("control, first after the wait") != std::string::npos);
+  // --batch: one act_batch() per frame, so one timed call per frame.
+  auto batch = run_troupe("bench embed --json --hz 1000 --frames 6 --slots 3 --batch", dir);
+  INFO(batch.err);
+  REQUIRE(batch.status == 0);
+  const auto batched = parse_json(batch.out);
+  CHECK(batched.at("calls") == "act_batch");
+  CHECK(batched.at("game_env_steps") == 18);
+  CHECK(batched.at("act_samples") == 6);
+  CHECK(batched.at("first_act").at("samples") == 3);
+  CHECK(batched.at("rest_act").at("samples") == 3);
   auto spin_alone = run_troupe("bench embed --spin", dir);
   CHECK(spin_alone.status == 2);
   CHECK(spin_alone.err.find("--spin needs --hz") != std::string::npos);
