@@ -66,7 +66,8 @@ latency_summary summarize(std::vector<double>& us) {
 // own small network would be.
 class plain_network {
 public:
-  plain_network(size_t in, const std::vector<int64_t>& hidden, size_t out, uint64_t seed) {
+  plain_network(size_t in, const std::vector<int64_t>& hidden, size_t out,
+                uint64_t seed) {
     kernels::rng gen(seed);
     size_t width = in;
     auto add = [&](size_t next) {
@@ -210,8 +211,8 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
     if (!r)
       return r.err();
     const bool ends = r->terminated || r->truncated;
-    auto reported = a.report(s, r->reward, r->terminated, r->truncated,
-                             ends ? obs[s].data() : nullptr);
+    auto reported =
+      a.report(s, r->reward, r->terminated, r->truncated, ends ? obs[s].data() : nullptr);
     if (ends)
       games[s]->reset(obs[s].data());
     ++out.game_env_steps;
@@ -226,9 +227,8 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
   // One env step of every slot: one act_batch() call (timed), then steps.
   std::vector<float> actions(o.slots);
   auto play_all = [&](std::vector<double>* into) -> status {
-    auto acted = timed(into, [&] {
-      return a.act_batch(0, o.slots, obs[0].data(), actions.data());
-    });
+    auto acted =
+      timed(into, [&] { return a.act_batch(0, o.slots, obs[0].data(), actions.data()); });
     for (size_t s = 0; s < o.slots && acted.ok(); ++s)
       acted = step(s, actions[s]);
     return acted;

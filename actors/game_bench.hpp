@@ -25,11 +25,11 @@ struct embed_bench_options {
   uint64_t train_env_steps = 200000; ///< the learner's budget; 0: no training
   uint64_t untrained_act_calls = 200000; ///< with no training: act() calls made
   size_t latency_samples = 1000000;      ///< act() calls timed, at most (the first ones)
-  double frame_hz = 0; ///< frames per second (sleep to each deadline); 0: unthrottled
+  double frame_hz = 0;    ///< frames per second (sleep to each deadline); 0: unthrottled
   uint64_t frames = 1200; ///< throttled: frames played (the loop's length)
-  bool spin = false; ///< throttled: busy-wait to each deadline instead of sleeping
-                     ///< (the core never idles: a diagnostic, not how a game waits)
-  bool batch = false; ///< throttled: one act_batch() per frame for every slot
+  bool spin = false;      ///< throttled: busy-wait to each deadline instead of sleeping
+                          ///< (the core never idles: a diagnostic, not how a game waits)
+  bool batch = false;     ///< throttled: one act_batch() per frame for every slot
 };
 
 /// Latency percentiles of one kind of timed call, in microseconds.

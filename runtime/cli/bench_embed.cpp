@@ -1,4 +1,5 @@
-// `troupe bench embed [--json] [--steps N] [--slots N] [--hz F --frames N --spin --batch]`:
+// `troupe bench embed [--json] [--steps N] [--slots N]
+//                     [--hz F [--frames N] [--spin] [--batch]]`:
 // the game-driven form measured (actors::bench_embed): CartPoles stepped on
 // the calling thread act through a game agent while one PPO learner trains
 // from their transitions. Reports act() latency (p50, p99, max), the env steps
@@ -30,7 +31,8 @@ int bench_embed(const args_t& args) {
      "with --hz: busy-wait to each deadline instead of sleeping, so the core never idles "
      "(a diagnostic: what the first act costs when the caches stay warm)"},
     {"batch", false, false,
-     "with --hz: one act_batch() call per frame for every slot instead of one act() each"}};
+     "with --hz: one act_batch() call per frame for every slot instead of one act() "
+     "each"}};
   auto parsed = parse_args("bench embed", args, specs);
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
@@ -54,11 +56,13 @@ int bench_embed(const args_t& args) {
     return fail(exit_bad_input, "bench embed: --spin needs --hz (it is how the throttled "
                                 "loop waits for a frame's deadline)");
   if (*hz == 0 && parsed->flag("batch"))
-    return fail(exit_bad_input, "bench embed: --batch needs --hz (the throttled loop acts "
-                                "for a frame's slots in one call)");
+    return fail(exit_bad_input,
+                "bench embed: --batch needs --hz (the throttled loop acts "
+                "for a frame's slots in one call)");
   if (*hz == 0 && parsed->flag("frames"))
-    return fail(exit_bad_input, "bench embed: --frames needs --hz (frames of a throttled "
-                                "loop); the unthrottled loop runs until --steps are learned");
+    return fail(exit_bad_input,
+                "bench embed: --frames needs --hz (frames of a throttled "
+                "loop); the unthrottled loop runs until --steps are learned");
   opts.frame_hz = static_cast<double>(*hz);
   opts.frames = static_cast<uint64_t>(*frames);
   opts.spin = parsed->flag("spin");
@@ -109,9 +113,10 @@ int bench_embed(const args_t& args) {
   fmt::print("game-driven CartPole, {} slots, one PPO learner, {:.1f} s\n", opts.slots,
              r->seconds);
   if (opts.frame_hz > 0) {
-    fmt::print("{} frames at {} Hz ({} to each deadline), {} missed; acts and the control "
-               "take turns to run first after the wait\n",
-               r->frames, *hz, opts.spin ? "busy-waiting" : "sleeping", r->missed_frames);
+    fmt::print(
+      "{} frames at {} Hz ({} to each deadline), {} missed; acts and the control "
+      "take turns to run first after the wait\n",
+      r->frames, *hz, opts.spin ? "busy-waiting" : "sleeping", r->missed_frames);
     fmt::print("{:<34} {:>9} {:>9} {:>9} {:>8}\n", "latency (us)", "p50", "p99", "max",
                "calls");
     auto row = [](const char* what, const actors::latency_summary& l) {

@@ -203,7 +203,8 @@ TEST_CASE("bench embed --hz reports the first act() of a frame apart from the re
   for (const auto& [kind, samples] : expected) {
     INFO(kind);
     const auto& k = out.at(kind);
-    CHECK(keys_of(k) == std::vector<std::string>{"p50_us", "p99_us", "max_us", "samples"});
+    CHECK(keys_of(k) ==
+          std::vector<std::string>{"p50_us", "p99_us", "max_us", "samples"});
     CHECK(k.at("samples").get<uint64_t>() == samples);
     const double p50 = k.at("p50_us").get<double>(), p99 = k.at("p99_us").get<double>(),
                  max = k.at("max_us").get<double>();
@@ -218,7 +219,8 @@ TEST_CASE("bench embed --hz reports the first act() of a frame apart from the re
   CHECK(table.out.find("act(), first of a frame") != std::string::npos);
   CHECK(table.out.find("control, first after the wait") != std::string::npos);
   // --batch: one act_batch() per frame, so one timed call per frame.
-  auto batch = run_troupe("bench embed --json --hz 1000 --frames 6 --slots 3 --batch", dir);
+  auto batch =
+    run_troupe("bench embed --json --hz 1000 --frames 6 --slots 3 --batch", dir);
   INFO(batch.err);
   REQUIRE(batch.status == 0);
   const auto batched = parse_json(batch.out);
