@@ -4,7 +4,9 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -16,6 +18,7 @@
 #include "actors/policy_store.hpp"
 #include "actors/stats_keeper.hpp"
 #include "envs/registry.hpp"
+#include "kernels/rng.hpp"
 
 namespace troupe::actors {
 
@@ -47,6 +50,69 @@ double percentile(std::vector<double>& xs, double q) {
   return xs[k];
 }
 
+latency_summary summarize(std::vector<double>& us) {
+  latency_summary out;
+  out.samples = us.size();
+  if (us.empty())
+    return out;
+  out.max_us = *std::max_element(us.begin(), us.end());
+  out.p50_us = percentile(us, 0.50);
+  out.p99_us = percentile(us, 0.99);
+  return out;
+}
+
+// The control: a network of the benchmark's size written as plain loops (no
+// troupe code, no Eigen, the build's default instruction set), as a game's
+// own small network would be.
+class plain_network {
+public:
+  plain_network(size_t in, const std::vector<int64_t>& hidden, size_t out,
+                uint64_t seed) {
+    kernels::rng gen(seed);
+    size_t width = in;
+    auto add = [&](size_t next) {
+      layer l{width, next, std::vector<float>(width * next), std::vector<float>(next)};
+      const double scale = 1.0 / std::sqrt(static_cast<double>(width));
+      for (auto& w : l.weights)
+        w = static_cast<float>((2 * gen.unit() - 1) * scale);
+      for (auto& b : l.bias)
+        b = static_cast<float>(0.1 * gen.unit());
+      layers_.push_back(std::move(l));
+      width = next;
+    };
+    for (auto h : hidden)
+      add(static_cast<size_t>(h));
+    add(out);
+    for (auto& l : layers_)
+      scratch_.emplace_back(l.out);
+  }
+
+  // Forward pass of one observation; returns the first output.
+  float forward(const float* x) {
+    for (size_t k = 0; k < layers_.size(); ++k) {
+      const auto& l = layers_[k];
+      float* y = scratch_[k].data();
+      for (size_t j = 0; j < l.out; ++j) {
+        float sum = l.bias[j];
+        for (size_t i = 0; i < l.in; ++i)
+          sum += l.weights[j * l.in + i] * x[i];
+        y[j] = k + 1 < layers_.size() ? std::tanh(sum) : sum;
+      }
+      x = y;
+    }
+    return x[0];
+  }
+
+private:
+  struct layer {
+    size_t in, out;
+    std::vector<float> weights; // [out x in]
+    std::vector<float> bias;
+  };
+  std::vector<layer> layers_;
+  std::vector<std::vector<float>> scratch_;
+};
+
 } // namespace
 
 result<embed_bench_result> bench_embed(const embed_bench_options& o) {
@@ -55,6 +121,9 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
       errc::invalid_argument,
       "bench_embed: slots and steps_per_segment must be >= 1, got {} and {}", o.slots,
       o.steps_per_segment);
+  if (!(o.frame_hz >= 0 && o.frame_hz <= 100000))
+    return make_error(errc::invalid_argument,
+                      "bench_embed: frame_hz must be in [0, 100000], got {}", o.frame_hz);
   std::vector<std::unique_ptr<envs::env>> games;
   for (size_t s = 0; s < o.slots; ++s) {
     auto made = envs::make_env("CartPole-v1");
@@ -116,38 +185,101 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
   }
 
   std::vector<std::array<float, 4>> obs(o.slots);
+  static_assert(sizeof(std::array<float, 4>) == 4 * sizeof(float),
+                "act_batch reads the observations as one [slots x 4] block");
   for (size_t s = 0; s < o.slots; ++s)
     games[s]->reset(o.seed + s, obs[s].data());
   std::vector<double> latency_us;
   latency_us.reserve(o.latency_samples);
   embed_bench_result out;
   auto& a = **agent;
+  // Times one act() or act_batch() call (into `into` when given).
+  auto timed = [&](std::vector<double>* into, auto&& call) -> status {
+    const auto t0 = clock_type::now();
+    auto acted = call();
+    const auto t1 = clock_type::now();
+    const double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    if (acted.ok() && latency_us.size() < o.latency_samples)
+      latency_us.push_back(us);
+    if (acted.ok() && into)
+      into->push_back(us);
+    return acted;
+  };
+  // Steps slot s's game with `action` and reports the outcome.
+  auto step = [&](size_t s, float action) -> status {
+    auto r = games[s]->step(&action, obs[s].data());
+    if (!r)
+      return r.err();
+    const bool ends = r->terminated || r->truncated;
+    auto reported =
+      a.report(s, r->reward, r->terminated, r->truncated, ends ? obs[s].data() : nullptr);
+    if (ends)
+      games[s]->reset(obs[s].data());
+    ++out.game_env_steps;
+    return reported;
+  };
+  // One env step of slot s: act (timed, into `into` when given), step, report.
+  auto play = [&](size_t s, std::vector<double>* into) -> status {
+    float action = 0;
+    auto acted = timed(into, [&] { return a.act(s, obs[s].data(), &action); });
+    return acted.ok() ? step(s, action) : acted;
+  };
+  // One env step of every slot: one act_batch() call (timed), then steps.
+  std::vector<float> actions(o.slots);
+  auto play_all = [&](std::vector<double>* into) -> status {
+    auto acted =
+      timed(into, [&] { return a.act_batch(0, o.slots, obs[0].data(), actions.data()); });
+    for (size_t s = 0; s < o.slots && acted.ok(); ++s)
+      acted = step(s, actions[s]);
+    return acted;
+  };
   const auto start = clock_type::now();
   status failed = ok_status();
-  while (train ? !counts->ended.load() : out.game_env_steps < o.untrained_act_calls) {
-    for (size_t s = 0; s < o.slots && failed.ok(); ++s) {
-      float action = 0;
+  if (o.frame_hz <= 0) {
+    while (failed.ok() &&
+           (train ? !counts->ended.load() : out.game_env_steps < o.untrained_act_calls))
+      for (size_t s = 0; s < o.slots && failed.ok(); ++s)
+        failed = play(s, nullptr);
+  } else {
+    plain_network control(spec.obs_dim, spec.hidden, spec.n, o.seed);
+    volatile float control_sink = 0; // keeps the control's work from being elided
+    auto time_control = [&](std::vector<double>& into) {
       const auto t0 = clock_type::now();
-      failed = a.act(s, obs[s].data(), &action);
-      const auto t1 = clock_type::now();
-      if (!failed.ok())
-        break;
-      if (latency_us.size() < o.latency_samples)
-        latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      auto r = games[s]->step(&action, obs[s].data());
-      if (!r) {
-        failed = r.err();
-        break;
+      control_sink = control.forward(obs[0].data());
+      into.push_back(
+        std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+    };
+    std::vector<double> first, rest, control_first, control_warm;
+    const auto period = std::chrono::duration_cast<clock_type::duration>(
+      std::chrono::duration<double>(1.0 / o.frame_hz));
+    auto deadline = clock_type::now();
+    for (uint64_t f = 0; f < o.frames && failed.ok(); ++f) {
+      deadline += period;
+      if (o.spin)
+        while (clock_type::now() < deadline) {
+        }
+      else
+        std::this_thread::sleep_until(deadline);
+      const bool acts_lead = f % 2 == 1;
+      if (!acts_lead)
+        time_control(control_first);
+      if (o.batch)
+        failed = play_all(acts_lead ? &first : &rest);
+      else
+        for (size_t s = 0; s < o.slots && failed.ok(); ++s)
+          failed = play(s, s == 0 && acts_lead ? &first : &rest);
+      if (acts_lead)
+        time_control(control_warm);
+      ++out.frames;
+      if (clock_type::now() > deadline + period) {
+        ++out.missed_frames;
+        deadline = clock_type::now(); // start again from now, as a game would
       }
-      const bool ends = r->terminated || r->truncated;
-      failed = a.report(s, r->reward, r->terminated, r->truncated,
-                        ends ? obs[s].data() : nullptr);
-      if (ends)
-        games[s]->reset(obs[s].data());
-      ++out.game_env_steps;
     }
-    if (!failed.ok())
-      break;
+    out.first_act = summarize(first);
+    out.rest_act = summarize(rest);
+    out.control_first = summarize(control_first);
+    out.control_warm = summarize(control_warm);
   }
   out.seconds = std::chrono::duration<double>(clock_type::now() - start).count();
   a.close();
@@ -156,11 +288,11 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
   if (!failed.ok())
     return failed.err();
   const auto c = a.counters();
-  out.act_samples = latency_us.size();
-  out.act_max_us =
-    latency_us.empty() ? 0 : *std::max_element(latency_us.begin(), latency_us.end());
-  out.act_p50_us = percentile(latency_us, 0.50);
-  out.act_p99_us = percentile(latency_us, 0.99);
+  const auto all = summarize(latency_us);
+  out.act_samples = all.samples;
+  out.act_max_us = all.max_us;
+  out.act_p50_us = all.p50_us;
+  out.act_p99_us = all.p99_us;
   out.learned_env_steps = counts->env_steps.load();
   const double secs = std::max(out.seconds, 1e-9);
   out.game_env_steps_per_s = static_cast<double>(out.game_env_steps) / secs;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the build into a temporary prefix, then builds and runs the
 # out-of-tree consumer examples/embed against it: with find_package(troupe)
-# (C++ and C programs) and with pkg-config (the C program). Fails with a
-# message naming the step and the file.
+# (C++ and C programs), from a C-only project (libtroupe.a) and with
+# pkg-config (the C program). Also checks that installing from a tree whose
+# libraries are not built (what scripts/run leaves) names the missing step.
+# Fails with a message naming the step and the file.
 #
 # usage: consumer.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -67,6 +69,47 @@ if "$tmp/embed/embed_c" "$run_dir" 1 2 3 2>"$tmp/c.err"; then
 fi
 grep -q 'has 3 values' "$tmp/c.err" || fail "embed_c's error: $(cat "$tmp/c.err")"
 
+# A C-only project (no C++ compiler enabled) links libtroupe.a through
+# troupe::troupe_static: the C++ runtime comes with the target.
+mkdir -p "$tmp/c_only"
+cp "$src/examples/embed/main.c" "$tmp/c_only/main.c"
+cat >"$tmp/c_only/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.18)
+project(c_only LANGUAGES C)
+find_package(troupe 0.1 REQUIRED)
+add_executable(embed_c_only main.c)
+set_target_properties(embed_c_only PROPERTIES C_STANDARD 99 C_EXTENSIONS OFF)
+target_link_libraries(embed_c_only PRIVATE troupe::troupe_static)
+CM
+cmake -S "$tmp/c_only" -B "$tmp/c_only/build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release >"$tmp/c_only.log" 2>&1 ||
+  { cat "$tmp/c_only.log" >&2; fail "configuring a C-only project against $prefix"; }
+cmake --build "$tmp/c_only/build" >>"$tmp/c_only.log" 2>&1 ||
+  { cat "$tmp/c_only.log" >&2; fail "linking troupe::troupe_static from a C-only project"; }
+out=$("$tmp/c_only/build/embed_c_only" "$run_dir" 0.0 3.0) ||
+  fail "embed_c_only (C-only project, libtroupe.a) failed: $out"
+[[ $out == "obs_dim 2, discrete, action "[01] ]] || fail "embed_c_only printed '$out'"
+ldd "$tmp/c_only/build/embed_c_only" >"$tmp/c_only_ldd.txt"
+if grep -q 'libtroupe\.so' "$tmp/c_only_ldd.txt"; then
+  fail "embed_c_only links libtroupe.so instead of libtroupe.a"
+fi
+
+# Installing from a configured tree whose libraries were not built (what
+# scripts/run leaves: it builds the troupe command only) fails before copying
+# anything, naming the step that is missing.
+cmake -S "$src" -B "$tmp/unbuilt" -DCMAKE_BUILD_TYPE=Release >"$tmp/unbuilt.log" 2>&1 ||
+  { cat "$tmp/unbuilt.log" >&2; fail "configuring an unbuilt tree"; }
+if cmake --install "$tmp/unbuilt" --prefix "$tmp/unbuilt-prefix" >"$tmp/unbuilt-install.log" 2>&1
+then
+  fail "cmake --install of an unbuilt tree succeeded"
+fi
+# (CMake wraps the message: compare it with its white space collapsed.)
+tr -s ' \n' '  ' <"$tmp/unbuilt-install.log" >"$tmp/unbuilt-message.txt"
+grep -q 'has not been built' "$tmp/unbuilt-message.txt" &&
+  grep -q 'scripts/run builds the troupe command only' "$tmp/unbuilt-message.txt" ||
+  { cat "$tmp/unbuilt-install.log" >&2; fail "cmake --install of an unbuilt tree does not name the missing step"; }
+[ ! -e "$tmp/unbuilt-prefix" ] || fail "cmake --install of an unbuilt tree copied files first"
+
 # A version the package does not provide is refused.
 mkdir -p "$tmp/v9"
 cat >"$tmp/v9/CMakeLists.txt" <<'CM'
@@ -86,4 +129,4 @@ cc -std=c99 -Wall -Wextra -pedantic -Werror "$src/examples/embed/main.c" \
   fail "building examples/embed/main.c with pkg-config"
 out=$("$tmp/embed_c_pc" "$run_dir" 0.0 3.0) || fail "embed_c (pkg-config) failed"
 [[ $out == "obs_dim 2, discrete, action "[01] ]] || fail "embed_c (pkg-config) printed '$out'"
-echo "consumer.sh: the installed troupe builds and runs both consumers"
+echo "consumer.sh: the installed troupe builds and runs every consumer"

@@ -172,9 +172,66 @@ TEST_CASE("bench embed --json reports act() latency percentiles in order, env st
   auto bad = run_troupe("bench embed --steps 5", dir);
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--steps") != std::string::npos);
-  auto unknown = run_troupe("bench embed --frames 5", dir);
+  auto unknown = run_troupe("bench embed --fps 5", dir);
   CHECK(unknown.status == 2);
-  CHECK(unknown.err.find("frames") != std::string::npos);
+  CHECK(unknown.err.find("fps") != std::string::npos);
+  auto unthrottled_frames = run_troupe("bench embed --frames 5", dir);
+  CHECK(unthrottled_frames.status == 2);
+  CHECK(unthrottled_frames.err.find("--frames needs --hz") != std::string::npos);
+}
+
+// The throttled loop waits for each frame's deadline (the benchmark's own
+// wait; 40 frames at 1 kHz). Only counts and orders are asserted, never times.
+TEST_CASE("bench embed --hz reports the first act() of a frame apart from the rest and "
+          "the control beside them, with counts that follow from the frames and slots") {
+  temp_folder dir("bench-embed-hz");
+  auto r = run_troupe("bench embed --json --hz 1000 --frames 40 --slots 3 --seed 2", dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const auto out = parse_json(r.out);
+  REQUIRE(out.is_object());
+  CHECK(out.at("hz") == 1000);
+  CHECK(out.at("frames") == 40);
+  CHECK(out.at("wait") == "sleep");
+  CHECK(out.at("calls") == "act");
+  CHECK(out.at("missed_frames").get<uint64_t>() <= 40);
+  CHECK(out.at("game_env_steps") == 120); // 40 frames x 3 slots
+  CHECK(out.at("act_samples") == 120);
+  // The acts lead on odd frames, the control on even ones.
+  const std::vector<std::pair<std::string, uint64_t>> expected{
+    {"first_act", 20}, {"rest_act", 100}, {"control_first", 20}, {"control_warm", 20}};
+  for (const auto& [kind, samples] : expected) {
+    INFO(kind);
+    const auto& k = out.at(kind);
+    CHECK(keys_of(k) ==
+          std::vector<std::string>{"p50_us", "p99_us", "max_us", "samples"});
+    CHECK(k.at("samples").get<uint64_t>() == samples);
+    const double p50 = k.at("p50_us").get<double>(), p99 = k.at("p99_us").get<double>(),
+                 max = k.at("max_us").get<double>();
+    CHECK(p50 > 0);
+    CHECK(p50 <= p99);
+    CHECK(p99 <= max + 0.05);
+  }
+  auto table = run_troupe("bench embed --hz 1000 --frames 4 --slots 2 --spin", dir);
+  INFO(table.err);
+  REQUIRE(table.status == 0);
+  CHECK(table.out.find("busy-waiting") != std::string::npos);
+  CHECK(table.out.find("act(), first of a frame") != std::string::npos);
+  CHECK(table.out.find("control, first after the wait") != std::string::npos);
+  // --batch: one act_batch() per frame, so one timed call per frame.
+  auto batch =
+    run_troupe("bench embed --json --hz 1000 --frames 6 --slots 3 --batch", dir);
+  INFO(batch.err);
+  REQUIRE(batch.status == 0);
+  const auto batched = parse_json(batch.out);
+  CHECK(batched.at("calls") == "act_batch");
+  CHECK(batched.at("game_env_steps") == 18);
+  CHECK(batched.at("act_samples") == 6);
+  CHECK(batched.at("first_act").at("samples") == 3);
+  CHECK(batched.at("rest_act").at("samples") == 3);
+  auto spin_alone = run_troupe("bench embed --spin", dir);
+  CHECK(spin_alone.status == 2);
+  CHECK(spin_alone.err.find("--spin needs --hz") != std::string::npos);
 }
 
 TEST_CASE("bench remote --json reports, per number of clients, the env steps through troupe "
