@@ -202,7 +202,7 @@ void put(std::string& out, T x) {
 
 // -- keeper ------------------------------------------------------------------
 
-TEST_CASE("keeper: a sequenced delta merges once and in order; duplicates, gaps and "
+TEST_CASE("keeper: a sequenced delta merges once and in order, and duplicates, gaps and "
           "fenced incarnations are dropped and counted") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
@@ -255,7 +255,7 @@ TEST_CASE("keeper: a sequenced delta merges once and in order; duplicates, gaps 
   CHECK(s.status_of("obs")->count == st.count + 2 * b1.delta.count);
 }
 
-TEST_CASE("keeper: the state file keeps the sender table and the fenced incarnations; "
+TEST_CASE("keeper: the state file keeps the sender table and the fenced incarnations, and "
           "a version 1 file still loads") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
@@ -617,8 +617,7 @@ TEST_CASE("parameter server: a resent gradient is not applied twice, and a fence
 }
 
 TEST_CASE("parameter server sync: a learner that leaves lets the waiting step complete "
-          "with the rest, weighted by rows; one that joins during a step takes part "
-          "from the next one; a fence refuses a waiting gradient") {
+          "with the rest, weighted by rows, one that joins during a step takes part from the next one, and a fence refuses a waiting gradient") {
   system_fixture fx;
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);

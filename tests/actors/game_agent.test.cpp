@@ -880,7 +880,7 @@ TEST_CASE("with block_when_full a call that completes a segment waits for space 
 }
 
 TEST_CASE("abandon discards a slot's unfinished segment, counts it, and the slot starts "
-          "a fresh episode in a fresh segment; other slots go on") {
+          "a fresh episode in a fresh segment, while other slots go on") {
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);

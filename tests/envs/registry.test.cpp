@@ -448,7 +448,7 @@ TEST_CASE("a callback env with missing or unpaired callbacks is refused naming t
   }
 }
 
-TEST_CASE("a batch of callback envs with state callbacks restores bit for bit; without "
+TEST_CASE("a batch of callback envs with state callbacks restores bit for bit, and without "
           "them it saves no state and refuses to restore") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);

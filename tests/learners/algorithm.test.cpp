@@ -177,7 +177,7 @@ TEST_CASE("IMPALA refuses a batch whose behavior log-probabilities are missing f
 }
 
 TEST_CASE("a PPO update sends update_epochs x num_minibatches gradients covering every "
-          "transition once per epoch, only the last marked last; A3C sends one") {
+          "transition once per epoch, only the last marked last, and A3C sends one") {
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -217,8 +217,7 @@ TEST_CASE("a PPO update sends update_epochs x num_minibatches gradients covering
 }
 
 TEST_CASE("local batch norm: PPO's ratio takes the acting weights normalized as the "
-          "learning pass normalizes, so it is 1 for unchanged weights; taken from the "
-          "acting pass it is not") {
+          "learning pass normalizes, so it is 1 for unchanged weights, and taken from the acting pass it is not") {
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);

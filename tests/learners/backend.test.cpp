@@ -191,7 +191,7 @@ TEST_CASE("the CUDA backend's gradient, moments and Adam step match a float64 re
   });
 }
 
-TEST_CASE("device auto picks the CPU without a GPU and says why; cuda without one fails") {
+TEST_CASE("device auto picks the CPU without a GPU and says why, and cuda without one fails") {
   auto cpu = choose_device("cpu");
   REQUIRE(cpu);
   CHECK(cpu->kind == device_kind::cpu);
