@@ -432,3 +432,37 @@ TEST_CASE("local batch norm: IMPALA's mu is taken with the acting weights normal
   REQUIRE(algo->update(b.view, model, host).ok());
   CHECK(largest_ratio_error(pi_logp, seen.old_logp, valid) < 1e-5);
 }
+
+TEST_CASE("local batch norm: A3C's ratio takes the current weights normalized as the "
+          "learning pass normalizes the batch's transitions, so it is 1 as A3C's loss "
+          "means; from running statistics it is not") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const actor_critic model = local_bn_model(gen, seed);
+  const model_spec& spec = model.spec();
+  random_rollout b(gen, 16, 4, 3);
+  const size_t transitions = b.view.rows() - 3;
+  for (const double same_pass : {1.0, 0.0}) {
+    CAPTURE(same_pass);
+    auto algo = make("a3c", {{"local_bn_same_pass", same_pass}}, spec);
+    auto backend = std::make_unique<capturing_backend>(spec);
+    auto& seen = *backend;
+    recording_host host(seed, std::move(backend));
+    host.weights = &model;
+    auto m = algo->update(b.view, model, host);
+    REQUIRE(m.ok());
+    REQUIRE(seen.gradients == 1);
+    REQUIRE(seen.old_logp.size() == transitions);
+    // pi: the learning pass over exactly the rows the gradient saw.
+    const auto pi_logp = learning_pass_logp(model, seen.obs.data(), transitions,
+                                            seen.actions.data(), transitions);
+    const double error =
+      largest_ratio_error(pi_logp, seen.old_logp, std::vector<bool>(transitions, true));
+    CAPTURE(error);
+    if (same_pass != 0)
+      CHECK(error < 1e-5);
+    else
+      CHECK(error > 1e-2);
+  }
+}
