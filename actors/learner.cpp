@@ -533,7 +533,7 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         skip(ok.err().message);
         return;
       }
-      const auto view = view_of(b);
+      auto view = view_of(b);
       if (auto ok = w.algorithm->check_batch(view); !ok) {
         skip(ok.err().message);
         return;
@@ -544,6 +544,7 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       if (!behavior)
         behavior =
           std::make_shared<policy_snapshot>(policy_snapshot{w.version, w.current});
+      view.acting_version_kept = behavior->version == b.policy_version;
       learner_report rep;
       rep.learner = w.opts.name;
       rep.env_steps = b.steps * b.num_envs;

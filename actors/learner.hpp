@@ -14,7 +14,8 @@
 // batch's policy version (policy_store::at), or the current weights when the
 // store no longer keeps it or when the batch was acted with several versions
 // (behavior_recorded, a game-driven batch: its behavior_logp is the only
-// record of the acting policy). A batch that does not meet the algorithm's
+// record of the acting policy); rollout_view::acting_version_kept tells the
+// algorithm which. A batch that does not meet the algorithm's
 // requirements (check_batch) is skipped with a log line naming the
 // algorithm and the numbers.
 //

@@ -11,7 +11,8 @@ namespace {
 class a3c final : public algorithm {
 public:
   a3c(const model_spec& spec, double gamma, a3c_settings settings)
-    : discrete_(spec.action == action_kind::discrete), gamma_(gamma), s_(settings) {
+    : discrete_(spec.action == action_kind::discrete), gamma_(gamma), s_(settings),
+      same_pass_(s_.local_bn_same_pass && spec.batch_norm == batch_norm_mode::local) {
     loss_.vf_coef = s_.vf_coef;
     loss_.ent_coef = s_.ent_coef;
     loss_.clip_value_loss = false;
@@ -36,14 +37,27 @@ public:
 
   result<update_metrics> update(const rollout_view& b, const actor_critic& current,
                                 update_host& host) override {
-    // 1. Values and log-probabilities of the current weights: the ratio is 1.
+    // 1. Values and log-probabilities of the current weights: the ratio is 1
+    //    (with local batch norm, once taken again as in 3.).
     if (auto ok = acting_.compute(current, b); !ok)
       return ok.err();
     // 2. n-step advantages and returns over the valid rows.
     rows_.compute(b, acting_, acting_.logp.data(), gamma_, s_.gae_lambda);
-    // 3. One gradient over the whole batch.
+    // 3. One gradient over the whole batch. Local batch norm: the learning
+    //    pass normalizes these rows with their own statistics, while the pass
+    //    above used running ones, so that the ratio would not be 1 (and the
+    //    surrogate's clip would drop rows); the old log-probabilities are
+    //    taken again over the same rows, normalized alike.
     const size_t rows = rows_.index().size();
-    const auto batch = rows_.gather(b, discrete_, 0, rows);
+    auto batch = rows_.gather(b, discrete_, 0, rows);
+    if (same_pass_) {
+      if (auto ok = learning_rows_.compute_rows(current, batch.obs, rows,
+                                                batch.discrete_actions, batch.box_actions,
+                                                /*batch_statistics=*/true);
+          !ok)
+        return ok.err();
+      batch.old_logprob = learning_rows_.logp.data();
+    }
     if (auto ok = host.load_weights(); !ok)
       return ok.err();
     auto rep = host.backend().ppo_gradient(batch, loss_);
@@ -60,8 +74,10 @@ private:
   bool discrete_;
   double gamma_;
   a3c_settings s_;
+  bool same_pass_; // local batch norm with local_bn_same_pass
   ppo_config loss_;
   behavior_outputs acting_;
+  behavior_outputs learning_rows_; // the valid rows normalized alike (same_pass_)
   advantage_rows rows_;
 };
 
@@ -71,6 +87,7 @@ std::unique_ptr<algorithm> make_a3c(const model_spec& spec, double gamma,
   s.gae_lambda = v.at("gae_lambda");
   s.vf_coef = v.at("vf_coef");
   s.ent_coef = v.at("ent_coef");
+  s.local_bn_same_pass = v.at("local_bn_same_pass") != 0;
   return std::make_unique<a3c>(spec, gamma, s);
 }
 
@@ -88,6 +105,10 @@ algorithm_info a3c_info() {
     {"ent_coef", t::floating, 0.01, 0.0, 10.0, false, false,
      "entropy bonus weight (the paper 0.01)"},
     {"vf_coef", t::floating, 0.5, 0.0, 100.0, false, false, "value loss weight"},
+    {"local_bn_same_pass", t::boolean, 1, 0, 1, false, false,
+     "model.batch_norm = local: the ratio's old log-probabilities are taken over the "
+     "batch's valid rows with their own statistics, as the learning pass normalizes "
+     "(0: with running statistics, so that the ratio is not 1)"},
   };
   info.make = make_a3c;
   return info;

@@ -133,9 +133,11 @@ void behavior_outputs::head_logp(const model_spec& spec, size_t rows,
   logp.assign(head.logp.begin(), head.logp.begin() + static_cast<ptrdiff_t>(rows));
 }
 
-status behavior_outputs::compute(const actor_critic& model, const rollout_view& batch) {
+status behavior_outputs::compute(const actor_critic& model, const rollout_view& batch,
+                                 bool batch_statistics) {
   const size_t rows = batch.rows(), all = rows + batch.envs;
-  if (auto ok = model.evaluate(batch.observations, all, nullptr, out); !ok)
+  if (auto ok = model.evaluate(batch.observations, all, nullptr, out, batch_statistics);
+      !ok)
     return ok;
   values.assign(out.value.begin(), out.value.begin() + static_cast<ptrdiff_t>(all));
   const auto& spec = model.spec();

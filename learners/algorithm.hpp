@@ -79,6 +79,11 @@ struct rollout_view {
   /// The rows were acted with several policy versions (a game-driven batch):
   /// behavior_logp is the only record of the acting policy.
   bool behavior_recorded = false;
+  /// The acting weights handed to algorithm::update are the version the
+  /// batch was acted with (false: the learner's current weights, that version
+  /// being no longer kept). Algorithms with a record of the acting policy
+  /// (behavior_logp) keep it rather than recompute it from other weights.
+  bool acting_version_kept = true;
 
   /// steps * envs.
   size_t rows() const noexcept { return steps * envs; }
@@ -181,8 +186,11 @@ struct behavior_outputs {
   std::vector<float> logp;         ///< [steps * envs] log pi(a_t | x_t)
 
   /// Evaluates `model` on every row of `batch` (values of the bootstrap rows
-  /// too) and the log-probability of each action.
-  status compute(const actor_critic& model, const rollout_view& batch);
+  /// too) and the log-probability of each action. With `batch_statistics`,
+  /// batch-norm layers normalize with the statistics of all these rows,
+  /// bootstrap rows included (local batch norm's V-trace learning pass).
+  status compute(const actor_critic& model, const rollout_view& batch,
+                 bool batch_statistics = false);
 
   /// Evaluates `model` on `rows` rows of observations taken `discrete_actions`
   /// (indices) or `box_actions` (the other null): `values` and `logp` get

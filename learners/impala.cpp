@@ -11,7 +11,8 @@ namespace {
 class impala final : public algorithm {
 public:
   impala(const model_spec& spec, double gamma, impala_settings settings)
-    : discrete_(spec.action == action_kind::discrete), gamma_(gamma), s_(settings) {}
+    : discrete_(spec.action == action_kind::discrete), gamma_(gamma), s_(settings),
+      same_pass_(s_.local_bn_same_pass && spec.batch_norm == batch_norm_mode::local) {}
 
   const char* name() const noexcept override { return "impala"; }
 
@@ -44,13 +45,22 @@ public:
     const size_t rows = b.rows();
     // 1. mu's log-probabilities: as recorded when acting (no forward pass),
     //    or, for a batch without them, recomputed from the acting weights.
+    //    Local batch norm: the learning pass normalizes the whole batch with
+    //    its own statistics, while the acting pass used running ones, so that
+    //    pi/mu would compare two differently normalized networks (not 1 even
+    //    for unchanged weights); mu is taken again over the same rows with
+    //    the acting weights, normalized as the learning pass normalizes them,
+    //    where those weights are the batch's own version.
+    const bool recorded = b.behavior_logp_count == rows;
+    const bool same_pass =
+      same_pass_ && !b.behavior_recorded && (!recorded || b.acting_version_kept);
     const float* mu_logp = nullptr;
-    if (b.behavior_logp_count == rows) {
+    if (recorded && !same_pass) {
       mu_logp = b.behavior_logp;
       if (discrete_)
         discrete_action_indices(b, acting_.actions_i64);
     } else {
-      if (auto ok = acting_.compute(acting, b); !ok)
+      if (auto ok = acting_.compute(acting, b, /*batch_statistics=*/same_pass); !ok)
         return ok.err();
       mu_logp = acting_.logp.data();
     }
@@ -73,7 +83,7 @@ public:
     batch.discounts = discounts_.data();
     if (auto ok = host.load_weights(); !ok)
       return ok.err();
-    auto rep = host.backend().vtrace_gradient(batch, s_);
+    auto rep = host.backend().vtrace_gradient(batch, s_.loss);
     if (!rep)
       return rep.err();
     metrics_sum sum;
@@ -87,6 +97,7 @@ private:
   bool discrete_;
   double gamma_;
   impala_settings s_;
+  bool same_pass_; // local batch norm with local_bn_same_pass
   behavior_outputs acting_;
   std::vector<float> discounts_, masked_logp_;
 };
@@ -94,11 +105,12 @@ private:
 std::unique_ptr<algorithm> make_impala(const model_spec& spec, double gamma,
                                        const hyperparameter_values& v) {
   impala_settings s;
-  s.rho_bar = v.at("rho_bar");
-  s.c_bar = v.at("c_bar");
-  s.pg_rho_bar = v.at("pg_rho_bar");
-  s.baseline_coef = v.at("vf_coef");
-  s.ent_coef = v.at("ent_coef");
+  s.loss.rho_bar = v.at("rho_bar");
+  s.loss.c_bar = v.at("c_bar");
+  s.loss.pg_rho_bar = v.at("pg_rho_bar");
+  s.loss.baseline_coef = v.at("vf_coef");
+  s.loss.ent_coef = v.at("ent_coef");
+  s.local_bn_same_pass = v.at("local_bn_same_pass") != 0;
   return std::make_unique<impala>(spec, gamma, s);
 }
 
@@ -121,6 +133,10 @@ algorithm_info impala_info() {
      "entropy bonus weight (IMPALA paper 0.01)"},
     {"vf_coef", t::floating, 0.5, 0.0, 100.0, false, false,
      "value loss weight (IMPALA baseline cost 0.5)"},
+    {"local_bn_same_pass", t::boolean, 1, 0, 1, false, false,
+     "model.batch_norm = local: mu's log-probabilities are taken over the whole "
+     "batch with the acting weights and its own statistics, as the learning pass "
+     "normalizes (0: as recorded when acting, with running statistics)"},
   };
   info.make = make_impala;
   return info;

@@ -5,13 +5,17 @@
 // row once per epoch, the last one marked.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <tuple>
 #include <string>
 #include <vector>
 
 #include "learners/algorithm.hpp"
+#include "learners/mlp.hpp"
+#include "learners/rollout.hpp"
 #include "tests/seed.hpp"
 
 using namespace troupe;
@@ -82,6 +86,8 @@ class recording_host final : public update_host {
 public:
   explicit recording_host(uint64_t seed, const model_spec& spec = small_spec())
     : backend_(make_cpu_backend(spec, adam_config{})), gen_(seed) {}
+  recording_host(uint64_t seed, std::unique_ptr<learner_backend> backend)
+    : backend_(std::move(backend)), gen_(seed) {}
   learner_backend& backend() override { return *backend_; }
   kernels::rng& generator() override { return gen_; }
   status load_weights() override {
@@ -100,6 +106,118 @@ private:
   std::unique_ptr<learner_backend> backend_;
   kernels::rng gen_;
 };
+
+// A CPU backend that keeps what the first gradient's loss divides by: the
+// behavior log-probabilities of a V-trace batch, or a PPO-loss batch's old
+// log-probabilities with its rows (observations and actions).
+class capturing_backend final : public learner_backend {
+public:
+  explicit capturing_backend(const model_spec& spec)
+    : inner_(make_cpu_backend(spec, adam_config{})), obs_dim_(spec.obs_dim) {}
+  device_kind device() const noexcept override { return inner_->device(); }
+  status load(const float* params, const float* buffers) override {
+    return inner_->load(params, buffers);
+  }
+  status store(float* params, float* buffers) override {
+    return inner_->store(params, buffers);
+  }
+  status read_global_stats(const std::vector<stats_view*>& views) override {
+    return inner_->read_global_stats(views);
+  }
+  result<loss_report> ppo_gradient(const ppo_batch<float>& batch,
+                                   const ppo_config& config) override {
+    if (gradients++ == 0) {
+      const size_t rows = batch.rows;
+      old_logp.assign(batch.old_logprob, batch.old_logprob + rows);
+      obs.assign(batch.obs, batch.obs + rows * static_cast<size_t>(obs_dim_));
+      actions.assign(batch.discrete_actions, batch.discrete_actions + rows);
+    }
+    return inner_->ppo_gradient(batch, config);
+  }
+  result<loss_report> vtrace_gradient(const vtrace_batch<float>& batch,
+                                      const vtrace_config& config) override {
+    if (gradients++ == 0) {
+      const size_t n = batch.steps * batch.envs;
+      old_logp.assign(batch.behavior_logprob, batch.behavior_logprob + n);
+      actions.assign(batch.discrete_actions, batch.discrete_actions + n);
+    }
+    return inner_->vtrace_gradient(batch, config);
+  }
+  status read_gradient(float* grad) override { return inner_->read_gradient(grad); }
+  result<double> apply_gradient(double lr, double max_grad_norm) override {
+    return inner_->apply_gradient(lr, max_grad_norm);
+  }
+  status read_optimizer(float* m, float* v, int64_t* steps) override {
+    return inner_->read_optimizer(m, v, steps);
+  }
+  status write_optimizer(const float* m, const float* v, int64_t steps) override {
+    return inner_->write_optimizer(m, v, steps);
+  }
+  const std::vector<kernels::moments>& batch_moments() const noexcept override {
+    return inner_->batch_moments();
+  }
+
+  size_t gradients = 0;
+  std::vector<float> old_logp, obs; ///< the first gradient's
+  std::vector<int64_t> actions;     ///< the first gradient's
+
+private:
+  std::unique_ptr<learner_backend> inner_;
+  int64_t obs_dim_;
+};
+
+// A discrete model with local batch norm, weights of unit scale (the initial
+// policy layer's gain of 0.01 would make any policy nearly uniform) and
+// running statistics far from any batch's (the observations are standard
+// normal): the acting pass normalizes unlike the learning pass.
+actor_critic local_bn_model(std::mt19937_64& gen, uint64_t seed) {
+  model_spec spec = small_spec();
+  spec.batch_norm = batch_norm_mode::local;
+  actor_critic model(spec, seed);
+  std::normal_distribution<float> weight(0.0f, 1.0f);
+  for (size_t i = 0; i < model.param_count(); ++i)
+    model.params()[i] = weight(gen);
+  std::uniform_real_distribution<float> shift(2.0f, 4.0f), var(0.01f, 0.1f);
+  const auto layers = model.batch_norm_layers();
+  REQUIRE(layers.size() == 2); // actor and critic
+  for (const auto& bn : layers)
+    for (int64_t j = 0; j < bn.width; ++j) {
+      model.buffers()[bn.running_mean + j] = shift(gen);
+      model.buffers()[bn.running_var + j] = var(gen);
+    }
+  return model;
+}
+
+// The float64 reference of a local learning pass: log pi(a | x) of `rows`
+// observations, batch norm normalizing with these rows' own statistics,
+// for the first `action_rows` rows.
+std::vector<double> learning_pass_logp(const actor_critic& model, const float* obs,
+                                       size_t rows, const int64_t* actions,
+                                       size_t action_rows) {
+  const auto& spec = model.spec();
+  const std::vector<double> params(model.params(), model.params() + model.param_count());
+  const std::vector<double> buffers(model.buffers(),
+                                    model.buffers() + model.layout().buffer_count);
+  const std::vector<double> input(obs, obs + rows * static_cast<size_t>(spec.obs_dim));
+  network_cache<double> actor;
+  network_forward(model.layout().actor, spec, params.data(), buffers.data(), input.data(),
+                  rows, forward_mode::train, actor);
+  head_cache<double> head;
+  categorical_forward(actor.out.data(), action_rows, static_cast<size_t>(spec.n), actions,
+                      head);
+  return {head.logp.begin(), head.logp.begin() + static_cast<ptrdiff_t>(action_rows)};
+}
+
+// The largest |pi/mu - 1| over the rows `keep` leaves in.
+double largest_ratio_error(const std::vector<double>& pi_logp,
+                           const std::vector<float>& mu_logp,
+                           const std::vector<bool>& keep) {
+  double worst = 0;
+  for (size_t k = 0; k < pi_logp.size(); ++k)
+    if (keep[k])
+      worst = std::max(worst, std::abs(std::exp(pi_logp[k] - mu_logp[k]) - 1.0));
+  return worst;
+}
 
 } // namespace
 
@@ -221,24 +339,8 @@ TEST_CASE("local batch norm: PPO's ratio takes the acting weights normalized as 
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
-  model_spec spec = small_spec();
-  spec.batch_norm = batch_norm_mode::local;
-  actor_critic model(spec, seed);
-  // Weights of unit scale (the initial policy layer's gain of 0.01 would
-  // make any policy nearly uniform).
-  std::normal_distribution<float> weight(0.0f, 1.0f);
-  for (size_t i = 0; i < model.param_count(); ++i)
-    model.params()[i] = weight(gen);
-  // Running statistics far from any minibatch's (the observations are
-  // standard normal): the acting pass normalizes unlike the learning pass.
-  std::uniform_real_distribution<float> shift(2.0f, 4.0f), var(0.01f, 0.1f);
-  const auto layers = model.batch_norm_layers();
-  REQUIRE(layers.size() == 2); // actor and critic
-  for (const auto& bn : layers)
-    for (int64_t j = 0; j < bn.width; ++j) {
-      model.buffers()[bn.running_mean + j] = shift(gen);
-      model.buffers()[bn.running_var + j] = var(gen);
-    }
+  const actor_critic model = local_bn_model(gen, seed);
+  const model_spec& spec = model.spec();
   random_rollout b(gen, 16, 4, 3);
   // The host never changes the weights: every gradient is taken at the
   // acting weights, over minibatches reshuffled each epoch.
@@ -259,5 +361,107 @@ TEST_CASE("local batch norm: PPO's ratio takes the acting weights normalized as 
     } else {
       CHECK(m->approx_kl > 1e-3);
     }
+  }
+}
+
+TEST_CASE("local batch norm: IMPALA's mu is taken with the acting weights normalized as "
+          "the learning pass normalizes the whole batch, so pi/mu is 1 at zero policy "
+          "lag; as recorded when acting it is not, and it stays so when the acting "
+          "version is no longer kept") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const actor_critic model = local_bn_model(gen, seed);
+  const model_spec& spec = model.spec();
+  random_rollout b(gen, 16, 4, 3);
+  const size_t rows = b.view.rows(), all = rows + b.view.envs;
+  // mu as a runner records it: the acting pass, with running statistics.
+  behavior_outputs acting;
+  REQUIRE(acting.compute(model, b.view).ok());
+  b.view.behavior_logp = acting.logp.data();
+  b.view.behavior_logp_count = rows;
+  std::vector<bool> valid(rows);
+  for (size_t k = 0; k < rows; ++k)
+    valid[k] = b.autoreset[k] == 0; // reset steps: rho = 0 by design
+  // pi: V-trace's learning pass over every row, bootstrap rows included.
+  std::vector<int64_t> actions(rows);
+  for (size_t k = 0; k < rows; ++k)
+    actions[k] = static_cast<int64_t>(b.actions[k]);
+  const auto pi_logp = learning_pass_logp(model, b.obs.data(), all, actions.data(), rows);
+  for (const double same_pass : {1.0, 0.0}) {
+    for (const bool kept : {true, false}) {
+      CAPTURE(same_pass);
+      CAPTURE(kept);
+      b.view.acting_version_kept = kept;
+      auto algo = make("impala", {{"local_bn_same_pass", same_pass}}, spec);
+      auto backend = std::make_unique<capturing_backend>(spec);
+      auto& seen = *backend;
+      recording_host host(seed, std::move(backend));
+      host.weights = &model; // unchanged weights: zero policy lag
+      auto m = algo->update(b.view, model, host);
+      REQUIRE(m.ok());
+      REQUIRE(seen.gradients == 1);
+      REQUIRE(seen.old_logp.size() == rows);
+      CHECK(seen.actions == actions);
+      for (size_t k = 0; k < rows; ++k)
+        if (!valid[k])
+          CHECK(seen.old_logp[k] == vtrace_reset_logprob);
+      const double error = largest_ratio_error(pi_logp, seen.old_logp, valid);
+      CAPTURE(error);
+      if (same_pass != 0 && kept) {
+        CHECK(error < 1e-5);
+      } else {
+        // The record is kept: what the runner wrote, not recomputed.
+        for (size_t k = 0; k < rows; ++k)
+          if (valid[k])
+            CHECK(seen.old_logp[k] == acting.logp[k]);
+        CHECK(error > 1e-2);
+      }
+    }
+  }
+  // Without a record, mu is recomputed in either case, normalized alike.
+  b.view.behavior_logp = nullptr;
+  b.view.behavior_logp_count = 0;
+  b.view.acting_version_kept = false;
+  auto algo = make("impala", {}, spec);
+  auto backend = std::make_unique<capturing_backend>(spec);
+  auto& seen = *backend;
+  recording_host host(seed, std::move(backend));
+  host.weights = &model;
+  REQUIRE(algo->update(b.view, model, host).ok());
+  CHECK(largest_ratio_error(pi_logp, seen.old_logp, valid) < 1e-5);
+}
+
+TEST_CASE("local batch norm: A3C's ratio takes the current weights normalized as the "
+          "learning pass normalizes the batch's transitions, so it is 1 as A3C's loss "
+          "means; from running statistics it is not") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const actor_critic model = local_bn_model(gen, seed);
+  const model_spec& spec = model.spec();
+  random_rollout b(gen, 16, 4, 3);
+  const size_t transitions = b.view.rows() - 3;
+  for (const double same_pass : {1.0, 0.0}) {
+    CAPTURE(same_pass);
+    auto algo = make("a3c", {{"local_bn_same_pass", same_pass}}, spec);
+    auto backend = std::make_unique<capturing_backend>(spec);
+    auto& seen = *backend;
+    recording_host host(seed, std::move(backend));
+    host.weights = &model;
+    auto m = algo->update(b.view, model, host);
+    REQUIRE(m.ok());
+    REQUIRE(seen.gradients == 1);
+    REQUIRE(seen.old_logp.size() == transitions);
+    // pi: the learning pass over exactly the rows the gradient saw.
+    const auto pi_logp = learning_pass_logp(model, seen.obs.data(), transitions,
+                                            seen.actions.data(), transitions);
+    const double error =
+      largest_ratio_error(pi_logp, seen.old_logp, std::vector<bool>(transitions, true));
+    CAPTURE(error);
+    if (same_pass != 0)
+      CHECK(error < 1e-5);
+    else
+      CHECK(error > 1e-2);
   }
 }
