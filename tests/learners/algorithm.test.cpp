@@ -366,7 +366,7 @@ TEST_CASE("local batch norm: PPO's ratio takes the acting weights normalized as 
 
 TEST_CASE("local batch norm: IMPALA's mu is taken with the acting weights normalized as "
           "the learning pass normalizes the whole batch, so pi/mu is 1 at zero policy "
-          "lag; as recorded when acting it is not, and it stays so when the acting "
+          "lag, while as recorded when acting it is not, and it stays so when the acting "
           "version is no longer kept") {
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
@@ -434,7 +434,7 @@ TEST_CASE("local batch norm: IMPALA's mu is taken with the acting weights normal
 
 TEST_CASE("local batch norm: A3C's ratio takes the current weights normalized as the "
           "learning pass normalizes the batch's transitions, so it is 1 as A3C's loss "
-          "means; from running statistics it is not") {
+          "means, and from running statistics it is not") {
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
