@@ -574,6 +574,26 @@ TEST_CASE("a run folder killed before its first complete checkpoint starts over 
   CHECK(fs::exists(run / "checkpoints" / fmt::format("{:010d}", 10) / "counters.txt"));
 }
 
+// The weights and Adam's moments of two checkpoints are equal bit for bit.
+void check_same_optimizer(const fs::path& ckpt_a, const fs::path& ckpt_b) {
+  auto a = troupe::learners::read_safetensors((ckpt_a / "optimizer.safetensors").string());
+  auto b = troupe::learners::read_safetensors((ckpt_b / "optimizer.safetensors").string());
+  REQUIRE(a);
+  REQUIRE(b);
+  for (const char* name : {"params", "adam_m", "adam_v"}) {
+    CAPTURE(name);
+    REQUIRE(a->find(name));
+    REQUIRE(b->find(name));
+    auto x = a->find(name)->to_f32();
+    auto y = b->find(name)->to_f32();
+    REQUIRE(x.size() == y.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      differ += x[i] != y[i];
+    CHECK(differ == 0);
+  }
+}
+
 // Runs 10240 steps in one go ("whole") and as 5120 steps extended to 10240 with
 // --resume ("parts"), with `extra` overrides on both. Each batch was made with
 // the statistics version its metrics row records; when both runs made every
@@ -620,25 +640,8 @@ fs::path check_exact_resume(const temp_folder& dir, const std::string& extra) {
     return parts;
   }
   const auto final_ckpt = fmt::format("{:010d}", 20);
-  auto a = troupe::learners::read_safetensors(
-    (only_run(dir.path / "whole") / "checkpoints" / final_ckpt / "optimizer.safetensors")
-      .string());
-  auto b = troupe::learners::read_safetensors(
-    (parts / "checkpoints" / final_ckpt / "optimizer.safetensors").string());
-  REQUIRE(a);
-  REQUIRE(b);
-  for (const char* name : {"params", "adam_m", "adam_v"}) {
-    CAPTURE(name);
-    REQUIRE(a->find(name));
-    REQUIRE(b->find(name));
-    auto x = a->find(name)->to_f32();
-    auto y = b->find(name)->to_f32();
-    REQUIRE(x.size() == y.size());
-    size_t differ = 0;
-    for (size_t i = 0; i < x.size(); ++i)
-      differ += x[i] != y[i];
-    CHECK(differ == 0);
-  }
+  check_same_optimizer(only_run(dir.path / "whole") / "checkpoints" / final_ckpt,
+                       parts / "checkpoints" / final_ckpt);
   // The same episodes ended: episodes under way went on across the resume.
   CHECK(rows_parts.back().at("episodes") == rows_whole.back().at("episodes"));
   CHECK(rows_parts.back().at("return_mean_100") ==
@@ -764,22 +767,7 @@ TEST_CASE("a run resumed from a checkpoint taken while it trained (sync PPO on P
       INFO("row " << i << ", column " << column);
       CHECK(rows_resumed[i].at(column) == item.second);
     }
-  auto a = troupe::learners::read_safetensors(
-    (run / "checkpoints" / final_ckpt / "optimizer.safetensors").string());
-  auto b = troupe::learners::read_safetensors(
-    (copy / "checkpoints" / final_ckpt / "optimizer.safetensors").string());
-  REQUIRE(a);
-  REQUIRE(b);
-  for (const char* name : {"params", "adam_m", "adam_v"}) {
-    CAPTURE(name);
-    auto x = a->find(name)->to_f32();
-    auto y = b->find(name)->to_f32();
-    REQUIRE(x.size() == y.size());
-    size_t differ = 0;
-    for (size_t i = 0; i < x.size(); ++i)
-      differ += x[i] != y[i];
-    CHECK(differ == 0);
-  }
+  check_same_optimizer(run / "checkpoints" / final_ckpt, copy / "checkpoints" / final_ckpt);
 }
 
 namespace {
