@@ -376,6 +376,13 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
       st.events = std::make_unique<learners::tb_event_file>(std::move(*events));
     else
       write_failed(st, events.err().message);
+    // A resume: the rows an earlier file holds past the checkpoint (dropped
+    // from metrics.csv) are dropped by TensorBoard too, from the step after it.
+    if (st.events && st.c.env_steps > 0)
+      if (auto ok = st.events->write_record(learners::tb_session_start_event(
+            unix_now(), static_cast<int64_t>(st.c.env_steps + 1)));
+          !ok)
+        write_failed(st, ok.err().message);
   }
   schedule_tally(self);
   return {

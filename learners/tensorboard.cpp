@@ -99,6 +99,9 @@ constexpr uint32_t event_wall_time = 1;    // double
 constexpr uint32_t event_step = 2;         // int64
 constexpr uint32_t event_file_version = 3; // string
 constexpr uint32_t event_summary = 5;      // Summary
+constexpr uint32_t event_session_log = 7;  // SessionLog
+constexpr uint32_t session_log_status = 1; // SessionLog.SessionStatus
+constexpr uint64_t session_start = 1;      // SessionLog.START
 constexpr uint32_t summary_value = 1;      // repeated Summary.Value
 constexpr uint32_t value_tag = 1;          // string
 constexpr uint32_t value_simple_value = 2; // float
@@ -119,6 +122,18 @@ std::string tb_file_version_event(double wall_time) {
   std::string out;
   put_double(out, event_wall_time, wall_time);
   put_bytes(out, event_file_version, "brain.Event:2");
+  return out;
+}
+
+std::string tb_session_start_event(double wall_time, int64_t step) {
+  std::string session_log;
+  put_tag(session_log, session_log_status, varint);
+  put_varint(session_log, session_start);
+  std::string out;
+  put_double(out, event_wall_time, wall_time);
+  put_tag(out, event_step, varint);
+  put_varint(out, static_cast<uint64_t>(step));
+  put_bytes(out, event_session_log, session_log);
   return out;
 }
 

@@ -35,6 +35,11 @@ struct tb_scalar {
 /// {wall_time, file_version: "brain.Event:2"}.
 std::string tb_file_version_event(double wall_time);
 
+/// A serialized Event {wall_time, step, session_log {status: START}}: a run that
+/// starts again at `step` (a resume). TensorBoard then drops the points of
+/// earlier files at `step` and after, which the resumed run writes anew.
+std::string tb_session_start_event(double wall_time, int64_t step);
+
 /// A serialized Event {wall_time, step, summary {value {tag, simple_value}...}}.
 std::string tb_scalars_event(double wall_time, int64_t step,
                              const std::vector<tb_scalar>& scalars);

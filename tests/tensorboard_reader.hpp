@@ -44,6 +44,7 @@ struct tb_event {
   std::string file_version;
   bool has_summary = false;
   std::vector<std::pair<std::string, float>> values; ///< (tag, simple_value)
+  int64_t session_status = -1; ///< session_log's status (1: START), -1: none
 };
 
 /// The events of a file, or the first problem found.
@@ -151,7 +152,15 @@ inline bool parse_event(const std::string& s, tb_event& ev) {
         ev.step = static_cast<int64_t>(v);
       } else if (n == 3 && t == 2)
         ev.file_version = s.substr(at, v);
-      else if (n == 5 && t == 2) {
+      else if (n == 7 && t == 2) {
+        ev.session_status = 0;
+        return for_each_field(
+          s, at, at + v, [&](uint32_t n2, uint32_t t2, size_t, uint64_t v2) {
+            if (n2 == 1 && t2 == 0)
+              ev.session_status = static_cast<int64_t>(v2);
+            return true;
+          });
+      } else if (n == 5 && t == 2) {
         ev.has_summary = true;
         return for_each_field(
           s, at, at + v, [&](uint32_t n2, uint32_t t2, size_t at2, uint64_t v2) {

@@ -317,8 +317,16 @@ TEST_CASE("every metrics row is also a TensorBoard event at its env step whose s
                     std::istreambuf_iterator<char>()) == old_bytes);
   const auto second = troupe::test::read_tb_events_file(files.back());
   REQUIRE_MESSAGE(second.error.empty(), second.error);
-  REQUIRE(second.events.size() >= 2);
-  CHECK(second.events[1].step > static_cast<int64_t>(counters.env_steps));
+  REQUIRE(second.events.size() >= 3);
+  // Right after the file version: the run starts again after the checkpoint's
+  // step (SessionLog START), so TensorBoard drops the first file's later points.
+  CHECK(second.events[1].session_status == 1);
+  CHECK(second.events[1].step == static_cast<int64_t>(counters.env_steps) + 1);
+  CHECK(!second.events[1].has_summary);
+  CHECK(second.events[2].step > static_cast<int64_t>(counters.env_steps));
+  // A fresh run's file has none.
+  for (const auto& ev : first.events)
+    CHECK(ev.session_status == -1);
 }
 
 TEST_CASE("without a TensorBoard folder the metrics actor writes no events file") {
