@@ -35,10 +35,10 @@ struct half_cheetah : mujoco_task {
   /// Id, spaces (Box(-inf, inf, (17,)); Box(-1, 1, (6,))) and time limit 1000.
   static env_spec make_spec() {
     constexpr float inf = std::numeric_limits<float>::infinity();
-    return {"HalfCheetah-v4", space::box(nq - 1 + nv, -inf, inf), space::box(nu, -1.0f, 1.0f),
-            1000,
-            hinge_and_slide_state_names(
-              {"rootx", "rootz", "rooty", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot"})};
+    return {"HalfCheetah-v4", space::box(nq - 1 + nv, -inf, inf),
+            space::box(nu, -1.0f, 1.0f), 1000,
+            hinge_and_slide_state_names({"rootx", "rootz", "rooty", "bthigh", "bshin",
+                                         "bfoot", "fthigh", "fshin", "ffoot"})};
   }
 
   /// qpos0 + U(-0.1, 0.1) per position, then 0.1 N(0, 1) per velocity.

@@ -17,8 +17,8 @@ namespace troupe::envs::mujoco {
 /// The InvertedPendulum-v4 task. State: qpos, qvel, qacc_warmstart of (slider, hinge).
 struct inverted_pendulum : mujoco_task {
   static constexpr int frame_skip = 2;
-  static constexpr double reset_noise = 0.01;    ///< half-width of the uniform reset noise
-  static constexpr double max_pole_angle = 0.2;  ///< rad; beyond it the episode terminates
+  static constexpr double reset_noise = 0.01;   ///< half-width of the uniform reset noise
+  static constexpr double max_pole_angle = 0.2; ///< rad; beyond it the episode terminates
 
   inverted_pendulum() : mujoco_task("inverted_pendulum.xml", frame_skip) {}
 
@@ -26,8 +26,8 @@ struct inverted_pendulum : mujoco_task {
   /// and time limit 1000.
   static env_spec make_spec() {
     constexpr float inf = std::numeric_limits<float>::infinity();
-    return {"InvertedPendulum-v4", space::box(4, -inf, inf), space::box(1, -3.0f, 3.0f), 1000,
-            hinge_and_slide_state_names({"slider", "hinge"})};
+    return {"InvertedPendulum-v4", space::box(4, -inf, inf), space::box(1, -3.0f, 3.0f),
+            1000, hinge_and_slide_state_names({"slider", "hinge"})};
   }
 
   /// qpos0 + U(-0.01, 0.01) per position, then U(-0.01, 0.01) per velocity.

@@ -40,7 +40,9 @@ std::mutex& compile_mutex() {
 }
 
 struct model_deleter {
-  void operator()(const mjModel* m) const noexcept { mj_deleteModel(const_cast<mjModel*>(m)); }
+  void operator()(const mjModel* m) const noexcept {
+    mj_deleteModel(const_cast<mjModel*>(m));
+  }
 };
 
 // The error buffer MuJoCo writes its message into, without a trailing newline.
@@ -68,10 +70,11 @@ result<model_ptr> compile_model(std::string_view xml, const std::string& name) {
   mj_defaultVFS(vfs.get());
   // The virtual file's name: MuJoCo looks files up by name without a folder.
   const std::string file_name = "model.xml";
-  if (mj_makeEmptyFileVFS(vfs.get(), file_name.c_str(), static_cast<int>(xml.size())) != 0)
+  if (mj_makeEmptyFileVFS(vfs.get(), file_name.c_str(), static_cast<int>(xml.size())) !=
+      0)
     return make_error(errc::invalid_argument,
-                      "MuJoCo model '{}': cannot hold its {} bytes in a virtual file", name,
-                      xml.size());
+                      "MuJoCo model '{}': cannot hold its {} bytes in a virtual file",
+                      name, xml.size());
   const int index = mj_findFileVFS(vfs.get(), file_name.c_str());
   std::memcpy(vfs->filedata[index], xml.data(), xml.size());
   char error[1024] = "";
@@ -82,19 +85,21 @@ result<model_ptr> compile_model(std::string_view xml, const std::string& name) {
   }
   mj_deleteVFS(vfs.get());
   if (!m)
-    return make_error(errc::invalid_argument, "MuJoCo model '{}' does not compile: {}", name,
-                      mujoco_message(error));
+    return make_error(errc::invalid_argument, "MuJoCo model '{}' does not compile: {}",
+                      name, mujoco_message(error));
   return model_ptr(m, model_deleter{});
 }
 
 result<model_ptr> load_model_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    return make_error(errc::not_found, "MuJoCo model file '{}' cannot be opened: {}", path,
-                      std::strerror(errno));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return make_error(errc::not_found, "MuJoCo model file '{}' cannot be opened: {}",
+                      path, std::strerror(errno));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
   if (in.bad())
-    return make_error(errc::invalid_argument, "MuJoCo model file '{}' cannot be read", path);
+    return make_error(errc::invalid_argument, "MuJoCo model file '{}' cannot be read",
+                      path);
   return compile_model(text, path);
 }
 
@@ -115,8 +120,8 @@ result<model_ptr> builtin_model(const std::string& name) {
       compiled.emplace(name, *m);
     return m;
   }
-  return make_error(errc::not_found, "no built-in MuJoCo model file '{}' (built in: {})", name,
-                    fmt::join(names, ", "));
+  return make_error(errc::not_found, "no built-in MuJoCo model file '{}' (built in: {})",
+                    name, fmt::join(names, ", "));
 }
 
 // -- helpers for tasks ----------------------------------------------------------------
@@ -130,7 +135,8 @@ double standard_normal(rng& r) noexcept {
   }
 }
 
-std::vector<std::string> hinge_and_slide_state_names(const std::vector<std::string>& joints) {
+std::vector<std::string>
+hinge_and_slide_state_names(const std::vector<std::string>& joints) {
   std::vector<std::string> names;
   for (const char* part : {"qpos", "qvel", "qacc_warmstart"})
     for (const auto& joint : joints)
@@ -140,13 +146,15 @@ std::vector<std::string> hinge_and_slide_state_names(const std::vector<std::stri
 
 // -- the task base ---------------------------------------------------------------------
 
-mujoco_task::mujoco_task(const char* model_file, int frame_skip) : frame_skip_(frame_skip) {
+mujoco_task::mujoco_task(const char* model_file, int frame_skip)
+  : frame_skip_(frame_skip) {
   auto m = builtin_model(model_file);
   TROUPE_CHECK(m.ok(), "a built-in MuJoCo model does not load: {}",
                m ? std::string() : m.err().message);
   model_ = *m;
   data_.reset(mj_makeData(model_.get()));
-  TROUPE_CHECK(data_ != nullptr, "MuJoCo cannot allocate the data of model '{}'", model_file);
+  TROUPE_CHECK(data_ != nullptr, "MuJoCo cannot allocate the data of model '{}'",
+               model_file);
 }
 
 void mujoco_task::get_state(double* out) const noexcept {
@@ -195,7 +203,8 @@ bool mujoco_task::simulate(const float* action) noexcept {
   mj_rnePostConstraint(&m, &d);
   int instabilities = 0, others = 0;
   for (int w = 0; w < mjNWARNING; ++w) {
-    const bool instability = w == mjWARN_BADQPOS || w == mjWARN_BADQVEL || w == mjWARN_BADQACC;
+    const bool instability =
+      w == mjWARN_BADQPOS || w == mjWARN_BADQVEL || w == mjWARN_BADQACC;
     (instability ? instabilities : others) += d.warning[w].number;
   }
   if (instabilities)

@@ -60,7 +60,8 @@ double standard_normal(rng& r) noexcept;
 /// The state names of a task whose joints each have one position and one
 /// velocity (hinges and slides): "qpos.<joint>", "qvel.<joint>", then
 /// "qacc_warmstart.<joint>", the order of mujoco_task::get_state.
-std::vector<std::string> hinge_and_slide_state_names(const std::vector<std::string>& joints);
+std::vector<std::string>
+hinge_and_slide_state_names(const std::vector<std::string>& joints);
 
 /// What every task shares: the compiled model, an mjData, the frame skip.
 /// Move-only. A task's state is (qpos, qvel, qacc_warmstart): Gymnasium's

@@ -56,6 +56,8 @@ struct model_facts {
   std::vector<actuator_facts> actuators;
 };
 
+// One line per body, joint and actuator.
+// clang-format off
 const std::vector<model_facts>& gymnasium_facts() {
   static const std::vector<model_facts> facts = {
     {"InvertedPendulum-v4",
@@ -100,6 +102,7 @@ const std::vector<model_facts>& gymnasium_facts() {
   };
   return facts;
 }
+// clang-format on
 
 // Equal up to the last bits: the values above are printed with 17 digits.
 bool same(double got, double want) {
@@ -160,16 +163,17 @@ TEST_CASE("each MuJoCo task's spec agrees with its compiled model") {
     // The state: qpos, qvel and the solver's warm start, named by joint.
     REQUIRE(spec->state_dim() == static_cast<size_t>(m.nq + 2 * m.nv));
     for (int j = 0; j < m.njnt; ++j)
-      CHECK(spec->state_names[static_cast<size_t>(j)]
-            == std::string("qpos.") + (m.names + m.name_jntadr[j]));
+      CHECK(spec->state_names[static_cast<size_t>(j)] ==
+            std::string("qpos.") + (m.names + m.name_jntadr[j]));
     // The action space is the actuators' ctrlrange, as v4's _set_action_space makes it.
     const auto& actions = spec->action_space;
     REQUIRE(actions.kind == space_kind::box);
     REQUIRE(actions.size() == static_cast<size_t>(m.nu));
     for (int a = 0; a < m.nu; ++a) {
-      CHECK(actions.low[static_cast<size_t>(a)] == static_cast<float>(m.actuator_ctrlrange[2 * a]));
-      CHECK(actions.high[static_cast<size_t>(a)]
-            == static_cast<float>(m.actuator_ctrlrange[2 * a + 1]));
+      CHECK(actions.low[static_cast<size_t>(a)] ==
+            static_cast<float>(m.actuator_ctrlrange[2 * a]));
+      CHECK(actions.high[static_cast<size_t>(a)] ==
+            static_cast<float>(m.actuator_ctrlrange[2 * a + 1]));
     }
   }
 }
@@ -197,7 +201,8 @@ TEST_CASE("a missing MuJoCo model file is an error naming the path") {
   REQUIRE_FALSE(builtin);
   CHECK(builtin.err().code == errc::not_found);
   CHECK(builtin.err().message.find("no_such_model.xml") != std::string::npos);
-  CHECK(builtin.err().message.find("half_cheetah.xml") != std::string::npos); // the valid ones
+  CHECK(builtin.err().message.find("half_cheetah.xml") !=
+        std::string::npos); // the valid ones
 }
 
 TEST_CASE("a malformed MuJoCo model file is an error naming it with MuJoCo's message") {

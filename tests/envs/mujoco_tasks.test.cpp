@@ -70,7 +70,8 @@ std::vector<float> uniform_action(size_t n, float bound, std::mt19937_64& gen) {
 
 // -- HalfCheetah-v4 ------------------------------------------------------------
 
-TEST_CASE("HalfCheetah-v4 steps as v4 does: five mj_steps, the run reward minus the control cost") {
+TEST_CASE("HalfCheetah-v4 steps as v4 does: five mj_steps, the run reward minus the "
+          "control cost") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -103,9 +104,11 @@ TEST_CASE("HalfCheetah-v4 steps as v4 does: five mj_steps, the run reward minus 
     std::vector<float> obs(17);
     t.observe(obs.data());
     for (int i = 0; i < 8; ++i)
-      CHECK(obs[static_cast<size_t>(i)] == static_cast<float>(after[static_cast<size_t>(i + 1)]));
+      CHECK(obs[static_cast<size_t>(i)] ==
+            static_cast<float>(after[static_cast<size_t>(i + 1)]));
     for (int i = 0; i < 9; ++i)
-      CHECK(obs[static_cast<size_t>(8 + i)] == static_cast<float>(after[static_cast<size_t>(9 + i)]));
+      CHECK(obs[static_cast<size_t>(8 + i)] ==
+            static_cast<float>(after[static_cast<size_t>(9 + i)]));
   }
 }
 
@@ -141,7 +144,8 @@ TEST_CASE("HalfCheetah-v4 resets to qpos0 plus U(-0.1, 0.1) and velocities 0.1 N
   CHECK(pos_max > 0.09);
 }
 
-TEST_CASE("HalfCheetah-v4 runs 1000 steps without terminating and truncates at the 1000th") {
+TEST_CASE(
+  "HalfCheetah-v4 runs 1000 steps without terminating and truncates at the 1000th") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -156,7 +160,8 @@ TEST_CASE("HalfCheetah-v4 runs 1000 steps without terminating and truncates at t
 
 // -- InvertedPendulum-v4 ---------------------------------------------------------
 
-TEST_CASE("InvertedPendulum-v4 pays 1 a step, the terminal one too, and ends past 0.2 rad") {
+TEST_CASE(
+  "InvertedPendulum-v4 pays 1 a step, the terminal one too, and ends past 0.2 rad") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -178,7 +183,8 @@ TEST_CASE("InvertedPendulum-v4 pays 1 a step, the terminal one too, and ends pas
     std::vector<float> obs(4);
     t.observe(obs.data());
     for (int i = 0; i < 4; ++i)
-      CHECK(obs[static_cast<size_t>(i)] == static_cast<float>(after[static_cast<size_t>(i)]));
+      CHECK(obs[static_cast<size_t>(i)] ==
+            static_cast<float>(after[static_cast<size_t>(i)]));
     if (out.terminated) {
       ++episodes;
       t.reset(r);
@@ -219,7 +225,8 @@ TEST_CASE("InvertedPendulum-v4 terminates on the step that takes the pole past 0
 
 // -- bad input and MuJoCo's warnings ----------------------------------------------------
 
-TEST_CASE("a non-finite action to a MuJoCo task is refused, naming the task and the element") {
+TEST_CASE(
+  "a non-finite action to a MuJoCo task is refused, naming the task and the element") {
   for (const char* id : {"InvertedPendulum-v4", "HalfCheetah-v4"}) {
     CAPTURE(id);
     auto e = make_env(id).value();
@@ -231,8 +238,8 @@ TEST_CASE("a non-finite action to a MuJoCo task is refused, naming the task and 
     REQUIRE_FALSE(r);
     CHECK(r.err().code == errc::invalid_argument);
     CHECK(r.err().message.find(id) != std::string::npos);
-    CHECK(r.err().message.find(fmt::format("element {}", action.size() - 1))
-          != std::string::npos);
+    CHECK(r.err().message.find(fmt::format("element {}", action.size() - 1)) !=
+          std::string::npos);
     CHECK(e->state() == before);
     action.back() = -std::numeric_limits<float>::infinity();
     CHECK_FALSE(e->step(action));
@@ -254,7 +261,8 @@ TEST_CASE("MuJoCo's instability warnings are counted and the step goes on") {
     CHECK(std::isfinite(x));
 }
 
-TEST_CASE("a state beyond MuJoCo's bounds is reset by MuJoCo, counted, and observed finite") {
+TEST_CASE(
+  "a state beyond MuJoCo's bounds is reset by MuJoCo, counted, and observed finite") {
   // MuJoCo resets the simulation when a position, velocity or acceleration
   // is NaN or beyond 1e10 (mjMAXVAL) at the start of an mj_step: so a
   // non-finite observation cannot come out of these tasks, and the check
@@ -273,7 +281,8 @@ TEST_CASE("a state beyond MuJoCo's bounds is reset by MuJoCo, counted, and obser
   CHECK(mujoco::trouble().non_finite_observations == before.non_finite_observations);
 }
 
-TEST_CASE("instances of a MuJoCo task step on two threads at once as they do one at a time") {
+TEST_CASE(
+  "instances of a MuJoCo task step on two threads at once as they do one at a time") {
   // The compiled model is shared read-only by every instance of a task.
   for (const char* id : {"InvertedPendulum-v4", "HalfCheetah-v4"}) {
     CAPTURE(id);
