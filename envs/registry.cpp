@@ -17,6 +17,7 @@
 #include "envs/model.hpp"
 #include "envs/mountain_car.hpp"
 #include "envs/mountain_car_continuous.hpp"
+#include "envs/mujoco/tasks.hpp"
 #include "envs/pendulum.hpp"
 
 namespace troupe::envs {
@@ -189,10 +190,13 @@ table& the_table() {
   // stay valid.
   static table* t = [] {
     auto* made = new table;
-    for (auto r : {cartpole_registration(), model_registration<pendulum>(),
-                   model_registration<mountain_car>(),
-                   model_registration<mountain_car_continuous>(),
-                   model_registration<acrobot>()}) {
+    std::vector<registration> builtins = {
+      cartpole_registration(), model_registration<pendulum>(),
+      model_registration<mountain_car>(), model_registration<mountain_car_continuous>(),
+      model_registration<acrobot>()};
+    for (auto& r : mujoco::task_registrations())
+      builtins.push_back(std::move(r));
+    for (auto& r : builtins) {
       auto ok = add_locked(*made, std::move(r));
       TROUPE_CHECK(ok.ok(), "a built-in environment does not register: {}",
                    ok ? std::string{} : ok.err().message);

@@ -39,7 +39,9 @@ TEST_CASE("every environment is registered under its Gymnasium id with its time 
                                                    {"Pendulum-v1", 200},
                                                    {"MountainCar-v0", 200},
                                                    {"MountainCarContinuous-v0", 999},
-                                                   {"Acrobot-v1", 500}};
+                                                   {"Acrobot-v1", 500},
+                                                   {"InvertedPendulum-v4", 1000},
+                                                   {"HalfCheetah-v4", 1000}};
   REQUIRE(registry().size() == want.size());
   for (auto& entry : want) {
     // Named copies: clang 14 lets no lambda (CAPTURE's) refer to a structured binding.
@@ -240,11 +242,17 @@ TEST_CASE("with clipping on, a Box action beyond the bounds acts as the nearest 
     clipped->set_clip_box_actions(true);
     clipped->reset(seed);
     bound->reset(seed);
+    const auto& as = spec->action_space;
     for (int t = 0; t < 50; ++t) {
-      float high = spec->action_space.high[0], low = spec->action_space.low[0];
-      bool up = t % 2 == 0;
-      auto tc = clipped->step({up ? high * 3 : low * 3}).value();
-      auto tb = bound->step({up ? high : low}).value();
+      // Every element beyond its bound, alternately above and below.
+      std::vector<float> beyond(as.size()), at_bound(as.size());
+      for (size_t j = 0; j < as.size(); ++j) {
+        bool up = (t + j) % 2 == 0;
+        beyond[j] = up ? as.high[j] * 3 : as.low[j] * 3;
+        at_bound[j] = up ? as.high[j] : as.low[j];
+      }
+      auto tc = clipped->step(beyond).value();
+      auto tb = bound->step(at_bound).value();
       // Equal up to float32 rounding: Gymnasium computes a bound that the
       // clip substituted as a Python float and a float32 action as float32.
       auto sc = clipped->state(), sb = bound->state();
@@ -255,6 +263,6 @@ TEST_CASE("with clipping on, a Box action beyond the bounds acts as the nearest 
       CHECK(tc.terminated == tb.terminated);
     }
     // NaN stays an error.
-    CHECK_FALSE(clipped->step({NAN}));
+    CHECK_FALSE(clipped->step(std::vector<float>(as.size(), NAN)));
   }
 }

@@ -31,7 +31,8 @@ namespace {
 
 const std::vector<std::string> builtin_ids = {"CartPole-v1", "Pendulum-v1",
                                               "MountainCar-v0",
-                                              "MountainCarContinuous-v0", "Acrobot-v1"};
+                                              "MountainCarContinuous-v0", "Acrobot-v1",
+                                              "InvertedPendulum-v4", "HalfCheetah-v4"};
 
 bool contains(const std::string& text, const std::string& word) {
   return text.find(word) != std::string::npos;
@@ -71,7 +72,8 @@ TEST_CASE(
   "in order") {
   const auto before = registered_ids();
   REQUIRE(before.size() >= builtin_ids.size());
-  CHECK(std::vector<std::string>(before.begin(), before.begin() + 5) == builtin_ids);
+  CHECK(std::vector<std::string>(before.begin(), before.begin() + static_cast<long>(builtin_ids.size()))
+        == builtin_ids);
   scoped_drift_env a("DriftA-v0", false), b("DriftB-v0", true);
   REQUIRE(a.registered());
   REQUIRE(b.registered());

@@ -1,0 +1,225 @@
+#include "envs/mujoco/mujoco_env.hpp"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "envs/mujoco/model_files.hpp"
+
+namespace troupe::envs::mujoco {
+
+namespace {
+
+// -- counting, never printing ---------------------------------------------------
+
+std::atomic<uint64_t> instability_warnings{0};
+std::atomic<uint64_t> other_warnings{0};
+std::atomic<uint64_t> non_finite_observations{0};
+
+// MuJoCo prints its warnings and appends them to MUJOCO_LOG.TXT unless a
+// handler is set. The library never prints: each warning is also counted in
+// mjData::warning, which simulate() reads, so the handler has nothing to do.
+// A handler the embedding program set first is left in place.
+void quiet_warnings() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!mju_user_warning)
+      mju_user_warning = [](const char*) {};
+  });
+}
+
+// MuJoCo's XML compiler keeps global state: one compile at a time.
+std::mutex& compile_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+struct model_deleter {
+  void operator()(const mjModel* m) const noexcept {
+    mj_deleteModel(const_cast<mjModel*>(m));
+  }
+};
+
+// The error buffer MuJoCo writes its message into, without a trailing newline.
+std::string mujoco_message(const char* buffer) {
+  std::string text = buffer;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+    text.pop_back();
+  return text.empty() ? std::string("no message") : text;
+}
+
+} // namespace
+
+trouble_counts trouble() noexcept {
+  return {instability_warnings.load(std::memory_order_relaxed),
+          other_warnings.load(std::memory_order_relaxed),
+          non_finite_observations.load(std::memory_order_relaxed)};
+}
+
+// -- loading ----------------------------------------------------------------------
+
+result<model_ptr> compile_model(std::string_view xml, const std::string& name) {
+  quiet_warnings();
+  // mjVFS holds 2000 file names of 1000 characters: on the heap.
+  auto vfs = std::make_unique<mjVFS>();
+  mj_defaultVFS(vfs.get());
+  // The virtual file's name: MuJoCo looks files up by name without a folder.
+  const std::string file_name = "model.xml";
+  if (mj_makeEmptyFileVFS(vfs.get(), file_name.c_str(), static_cast<int>(xml.size())) !=
+      0)
+    return make_error(errc::invalid_argument,
+                      "MuJoCo model '{}': cannot hold its {} bytes in a virtual file",
+                      name, xml.size());
+  const int index = mj_findFileVFS(vfs.get(), file_name.c_str());
+  std::memcpy(vfs->filedata[index], xml.data(), xml.size());
+  char error[1024] = "";
+  mjModel* m = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(compile_mutex());
+    m = mj_loadXML(file_name.c_str(), vfs.get(), error, sizeof error);
+  }
+  mj_deleteVFS(vfs.get());
+  if (!m)
+    return make_error(errc::invalid_argument, "MuJoCo model '{}' does not compile: {}",
+                      name, mujoco_message(error));
+  return model_ptr(m, model_deleter{});
+}
+
+result<model_ptr> load_model_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return make_error(errc::not_found, "MuJoCo model file '{}' cannot be opened: {}",
+                      path, std::strerror(errno));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  if (in.bad())
+    return make_error(errc::invalid_argument, "MuJoCo model file '{}' cannot be read",
+                      path);
+  return compile_model(text, path);
+}
+
+result<model_ptr> builtin_model(const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::string, model_ptr> compiled;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = compiled.find(name); it != compiled.end())
+    return it->second;
+  std::vector<std::string_view> names;
+  for (const auto& file : builtin_model_files()) {
+    if (file.name != name) {
+      names.push_back(file.name);
+      continue;
+    }
+    auto m = compile_model(file.text, fmt::format("envs/mujoco/models/{}", name));
+    if (m)
+      compiled.emplace(name, *m);
+    return m;
+  }
+  return make_error(errc::not_found, "no built-in MuJoCo model file '{}' (built in: {})",
+                    name, fmt::join(names, ", "));
+}
+
+// -- helpers for tasks ----------------------------------------------------------------
+
+double standard_normal(rng& r) noexcept {
+  for (;;) {
+    const double u = r.uniform(-1.0, 1.0), v = r.uniform(-1.0, 1.0);
+    const double s = u * u + v * v;
+    if (s > 0.0 && s < 1.0)
+      return u * std::sqrt(-2.0 * std::log(s) / s);
+  }
+}
+
+std::vector<std::string>
+hinge_and_slide_state_names(const std::vector<std::string>& joints) {
+  std::vector<std::string> names;
+  for (const char* part : {"qpos", "qvel", "qacc_warmstart"})
+    for (const auto& joint : joints)
+      names.push_back(fmt::format("{}.{}", part, joint));
+  return names;
+}
+
+// -- the task base ---------------------------------------------------------------------
+
+mujoco_task::mujoco_task(const char* model_file, int frame_skip)
+  : frame_skip_(frame_skip) {
+  auto m = builtin_model(model_file);
+  TROUPE_CHECK(m.ok(), "a built-in MuJoCo model does not load: {}",
+               m ? std::string() : m.err().message);
+  model_ = *m;
+  data_.reset(mj_makeData(model_.get()));
+  TROUPE_CHECK(data_ != nullptr, "MuJoCo cannot allocate the data of model '{}'",
+               model_file);
+}
+
+void mujoco_task::get_state(double* out) const noexcept {
+  const mjModel& m = *model_;
+  const mjData& d = *data_;
+  std::copy(d.qpos, d.qpos + m.nq, out);
+  std::copy(d.qvel, d.qvel + m.nv, out + m.nq);
+  std::copy(d.qacc_warmstart, d.qacc_warmstart + m.nv, out + m.nq + m.nv);
+}
+
+void mujoco_task::set_state(const double* in) noexcept {
+  const mjModel& m = *model_;
+  mjData& d = *data_;
+  std::copy(in, in + m.nq, d.qpos);
+  std::copy(in + m.nq, in + m.nq + m.nv, d.qvel);
+  mj_forward(&m, &d);
+  // After mj_forward, which leaves its own solution as the warm start: the
+  // next mj_step then starts its solver where the saved episode's would have.
+  std::copy(in + m.nq + m.nv, in + m.nq + 2 * m.nv, d.qacc_warmstart);
+}
+
+void mujoco_task::reset_to(const double* qpos_noise, const double* qvel_noise) noexcept {
+  const mjModel& m = *model_;
+  mjData& d = *data_;
+  mj_resetData(&m, &d);
+  // v4 adds the noise to init_qpos and init_qvel: the data's qpos and qvel
+  // right after mj_makeData, which are qpos0 and zero.
+  for (int i = 0; i < m.nq; ++i)
+    d.qpos[i] = m.qpos0[i] + qpos_noise[i];
+  for (int i = 0; i < m.nv; ++i)
+    d.qvel[i] = 0.0 + qvel_noise[i];
+  mj_forward(&m, &d);
+}
+
+bool mujoco_task::simulate(const float* action) noexcept {
+  const mjModel& m = *model_;
+  mjData& d = *data_;
+  for (int i = 0; i < m.nu; ++i)
+    d.ctrl[i] = static_cast<double>(action[i]);
+  // Counted per step: MuJoCo's own reset after a bad qacc keeps the count.
+  std::memset(d.warning, 0, sizeof d.warning);
+  for (int k = 0; k < frame_skip_; ++k)
+    mj_step(&m, &d);
+  // Force-related quantities (cacc, cfrc_int, cfrc_ext), which v4's
+  // observations of Ant and Humanoid read.
+  mj_rnePostConstraint(&m, &d);
+  int instabilities = 0, others = 0;
+  for (int w = 0; w < mjNWARNING; ++w) {
+    const bool instability =
+      w == mjWARN_BADQPOS || w == mjWARN_BADQVEL || w == mjWARN_BADQACC;
+    (instability ? instabilities : others) += d.warning[w].number;
+  }
+  if (instabilities)
+    instability_warnings.fetch_add(static_cast<uint64_t>(instabilities),
+                                   std::memory_order_relaxed);
+  if (others)
+    other_warnings.fetch_add(static_cast<uint64_t>(others), std::memory_order_relaxed);
+  bool finite = true;
+  for (int i = 0; i < m.nq; ++i)
+    finite &= std::isfinite(d.qpos[i]);
+  for (int i = 0; i < m.nv; ++i)
+    finite &= std::isfinite(d.qvel[i]);
+  if (!finite)
+    non_finite_observations.fetch_add(1, std::memory_order_relaxed);
+  return finite;
+}
+
+} // namespace troupe::envs::mujoco

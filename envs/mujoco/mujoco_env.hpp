@@ -1,0 +1,125 @@
+// The shared base of the MuJoCo tasks, with Gymnasium's v4 semantics
+// (gymnasium/envs/mujoco/mujoco_env.py): model loading, reset, frame skip,
+// state save and restore. A task (envs/mujoco/half_cheetah.hpp is the
+// template to copy) derives from mujoco_task and adds its spec, its reset
+// noise, its observation, reward and termination; it is then an environment
+// model of envs/model.hpp, registered in envs/mujoco/tasks.cpp.
+//
+// Models are compiled once per process and shared read-only by every
+// instance of a task; each instance owns its mjData. MuJoCo's warnings
+// (instabilities, full contact buffers) are counted here, never printed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <mujoco/mujoco.h>
+
+#include "envs/model.hpp"
+
+namespace troupe::envs::mujoco {
+
+/// A compiled model, shared read-only by the instances of a task.
+using model_ptr = std::shared_ptr<const mjModel>;
+
+/// Compiles the MJCF text `xml`; `name` stands for it in errors.
+/// errc::invalid_argument naming `name` with MuJoCo's own message when the
+/// text does not compile.
+result<model_ptr> compile_model(std::string_view xml, const std::string& name);
+
+/// Loads and compiles the MJCF file at `path`. errc::not_found naming the
+/// path when there is no such file; errc::invalid_argument naming it with
+/// MuJoCo's own message when it does not compile.
+result<model_ptr> load_model_file(const std::string& path);
+
+/// The model file `name` of envs/mujoco/models/ built into the library,
+/// compiled on first use and kept for the life of the process.
+/// errc::not_found listing the built-in files when there is none of that name.
+result<model_ptr> builtin_model(const std::string& name);
+
+/// Trouble met while stepping, counted over every MuJoCo task of the process.
+struct trouble_counts {
+  uint64_t instability_warnings = 0;    ///< MuJoCo's bad qpos, qvel or qacc warnings
+                                        ///< (MuJoCo then resets the data itself)
+  uint64_t other_warnings = 0;          ///< MuJoCo's other warnings (singular inertia,
+                                        ///< contact or constraint buffers full)
+  uint64_t non_finite_observations = 0; ///< steps whose state came out non-finite
+                                        ///< (the episode terminates)
+};
+
+/// The counts so far; they only grow.
+trouble_counts trouble() noexcept;
+
+/// A standard normal draw (Marsaglia's polar method; two or more uniform
+/// draws of `r`), as numpy's Generator.standard_normal is used in v4's resets.
+double standard_normal(rng& r) noexcept;
+
+/// The state names of a task whose joints each have one position and one
+/// velocity (hinges and slides): "qpos.<joint>", "qvel.<joint>", then
+/// "qacc_warmstart.<joint>", the order of mujoco_task::get_state.
+std::vector<std::string>
+hinge_and_slide_state_names(const std::vector<std::string>& joints);
+
+/// What every task shares: the compiled model, an mjData, the frame skip.
+/// Move-only. A task's state is (qpos, qvel, qacc_warmstart): Gymnasium's
+/// state_vector() followed by the constraint solver's warm start, without
+/// which a restored episode would not continue bit for bit.
+class mujoco_task {
+public:
+  /// An instance of the built-in model file `model_file` stepped `frame_skip`
+  /// times a step. The built-in files compile (tests/envs/mujoco_models.test.cpp);
+  /// one that did not would stop the process with the file's name and
+  /// MuJoCo's message.
+  mujoco_task(const char* model_file, int frame_skip);
+
+  mujoco_task(mujoco_task&&) noexcept = default;
+  mujoco_task& operator=(mujoco_task&&) noexcept = default;
+
+  /// The compiled model.
+  const mjModel& model() const noexcept { return *model_; }
+
+  /// The simulation data, for tests and tasks.
+  const mjData& data() const noexcept { return *data_; }
+
+  /// Seconds of simulated time a step takes: timestep * frame_skip, as v4's `dt`.
+  double dt() const noexcept { return model_->opt.timestep * frame_skip_; }
+
+  /// Writes (qpos, qvel, qacc_warmstart): nq + 2 nv values.
+  void get_state(double* out) const noexcept;
+
+  /// Sets (qpos, qvel), recomputes the derived quantities (mj_forward) as
+  /// v4's set_state does, then sets qacc_warmstart, which mj_forward replaces.
+  void set_state(const double* in) noexcept;
+
+protected:
+  /// v4's reset: mj_resetData, then qpos0 + qpos_noise and qvel0 + qvel_noise
+  /// (nq and nv values, drawn by the task), then mj_forward (whose solution
+  /// is the first step's warm start, as in v4).
+  void reset_to(const double* qpos_noise, const double* qvel_noise) noexcept;
+
+  /// v4's do_simulation: `action` (nu values, unclipped: MuJoCo clamps the
+  /// control to ctrlrange itself) written to ctrl, frame_skip calls of
+  /// mj_step, then mj_rnePostConstraint. Counts MuJoCo's warnings; returns
+  /// whether qpos and qvel are finite, counting it when they are not.
+  /// (MuJoCo itself resets the simulation to qpos0 when a position, velocity
+  /// or acceleration is NaN or beyond 1e10 at the start of an mj_step, with
+  /// a warning; the finiteness check is the safety net behind it.)
+  bool simulate(const float* action) noexcept;
+
+  /// The mutable simulation data.
+  mjData& mutable_data() noexcept { return *data_; }
+
+private:
+  struct data_deleter {
+    void operator()(mjData* d) const noexcept { mj_deleteData(d); }
+  };
+
+  model_ptr model_;
+  std::unique_ptr<mjData, data_deleter> data_;
+  int frame_skip_;
+};
+
+} // namespace troupe::envs::mujoco

@@ -1,0 +1,20 @@
+#include "envs/mujoco/tasks.hpp"
+
+#include "envs/mujoco/half_cheetah.hpp"
+#include "envs/mujoco/inverted_pendulum.hpp"
+
+namespace troupe::envs::mujoco {
+
+std::vector<registration> task_registrations() {
+  // One line per task.
+  return {model_registration<inverted_pendulum>(), model_registration<half_cheetah>()};
+}
+
+bool is_task(const std::string& id) {
+  for (const auto& r : task_registrations())
+    if (r.spec.id == id)
+      return true;
+  return false;
+}
+
+} // namespace troupe::envs::mujoco

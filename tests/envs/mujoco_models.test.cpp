@@ -1,0 +1,237 @@
+// The MuJoCo tasks' model files against Gymnasium's: each built-in model file
+// compiles to the facts of Gymnasium's v4 model; loading errors name the file
+// with MuJoCo's own message.
+//
+// The reference values were taken on 2026-11-26 by compiling Gymnasium's own
+// model files (Farama-Foundation/Gymnasium at 3f0476a8c,
+// gymnasium/envs/mujoco/assets/inverted_pendulum.xml and half_cheetah.xml)
+// with Debian's MuJoCo 2.2.2 (libmujoco-dev 2.2.2-3) in a throwaway C program
+// that printed nq, nv, nu, opt.timestep, opt.integrator, body_mass,
+// body_inertia, jnt_limited, jnt_range, actuator_gear[0],
+// actuator_ctrllimited and actuator_ctrlrange with %.17g. The same program's
+// mj_printModel of both models differed only in names, colors, textures,
+// materials, lights and cameras.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "envs/mujoco/mujoco_env.hpp"
+#include "envs/mujoco/model_files.hpp"
+#include "envs/mujoco/tasks.hpp"
+#include "envs/registry.hpp"
+#include "tests/temp_folder.hpp"
+
+using namespace troupe;
+using namespace troupe::envs;
+
+namespace {
+
+struct body_facts {
+  const char* name;
+  double mass;
+  double inertia[3]; // diagonal, in the body's inertial frame
+};
+
+struct joint_facts {
+  const char* name;
+  bool limited;
+  double range[2];
+};
+
+struct actuator_facts {
+  double gear;
+  double ctrlrange[2];
+};
+
+struct model_facts {
+  const char* id;
+  const char* file;
+  int nq, nv, nu;
+  double timestep;
+  int integrator; // mjtIntegrator: 0 Euler, 1 RK4
+  std::vector<body_facts> bodies;
+  std::vector<joint_facts> joints;
+  std::vector<actuator_facts> actuators;
+};
+
+// One line per body, joint and actuator.
+// clang-format off
+const std::vector<model_facts>& gymnasium_facts() {
+  static const std::vector<model_facts> facts = {
+    {"InvertedPendulum-v4",
+     "inverted_pendulum.xml",
+     2, 2, 1, 0.02, mjINT_RK4,
+     {{"world", 0, {0, 0, 0}},
+      {"cart", 10.471975511965979,
+       {0.12671090369478838, 0.12671090369478838, 0.04817108735504351}},
+      {"pole", 5.0185916413633063,
+       {0.1887497668730885, 0.1887497668730885, 0.0059064963098460705}}},
+     {{"slider", true, {-1, 1}}, {"hinge", true, {-1.5707963267948966, 1.5707963267948966}}},
+     {{100, {-3, 3}}}},
+    {"HalfCheetah-v4",
+     "half_cheetah.xml",
+     9, 9, 6, 0.01, mjINT_EULER,
+     {{"world", 0, {0, 0, 0}},
+      {"torso", 6.2502092050209201,
+       {0.89711768811174342, 0.88565545223515785, 0.017960923407966355}},
+      {"bthigh", 1.5435146443514645,
+       {0.01684433958158996, 0.01684433958158996, 0.0015760215899581589}},
+      {"bshin", 1.5874476987447697,
+       {0.018267419079497905, 0.018267419079497905, 0.0016225027615062756}},
+      {"bfoot", 1.0953974895397491,
+       {0.0063524232635983275, 0.0063524232635983275, 0.0011019136401673642}},
+      {"fthigh", 1.4380753138075317,
+       {0.013739643347280341, 0.013739643347280341, 0.0014644667782426782}},
+      {"fshin", 1.2008368200836821,
+       {0.0082221086192468609, 0.0082221086192468609, 0.001213468451882845}},
+      {"ffoot", 0.8845188284518829,
+       {0.0035291094560669458, 0.0035291094560669458, 0.00087880401673640172}}},
+     {{"rootx", false, {0, 0}},
+      {"rootz", false, {0, 0}},
+      {"rooty", false, {0, 0}},
+      {"bthigh", true, {-0.52000000000000002, 1.05}},
+      {"bshin", true, {-0.78500000000000003, 0.78500000000000003}},
+      {"bfoot", true, {-0.40000000000000002, 0.78500000000000003}},
+      {"fthigh", true, {-1, 0.69999999999999996}},
+      {"fshin", true, {-1.2, 0.87}},
+      {"ffoot", true, {-0.5, 0.5}}},
+     {{120, {-1, 1}}, {90, {-1, 1}}, {60, {-1, 1}}, {120, {-1, 1}}, {60, {-1, 1}},
+      {30, {-1, 1}}}},
+  };
+  return facts;
+}
+// clang-format on
+
+// Equal up to the last bits: the values above are printed with 17 digits.
+bool same(double got, double want) {
+  return std::fabs(got - want) <= 1e-14 * std::fabs(want);
+}
+
+} // namespace
+
+TEST_CASE("every MuJoCo task's model file compiles to Gymnasium's v4 model") {
+  REQUIRE(gymnasium_facts().size() == mujoco::task_registrations().size());
+  for (const auto& want : gymnasium_facts()) {
+    CAPTURE(want.id);
+    auto compiled = mujoco::builtin_model(want.file);
+    REQUIRE(compiled);
+    const mjModel& m = **compiled;
+    CHECK(m.nq == want.nq);
+    CHECK(m.nv == want.nv);
+    CHECK(m.nu == want.nu);
+    CHECK(m.opt.timestep == want.timestep);
+    CHECK(m.opt.integrator == want.integrator);
+    REQUIRE(m.nbody == static_cast<int>(want.bodies.size()));
+    for (int b = 0; b < m.nbody; ++b) {
+      const auto& body = want.bodies[static_cast<size_t>(b)];
+      CAPTURE(body.name);
+      CHECK(std::string(m.names + m.name_bodyadr[b]) == body.name);
+      CHECK(same(m.body_mass[b], body.mass));
+      for (int k = 0; k < 3; ++k)
+        CHECK(same(m.body_inertia[3 * b + k], body.inertia[k]));
+    }
+    REQUIRE(m.njnt == static_cast<int>(want.joints.size()));
+    for (int j = 0; j < m.njnt; ++j) {
+      const auto& joint = want.joints[static_cast<size_t>(j)];
+      CAPTURE(joint.name);
+      CHECK(std::string(m.names + m.name_jntadr[j]) == joint.name);
+      CHECK(static_cast<bool>(m.jnt_limited[j]) == joint.limited);
+      CHECK(same(m.jnt_range[2 * j], joint.range[0]));
+      CHECK(same(m.jnt_range[2 * j + 1], joint.range[1]));
+    }
+    REQUIRE(m.nu == static_cast<int>(want.actuators.size()));
+    for (int a = 0; a < m.nu; ++a) {
+      const auto& actuator = want.actuators[static_cast<size_t>(a)];
+      CAPTURE(a);
+      CHECK(m.actuator_gear[6 * a] == actuator.gear);
+      CHECK(m.actuator_ctrllimited[a] == 1);
+      CHECK(m.actuator_ctrlrange[2 * a] == actuator.ctrlrange[0]);
+      CHECK(m.actuator_ctrlrange[2 * a + 1] == actuator.ctrlrange[1]);
+    }
+  }
+}
+
+TEST_CASE("each MuJoCo task's spec agrees with its compiled model") {
+  for (const auto& want : gymnasium_facts()) {
+    CAPTURE(want.id);
+    const mjModel& m = *mujoco::builtin_model(want.file).value();
+    auto spec = find_spec(want.id).value();
+    // Time limits as Gymnasium registers them (Reacher-v4 would be 50).
+    CHECK(spec->max_episode_steps == 1000);
+    // The state: qpos, qvel and the solver's warm start, named by joint.
+    REQUIRE(spec->state_dim() == static_cast<size_t>(m.nq + 2 * m.nv));
+    for (int j = 0; j < m.njnt; ++j)
+      CHECK(spec->state_names[static_cast<size_t>(j)] ==
+            std::string("qpos.") + (m.names + m.name_jntadr[j]));
+    // The action space is the actuators' ctrlrange, as v4's _set_action_space makes it.
+    const auto& actions = spec->action_space;
+    REQUIRE(actions.kind == space_kind::box);
+    REQUIRE(actions.size() == static_cast<size_t>(m.nu));
+    for (int a = 0; a < m.nu; ++a) {
+      CHECK(actions.low[static_cast<size_t>(a)] ==
+            static_cast<float>(m.actuator_ctrlrange[2 * a]));
+      CHECK(actions.high[static_cast<size_t>(a)] ==
+            static_cast<float>(m.actuator_ctrlrange[2 * a + 1]));
+    }
+  }
+}
+
+TEST_CASE("every built-in model file is one of a registered task and compiles") {
+  for (const auto& file : mujoco::builtin_model_files()) {
+    std::string name(file.name);
+    CAPTURE(name);
+    CHECK(mujoco::builtin_model(name));
+    bool used = false;
+    for (const auto& want : gymnasium_facts())
+      used |= name == want.file;
+    CHECK(used);
+  }
+}
+
+TEST_CASE("a missing MuJoCo model file is an error naming the path") {
+  test::temp_folder dir("mujoco-model");
+  const std::string path = (dir.path / "no_such_model.xml").string();
+  auto m = mujoco::load_model_file(path);
+  REQUIRE_FALSE(m);
+  CHECK(m.err().code == errc::not_found);
+  CHECK(m.err().message.find(path) != std::string::npos);
+  auto builtin = mujoco::builtin_model("no_such_model.xml");
+  REQUIRE_FALSE(builtin);
+  CHECK(builtin.err().code == errc::not_found);
+  CHECK(builtin.err().message.find("no_such_model.xml") != std::string::npos);
+  CHECK(builtin.err().message.find("half_cheetah.xml") !=
+        std::string::npos); // the valid ones
+}
+
+TEST_CASE("a malformed MuJoCo model file is an error naming it with MuJoCo's message") {
+  test::temp_folder dir("mujoco-model");
+  SUBCASE("not XML") {
+    const std::string path = dir.write("broken.xml", "<mujoco><worldbody><body>");
+    auto m = mujoco::load_model_file(path);
+    REQUIRE_FALSE(m);
+    CHECK(m.err().code == errc::invalid_argument);
+    CHECK(m.err().message.find(path) != std::string::npos);
+    CHECK(m.err().message.find("XML") != std::string::npos); // MuJoCo's "XML parse error"
+  }
+  SUBCASE("XML that MuJoCo refuses") {
+    const std::string path = dir.write(
+      "bad_joint.xml",
+      "<mujoco><worldbody><body><joint type=\"twisty\"/><geom size=\"1\"/></body>"
+      "</worldbody></mujoco>");
+    auto m = mujoco::load_model_file(path);
+    REQUIRE_FALSE(m);
+    CHECK(m.err().code == errc::invalid_argument);
+    CHECK(m.err().message.find(path) != std::string::npos);
+    CHECK(m.err().message.find("twisty") != std::string::npos);
+  }
+  SUBCASE("a good file loads") {
+    const std::string path = dir.write(
+      "ball.xml", "<mujoco><worldbody><body><freejoint/><geom size=\"0.1\"/></body>"
+                  "</worldbody></mujoco>");
+    auto m = mujoco::load_model_file(path);
+    REQUIRE(m);
+    CHECK((*m)->nq == 7);
+  }
+}
