@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "envs/mujoco/tasks.hpp"
 #include "envs/registry.hpp"
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
@@ -120,6 +121,10 @@ int bench_envs(const args_t& args) {
       report({id, "env", 1, 1, 1, *rate});
     }
     for (size_t n : {size_t{1}, size_t{16}, size_t{256}, size_t{4096}}) {
+      // A MuJoCo environment holds a few MB of simulation data: 4096 of them
+      // would take over 10 GB, and 256 already show the vector's rate.
+      if (envs::mujoco::is_task(id) && n > 256)
+        continue;
       for (size_t threads : thread_counts) {
         auto v = envs::make_vector_env(id, n, threads).value();
         const auto& as = v->spec().action_space;
