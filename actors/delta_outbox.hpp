@@ -48,7 +48,7 @@ struct delta_outbox_options {
   uint64_t incarnation = 0;  ///< first incarnation; 0: a random nonzero one
   uint64_t max_unacked = 64; ///< per stream: sent, unacknowledged deltas kept apart
   std::chrono::milliseconds ask_timeout{5000}; ///< every request to the keeper
-  log_sink log;                                ///< log; default stderr
+  log_sink log;                                ///< log; empty: nowhere
 };
 
 /// Spawns a delta outbox that sends to `keeper` (may be null: offline until

@@ -76,7 +76,7 @@ struct env_runner_options {
   double obs_clip = 10.0;            ///< normalized values clipped to +-this; 0: no clip
   double obs_scale = 1.0;            ///< raw observations are multiplied by this first
                                      ///< (heterogeneous-worker experiments)
-  log_sink log;                      ///< problem log; default stderr
+  log_sink log;                      ///< problem log; empty: nowhere
   std::optional<env_runner_state> start_state; ///< start here instead of reset(seed)
                                      ///< (seed is then unused)
   /// A runner on a worker of a run across processes: counts its steps in

@@ -1,7 +1,5 @@
 #include "actors/exceptions.hpp"
 
-#include <cstdio>
-
 #include <fmt/format.h>
 
 #include "actors/messages.hpp"
@@ -21,11 +19,10 @@ std::string describe_exception(const std::exception_ptr& thrown) {
 caf::error exception_error(const std::string& who, const std::exception_ptr& thrown,
                            const log_sink& log) {
   auto e = make_error(errc::unavailable, "{} threw: {}", who, describe_exception(thrown));
-  // The log sink may be what threw: the error must still come out.
+  // The log sink may be what threw: the error still comes out as the value.
   try {
-    write_log(log, e.message);
+    write_log(log, log_level::error, e.message);
   } catch (...) {
-    std::fprintf(stderr, "%s\n", e.message.c_str());
   }
   return to_caf_error(e);
 }

@@ -226,7 +226,7 @@ struct game_feeder_options {
   std::string name = "feeder";      ///< the runner slot's name: "<learner>.runner<i>"
   size_t num_envs = 1;              ///< segments per batch (columns)
   std::string stats_stream = "obs"; ///< keeper stream of observation moments
-  log_sink log;                     ///< default stderr
+  log_sink log;                     ///< empty: nowhere
 };
 
 /// Spawns a feeder over `agent` for the learner `consumer` (it sends the

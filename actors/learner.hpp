@@ -133,7 +133,7 @@ struct learner_options {
   /// A learner on a worker: counts the steps of each batch it learned or
   /// skipped in `finished`. Null: not counted.
   std::shared_ptr<host_counters> host;
-  log_sink log;                                ///< default stderr
+  log_sink log; ///< empty: nowhere
 };
 
 /// Spawns a learner (detached: it blocks on the parameter server's answers).

@@ -149,14 +149,15 @@ double window_sps(metrics_state& st, double t) {
   return dt > 0 ? static_cast<double>(st.c.env_steps - steps0) / dt : 0.0;
 }
 
-// Records the first failed open or write (path and the system's reason), says
-// it on stderr and asks the coordinator to stop the run: a run whose metrics
+// Records the first failed open or write (path and the system's reason), logs
+// it and asks the coordinator to stop the run: a run whose metrics
 // cannot be written stops rather than train on silently.
 void write_failed(metrics_state& st, const std::string& what) {
   if (!st.write_error.empty())
     return;
   st.write_error = what;
-  std::fprintf(stderr, "troupe: metrics: %s; stopping the run\n", what.c_str());
+  write_log(st.opts.log, log_level::error,
+            fmt::format("troupe: metrics: {}; stopping the run", what));
   if (st.csv)
     std::fclose(st.csv);
   if (st.jsonl)
@@ -251,14 +252,12 @@ void write_row(metrics_state& st) {
         !written)
       write_failed(st, written.err().message);
   }
-  if (!st.opts.quiet && !st.opts.progress_line)
-    std::printf(
-      "steps %llu  updates %llu  return_mean_100 %s  sps %.0f  policy_lag %.2f  "
-      "stats_lag %llu  elapsed %.1fs\n",
-      static_cast<unsigned long long>(st.c.env_steps),
-      static_cast<unsigned long long>(st.c.updates), num(mean_return(st)).c_str(), sps,
-      lag_mean, static_cast<unsigned long long>(st.last.stats_lag), t);
-  std::fflush(stdout);
+  if (!st.opts.quiet && !st.opts.progress_line && st.opts.log)
+    write_log(st.opts.log, log_level::info,
+              fmt::format("steps {}  updates {}  return_mean_100 {}  sps {:.0f}  "
+                          "policy_lag {:.2f}  stats_lag {}  elapsed {:.1f}s",
+                          st.c.env_steps, st.c.updates, num(mean_return(st)), sps,
+                          lag_mean, st.last.stats_lag, t));
   st.last_row_updates = st.c.updates;
   st.row_time = t;
   st.row_steps = 0;
@@ -278,14 +277,12 @@ void progress(metrics_state& st) {
     sps > 0 && st.opts.total_env_steps > st.c.env_steps
       ? static_cast<double>(st.opts.total_env_steps - st.c.env_steps) / sps
       : 0.0;
-  std::printf(
-    "\r\033[Ksteps %llu/%llu  %.0f steps/s  return_mean_100 %s  policy_lag %llu  "
-    "stats_lag %llu  elapsed %.0fs  remaining %.0fs",
-    static_cast<unsigned long long>(st.c.env_steps),
-    static_cast<unsigned long long>(st.opts.total_env_steps), sps,
-    num(mean_return(st)).c_str(), static_cast<unsigned long long>(st.last.policy_lag),
-    static_cast<unsigned long long>(st.last.stats_lag), t, remaining);
-  std::fflush(stdout);
+  write_log(st.opts.log, log_level::progress,
+            fmt::format("steps {}/{}  {:.0f} steps/s  return_mean_100 {}  policy_lag {}  "
+                        "stats_lag {}  elapsed {:.0f}s  remaining {:.0f}s",
+                        st.c.env_steps, st.opts.total_env_steps, sps,
+                        num(mean_return(st)), st.last.policy_lag, st.last.stats_lag, t,
+                        remaining));
 }
 
 // How long the metrics actor waits for the keeper's or the server's counters.
@@ -451,9 +448,6 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
         if (s.last_row_updates != s.c.updates || s.deltas_duplicate != duplicate ||
             s.server_refused != refused)
           write_row(s); // unless the last row already is it
-        if (s.opts.progress_line && !s.opts.quiet)
-          std::printf("\n");
-        std::fflush(stdout);
         rp.deliver(counters_now(s));
       });
       return rp;

@@ -1,7 +1,7 @@
 // The metrics actor: gathers the learners' reports (counters, episode
 // returns, losses, lags), writes metrics.csv and metrics.jsonl rows (and the
 // same rows as TensorBoard scalars in an events file), prints
-// a progress line about once a second on a terminal (plain log lines
+// logs a progress line about once a second when asked (a line per row
 // otherwise), and tells the coordinator when a checkpoint is due and when
 // the step budget is spent.
 //
@@ -31,6 +31,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/log.hpp"
 #include "actors/messages.hpp"
 
 namespace troupe::actors {
@@ -53,8 +54,13 @@ struct metrics_options {
   uint64_t log_every_updates = 10;       ///< a row every this many updates
   uint64_t checkpoint_every_updates = 0; ///< ask for a checkpoint this often (0: never)
   uint64_t total_env_steps = 0;          ///< budget, for the progress line and done_atom
-  bool progress_line = false;            ///< stdout is a terminal: rewrite one line
-  bool quiet = false;                    ///< print nothing
+  /// Where the rows' lines (info) or the progress line (progress) and a
+  /// failed write (error) go; empty: nowhere.
+  log_sink log;
+  /// Instead of a line per row, a progress line about once a second (the
+  /// caller shows it in place: `troupe train` on a terminal).
+  bool progress_line = false;
+  bool quiet = false;                    ///< neither rows' lines nor progress lines
   metrics_counters start;                ///< counters to continue from (resume)
   /// The keeper, whose duplicates feed deltas_duplicate (may be null). Weak
   /// handles: the options outlive the actor's end inside CAF's spawn, and a

@@ -59,7 +59,7 @@ struct parameter_server_options {
   uint64_t max_staleness = 4; ///< async: drop gradients older than this many versions
   double max_grad_norm = 0.5; ///< clip of the (mean) gradient's global norm; <= 0: none
   learners::adam_config adam; ///< Adam settings (lr is taken from each gradient)
-  log_sink log;               ///< drop log; default stderr
+  log_sink log;               ///< drop log; empty: nowhere
 };
 
 /// Where a parameter server runs.

@@ -50,7 +50,7 @@ struct remote_server_options {
   std::string curve_secret_key;
   /// With CURVE: the Z85 public keys of the clients let in (any other is refused).
   std::vector<std::string> curve_allowed_clients;
-  log_sink log;                 ///< default stderr
+  log_sink log; ///< empty: nowhere
 };
 
 /// What a server has done (totals since it started).

@@ -267,23 +267,24 @@ caf::behavior view_feeder(caf::stateful_actor<feeder_state>* self, caf::actor ke
   self->state.view = std::move(view);
   self->monitor(keeper);
   self->set_down_handler([self](caf::down_msg&) { self->quit(); });
-  auto deliver = [self](const learners::stats_snapshot& s) {
+  // The problem with a snapshot, or empty once the view holds it.
+  auto publish = [self](const learners::stats_snapshot& s) -> std::string {
     if (auto v = self->state.view.lock()) {
       if (auto published = v->publish(s); !published.ok()) {
         // The view was made for another dimension than the stream has: a
-        // wiring bug; the view keeps its last good snapshot.
-        std::fprintf(stderr, "troupe stats view: %s\n", published.err().message.c_str());
+        // wiring bug; the view keeps its last good snapshot, and the first
+        // snapshot's problem is subscribe_view's error.
         self->quit(caf::sec::invalid_argument);
+        return "troupe stats view: " + published.err().message;
       }
     } else
       self->quit();
+    return {};
   };
+  auto deliver = [publish](const learners::stats_snapshot& s) { (void)publish(s); };
   self->request(keeper, caf::infinite, subscribe_atom::value, stream)
     .then(
-      [deliver, first](const learners::stats_snapshot& s) {
-        deliver(s);
-        first->settle({});
-      },
+      [publish, first](const learners::stats_snapshot& s) { first->settle(publish(s)); },
       [self, stream, first](caf::error& e) {
         first->settle(fmt::format("cannot subscribe to statistics stream '{}': {}",
                                   stream, error_message(self->system(), e)));

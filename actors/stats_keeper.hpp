@@ -57,7 +57,7 @@ struct stats_keeper_options {
   /// fixed statistics from then on (the keeper's moments, and checkpoints,
   /// go on counting). 0: never.
   uint64_t freeze_after = 0;
-  log_sink log;                             ///< rejection log; default stderr
+  log_sink log; ///< rejection log; empty: nowhere
 };
 
 /// Spawns a statistics keeper.

@@ -153,7 +153,7 @@ struct supervisor_options {
   std::shared_ptr<std::atomic<int>>
     stop_flag;           ///< nonzero: stop (a signal number); may be null
   uint32_t poll_ms = 50; ///< how often the flag is looked at
-  log_sink log;          ///< restarts and failures; default stderr
+  log_sink log;          ///< restarts and failures; empty: nowhere
 };
 
 /// Spawns a supervisor (detached: start-up waits for the keeper's and the

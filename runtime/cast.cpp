@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -134,7 +132,6 @@ void plan_shared_actors(actors::cast_plan& plan, const config& cfg,
     static_cast<uint64_t>(cfg.get_int("run.checkpoint_every_updates"));
   plan.metrics.total_env_steps =
     static_cast<uint64_t>(cfg.get_int("algo.total_env_steps"));
-  plan.metrics.progress_line = isatty(STDOUT_FILENO) != 0;
   plan.metrics.start = resume.start;
 
   // Global batch norm: one keeper stream per layer, named by its prefix,
@@ -186,6 +183,11 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
   auto& plan = out.plan;
   learners::actor_critic initial(spec, seed);
   plan_shared_actors(plan, cfg, spec, initial, run_dir, resume);
+  const actors::log_sink log = options.log;
+  plan.keeper.log = log;
+  plan.server.log = log;
+  plan.metrics.log = log;
+  plan.metrics.progress_line = options.progress_line;
 
   // -- learners ---------------------------------------------------------------
   // Runner slot i (over all learners) has num_envs * spread^i environments.
@@ -231,6 +233,7 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     if (auto g = resume.learner_gens.find(lo.name); g != resume.learner_gens.end())
       lo.start_gen = g->second;
     lo.device = device;
+    lo.log = log;
     // sync: every learner takes part in every step, so each gets the same
     // number of batches (its share of the steps follows its batch sizes).
     const double share =
@@ -258,7 +261,7 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
                       num_steps, seed, runners_per_learner, obs_norm, eps, clip, box,
                       resume_salt, obs_scale, obs_spread, runner_obs_norm,
                       saved_runners = resume.runners, spec,
-                      factories = options.runner_factories,
+                      factories = options.runner_factories, log,
                       obs_dim = spec.obs_dim](const actors::runner_request& req) {
     const uint64_t slot = req.learner * runners_per_learner + req.index;
     const size_t n = envs_of_slot(slot);
@@ -280,14 +283,16 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
       rs.obs_norm = obs_norm;
       rs.obs_epsilon = eps;
       rs.obs_clip = clip;
+      rs.log = log;
       if (continues)
         rs.saved = saved->second;
       return factories[req.learner](sys, rs);
     }
     auto env = envs::make_vector_env(env_id, n, env_threads);
     if (!env) {
-      std::fprintf(stderr, "troupe: runner '%s': %s\n", req.name.c_str(),
-                   env.err().message.c_str());
+      actors::write_log(
+        log, actors::log_level::error,
+        fmt::format("troupe: runner '{}': {}", req.name, env.err().message));
       return caf::actor{};
     }
     std::shared_ptr<envs::vector_env> shared(std::move(*env));
@@ -303,12 +308,14 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     ro.obs_clip = clip;
     ro.obs_scale = obs_scale * std::pow(obs_spread, static_cast<double>(slot));
     ro.local_obs_stats = obs_norm && runner_obs_norm;
+    ro.log = log;
     if (continues) {
       if (auto fits = actors::check_runner_state(saved->second, *shared, req.name); fits)
         ro.start_state = saved->second;
       else
-        std::fprintf(stderr, "troupe: not continuing the saved runner state: %s\n",
-                     fits.err().message.c_str());
+        actors::write_log(log, actors::log_level::warning,
+                          "troupe: not continuing the saved runner state: " +
+                            fits.err().message);
     }
     // The view holds the keeper's current snapshot before the runner's first
     // step: a resumed or restarted runner acts on normalized observations.
@@ -317,8 +324,9 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
       auto v =
         actors::subscribe_view(sys, req.keeper, "obs", static_cast<size_t>(obs_dim));
       if (!v) {
-        std::fprintf(stderr, "troupe: runner '%s': %s\n", req.name.c_str(),
-                     v.err().message.c_str());
+        actors::write_log(
+          log, actors::log_level::error,
+          fmt::format("troupe: runner '{}': {}", req.name, v.err().message));
         return caf::actor{};
       }
       view = std::move(*v);

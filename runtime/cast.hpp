@@ -55,6 +55,7 @@ struct runner_slot {
   double obs_epsilon = 1e-8; ///< normalization epsilon (model.obs_norm_eps)
   double obs_clip = 10.0;    ///< normalization clip (model.obs_norm_clip)
   std::optional<actors::env_runner_state> saved; ///< resume: its saved state, if any
+  actors::log_sink log;                          ///< the run's log (cast_options::log)
 };
 
 /// Spawns the actor that stands in a runner slot in place of an environment
@@ -77,6 +78,12 @@ struct cast_options {
   /// Per learner (by index): the factory of its runner slots; a learner
   /// without an entry, or with an empty one, gets environment runners.
   std::vector<runner_slot_factory> runner_factories;
+  /// Every actor's log lines and the runner slots' problems (the session
+  /// sets it from session_options::log); empty: nowhere.
+  actors::log_sink log;
+  /// The metrics actor logs a progress line about once a second instead of
+  /// a line per row (session_options::progress_line).
+  bool progress_line = false;
 };
 
 /// The run's plan for the supervisor, with what its checkpoints record.

@@ -86,7 +86,7 @@ void add_run(std::vector<option_spec>& out) {
   out.push_back(opt_string("run", "device", "auto", {"auto", "cpu", "cuda"},
                            "where learners compute: auto uses a GPU when the CUDA runtime finds one"));
   out.push_back(opt_int("run", "log_every_updates", 10, 1, int_max,
-                        "a metrics row (and a log line when stdout is not a terminal) every this many updates"));
+                        "a metrics row (and an info log line, unless a progress line was asked for) every this many updates"));
   out.push_back(opt_bool("run", "tensorboard", true,
                          "also write each metrics row as TensorBoard scalars (events.out.tfevents.*)"));
   out.push_back(opt_int("run", "checkpoint_every_updates", 100, 0, int_max,

@@ -72,6 +72,7 @@ runner_slot_factory game_feeder_factory(std::shared_ptr<game_agent_source> g) {
     actors::game_feeder_options fo;
     fo.name = slot.request.name;
     fo.num_envs = slot.envs;
+    fo.log = slot.log;
     return actors::spawn_game_feeder(sys, fo, made, slot.request.consumer,
                                      slot.request.keeper);
   };

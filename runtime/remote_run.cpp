@@ -3,7 +3,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -147,6 +146,7 @@ struct remote_run::impl {
   std::shared_ptr<game_agent_source> source = std::make_shared<game_agent_source>();
   std::unique_ptr<actors::remote_server> server;
   std::optional<session> inner;
+  actors::log_sink log;
   bool started = false, closed = false;
 };
 
@@ -157,8 +157,8 @@ remote_run::~remote_run() {
     (void)close();
 }
 
-result<std::unique_ptr<remote_run>> remote_run::open(const config& cfg,
-                                                     std::string resume_dir) {
+result<std::unique_ptr<remote_run>>
+remote_run::open(const config& cfg, std::string resume_dir, session_options opts) {
   if (!is_remote(cfg))
     return at_key(cfg, "env.id",
                   fmt::format("a remote run needs env.id = \"remote\", got \"{}\"",
@@ -188,6 +188,7 @@ result<std::unique_ptr<remote_run>> remote_run::open(const config& cfg,
 
   auto p = std::make_unique<impl>();
   p->cfg = cfg;
+  p->log = opts.log;
   p->source->slots = static_cast<size_t>(max_envs);
   p->source->name = "remote";
   p->source->env_id = remote_env_id;
@@ -199,6 +200,7 @@ result<std::unique_ptr<remote_run>> remote_run::open(const config& cfg,
   so.heartbeat_ms = static_cast<uint32_t>(heartbeat);
   so.timeout_ms = static_cast<uint32_t>(timeout);
   so.max_errors = static_cast<uint32_t>(cfg.get_int("remote.max_errors"));
+  so.log = opts.log;
   if (auto ok = curve_settings(cfg, so); !ok)
     return ok.err();
   auto server = actors::remote_server::bind(so, p->source->slots);
@@ -206,7 +208,6 @@ result<std::unique_ptr<remote_run>> remote_run::open(const config& cfg,
     return at_key(cfg, "remote.bind", server.err().message);
   p->server = std::move(*server);
 
-  session_options opts;
   const auto learners = static_cast<size_t>(cfg.get_int("algo.num_learners"));
   opts.cast.runner_factories.assign(learners, game_feeder_factory(p->source));
   auto s = session::open(cfg, std::move(resume_dir), std::move(opts));
@@ -228,12 +229,13 @@ status remote_run::start() {
     return make_error(errc::unavailable, "remote run: {}", agent.err().message);
   if (auto ok = m.server->start(*agent); !ok)
     return ok;
-  std::printf("troupe: serving remote environments on %s (docs/protocol.md)%s\n",
-              m.server->endpoint().c_str(),
-              m.cfg.get_string("remote.curve_secret_key_file").empty()
-                ? ""
-                : " with CURVE: clients of remote.curve_allowed_clients_file only");
-  std::fflush(stdout);
+  actors::write_log(
+    m.log, actors::log_level::info,
+    fmt::format("troupe: serving remote environments on {} (docs/protocol.md){}",
+                m.server->endpoint(),
+                m.cfg.get_string("remote.curve_secret_key_file").empty()
+                  ? ""
+                  : " with CURVE: clients of remote.curve_allowed_clients_file only"));
   return ok_status();
 }
 
@@ -260,11 +262,11 @@ result<training_result> remote_run::close() {
   auto agent = m.source->agent();
   if (agent) {
     const auto c = agent->counters();
-    std::printf("troupe: remote environments: %llu env steps served, %llu transitions "
-                "dropped (training behind), %llu discarded with sessions that ended\n",
-                static_cast<unsigned long long>(c.env_steps),
-                static_cast<unsigned long long>(c.dropped),
-                static_cast<unsigned long long>(c.abandoned));
+    actors::write_log(m.log, actors::log_level::info,
+                      fmt::format("troupe: remote environments: {} env steps served, {} "
+                                  "transitions dropped (training behind), {} discarded "
+                                  "with sessions that ended",
+                                  c.env_steps, c.dropped, c.abandoned));
     agent->close();
   }
   return out;

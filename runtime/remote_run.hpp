@@ -36,8 +36,11 @@ public:
   /// Checks the [remote] section, registers the environment, binds
   /// remote.bind and opens the session: nothing trains yet. An address in
   /// use or a bad value is errc::bad_config naming FILE:LINE and the key.
-  static result<std::unique_ptr<remote_run>> open(const config& cfg,
-                                                  std::string resume_dir = {});
+  /// The session's log (and the server's, and the serving and closing
+  /// lines at info level) goes to `options.log`; its runner factories are
+  /// the remote run's own.
+  static result<std::unique_ptr<remote_run>>
+  open(const config& cfg, std::string resume_dir = {}, session_options options = {});
 
   ~remote_run();
   remote_run(const remote_run&) = delete;

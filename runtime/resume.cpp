@@ -1,7 +1,8 @@
 #include "runtime/resume.hpp"
 
-#include <cstdio>
 #include <filesystem>
+
+#include <fmt/format.h>
 
 #include "actors/runner_state_file.hpp"
 #include "actors/stats_streams.hpp"
@@ -16,7 +17,8 @@ namespace troupe::runtime {
 
 result<resume_point> read_resume_point(const std::string& resume_dir,
                                        const learners::model_spec& spec,
-                                       const std::string& env_id) {
+                                       const std::string& env_id,
+                                       const actors::log_sink& log) {
   resume_point point;
   // A checkpoint that does not read back whole (a file cut short, missing or
   // changed since it was written) is reported, and the one before it is tried.
@@ -46,16 +48,19 @@ result<resume_point> read_resume_point(const std::string& resume_dir,
     return {};
   };
   auto found =
-    learners::newest_good_checkpoint(resume_dir, load, [](const std::string& why) {
-      std::fprintf(stderr, "troupe: %s\n", why.c_str());
+    learners::newest_good_checkpoint(resume_dir, load, [&log](const std::string& why) {
+      actors::write_log(log, actors::log_level::warning, "troupe: " + why);
     });
   if (!found && found.err().code != errc::not_found)
     return make_error(found.err().code, "cannot resume: {}", found.err().message);
   if (!found) {
     // Killed before its first checkpoint was complete: nothing was saved, so
     // the run starts over in its own folder.
-    std::fprintf(stderr, "troupe: %s has no complete checkpoint; starting the run over\n",
-                 resume_dir.c_str());
+    actors::write_log(
+      log, actors::log_level::notice,
+      fmt::format("troupe: {} has no complete checkpoint; starting the run "
+                  "over",
+                  resume_dir));
     return resume_point{};
   }
   point.checkpoint = *found;
@@ -70,7 +75,8 @@ result<resume_point> read_resume_point(const std::string& resume_dir,
                       "({}) has {} and {}",
                       opt_file, point.server->params.size(), point.server->buffers.size(),
                       env_id, shape.param_count(), shape.buffer_count());
-  std::fprintf(stderr, "troupe: resuming from %s\n", point.checkpoint.c_str());
+  actors::write_log(log, actors::log_level::notice,
+                    "troupe: resuming from " + point.checkpoint);
   return point;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "actors/env_runner.hpp"
+#include "actors/log.hpp"
 #include "actors/metrics.hpp"
 #include "actors/parameter_server.hpp"
 #include "kernels/error.hpp"
@@ -39,10 +40,13 @@ struct resume_point {
 /// `spec`; a damaged one is reported and the one before it tried. A folder
 /// with no complete checkpoint yields a fresh start point (reported); one
 /// whose checkpoints all fail, or whose model differs from `spec` (`env_id`
-/// names the config's environment), is an error.
+/// names the config's environment), is an error. The checkpoint it resumes
+/// from and a fresh start are logged at notice level, a damaged checkpoint
+/// at warning level, to `log`.
 result<resume_point> read_resume_point(const std::string& resume_dir,
                                        const learners::model_spec& spec,
-                                       const std::string& env_id);
+                                       const std::string& env_id,
+                                       const actors::log_sink& log = {});
 
 /// Prepares a resumed run folder to continue from `point`: checkpoints/
 /// exists, and the metrics rows after its update count are dropped.

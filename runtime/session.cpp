@@ -4,7 +4,6 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
-#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -100,6 +99,11 @@ struct session::state {
   std::mutex checkpoint_mtx; // one checkpoint written at a time
   std::mutex call_mtx;       // held by save_checkpoint while it uses the system
 
+  /// Hands a line to the caller's sink (session_options::log), if any.
+  void log(actors::log_level level, const std::string& line) const {
+    actors::write_log(options.log, level, line);
+  }
+
   void drive(actors::cast_plan plan);
   result<training_result> drive_run(caf::scoped_actor& self, actors::cast_plan plan);
   void refresh_progress(caf::scoped_actor& self);
@@ -113,6 +117,8 @@ result<session> session::open(const config& cfg, std::string resume_dir,
   auto st = std::make_unique<state>();
   st->cfg = cfg;
   st->options = std::move(options);
+  st->options.cast.log = st->options.log;
+  st->options.cast.progress_line = st->options.progress_line;
   st->resume_dir = std::move(resume_dir);
   auto env = envs::find_spec(cfg.get_string("env.id"));
   if (!env)
@@ -153,7 +159,8 @@ result<session> session::open(const config& cfg, std::string resume_dir,
                       cfg.origin("algo.num_learners"));
   }
   if (!st->resume_dir.empty()) {
-    auto point = read_resume_point(st->resume_dir, st->spec, cfg.get_string("env.id"));
+    auto point = read_resume_point(st->resume_dir, st->spec, cfg.get_string("env.id"),
+                                   st->options.log);
     if (!point)
       return point.err();
     st->resume = std::move(*point);
@@ -283,7 +290,7 @@ result<std::string> session::state::checkpoint_with(caf::scoped_actor& self,
   return dir;
 }
 
-// Spawns and publishes the gate, writes cluster.json and prints the address;
+// Spawns and publishes the gate, writes cluster.json and logs the address;
 // the problem, or empty.
 std::string session::state::open_gate(const cast_handles& h,
                                       const caf::actor& supervisor) {
@@ -298,6 +305,7 @@ std::string session::state::open_gate(const cast_handles& h,
   go.supervisor = supervisor;
   go.sync = cfg.get_string("algo.mode") == "sync";
   go.runners_per_learner = static_cast<uint64_t>(cfg.get_int("algo.runners_per_learner"));
+  go.log = options.log;
   gate = cluster::spawn_gate(*sys, std::move(go));
   // SO_REUSEADDR: a coordinator resumed on the port of one that was killed
   // binds while the killed one's connections are still in TIME_WAIT (two
@@ -311,13 +319,12 @@ std::string session::state::open_gate(const cast_handles& h,
   if (auto problem = cluster::write_cluster_file(path.string(), listen, *port, run);
       !problem.empty())
     return problem;
-  std::printf("troupe: coordinator of run %s listening on %s:%u; join with: troupe "
-              "worker --connect %s:%u --run %s (or --connect-file %s, which "
-              "follows the coordinator to a new address when it is resumed)\n",
-              run.c_str(), listen.host.c_str(), static_cast<unsigned>(*port),
-              listen.host.c_str(), static_cast<unsigned>(*port), run.c_str(),
-              path.c_str());
-  std::fflush(stdout);
+  log(actors::log_level::info,
+      fmt::format("troupe: coordinator of run {} listening on {}:{}; join with: troupe "
+                  "worker --connect {}:{} --run {} (or --connect-file {}, which "
+                  "follows the coordinator to a new address when it is resumed)",
+                  run, listen.host, static_cast<unsigned>(*port), listen.host,
+                  static_cast<unsigned>(*port), run, path.string()));
   return {};
 }
 
@@ -356,6 +363,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
   sup_opts.cast = std::move(plan);
   sup_opts.owner = caf::actor_cast<caf::actor>(self);
   sup_opts.stop_flag = stop_flag;
+  sup_opts.log = options.log;
   auto sup = actors::spawn_supervisor(system, std::move(sup_opts));
   {
     std::lock_guard<std::mutex> lock(mtx);
@@ -378,8 +386,8 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
       .receive([&](actors::cast_snapshot& s) { snap = std::move(s); },
                [&](caf::error& e) {
                  if (e != caf::sec::request_receiver_down)
-                   std::fprintf(stderr, "troupe: checkpoint failed: %s\n",
-                                actors::error_message(system, e).c_str());
+                   log(actors::log_level::error,
+                       "troupe: checkpoint failed: " + actors::error_message(system, e));
                });
     if (!snap)
       return;
@@ -389,7 +397,8 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
       // A run that cannot save its progress stops rather than train on
       // unsaved: the previous checkpoint stays as it was.
       write_failure = "checkpoint failed: " + ok.err().message;
-      std::fprintf(stderr, "troupe: %s; stopping the run\n", write_failure.c_str());
+      log(actors::log_level::error,
+          fmt::format("troupe: {}; stopping the run", write_failure));
       self->send(sup, actors::stop_atom::value);
     }
   };
@@ -408,9 +417,9 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
           changed.notify_all();
         }
         is_ready = true;
-        std::printf("troupe: run folder %s; learners on %s (%s)\n", run_dir.c_str(),
-                    learners::to_string(device.kind), device.reason.c_str());
-        std::fflush(stdout);
+        log(actors::log_level::info,
+            fmt::format("troupe: run folder {}; learners on {} ({})", run_dir,
+                        learners::to_string(device.kind), device.reason));
         if (node) {
           cast_handles h;
           {
@@ -418,7 +427,8 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
             h = handles;
           }
           if (auto why = open_gate(h, sup); !why.empty()) {
-            std::fprintf(stderr, "troupe: %s; stopping the run\n", why.c_str());
+            log(actors::log_level::error,
+                fmt::format("troupe: {}; stopping the run", why));
             if (failure.empty())
               failure = why;
             self->send(sup, actors::stop_atom::value);
@@ -455,8 +465,8 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
     self->request(gate, workers_leave_timeout, actors::stop_atom::value)
       .receive([](caf::ok_atom) {},
                [&](caf::error& e) {
-                 std::fprintf(stderr, "troupe: not every worker left: %s\n",
-                              actors::error_message(system, e).c_str());
+                 log(actors::log_level::warning, "troupe: not every worker left: " +
+                                                   actors::error_message(system, e));
                });
   }
   if (gate && is_ready) {
@@ -468,7 +478,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
         parts.push_back(fmt::format("{} {}", learner, n));
       const std::string list =
         parts.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(parts, ", "));
-      std::fprintf(stderr, "cluster: gradients applied by learner: %s\n", list.c_str());
+      log(actors::log_level::notice, "cluster: gradients applied by learner: " + list);
     }
     // What the keeper merged, in all and from each worker incarnation.
     if (auto totals = ask_for<actors::stream_status>(
@@ -478,11 +488,10 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
         parts.push_back(fmt::format("{} {}", sender, n));
       const std::string list =
         parts.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(parts, ", "));
-      std::fprintf(stderr,
-                   "cluster: the statistics keeper merged %llu samples (%llu duplicate "
-                   "deltas dropped); by worker incarnation: %s\n",
-                   static_cast<unsigned long long>(totals->count),
-                   static_cast<unsigned long long>(totals->duplicates), list.c_str());
+      log(actors::log_level::notice,
+          fmt::format("cluster: the statistics keeper merged {} samples ({} duplicate "
+                      "deltas dropped); by worker incarnation: {}",
+                      totals->count, totals->duplicates, list));
     }
   }
   if (!is_ready) {
@@ -495,11 +504,11 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
         why && !why->empty())
       write_failure = *why;
   if (!write_failure.empty())
-    std::fprintf(stderr, "troupe: stopped: %s; writing the final checkpoint\n",
-                 write_failure.c_str());
+    log(actors::log_level::error,
+        fmt::format("troupe: stopped: {}; writing the final checkpoint", write_failure));
   else if (!failure.empty())
-    std::fprintf(stderr, "troupe: %s; writing a final checkpoint from what is left\n",
-                 failure.c_str());
+    log(actors::log_level::error,
+        fmt::format("troupe: {}; writing a final checkpoint from what is left", failure));
 
   training_result out;
   out.run_dir = run_dir;
@@ -522,17 +531,17 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
     if (auto asked = ask<actors::cast_snapshot>(self, sup, actors::state_atom::value)) {
       last_snapshot = std::move(*asked);
     } else {
-      std::fprintf(stderr,
-                   "troupe: the final checkpoint holds no runner or learner states "
-                   "(%s); a resumed run starts them fresh\n",
-                   asked.err().message.c_str());
+      log(actors::log_level::warning,
+          fmt::format("troupe: the final checkpoint holds no runner or learner states "
+                      "({}); a resumed run starts them fresh",
+                      asked.err().message));
       last_snapshot.emplace();
     }
   }
   auto final_ckpt = checkpoint_with(self, *last_snapshot);
   if (!final_ckpt)
-    std::fprintf(stderr, "troupe: final checkpoint failed: %s\n",
-                 final_ckpt.err().message.c_str());
+    log(actors::log_level::error,
+        "troupe: final checkpoint failed: " + final_ckpt.err().message);
   if (gate) {
     (void)system.middleman().unpublish(gate);
     self->send_exit(gate, caf::exit_reason::user_shutdown);
@@ -674,12 +683,12 @@ result<training_result> session::close() {
       // waited forever. The holder was not identified; the likeliest is CAF
       // 0.17.6's middleman, whose BASP broker AddressSanitizer finds left in
       // a reference cycle at shutdown with one mailbox element.
-      std::fprintf(stderr,
-                   "troupe: the actor system did not shut down within %lld s of the "
-                   "run's end (an ended actor of the run is still referenced, most likely "
-                   "by CAF's network layer after a host left); it is left to its "
-                   "thread, and the run's files are complete\n",
-                   static_cast<long long>(cluster_shutdown_limit.count()));
+      s.log(actors::log_level::warning,
+            fmt::format("troupe: the actor system did not shut down within {} s of the "
+                        "run's end (an ended actor of the run is still referenced, most "
+                        "likely by CAF's network layer after a host left); it is left to "
+                        "its thread, and the run's files are complete",
+                        static_cast<long long>(cluster_shutdown_limit.count())));
       if (s.outcome && *s.outcome)
         (*s.outcome)->actor_system_left = true;
     }

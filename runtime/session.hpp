@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "actors/log.hpp"
 #include "kernels/error.hpp"
 #include "runtime/cast.hpp"
 #include "runtime/config.hpp"
@@ -57,6 +58,15 @@ struct session_options {
   cast_options cast; ///< e.g. actors of its own in the runner slots (cast.hpp)
   /// Transitions a game fed that were dropped (read by progress()); null: 0.
   std::shared_ptr<const std::atomic<uint64_t>> transitions_dropped;
+  /// Where the session's log lines go (the run folder, the metrics rows,
+  /// resuming, restarts, failures; actors/log.hpp gives the levels), called
+  /// from the runtime's threads and the thread that calls open(), start() or
+  /// close(); empty: nowhere, the library prints nothing. `troupe train`
+  /// sets one that writes to stdout and stderr.
+  actors::log_sink log;
+  /// A progress line (log_level::progress) about once a second instead of an
+  /// info line per metrics row (`troupe train` on a terminal).
+  bool progress_line = false;
 };
 
 /// One training run (see the file comment). Movable, not copyable; a

@@ -4,8 +4,9 @@
 
 namespace troupe::runtime {
 
-result<training_result> run_training(const config& cfg, const std::string& resume_dir) {
-  auto s = session::open(cfg, resume_dir);
+result<training_result> run_training(const config& cfg, const std::string& resume_dir,
+                                     session_options options) {
+  auto s = session::open(cfg, resume_dir, std::move(options));
   if (!s)
     return s.err();
   if (auto ok = s->start(); !ok)

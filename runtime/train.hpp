@@ -15,8 +15,9 @@ namespace troupe::runtime {
 /// Trains with `cfg` until its budget is spent. With `resume_dir`, continues
 /// the run in that folder from its newest complete checkpoint; otherwise
 /// creates <run.output_dir>/<run.name>-<YYYYmmdd-HHMMSS>/. Installs no signal
-/// handler.
+/// handler. Its log lines go to `options.log` (none: nowhere).
 result<training_result> run_training(const config& cfg,
-                                     const std::string& resume_dir = {});
+                                     const std::string& resume_dir = {},
+                                     session_options options = {});
 
 } // namespace troupe::runtime

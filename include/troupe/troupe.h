@@ -82,6 +82,39 @@ TROUPE_API const char* troupe_last_error(void);
  *  full length. Any thread, concurrent. */
 TROUPE_API size_t troupe_last_error_copy(char* buf, size_t size);
 
+/* -- log ----------------------------------------------------------------- */
+
+/** How much a log line matters, from least to most (troupe::log_level). */
+typedef enum troupe_log_level {
+  TROUPE_LOG_PROGRESS = 0, /**< a status line replacing the one before (not sent by
+                                sessions of the C API, which log rows instead) */
+  TROUPE_LOG_INFO = 1,     /**< the run's course: its folder, a metrics row every
+                                run.log_every_updates updates */
+  TROUPE_LOG_NOTICE = 2,   /**< normal but worth telling apart: resuming from a
+                                checkpoint, a fresh start */
+  TROUPE_LOG_WARNING = 3,  /**< something went wrong, training goes on: a restart,
+                                a dropped message */
+  TROUPE_LOG_ERROR = 4     /**< something failed: the run stops, a file is not written */
+} troupe_log_level;
+
+/** Receives one log line: its level (a troupe_log_level), the line (UTF-8,
+ *  NUL-terminated, no newline, valid during the call only) and the `user`
+ *  pointer given to troupe_set_log_callback. */
+typedef void (*troupe_log_callback)(int level, const char* message, void* user);
+
+/** Sets the process-wide receiver of the library's log lines (as SQLite's
+ *  SQLITE_CONFIG_LOG); NULL removes it. Until one is set the library writes
+ *  nothing to stdout or stderr: every line is dropped. Sessions opened by
+ *  the C API and C++ sessions without a sink of their own
+ *  (troupe::session_options::log) log to it. Thread contract: `callback` is
+ *  called from troupe's threads (the runtime's workers, and the thread that
+ *  calls troupe_session_open/start/close), never two calls at once (calls
+ *  are serialized by a lock held during the call, so it must not block for
+ *  long); once this returns, the previous callback is not called again. The
+ *  callback may call troupe functions that do not open, start or close
+ *  sessions. Any thread, concurrent. */
+TROUPE_API void troupe_set_log_callback(troupe_log_callback callback, void* user);
+
 /* -- environments -------------------------------------------------------- */
 
 /** An environment as training sees it: Box observation of obs_dim floats;

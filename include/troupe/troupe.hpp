@@ -79,6 +79,23 @@ status unregister_environment(const std::string& id);
 /// The ids of every registered environment, built-in ones first.
 std::vector<std::string> environment_ids();
 
+// -- log -----------------------------------------------------------------------
+
+/// How much a log line matters, from least to most (troupe.h's TROUPE_LOG_*).
+enum class log_level : int {
+  progress =
+    0,        ///< a status line replacing the one before (not sent by embedded sessions)
+  info = 1,   ///< the run's course: its folder, a metrics row every run.log_every_updates
+  notice = 2, ///< normal but worth telling apart: resuming from a checkpoint
+  warning =
+    3,       ///< something went wrong and training goes on: a restart, a dropped message
+  error = 4, ///< something failed: the run stops, a file is not written
+};
+
+/// Receives one log line (no newline) and its level. Called from troupe's
+/// threads, possibly several at once: it must be safe to call concurrently.
+using log_sink = std::function<void(log_level level, const std::string& message)>;
+
 // -- sessions (training) ---------------------------------------------------------
 
 /// Where a session stands. Counters are 0 until the session reports them.
@@ -102,6 +119,14 @@ struct agent_options {
 
 class agent;
 
+/// Choices of the program that opens a session, beyond the config.
+struct session_options {
+  /// Where the session's log lines go; empty: to the process-wide callback of
+  /// troupe_set_log_callback (troupe.h) when one is set, else nowhere. The
+  /// library never writes to stdout or stderr.
+  log_sink log;
+};
+
 /// A training run opened from a config. Movable, not copyable; every member
 /// may be called from any thread, one call at a time per session unless stated.
 class session {
@@ -111,15 +136,18 @@ public:
   /// (errc::bad_config) names file:line, key, expected and given; a missing
   /// file is errc::not_found, an unreadable one errc::io_error.
   static result<session> open(const std::string& config_path,
-                              const std::vector<std::string>& overrides = {});
+                              const std::vector<std::string>& overrides = {},
+                              session_options options = {});
 
   /// As open(), from TOML text; `name` stands for the file in messages.
   static result<session> open_toml(const std::string& toml_text, const std::string& name,
-                                   const std::vector<std::string>& overrides = {});
+                                   const std::vector<std::string>& overrides = {},
+                                   session_options options = {});
 
   /// Reopens the run folder `run_dir` to continue from its newest good checkpoint.
   static result<session> resume(const std::string& run_dir,
-                                const std::vector<std::string>& overrides = {});
+                                const std::vector<std::string>& overrides = {},
+                                session_options options = {});
 
   session(session&&) noexcept;
   session& operator=(session&&) noexcept;

@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/cli/console_log.hpp"
 #include "runtime/cli/plot.hpp"
 #include "runtime/config.hpp"
 #include "runtime/remote_run.hpp"
@@ -56,13 +58,18 @@ std::pair<result<training_result>, std::string>
 train_until_done(const config& cfg, const std::string& resume) {
   std::unique_ptr<remote_run> remote;
   std::optional<session> local;
+  // The library's lines on this terminal: the run folder, a row or a progress
+  // line (on a terminal), resuming, restarts, failures.
+  session_options options;
+  options.log = console_log();
+  options.progress_line = isatty(STDOUT_FILENO) != 0;
   if (is_remote(cfg)) {
-    auto r = remote_run::open(cfg, resume);
+    auto r = remote_run::open(cfg, resume, std::move(options));
     if (!r)
       return {r.err(), std::string{}};
     remote = std::move(*r);
   } else {
-    auto opened = session::open(cfg, resume);
+    auto opened = session::open(cfg, resume, std::move(options));
     if (!opened)
       return {opened.err(), std::string{}};
     local.emplace(std::move(*opened));
@@ -133,6 +140,7 @@ int cmd_train(const args_t& args) {
   if (auto listen = parsed->get("listen"))
     cfg->set("cluster.listen", *listen, "--listen");
   auto out = train_until_done(*cfg, resume ? *resume : std::string{});
+  end_console_progress_line(); // the session is closed: nothing logs any more
   // The learning curves, when the run got as far as writing metrics.
   if (!out.second.empty() &&
       std::filesystem::exists(std::filesystem::path(out.second) / "metrics.csv"))

@@ -13,6 +13,7 @@
 
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/cli/console_log.hpp"
 #include "runtime/cluster/worker.hpp"
 
 namespace troupe::runtime {
@@ -68,6 +69,7 @@ int cmd_worker(const args_t& args) {
                   describe_args(specs) +
                   "The token comes from the environment variable TROUPE_CLUSTER_TOKEN.");
   cluster::worker_options o;
+  o.log = console_log();
   if (by_file) {
     o.connect_file = *connect_file;
   } else {

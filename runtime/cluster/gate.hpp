@@ -46,7 +46,7 @@ struct gate_options {
   std::shared_ptr<actors::policy_store> store; ///< where the server publishes versions
   uint64_t learners_per_host_max = 64;         ///< a join asking for more is refused
   uint64_t runners_per_learner = 1;            ///< the run's, for a join that asks 0
-  actors::log_sink log; ///< joins, refusals, losses; default stderr
+  actors::log_sink log; ///< joins, refusals, losses; empty: nowhere
   bool sync = false; ///< algo.mode = "sync": learners join and leave the server's steps
   /// The coordinator's supervisor: asked for its learners (learners_atom)
   /// when an environment-only host joins; null: such hosts are refused.

@@ -1,7 +1,6 @@
 #include "runtime/cluster/worker.hpp"
 
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -99,9 +98,8 @@ uint64_t req_guest_runners(const worker_options& opts) {
   return opts.learners == 0 ? opts.runners : 0;
 }
 
-int fail_with(const std::string& message) {
-  std::fprintf(stderr, "troupe: worker: %s\n", message.c_str());
-  std::fflush(stderr);
+int fail_with(const worker_options& opts, const std::string& message) {
+  actors::write_log(opts.log, actors::log_level::error, "troupe: worker: " + message);
   return 1;
 }
 
@@ -113,9 +111,9 @@ int run_worker(const worker_options& opts) {
     if (const char* env = std::getenv(token_variable))
       token = env;
   if (token.empty())
-    return fail_with(fmt::format("no token: set the environment variable {} to the "
-                                 "run's cluster.token",
-                                 token_variable));
+    return fail_with(opts, fmt::format("no token: set the environment variable {} to the "
+                                       "run's cluster.token",
+                                       token_variable));
   // How long it tries to reach the coordinator.
   auto deadline =
     std::chrono::steady_clock::now() + std::chrono::seconds(opts.reconnect_s);
@@ -139,20 +137,22 @@ int run_worker(const worker_options& opts) {
       auto f = read_cluster_file(opts.connect_file);
       if (f) {
         if (!opts.run.empty() && f->run != opts.run)
-          return fail_with(fmt::format("--run {}: {} is the coordinator's file of run {}",
+          return fail_with(opts,
+                           fmt::format("--run {}: {} is the coordinator's file of run {}",
                                        opts.run, opts.connect_file, f->run));
         at = f->connect;
         run = f->run;
         break;
       }
       if (std::chrono::steady_clock::now() >= deadline)
-        return fail_with(fmt::format("cannot read the coordinator's address within {} s "
-                                     "(--reconnect-s): {}",
-                                     opts.reconnect_s, f.err().message));
+        return fail_with(opts, fmt::format("cannot read the coordinator's address within "
+                                           "{} s (--reconnect-s): {}",
+                                           opts.reconnect_s, f.err().message));
       if (!said_wait) {
-        std::fprintf(
-          stderr, "troupe: worker: %s; reading it again until --reconnect-s %llu s\n",
-          f.err().message.c_str(), static_cast<unsigned long long>(opts.reconnect_s));
+        actors::write_log(opts.log, actors::log_level::notice,
+                          fmt::format("troupe: worker: {}; reading it again until "
+                                      "--reconnect-s {} s",
+                                      f.err().message, opts.reconnect_s));
         said_wait = true;
       }
       std::this_thread::sleep_for(connect_retry); // back-off between attempts
@@ -191,13 +191,14 @@ int run_worker(const worker_options& opts) {
       break;
     }
     if (std::chrono::steady_clock::now() >= deadline)
-      return fail_with(
-        fmt::format("{} the coordinator at {} within {} s "
-                    "(--reconnect-s; a coordinator of another run "
-                    "refuses the connection): {}",
-                    opts.rejoin_until_ms > 0 ? "lost the coordinator and could not reach"
-                                             : "cannot reach",
-                    where, opts.reconnect_s, actors::error_message(*sys, g.error())));
+      return fail_with(opts, fmt::format("{} the coordinator at {} within {} s "
+                                         "(--reconnect-s; a coordinator of another run "
+                                         "refuses the connection): {}",
+                                         opts.rejoin_until_ms > 0
+                                           ? "lost the coordinator and could not reach"
+                                           : "cannot reach",
+                                         where, opts.reconnect_s,
+                                         actors::error_message(*sys, g.error())));
     std::this_thread::sleep_for(connect_retry); // back-off between attempts
     if (!opts.connect_file.empty()) {
       // A coordinator resumed elsewhere rewrote it; a file being replaced
@@ -240,27 +241,30 @@ int run_worker(const worker_options& opts) {
     if (w || !for_now || std::chrono::steady_clock::now() >= deadline)
       break;
     if (!said_retry) {
-      std::fprintf(stderr, "troupe: worker: %s; asking again until --reconnect-s %llu s\n",
-                   refused.c_str(), static_cast<unsigned long long>(opts.reconnect_s));
+      actors::write_log(
+        opts.log, actors::log_level::notice,
+        fmt::format("troupe: worker: {}; asking again until --reconnect-s "
+                    "{} s",
+                    refused, opts.reconnect_s));
       said_retry = true;
     }
     std::this_thread::sleep_for(connect_retry); // back-off between attempts
   }
   if (!w)
-    return fail_with(
-      fmt::format("'{}' could not join the run at {}: {}", opts.name, where, refused));
+    return fail_with(opts, fmt::format("'{}' could not join the run at {}: {}", opts.name,
+                                       where, refused));
   if (run.empty()) { // no --run: the coordinator's welcome names it
     run = w->run;
     where = where_of();
   } else if (w->run != run) {
-    return fail_with(fmt::format("--run {}: the coordinator at {} runs {}", run, where,
-                                 w->run));
+    return fail_with(
+      opts, fmt::format("--run {}: the coordinator at {} runs {}", run, where, w->run));
   }
 
   // -- the cast of this host ---------------------------------------------------
   auto cfg = runtime::parse_config(w->config_toml, "the config of the run at " + where);
   if (!cfg)
-    return fail_with(cfg.err().message);
+    return fail_with(opts, cfg.err().message);
   const uint64_t rpl =
     opts.runners_per_learner > 0
       ? opts.runners_per_learner
@@ -276,19 +280,22 @@ int run_worker(const worker_options& opts) {
            "troupe worker (per host)");
   auto env = envs::find_spec(cfg->get_string("env.id"));
   if (!env)
-    return fail_with(env.err().message);
+    return fail_with(opts, env.err().message);
   auto spec = runtime::model_spec_for(*cfg, **env);
   if (!spec)
-    return fail_with(spec.err().message);
+    return fail_with(opts, spec.err().message);
   auto device = learners::choose_device(cfg->get_string("run.device"));
   if (!device)
-    return fail_with("--device: " + device.err().message);
+    return fail_with(opts, "--device: " + device.err().message);
   const runtime::resume_point fresh_start; // a worker never resumes
+  runtime::cast_options worker_cast;
+  worker_cast.log = opts.log;
   auto built = runtime::build_cast(*sys, *cfg, *spec, **env, device->kind, std::string{},
-                                   fresh_start, runtime::cast_options{});
+                                   fresh_start, worker_cast);
   auto& plan = built.plan;
   if (w->learner_names.size() != plan.learners.size())
-    return fail_with(fmt::format("the coordinator named {} learners for the {} asked",
+    return fail_with(opts,
+                     fmt::format("the coordinator named {} learners for the {} asked",
                                  w->learner_names.size(), plan.learners.size()));
   // Exactly once across the network (docs/cluster.md): the host's moment
   // deltas go through one outbox that stamps them with (name, incarnation,
@@ -300,6 +307,7 @@ int run_worker(const worker_options& opts) {
   actors::delta_outbox_options oo;
   oo.worker = opts.name;
   oo.incarnation = incarnation;
+  oo.log = opts.log;
   auto outbox = actors::spawn_delta_outbox(*sys, oo, w->keeper);
   plan.deltas = outbox;
   // One subscription per statistics stream for the whole host: the relay
@@ -319,7 +327,7 @@ int run_worker(const worker_options& opts) {
   }
   if (req_guest_runners(opts) > 0) {
     if (w->feed.empty())
-      return fail_with("the coordinator named no learner for this host's runners");
+      return fail_with(opts, "the coordinator named no learner for this host's runners");
     plan.guest_runners = req_guest_runners(opts);
     plan.feed_learners = w->feed;
     plan.guest_prefix = opts.name;
@@ -331,7 +339,7 @@ int run_worker(const worker_options& opts) {
   {
     std::lock_guard<std::mutex> lock(cache->mtx);
     if (!cache->problem.empty())
-      return fail_with(cache->problem);
+      return fail_with(opts, cache->problem);
   }
 
   // -- run until the coordinator ends the run ----------------------------------
@@ -340,6 +348,7 @@ int run_worker(const worker_options& opts) {
   so.cast = std::move(plan);
   so.owner = caf::actor_cast<caf::actor>(self);
   so.stop_flag = stop_flag;
+  so.log = opts.log;
   auto sup = actors::spawn_supervisor(*sys, std::move(so));
   self->monitor(gate);
   self->monitor(sup);
@@ -350,21 +359,18 @@ int run_worker(const worker_options& opts) {
     self->receive(
       [&](actors::ready_atom, caf::actor&, caf::actor&, caf::actor&) {
         if (req_guest_runners(opts) > 0) {
-          std::printf("troupe: worker %s joined the run at %s: %llu runners feeding "
-                      "%zu learner(s) of the coordinator\n",
-                      opts.name.c_str(), where.c_str(),
-                      static_cast<unsigned long long>(req_guest_runners(opts)),
-                      w->feed.size());
-          std::fflush(stdout);
+          actors::write_log(
+            opts.log, actors::log_level::info,
+            fmt::format("troupe: worker {} joined the run at {}: {} "
+                        "runners feeding {} learner(s) of the coordinator",
+                        opts.name, where, req_guest_runners(opts), w->feed.size()));
           return;
         }
-        std::printf("troupe: worker %s joined the run at %s: learners %s, %llu runners "
-                    "each, on %s\n",
-                    opts.name.c_str(), where.c_str(),
-                    fmt::format("{}", fmt::join(w->learner_names, ", ")).c_str(),
-                    static_cast<unsigned long long>(rpl),
-                    learners::to_string(device->kind));
-        std::fflush(stdout);
+        actors::write_log(opts.log, actors::log_level::info,
+                          fmt::format("troupe: worker {} joined the run at {}: learners "
+                                      "{}, {} runners each, on {}",
+                                      opts.name, where, fmt::join(w->learner_names, ", "),
+                                      rpl, learners::to_string(device->kind)));
       },
       [&](actors::ckpt_atom, uint64_t) {}, [&](actors::cast_snapshot&) {},
       [&](actors::done_atom, bool, std::string& why) {
@@ -391,10 +397,11 @@ int run_worker(const worker_options& opts) {
       caf::after(std::chrono::milliseconds(200)) >>
         [&] {
           if (std::chrono::steady_clock::now() >= stop_deadline) {
-            std::fprintf(stderr,
-                         "troupe: worker %s: the learners did not end within %lld "
-                         "s of the run's end; leaving\n",
-                         opts.name.c_str(), static_cast<long long>(stop_timeout.count()));
+            actors::write_log(opts.log, actors::log_level::warning,
+                              fmt::format("troupe: worker {}: the learners did not end "
+                                          "within {} s of the run's end; leaving",
+                                          opts.name,
+                                          static_cast<long long>(stop_timeout.count())));
             done = true;
           }
         });
@@ -418,10 +425,11 @@ int run_worker(const worker_options& opts) {
         [&](actors::done_atom, bool, std::string&) {},
         caf::after(std::chrono::milliseconds(200)) >> [&] {
           if (std::chrono::steady_clock::now() >= until) {
-            std::fprintf(stderr,
-                         "troupe: worker %s: the step budget is spent here, and the "
-                         "coordinator did not end the run within %lld s; leaving\n",
-                         opts.name.c_str(), static_cast<long long>(end_wait.count()));
+            actors::write_log(
+              opts.log, actors::log_level::warning,
+              fmt::format("troupe: worker {}: the step budget is spent here, and the "
+                          "coordinator did not end the run within {} s; leaving",
+                          opts.name, static_cast<long long>(end_wait.count())));
             waiting = false;
           }
         });
@@ -444,12 +452,13 @@ int run_worker(const worker_options& opts) {
         break;
     }
     if (acked)
-      std::printf("troupe: worker %s: the statistics keeper acknowledged %llu delta(s) "
-                  "(%llu samples) from this host%s\n",
-                  opts.name.c_str(), static_cast<unsigned long long>(acked->acked_deltas),
-                  static_cast<unsigned long long>(acked->acked_samples),
-                  acked->unacked + acked->held > 0 ? ", some still unacknowledged" : "");
-    std::fflush(stdout);
+      actors::write_log(
+        opts.log, actors::log_level::info,
+        fmt::format("troupe: worker {}: the statistics keeper acknowledged {} delta(s) "
+                    "({} samples) from this host{}",
+                    opts.name, acked->acked_deltas, acked->acked_samples,
+                    acked->unacked + acked->held > 0 ? ", some still unacknowledged"
+                                                     : ""));
   }
   self->send_exit(outbox, caf::exit_reason::user_shutdown);
   self->send_exit(relay, caf::exit_reason::user_shutdown);
@@ -458,19 +467,18 @@ int run_worker(const worker_options& opts) {
     // stopped or cut off, and refuses what it still sends): this process's
     // learners may wait forever on the gone server, so the caller starts a
     // new process, which joins again as a new incarnation.
-    std::fprintf(stderr,
-                 "troupe: worker: %s: lost the coordinator at %s (%s); trying to "
-                 "rejoin as a new incarnation for up to %llu s (--reconnect-s)\n",
-                 opts.name.c_str(), where.c_str(), gate_reason.c_str(),
-                 static_cast<unsigned long long>(opts.reconnect_s));
-    std::fflush(stderr);
+    actors::write_log(opts.log, actors::log_level::warning,
+                      fmt::format("troupe: worker: {}: lost the coordinator at {} ({}); "
+                                  "trying to rejoin as a new incarnation for up to {} s "
+                                  "(--reconnect-s)",
+                                  opts.name, where, gate_reason, opts.reconnect_s));
     return worker_rejoin;
   }
   self->send_exit(host, caf::exit_reason::user_shutdown);
   if (!failure.empty() && !stop_asked)
-    return fail_with(fmt::format("{}: {}", opts.name, failure));
-  std::printf("troupe: worker %s: the run ended\n", opts.name.c_str());
-  std::fflush(stdout);
+    return fail_with(opts, fmt::format("{}: {}", opts.name, failure));
+  actors::write_log(opts.log, actors::log_level::info,
+                    fmt::format("troupe: worker {}: the run ended", opts.name));
   return 0;
 }
 

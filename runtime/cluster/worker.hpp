@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "actors/log.hpp"
 #include "runtime/cluster/node.hpp"
 
 namespace troupe::cluster {
@@ -40,6 +41,10 @@ struct worker_options {
   /// the restart of a worker that lost its coordinator: it tries to reach
   /// the coordinator until then instead of for reconnect_s.
   uint64_t rejoin_until_ms = 0;
+  /// Where its lines go (joined, ended, lost, and why it could not join) and
+  /// its actors' logs; empty: nowhere. `troupe worker` writes them to stdout
+  /// (info) and stderr (the rest).
+  actors::log_sink log;
 };
 
 /// What run_worker returns when the coordinator was lost while the worker
@@ -48,7 +53,7 @@ struct worker_options {
 constexpr int worker_rejoin = -1;
 
 /// Runs a worker to its end and returns the process's exit status: 0 when
-/// the run ended, 1 (with a message on stderr) when it could not join, or
+/// the run ended, 1 (with an error-level line to opts.log) when it could not join, or
 /// worker_rejoin when the coordinator was lost while it trained (the
 /// coordinator may be resumed, or this worker was declared lost while it
 /// was frozen). The actor system is left running on return (a

@@ -17,6 +17,7 @@
 
 #include "kernels/error.hpp"
 #include "runtime/embed/guard.hpp"
+#include "runtime/embed/log.hpp"
 
 using troupe::errc;
 
@@ -239,6 +240,10 @@ size_t troupe_last_error_copy(char* buf, size_t size) {
     buf[k] = '\0';
   }
   return n;
+}
+
+void troupe_set_log_callback(troupe_log_callback callback, void* user) {
+  troupe::embed::set_process_log(callback, user);
 }
 
 // -- environments -----------------------------------------------------------------

@@ -24,6 +24,7 @@
 #include "kernels/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/embed/guard.hpp"
+#include "runtime/embed/log.hpp"
 #include "runtime/game_cast.hpp"
 #include "runtime/session.hpp"
 
@@ -138,6 +139,7 @@ uint64_t agent::dropped() const noexcept {
 struct session::impl {
   runtime::config cfg;
   std::string resume_dir;
+  session_options options;
   std::optional<runtime::session> inner; // from start() on
   std::shared_ptr<agent::impl> game;     // make_agent's, or null
   bool closed = false;
@@ -170,7 +172,9 @@ struct session::impl {
   // A session over `cfg`, checked as far as it can be before start(): the
   // id is registered, and the internal session accepts the config (the
   // model, the resume point), so that a bad config opens nothing.
-  static result<session> opened(runtime::config cfg, std::string resume_dir) {
+  // The probe logs nothing: start() opens the session that logs.
+  static result<session> opened(runtime::config cfg, std::string resume_dir,
+                                session_options options) {
     if (auto ok = check_opened(cfg); !ok)
       return ok.err();
     auto probe = runtime::session::open(cfg, resume_dir);
@@ -179,6 +183,7 @@ struct session::impl {
     auto p = std::make_unique<impl>();
     p->cfg = std::move(cfg);
     p->resume_dir = std::move(resume_dir);
+    p->options = std::move(options);
     return session(std::move(p));
   }
 };
@@ -201,27 +206,30 @@ session::~session() {
 }
 
 result<session> session::open(const std::string& config_path,
-                              const std::vector<std::string>& overrides) {
+                              const std::vector<std::string>& overrides,
+                              session_options options) {
   return embed::guarded<session>("session::open", [&]() -> result<session> {
     auto cfg = runtime::load_config(config_path, overrides);
     if (!cfg)
       return cfg.err();
-    return impl::opened(std::move(*cfg), {});
+    return impl::opened(std::move(*cfg), {}, std::move(options));
   });
 }
 
 result<session> session::open_toml(const std::string& toml_text, const std::string& name,
-                                   const std::vector<std::string>& overrides) {
+                                   const std::vector<std::string>& overrides,
+                                   session_options options) {
   return embed::guarded<session>("session::open_toml", [&]() -> result<session> {
     auto cfg = runtime::parse_config(toml_text, name, overrides);
     if (!cfg)
       return cfg.err();
-    return impl::opened(std::move(*cfg), {});
+    return impl::opened(std::move(*cfg), {}, std::move(options));
   });
 }
 
 result<session> session::resume(const std::string& run_dir,
-                                const std::vector<std::string>& overrides) {
+                                const std::vector<std::string>& overrides,
+                                session_options options) {
   return embed::guarded<session>("session::resume", [&]() -> result<session> {
     std::error_code ec;
     if (!std::filesystem::is_directory(run_dir, ec))
@@ -232,7 +240,7 @@ result<session> session::resume(const std::string& run_dir,
       (std::filesystem::path(run_dir) / "config.toml").string(), overrides);
     if (!cfg)
       return cfg.err();
-    return impl::opened(std::move(*cfg), run_dir);
+    return impl::opened(std::move(*cfg), run_dir, std::move(options));
   });
 }
 
@@ -311,6 +319,7 @@ status session::start() {
           id, impl_->cfg.origin("env.id"), id);
     }
     runtime::session_options so;
+    so.log = embed::session_log(impl_->options.log);
     if (impl_->game) {
       const auto learners = static_cast<size_t>(impl_->cfg.get_int("algo.num_learners"));
       so.cast.runner_factories.assign(learners,

@@ -1,7 +1,8 @@
 /* The C API from C (C99): ABI check, bad config, an environment registered
  * with a function table trained by a session, the resulting policy loaded
  * and acting, and every error path of those calls (wrong length, NaN,
- * closed handle, NULL pointers). Exits 0 when every check holds, 1 otherwise;
+ * closed handle, NULL pointers), and the log callback hearing the session's
+ * lines. Exits 0 when every check holds, 1 otherwise;
  * each failed check prints its line and the library's message. */
 #include <math.h>
 #include <stdint.h>
@@ -183,6 +184,29 @@ static void null_handles(void) {
 
 /* Registers the walker under a fresh id, checks it is listed, trains it for a
  * few updates and returns the run folder in run_dir. */
+/* -- the log callback ------------------------------------------------------------ */
+
+/* What the callback heard (calls are serialized by the library). */
+typedef struct heard_log {
+  int lines[5];   /* by level */
+  int bad_level;  /* a level outside troupe_log_level */
+  int run_folder; /* "troupe: run folder ..." at TROUPE_LOG_INFO */
+  int rows;       /* "steps ..." at TROUPE_LOG_INFO */
+} heard_log;
+
+static void hear(int level, const char* message, void* user) {
+  heard_log* h = (heard_log*)user;
+  if (level < TROUPE_LOG_PROGRESS || level > TROUPE_LOG_ERROR) {
+    ++h->bad_level;
+    return;
+  }
+  ++h->lines[level];
+  if (level == TROUPE_LOG_INFO && strncmp(message, "troupe: run folder ", 19) == 0)
+    ++h->run_folder;
+  if (level == TROUPE_LOG_INFO && strncmp(message, "steps ", 6) == 0)
+    ++h->rows;
+}
+
 static int train_walker(walk_context* context, char* id, size_t id_size, char* run_dir,
                         size_t run_dir_size) {
   troupe_env_functions fns;
@@ -193,6 +217,8 @@ static int train_walker(walk_context* context, char* id, size_t id_size, char* r
   size_t needed = 0;
   int finished = 0, rounds;
   const char* tmp = getenv("TMPDIR");
+  heard_log heard;
+  memset(&heard, 0, sizeof heard);
 
   snprintf(id, id_size, "CWalk%ld-v0", (long)time(NULL) % 100000);
   snprintf(output_dir, sizeof output_dir, "%s/troupe-c-api-%s", tmp ? tmp : "/tmp", id);
@@ -239,12 +265,15 @@ static int train_walker(walk_context* context, char* id, size_t id_size, char* r
   CHECK(strstr(ids, id) != NULL);
   CHECK(needed == strlen(ids) + 1);
 
-  snprintf(toml, sizeof toml,
-           "[run]\nname = \"cwalk\"\nseed = 5\noutput_dir = \"%s\"\n"
-           "[env]\nid = \"%s\"\nnum_envs = 2\n"
-           "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 1024\n"
-           "num_steps = 64\n",
-           output_dir, id);
+  snprintf(
+    toml, sizeof toml,
+    "[run]\nname = \"cwalk\"\nseed = 5\noutput_dir = \"%s\"\nlog_every_updates = 2\n"
+    "[env]\nid = \"%s\"\nnum_envs = 2\n"
+    "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 1024\n"
+    "num_steps = 64\n",
+    output_dir, id);
+  /* The session's lines go to the process-wide callback. */
+  troupe_set_log_callback(hear, &heard);
   if (troupe_session_open_toml(TROUPE_ABI_VERSION, toml, "cwalk.toml", NULL, 0, &s) !=
       TROUPE_OK) {
     CHECK(!"opening the session");
@@ -265,6 +294,12 @@ static int train_walker(walk_context* context, char* id, size_t id_size, char* r
     CHECK(!"reading the run folder");
   CHECK(strstr(run_dir, output_dir) == run_dir);
   CHECK(troupe_session_close(s, &progress) == TROUPE_OK);
+  troupe_set_log_callback(NULL, NULL);
+  CHECK(heard.bad_level == 0);
+  CHECK(heard.run_folder == 1);
+  CHECK(heard.rows >= 2);
+  CHECK(heard.lines[TROUPE_LOG_PROGRESS] == 0); /* rows, not a progress line */
+  CHECK(heard.lines[TROUPE_LOG_ERROR] == 0);
   CHECK(progress.finished == 1);
   CHECK(progress.env_steps >= 1024);
   /* Every step training counted stepped the game or reset it (next-step autoreset). */

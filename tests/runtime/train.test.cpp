@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -342,36 +343,6 @@ TEST_CASE("a run folder whose metrics.csv has an older troupe's columns resumes 
     CHECK(std::stoull(rows[i].at("updates")) > std::stoull(rows[i - 1].at("updates")));
 }
 
-// Sends this process's stderr to a file while it lives; text() reads it.
-class stderr_capture {
-public:
-  explicit stderr_capture(fs::path path) : path_(std::move(path)) {
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    REQUIRE(fd >= 0);
-    ::dup2(fd, 2);
-    ::close(fd);
-  }
-  ~stderr_capture() { restore(); }
-  std::string text() {
-    restore();
-    return read_file(path_);
-  }
-
-private:
-  void restore() {
-    if (saved_ < 0)
-      return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-  fs::path path_;
-  int saved_ = -1;
-};
-
 TEST_CASE("an environment runner that throws is restarted and the run goes on") {
   // In this process, with the test-only environment Failing-v0 (the troupe
   // binary does not know it): its step throws once, in runner 0.
@@ -382,16 +353,23 @@ TEST_CASE("an environment runner that throws is restarted and the run goes on") 
                     "algo.total_env_steps=20480", "env.id=\"Failing-v0\""});
   INFO((cfg ? std::string{} : cfg.err().message));
   REQUIRE(cfg.ok());
+  // The supervisor's lines reach the session's log sink.
+  std::mutex err_mtx;
   std::string err;
+  troupe::runtime::session_options options;
+  options.log = [&](troupe::actors::log_level, const std::string& line) {
+    std::lock_guard<std::mutex> lock(err_mtx);
+    err += line + "\n";
+  };
   {
-    stderr_capture capture(dir.path / "stderr.txt");
-    auto r = troupe::runtime::run_training(*cfg);
-    err = capture.text();
+    auto r = troupe::runtime::run_training(*cfg, {}, options);
+    std::lock_guard<std::mutex> lock(err_mtx);
     INFO(err);
     INFO((r ? std::string{} : r.err().message));
     REQUIRE(r.ok());
     CHECK(r->env_steps == 20480);
   }
+  std::lock_guard<std::mutex> lock(err_mtx);
   INFO(err);
   CHECK(err.find("runner 'learner0.runner0' failed") != std::string::npos);
   CHECK(err.find("Failing-v0 throws on purpose") != std::string::npos);
