@@ -18,6 +18,7 @@
 #include "actors/metrics.hpp"
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
+#include "kernels/mutex.hpp"
 #include "learners/backend.hpp"
 #include "learners/stats_view.hpp"
 #include "runtime/ask.hpp"
@@ -87,18 +88,28 @@ struct session::state {
   // The supervisor polls it; nonzero stops the run.
   std::shared_ptr<std::atomic<int>> stop_flag = std::make_shared<std::atomic<int>>(0);
 
-  mutable std::mutex mtx; // guards everything below
+  mutable kernels::mutex mtx; // guards everything below
   std::condition_variable changed;
+  // Set by start() under mtx before the driver thread begins, and fixed
+  // after: read without the lock.
   std::string run_dir;
-  bool started = false, finished = false, closed = false, ready = false;
-  progress_info progress;
-  std::shared_ptr<actors::policy_store> store;
+  bool started TROUPE_GUARDED_BY(mtx) = false;
+  bool finished TROUPE_GUARDED_BY(mtx) = false;
+  bool closed TROUPE_GUARDED_BY(mtx) = false;
+  bool ready TROUPE_GUARDED_BY(mtx) = false;
+  progress_info progress TROUPE_GUARDED_BY(mtx);
+  std::shared_ptr<actors::policy_store> store; // as run_dir
+  // Written under mtx (by start(), the driver thread and, after the join,
+  // close()); the driver thread reads what it wrote without the lock.
   cast_handles handles;
-  caf::actor supervisor;
+  caf::actor supervisor TROUPE_GUARDED_BY(mtx);
+  // Written by the driver thread under mtx; close() reads it after the join.
   std::optional<result<training_result>> outcome;
 
-  std::mutex checkpoint_mtx; // one checkpoint written at a time
-  std::mutex call_mtx;       // held by save_checkpoint while it uses the system
+  // One checkpoint written at a time.
+  kernels::mutex checkpoint_mtx TROUPE_ACQUIRED_BEFORE(mtx);
+  // Held by save_checkpoint while it uses the system.
+  kernels::mutex call_mtx TROUPE_ACQUIRED_BEFORE(checkpoint_mtx, mtx);
 
   void drive(actors::cast_plan plan);
   result<training_result> drive_run(caf::scoped_actor& self, actors::cast_plan plan);
@@ -177,7 +188,7 @@ session::~session() {
   if (st_) {
     bool closed;
     {
-      std::lock_guard<std::mutex> lock(st_->mtx);
+      kernels::mutex_lock lock(st_->mtx);
       closed = st_->closed;
     }
     if (!closed)
@@ -196,7 +207,7 @@ status session::start() {
   if (!st_)
     return moved_from("start");
   auto& s = *st_;
-  std::unique_lock<std::mutex> lock(s.mtx);
+  kernels::mutex_lock lock(s.mtx);
   if (s.closed)
     return make_error(errc::invalid_argument, "session::start: the session is closed");
   if (s.started)
@@ -260,7 +271,7 @@ void session::state::drive(actors::cast_plan plan) {
   } catch (const std::exception& e) {
     out = make_error(errc::unavailable, "the run failed: {}", e.what());
   }
-  std::lock_guard<std::mutex> lock(mtx);
+  kernels::mutex_lock lock(mtx);
   outcome = std::move(out);
   finished = true;
   progress.running = false;
@@ -270,10 +281,10 @@ void session::state::drive(actors::cast_plan plan) {
 
 result<std::string> session::state::checkpoint_with(caf::scoped_actor& self,
                                                     const actors::cast_snapshot& snap) {
-  std::lock_guard<std::mutex> lock(checkpoint_mtx);
+  kernels::mutex_lock lock(checkpoint_mtx);
   cast_handles h;
   {
-    std::lock_guard<std::mutex> l(mtx);
+    kernels::mutex_lock l(mtx);
     h = handles;
   }
   auto dir = write_checkpoint(self, h, run_dir,
@@ -325,7 +336,7 @@ void session::state::refresh_progress(caf::scoped_actor& self) {
   caf::actor metrics, keeper;
   bool obs_norm;
   {
-    std::lock_guard<std::mutex> lock(mtx);
+    kernels::mutex_lock lock(mtx);
     metrics = handles.metrics;
     keeper = handles.keeper;
     obs_norm = handles.obs_norm;
@@ -338,7 +349,7 @@ void session::state::refresh_progress(caf::scoped_actor& self) {
                                                       actors::snapshot_atom::value,
                                                       std::string{"obs"}))
       stats_version = snap->version;
-  std::lock_guard<std::mutex> lock(mtx);
+  kernels::mutex_lock lock(mtx);
   if (counters) {
     progress.env_steps = counters->env_steps;
     progress.updates = counters->updates;
@@ -358,7 +369,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
   sup_opts.stop_flag = stop_flag;
   auto sup = actors::spawn_supervisor(system, std::move(sup_opts));
   {
-    std::lock_guard<std::mutex> lock(mtx);
+    kernels::mutex_lock lock(mtx);
     supervisor = sup;
   }
   self->monitor(sup);
@@ -400,7 +411,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
       [&](actors::ready_atom, caf::actor& keeper, caf::actor& server,
           caf::actor& metrics) {
         {
-          std::lock_guard<std::mutex> lock(mtx);
+          kernels::mutex_lock lock(mtx);
           handles.keeper = keeper;
           handles.server = server;
           handles.metrics = metrics;
@@ -414,7 +425,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
         if (node) {
           cast_handles h;
           {
-            std::lock_guard<std::mutex> lock(mtx);
+            kernels::mutex_lock lock(mtx);
             h = handles;
           }
           if (auto why = open_gate(h, sup); !why.empty()) {
@@ -510,7 +521,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
     out.env_steps = final_counters->env_steps;
     out.updates = final_counters->updates;
     out.return_mean_100 = mean_of(final_counters->recent_returns);
-    std::lock_guard<std::mutex> lock(mtx);
+    kernels::mutex_lock lock(mtx);
     progress.env_steps = final_counters->env_steps;
     progress.updates = final_counters->updates;
     progress.episodes = final_counters->episodes;
@@ -555,7 +566,7 @@ progress_info session::progress() const {
   std::shared_ptr<actors::policy_store> store;
   progress_info out;
   {
-    std::lock_guard<std::mutex> lock(st_->mtx);
+    kernels::mutex_lock lock(st_->mtx);
     out = st_->progress;
     store = st_->store;
   }
@@ -571,16 +582,17 @@ result<std::string> session::save_checkpoint() {
   if (!st_)
     return moved_from("save_checkpoint");
   auto& s = *st_;
-  std::lock_guard<std::mutex> call(s.call_mtx);
+  kernels::mutex_lock call(s.call_mtx);
   caf::actor sup;
   {
-    std::unique_lock<std::mutex> lock(s.mtx);
+    kernels::mutex_lock lock(s.mtx);
     if (s.closed || !s.started)
       return make_error(errc::invalid_argument,
                         "session::save_checkpoint: the session {}",
                         s.closed ? "is closed" : "was not started");
     // A cast still starting up has nothing to save yet: wait for it (bounded).
-    if (!s.changed.wait_for(lock, ready_timeout, [&] { return s.ready || s.finished; }))
+    if (!lock.wait_for(s.changed, ready_timeout,
+                       [&]() TROUPE_REQUIRES(s.mtx) { return s.ready || s.finished; }))
       return make_error(errc::unavailable,
                         "session::save_checkpoint: the run did not start within {} s",
                         ready_timeout.count());
@@ -599,8 +611,9 @@ result<std::string> session::save_checkpoint() {
       // The run may have reached its end between the check above and the
       // ask (its supervisor is then gone): wait for the session to see it
       // (bounded) and say so as above, not as a failure of the cast.
-      std::unique_lock<std::mutex> lock(s.mtx);
-      if (s.changed.wait_for(lock, ready_timeout, [&] { return s.finished; }))
+      kernels::mutex_lock lock(s.mtx);
+      if (lock.wait_for(s.changed, ready_timeout,
+                        [&]() TROUPE_REQUIRES(s.mtx) { return s.finished; }))
         return make_error(errc::invalid_argument,
                           "session::save_checkpoint: training has ended; close() writes "
                           "the final checkpoint");
@@ -624,13 +637,14 @@ void session::request_stop() {
 result<bool> session::wait(std::chrono::milliseconds timeout) {
   if (!st_)
     return moved_from("wait");
-  std::unique_lock<std::mutex> lock(st_->mtx);
+  kernels::mutex_lock lock(st_->mtx);
   if (st_->closed)
     return make_error(errc::invalid_argument, "session::wait: the session is closed");
   if (!st_->started)
     return make_error(errc::invalid_argument,
                       "session::wait: the session was not started");
-  return st_->changed.wait_for(lock, timeout, [&] { return st_->finished; });
+  return lock.wait_for(st_->changed, timeout,
+                       [&]() TROUPE_REQUIRES(st_->mtx) { return st_->finished; });
 }
 
 result<training_result> session::close() {
@@ -638,7 +652,7 @@ result<training_result> session::close() {
     return moved_from("close");
   auto& s = *st_;
   {
-    std::lock_guard<std::mutex> lock(s.mtx);
+    kernels::mutex_lock lock(s.mtx);
     if (s.closed)
       return make_error(errc::invalid_argument, "session::close: closed already");
     s.closed = true;
@@ -655,10 +669,10 @@ result<training_result> session::close() {
     s.driver.join();
   {
     // A save_checkpoint under way on another thread ends before the system goes.
-    std::lock_guard<std::mutex> call(s.call_mtx);
+    kernels::mutex_lock call(s.call_mtx);
     {
       // Actor handles go before the system they belong to.
-      std::lock_guard<std::mutex> lock(s.mtx);
+      kernels::mutex_lock lock(s.mtx);
       s.handles.keeper = s.handles.server = s.handles.metrics = caf::actor{};
       s.supervisor = caf::actor{};
       s.gate = caf::actor{};
@@ -684,7 +698,7 @@ result<training_result> session::close() {
         (*s.outcome)->actor_system_left = true;
     }
   }
-  std::lock_guard<std::mutex> lock(s.mtx);
+  kernels::mutex_lock lock(s.mtx);
   s.progress.running = false;
   return std::move(*s.outcome);
 }
@@ -692,7 +706,7 @@ result<training_result> session::close() {
 std::string session::run_dir() const {
   if (!st_)
     return {};
-  std::lock_guard<std::mutex> lock(st_->mtx);
+  kernels::mutex_lock lock(st_->mtx);
   return st_->run_dir;
 }
 
