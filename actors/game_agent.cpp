@@ -7,7 +7,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <limits>
-#include <mutex>
 
 #include <boost/lockfree/policies.hpp>
 #include <boost/lockfree/queue.hpp>
@@ -15,6 +14,7 @@
 
 #include "kernels/latest_value.hpp"
 #include "kernels/moments.hpp"
+#include "kernels/mutex.hpp"
 #include "kernels/rng.hpp"
 #include "learners/mlp.hpp"
 #include "learners/rollout.hpp"
@@ -136,24 +136,28 @@ struct game_agent::impl {
   std::shared_ptr<slot_array> slots;
   segment_queue ready;     // complete segments, oldest first
   segment_queue free_list; // segments to fill
-  std::mutex pool_mtx;
-  std::vector<std::unique_ptr<segment>> pool; // owns every segment
+  kernels::mutex pool_mtx;
+  // Owns every segment.
+  std::vector<std::unique_ptr<segment>> pool TROUPE_GUARDED_BY(pool_mtx);
   std::atomic<size_t> queued{0};              // segments in `ready` (reserved)
   std::atomic<bool> is_closed{false};
   std::array<waker, max_wakers> wakers;
   std::atomic<size_t> waker_count{0};
-  std::mutex waker_mtx;
-  std::mutex space_mtx; // block_when_full
+  // Serializes add_waker; the wakers are read without it, up to the
+  // waker_count it publishes.
+  kernels::mutex waker_mtx;
+  kernels::mutex space_mtx; // block_when_full: space_cv's (the counts are atomic)
   std::condition_variable space_cv;
   std::atomic<int> blocked{0};
-  std::mutex returns_mtx;
-  std::array<double, 100> recent{};
-  size_t recent_count = 0, recent_next = 0;
+  kernels::mutex returns_mtx;
+  std::array<double, 100> recent TROUPE_GUARDED_BY(returns_mtx) = {};
+  size_t recent_count TROUPE_GUARDED_BY(returns_mtx) = 0;
+  size_t recent_next TROUPE_GUARDED_BY(returns_mtx) = 0;
 
   segment* new_segment() {
     auto s = std::make_unique<segment>(opts.steps_per_segment, od, ad);
     segment* p = s.get();
-    std::lock_guard<std::mutex> guard(pool_mtx);
+    kernels::mutex_lock guard(pool_mtx);
     pool.push_back(std::move(s));
     return p;
   }
@@ -249,9 +253,9 @@ struct game_agent::impl {
     if (!room && opts.block_when_full) {
       const auto deadline = std::chrono::steady_clock::now() + opts.block_timeout;
       blocked.fetch_add(1);
-      std::unique_lock<std::mutex> lock(space_mtx);
+      kernels::mutex_lock lock(space_mtx);
       while (!(room = reserve_space()) && !is_closed.load())
-        if (space_cv.wait_until(lock, deadline) == std::cv_status::timeout) {
+        if (lock.wait_until(space_cv, deadline) == std::cv_status::timeout) {
           room = reserve_space();
           break;
         }
@@ -294,7 +298,7 @@ struct game_agent::impl {
   }
 
   void note_return(double r) {
-    std::lock_guard<std::mutex> guard(returns_mtx);
+    kernels::mutex_lock guard(returns_mtx);
     recent[recent_next] = r;
     recent_next = (recent_next + 1) % recent.size();
     recent_count = std::min(recent_count + 1, recent.size());
@@ -547,7 +551,7 @@ uint64_t game_agent::policy_version() const noexcept {
 void game_agent::close() {
   auto& m = *impl_;
   m.is_closed.store(true, std::memory_order_release);
-  std::lock_guard<std::mutex> lock(m.space_mtx);
+  kernels::mutex_lock lock(m.space_mtx);
   m.space_cv.notify_all();
 }
 
@@ -591,7 +595,7 @@ game_agent_counters game_agent::counters() const {
     c.abandoned_episodes += s->abandoned_episodes.get();
   }
   c.policy_version = m.slots->version.load(std::memory_order_relaxed);
-  std::lock_guard<std::mutex> guard(m.returns_mtx);
+  kernels::mutex_lock guard(m.returns_mtx);
   if (m.recent_count > 0) {
     double sum = 0;
     for (size_t i = 0; i < m.recent_count; ++i)
@@ -632,7 +636,7 @@ bool game_agent::take_segment(trajectory_batch& b, size_t column,
   g->reset();
   m.free_list.push(g);
   if (m.blocked.load() > 0) {
-    std::lock_guard<std::mutex> lock(m.space_mtx);
+    kernels::mutex_lock lock(m.space_mtx);
     m.space_cv.notify_all();
   }
   return true;
@@ -640,7 +644,7 @@ bool game_agent::take_segment(trajectory_batch& b, size_t column,
 
 size_t game_agent::add_waker(std::function<void()> wake) {
   auto& m = *impl_;
-  std::lock_guard<std::mutex> guard(m.waker_mtx);
+  kernels::mutex_lock guard(m.waker_mtx);
   const size_t id = m.waker_count.load();
   if (id >= max_wakers)
     return SIZE_MAX;

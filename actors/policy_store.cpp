@@ -22,9 +22,9 @@ void policy_store::publish(uint64_t version, const float* params, const float* b
   if (buffers)
     std::copy(buffers, buffers + next->model.buffer_count(), next->model.buffers());
   std::shared_ptr<const policy_snapshot> published = next;
-  std::lock_guard<std::mutex> listening(listeners_mtx_);
+  kernels::mutex_lock listening(listeners_mtx_);
   {
-    std::lock_guard<std::mutex> guard(mtx_);
+    kernels::mutex_lock guard(mtx_);
     if (!versions_.empty() && versions_.back()->version >= version && version != 0)
       return;
     versions_.push_back(std::move(next));
@@ -37,18 +37,18 @@ void policy_store::publish(uint64_t version, const float* params, const float* b
 }
 
 void policy_store::subscribe(listener l) {
-  std::lock_guard<std::mutex> listening(listeners_mtx_);
+  kernels::mutex_lock listening(listeners_mtx_);
   if (l(latest()))
     listeners_.push_back(std::move(l));
 }
 
 std::shared_ptr<const policy_snapshot> policy_store::latest() const {
-  std::lock_guard<std::mutex> guard(mtx_);
+  kernels::mutex_lock guard(mtx_);
   return versions_.back();
 }
 
 std::shared_ptr<const policy_snapshot> policy_store::at(uint64_t version) const {
-  std::lock_guard<std::mutex> guard(mtx_);
+  kernels::mutex_lock guard(mtx_);
   for (auto i = versions_.rbegin(); i != versions_.rend(); ++i)
     if ((*i)->version == version)
       return *i;

@@ -10,10 +10,10 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "actors/env_runner.hpp"
+#include "kernels/mutex.hpp"
 #include "learners/model.hpp"
 
 namespace troupe::actors {
@@ -34,13 +34,14 @@ public:
   policy_store(const learners::actor_critic& initial, size_t history);
 
   /// Publishes a new version (params and buffers of the model's sizes).
-  void publish(uint64_t version, const float* params, const float* buffers);
+  void publish(uint64_t version, const float* params, const float* buffers)
+    TROUPE_EXCLUDES(listeners_mtx_, mtx_);
 
   /// The newest version.
-  std::shared_ptr<const policy_snapshot> latest() const;
+  std::shared_ptr<const policy_snapshot> latest() const TROUPE_EXCLUDES(mtx_);
 
   /// Version `version`, or null when it is no longer kept.
-  std::shared_ptr<const policy_snapshot> at(uint64_t version) const;
+  std::shared_ptr<const policy_snapshot> at(uint64_t version) const TROUPE_EXCLUDES(mtx_);
 
   /// Called with each newly published version, in version order, on the
   /// publisher's thread; returns false to be removed.
@@ -49,13 +50,15 @@ public:
   /// Calls `l` with the newest version now, then with every version
   /// published after (for readers that keep their own wait-free copy of the
   /// latest version, such as a game agent's slots).
-  void subscribe(listener l);
+  void subscribe(listener l) TROUPE_EXCLUDES(listeners_mtx_, mtx_);
 
 private:
-  mutable std::mutex mtx_;
-  std::mutex listeners_mtx_; // serializes listener calls; taken before mtx_
-  std::vector<listener> listeners_;
-  std::deque<std::shared_ptr<const policy_snapshot>> versions_; // oldest first
+  mutable kernels::mutex mtx_;
+  // Serializes listener calls.
+  kernels::mutex listeners_mtx_ TROUPE_ACQUIRED_BEFORE(mtx_);
+  std::vector<listener> listeners_ TROUPE_GUARDED_BY(listeners_mtx_);
+  // Oldest first.
+  std::deque<std::shared_ptr<const policy_snapshot>> versions_ TROUPE_GUARDED_BY(mtx_);
   size_t history_;
 };
 

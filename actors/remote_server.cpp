@@ -5,7 +5,6 @@
 #include <cstring>
 #include <exception>
 #include <iterator>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -14,6 +13,8 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
+
+#include "kernels/mutex.hpp"
 
 namespace troupe::actors {
 
@@ -94,8 +95,8 @@ struct remote_server::impl {
   uint64_t requested_envs = 0; // over sessions welcomed or waiting
   bool min_reached = false;
 
-  mutable std::mutex counters_mtx;
-  remote_server_counters totals;
+  mutable kernels::mutex counters_mtx;
+  remote_server_counters totals TROUPE_GUARDED_BY(counters_mtx);
 
   // Scratch of on_step.
   std::vector<std::pair<size_t, size_t>> order; // (slot, position in the STEP)
@@ -110,7 +111,7 @@ struct remote_server::impl {
   }
 
   void count(uint64_t remote_server_counters::*field, uint64_t k = 1) {
-    std::lock_guard<std::mutex> lock(counters_mtx);
+    kernels::mutex_lock lock(counters_mtx);
     totals.*field += k;
   }
 
@@ -160,7 +161,7 @@ struct remote_server::impl {
     const uint64_t discarded = agent ? agent->abandoned() - before : 0;
     requested_envs -= c.shape.num_envs;
     if (c.welcomed) {
-      std::lock_guard<std::mutex> lock(counters_mtx);
+      kernels::mutex_lock lock(counters_mtx);
       totals.envs_connected -= c.shape.num_envs;
     }
     log(fmt::format("{} ended ({}): {} environments left, {} transitions of unfinished "
@@ -184,7 +185,7 @@ struct remote_server::impl {
     c.welcomed = true;
     c.last_heard = clock_type::now(); // the wait for min_envs is not silence
     {
-      std::lock_guard<std::mutex> lock(counters_mtx);
+      kernels::mutex_lock lock(counters_mtx);
       totals.sessions += 1;
       totals.envs_connected += c.shape.num_envs;
     }
@@ -335,7 +336,7 @@ struct remote_server::impl {
     reply.policy_version = agent->policy_version();
     {
       // Counted before the reply: a client that has its ACT sees it counted.
-      std::lock_guard<std::mutex> lock(counters_mtx);
+      kernels::mutex_lock lock(counters_mtx);
       totals.steps += 1;
       totals.env_steps += k;
     }
@@ -737,7 +738,7 @@ void remote_server::stop() {
 }
 
 remote_server_counters remote_server::counters() const {
-  std::lock_guard<std::mutex> lock(impl_->counters_mtx);
+  kernels::mutex_lock lock(impl_->counters_mtx);
   return impl_->totals;
 }
 

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <optional>
 #include <map>
 #include <unordered_map>
@@ -14,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "actors/stats_streams.hpp"
+#include "kernels/mutex.hpp"
 
 namespace troupe::actors {
 
@@ -240,13 +240,14 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
 // The subscriber's side of the first answer: set once by the feeder, waited
 // on (bounded) by subscribe_view.
 struct first_answer {
-  std::mutex mtx;
+  kernels::mutex mtx;
   std::condition_variable cv;
-  bool done = false;
-  std::string problem; // empty: the view holds the keeper's snapshot
+  bool done TROUPE_GUARDED_BY(mtx) = false;
+  // Empty: the view holds the keeper's snapshot.
+  std::string problem TROUPE_GUARDED_BY(mtx);
   void settle(std::string why) {
     {
-      std::lock_guard<std::mutex> guard(mtx);
+      kernels::mutex_lock guard(mtx);
       done = true;
       problem = std::move(why);
     }
@@ -306,8 +307,9 @@ subscribe_view(caf::actor_system& sys, const caf::actor& keeper,
   auto first = std::make_shared<first_answer>();
   sys.spawn(view_feeder, keeper, stream, std::weak_ptr<learners::stats_view>(view),
             first);
-  std::unique_lock<std::mutex> guard(first->mtx);
-  if (!first->cv.wait_for(guard, timeout, [&] { return first->done; }))
+  kernels::mutex_lock guard(first->mtx);
+  if (!guard.wait_for(first->cv, timeout,
+                      [&]() TROUPE_REQUIRES(first->mtx) { return first->done; }))
     return make_error(errc::unavailable,
                       "the statistics keeper did not answer the subscription to stream "
                       "'{}' within {} ms",

@@ -5,8 +5,6 @@
 #include <cmath>
 #include <exception>
 #include <limits>
-#include <mutex>
-#include <shared_mutex>
 
 #include <fmt/format.h>
 
@@ -19,6 +17,7 @@
 #include "envs/mountain_car_continuous.hpp"
 #include "envs/mujoco/tasks.hpp"
 #include "envs/pendulum.hpp"
+#include "kernels/mutex.hpp"
 
 namespace troupe::envs {
 
@@ -156,13 +155,14 @@ registration cartpole_registration() {
 }
 
 struct table {
-  std::shared_mutex mutex;
-  std::vector<std::shared_ptr<const registration>> entries; // in registration order
-  size_t builtins = 0;                                      // the first entries
+  kernels::shared_mutex mutex;
+  // In registration order.
+  std::vector<std::shared_ptr<const registration>> entries TROUPE_GUARDED_BY(mutex);
+  size_t builtins TROUPE_GUARDED_BY(mutex) = 0; // the first entries
 };
 
-// Checks and appends `r`; the caller holds the lock.
-status add_locked(table& t, registration r) {
+// Checks and appends `r`.
+status add_locked(table& t, registration r) TROUPE_REQUIRES(t.mutex) {
   if (auto ok = check_spec(r.spec); !ok)
     return make_error(ok.err().code, "cannot register environment '{}': {}", r.spec.id,
                       ok.err().message);
@@ -190,6 +190,9 @@ table& the_table() {
   // stay valid.
   static table* t = [] {
     auto* made = new table;
+    // No other thread sees the table yet; locked so that the analysis sees
+    // every entry written under its lock.
+    kernels::writer_lock lock(made->mutex);
     std::vector<registration> builtins = {
       cartpole_registration(), model_registration<pendulum>(),
       model_registration<mountain_car>(), model_registration<mountain_car_continuous>(),
@@ -207,7 +210,7 @@ table& the_table() {
   return *t;
 }
 
-std::vector<std::string> ids_locked(const table& t) {
+std::vector<std::string> ids_locked(const table& t) TROUPE_REQUIRES_SHARED(t.mutex) {
   std::vector<std::string> ids;
   for (auto& r : t.entries)
     ids.push_back(r->spec.id);
@@ -216,7 +219,7 @@ std::vector<std::string> ids_locked(const table& t) {
 
 result<std::shared_ptr<const registration>> find_registration(const std::string& id) {
   table& t = the_table();
-  std::shared_lock lock(t.mutex);
+  kernels::reader_lock lock(t.mutex);
   for (auto& r : t.entries)
     if (r->spec.id == id)
       return r;
@@ -238,13 +241,13 @@ error no_instances(const std::string& id) {
 
 status register_env(registration r) {
   table& t = the_table();
-  std::unique_lock lock(t.mutex);
+  kernels::writer_lock lock(t.mutex);
   return add_locked(t, std::move(r));
 }
 
 status unregister_env(const std::string& id) {
   table& t = the_table();
-  std::unique_lock lock(t.mutex);
+  kernels::writer_lock lock(t.mutex);
   auto it = std::find_if(t.entries.begin(), t.entries.end(),
                          [&](auto& r) { return r->spec.id == id; });
   if (it == t.entries.end())
@@ -261,7 +264,7 @@ status unregister_env(const std::string& id) {
 
 std::vector<registration> registry() {
   table& t = the_table();
-  std::shared_lock lock(t.mutex);
+  kernels::reader_lock lock(t.mutex);
   std::vector<registration> out;
   for (auto& r : t.entries)
     out.push_back(*r);
@@ -270,7 +273,7 @@ std::vector<registration> registry() {
 
 std::vector<std::string> registered_ids() {
   table& t = the_table();
-  std::shared_lock lock(t.mutex);
+  kernels::reader_lock lock(t.mutex);
   return ids_locked(t);
 }
 

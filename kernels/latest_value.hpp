@@ -14,8 +14,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <utility>
+
+#include "kernels/mutex.hpp"
 
 namespace troupe::kernels {
 
@@ -46,7 +47,7 @@ public:
   /// releasing what that buffer held on the writer's thread).
   template <class U>
   void publish(U&& value) {
-    std::lock_guard<std::mutex> guard(writer_mutex_);
+    mutex_lock guard(writer_mutex_);
     buffers_[back_].value = std::forward<U>(value);
     auto prev = middle_.exchange(static_cast<uint8_t>(back_ | fresh_bit),
                                  std::memory_order_acq_rel);
@@ -66,8 +67,8 @@ private:
   std::array<slot, 3> buffers_;
   alignas(cache_line) std::atomic<uint8_t> middle_{1}; // shared
   alignas(cache_line) uint8_t front_ = 0;              // reader only
-  alignas(cache_line) uint8_t back_ = 2;               // writers only, under the mutex
-  std::mutex writer_mutex_;
+  alignas(cache_line) uint8_t back_ TROUPE_GUARDED_BY(writer_mutex_) = 2; // writers only
+  mutex writer_mutex_;
 };
 
 } // namespace troupe::kernels

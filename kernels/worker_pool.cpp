@@ -16,7 +16,7 @@ worker_pool::worker_pool(size_t workers) {
 
 worker_pool::~worker_pool() {
   {
-    std::lock_guard<std::mutex> guard(mutex_);
+    mutex_lock guard(mutex_);
     stopping_.store(true, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_release);
   }
@@ -40,7 +40,7 @@ void worker_pool::run(size_t tasks, const std::function<void(size_t)>& fn) {
   pending_.store(threads_.size(), std::memory_order_relaxed);
   {
     // Under the mutex, so that a worker about to sleep cannot miss it.
-    std::lock_guard<std::mutex> guard(mutex_);
+    mutex_lock guard(mutex_);
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
@@ -53,8 +53,8 @@ void worker_pool::run(size_t tasks, const std::function<void(size_t)>& fn) {
     if (spins > 64)
       std::this_thread::yield();
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+  mutex_lock lock(mutex_);
+  lock.wait(done_, [&] { return pending_.load(std::memory_order_acquire) == 0; });
 }
 
 void worker_pool::work(size_t task) {
@@ -64,9 +64,9 @@ void worker_pool::work(size_t task) {
     for (int spins = 0; now == seen && spins < spin_limit; ++spins)
       now = generation_.load(std::memory_order_acquire);
     if (now == seen) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock,
-                 [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      mutex_lock lock(mutex_);
+      lock.wait(wake_,
+                [&] { return generation_.load(std::memory_order_acquire) != seen; });
       now = generation_.load(std::memory_order_acquire);
     }
     seen = now;
@@ -76,7 +76,7 @@ void worker_pool::work(size_t task) {
       (*fn_)(task);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       // Under the mutex, so that a caller about to sleep cannot miss it.
-      std::lock_guard<std::mutex> guard(mutex_);
+      mutex_lock guard(mutex_);
       done_.notify_one();
     }
   }

@@ -8,9 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "kernels/mutex.hpp"
 
 namespace troupe::kernels {
 
@@ -38,7 +39,9 @@ private:
   void work(size_t task);
 
   std::vector<std::thread> threads_;
-  std::mutex mutex_;
+  // Taken only around the condition variables' waits and notifications: the
+  // state is atomic, or published by the release increment of generation_.
+  mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
   std::atomic<uint64_t> generation_{0};

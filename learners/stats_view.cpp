@@ -17,7 +17,7 @@ stats_view::stats_view(size_t dim, std::string stream)
 
 template <class Fill>
 void stats_view::swap_in(uint64_t version, Fill&& fill) {
-  std::lock_guard<std::mutex> guard(writer_mutex_);
+  kernels::mutex_lock guard(writer_mutex_);
   if (version < published_version_.load(std::memory_order_relaxed))
     return;
   fill(buffers_[back_].snapshot);

@@ -24,11 +24,11 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "kernels/error.hpp"
+#include "kernels/mutex.hpp"
 
 namespace troupe::learners {
 
@@ -108,10 +108,10 @@ private:
   alignas(cache_line) std::atomic<uint8_t> middle_{1};
   // Reader only.
   alignas(cache_line) uint8_t front_ = 0;
-  // Writers only, under writer_mutex_; on a line of their own, away from the
-  // reader's front_ that every read() loads.
-  alignas(cache_line) uint8_t back_ = 2;
-  std::mutex writer_mutex_;
+  // Writers only; on a line of their own, away from the reader's front_ that
+  // every read() loads.
+  alignas(cache_line) uint8_t back_ TROUPE_GUARDED_BY(writer_mutex_) = 2;
+  kernels::mutex writer_mutex_;
   std::atomic<uint64_t> published_version_{0};
 };
 

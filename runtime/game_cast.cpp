@@ -8,9 +8,10 @@ namespace troupe::runtime {
 
 result<std::shared_ptr<actors::game_agent>>
 game_agent_source::wait(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mutex);
-  const bool made =
-    ready.wait_for(lock, timeout, [&] { return held != nullptr || !failure.empty(); });
+  kernels::mutex_lock lock(mutex);
+  const bool made = lock.wait_for(ready, timeout, [&]() TROUPE_REQUIRES(mutex) {
+    return held != nullptr || !failure.empty();
+  });
   if (held)
     return held;
   return make_error(
@@ -20,7 +21,7 @@ game_agent_source::wait(std::chrono::milliseconds timeout) {
 }
 
 std::shared_ptr<actors::game_agent> game_agent_source::agent() {
-  std::lock_guard<std::mutex> lock(mutex);
+  kernels::mutex_lock lock(mutex);
   return held;
 }
 
@@ -28,7 +29,7 @@ runner_slot_factory game_feeder_factory(std::shared_ptr<game_agent_source> g) {
   return [g](caf::actor_system& sys, const runner_slot& slot) -> caf::actor {
     std::shared_ptr<actors::game_agent> made;
     {
-      std::unique_lock<std::mutex> lock(g->mutex);
+      kernels::mutex_lock lock(g->mutex);
       if (!g->held) {
         std::vector<std::shared_ptr<learners::stats_view>> views;
         if (slot.obs_norm) {

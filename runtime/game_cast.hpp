@@ -11,11 +11,11 @@
 #include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "actors/game_agent.hpp"
 #include "kernels/error.hpp"
+#include "kernels/mutex.hpp"
 #include "runtime/cast.hpp"
 
 namespace troupe::runtime {
@@ -31,17 +31,20 @@ struct game_agent_source {
   /// Called once, under the lock, when the agent is made (may be empty).
   std::function<void(const std::shared_ptr<actors::game_agent>&)> on_made;
 
-  std::mutex mutex;                         ///< guards what follows
-  std::condition_variable ready;            ///< notified when made or failed
-  std::shared_ptr<actors::game_agent> held; ///< the agent, once made
-  std::string failure;                      ///< why it could not be made
+  kernels::mutex mutex;          ///< guards what follows
+  std::condition_variable ready; ///< notified when made or failed
+  /// The agent, once made.
+  std::shared_ptr<actors::game_agent> held TROUPE_GUARDED_BY(mutex);
+  /// Why it could not be made.
+  std::string failure TROUPE_GUARDED_BY(mutex);
 
   /// Waits at most `timeout` for the agent: the agent, or errc::unavailable
   /// saying why there is none.
-  result<std::shared_ptr<actors::game_agent>> wait(std::chrono::milliseconds timeout);
+  result<std::shared_ptr<actors::game_agent>> wait(std::chrono::milliseconds timeout)
+    TROUPE_EXCLUDES(mutex);
 
   /// The agent when made, else null (any thread).
-  std::shared_ptr<actors::game_agent> agent();
+  std::shared_ptr<actors::game_agent> agent() TROUPE_EXCLUDES(mutex);
 };
 
 /// The runner-slot factory of a game-driven run over `source`: the first slot

@@ -17,6 +17,7 @@
 #include "actors/metrics.hpp"
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
+#include "kernels/mutex.hpp"
 #include "learners/backend.hpp"
 #include "learners/stats_view.hpp"
 #include "runtime/ask.hpp"
@@ -86,18 +87,28 @@ struct session::state {
   // The supervisor polls it; nonzero stops the run.
   std::shared_ptr<std::atomic<int>> stop_flag = std::make_shared<std::atomic<int>>(0);
 
-  mutable std::mutex mtx; // guards everything below
+  mutable kernels::mutex mtx; // guards everything below
   std::condition_variable changed;
+  // Set by start() under mtx before the driver thread begins, and fixed
+  // after: read without the lock.
   std::string run_dir;
-  bool started = false, finished = false, closed = false, ready = false;
-  progress_info progress;
-  std::shared_ptr<actors::policy_store> store;
+  bool started TROUPE_GUARDED_BY(mtx) = false;
+  bool finished TROUPE_GUARDED_BY(mtx) = false;
+  bool closed TROUPE_GUARDED_BY(mtx) = false;
+  bool ready TROUPE_GUARDED_BY(mtx) = false;
+  progress_info progress TROUPE_GUARDED_BY(mtx);
+  std::shared_ptr<actors::policy_store> store; // as run_dir
+  // Written under mtx (by start(), the driver thread and, after the join,
+  // close()); the driver thread reads what it wrote without the lock.
   cast_handles handles;
-  caf::actor supervisor;
+  caf::actor supervisor TROUPE_GUARDED_BY(mtx);
+  // Written by the driver thread under mtx; close() reads it after the join.
   std::optional<result<training_result>> outcome;
 
-  std::mutex checkpoint_mtx; // one checkpoint written at a time
-  std::mutex call_mtx;       // held by save_checkpoint while it uses the system
+  // One checkpoint written at a time.
+  kernels::mutex checkpoint_mtx TROUPE_ACQUIRED_BEFORE(mtx);
+  // Held by save_checkpoint while it uses the system.
+  kernels::mutex call_mtx TROUPE_ACQUIRED_BEFORE(checkpoint_mtx, mtx);
 
   /// Hands a line to the caller's sink (session_options::log), if any.
   void log(actors::log_level level, const std::string& line) const {
@@ -184,7 +195,7 @@ session::~session() {
   if (st_) {
     bool closed;
     {
-      std::lock_guard<std::mutex> lock(st_->mtx);
+      kernels::mutex_lock lock(st_->mtx);
       closed = st_->closed;
     }
     if (!closed)
@@ -203,7 +214,7 @@ status session::start() {
   if (!st_)
     return moved_from("start");
   auto& s = *st_;
-  std::unique_lock<std::mutex> lock(s.mtx);
+  kernels::mutex_lock lock(s.mtx);
   if (s.closed)
     return make_error(errc::invalid_argument, "session::start: the session is closed");
   if (s.started)
@@ -267,7 +278,7 @@ void session::state::drive(actors::cast_plan plan) {
   } catch (const std::exception& e) {
     out = make_error(errc::unavailable, "the run failed: {}", e.what());
   }
-  std::lock_guard<std::mutex> lock(mtx);
+  kernels::mutex_lock lock(mtx);
   outcome = std::move(out);
   finished = true;
   progress.running = false;
@@ -277,10 +288,10 @@ void session::state::drive(actors::cast_plan plan) {
 
 result<std::string> session::state::checkpoint_with(caf::scoped_actor& self,
                                                     const actors::cast_snapshot& snap) {
-  std::lock_guard<std::mutex> lock(checkpoint_mtx);
+  kernels::mutex_lock lock(checkpoint_mtx);
   cast_handles h;
   {
-    std::lock_guard<std::mutex> l(mtx);
+    kernels::mutex_lock l(mtx);
     h = handles;
   }
   auto dir = write_checkpoint(self, h, run_dir,
@@ -332,7 +343,7 @@ void session::state::refresh_progress(caf::scoped_actor& self) {
   caf::actor metrics, keeper;
   bool obs_norm;
   {
-    std::lock_guard<std::mutex> lock(mtx);
+    kernels::mutex_lock lock(mtx);
     metrics = handles.metrics;
     keeper = handles.keeper;
     obs_norm = handles.obs_norm;
@@ -345,7 +356,7 @@ void session::state::refresh_progress(caf::scoped_actor& self) {
                                                       actors::snapshot_atom::value,
                                                       std::string{"obs"}))
       stats_version = snap->version;
-  std::lock_guard<std::mutex> lock(mtx);
+  kernels::mutex_lock lock(mtx);
   if (counters) {
     progress.env_steps = counters->env_steps;
     progress.updates = counters->updates;
@@ -366,7 +377,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
   sup_opts.log = options.log;
   auto sup = actors::spawn_supervisor(system, std::move(sup_opts));
   {
-    std::lock_guard<std::mutex> lock(mtx);
+    kernels::mutex_lock lock(mtx);
     supervisor = sup;
   }
   self->monitor(sup);
@@ -409,7 +420,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
       [&](actors::ready_atom, caf::actor& keeper, caf::actor& server,
           caf::actor& metrics) {
         {
-          std::lock_guard<std::mutex> lock(mtx);
+          kernels::mutex_lock lock(mtx);
           handles.keeper = keeper;
           handles.server = server;
           handles.metrics = metrics;
@@ -423,7 +434,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
         if (node) {
           cast_handles h;
           {
-            std::lock_guard<std::mutex> lock(mtx);
+            kernels::mutex_lock lock(mtx);
             h = handles;
           }
           if (auto why = open_gate(h, sup); !why.empty()) {
@@ -519,7 +530,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
     out.env_steps = final_counters->env_steps;
     out.updates = final_counters->updates;
     out.return_mean_100 = mean_of(final_counters->recent_returns);
-    std::lock_guard<std::mutex> lock(mtx);
+    kernels::mutex_lock lock(mtx);
     progress.env_steps = final_counters->env_steps;
     progress.updates = final_counters->updates;
     progress.episodes = final_counters->episodes;
@@ -564,7 +575,7 @@ progress_info session::progress() const {
   std::shared_ptr<actors::policy_store> store;
   progress_info out;
   {
-    std::lock_guard<std::mutex> lock(st_->mtx);
+    kernels::mutex_lock lock(st_->mtx);
     out = st_->progress;
     store = st_->store;
   }
@@ -580,16 +591,17 @@ result<std::string> session::save_checkpoint() {
   if (!st_)
     return moved_from("save_checkpoint");
   auto& s = *st_;
-  std::lock_guard<std::mutex> call(s.call_mtx);
+  kernels::mutex_lock call(s.call_mtx);
   caf::actor sup;
   {
-    std::unique_lock<std::mutex> lock(s.mtx);
+    kernels::mutex_lock lock(s.mtx);
     if (s.closed || !s.started)
       return make_error(errc::invalid_argument,
                         "session::save_checkpoint: the session {}",
                         s.closed ? "is closed" : "was not started");
     // A cast still starting up has nothing to save yet: wait for it (bounded).
-    if (!s.changed.wait_for(lock, ready_timeout, [&] { return s.ready || s.finished; }))
+    if (!lock.wait_for(s.changed, ready_timeout,
+                       [&]() TROUPE_REQUIRES(s.mtx) { return s.ready || s.finished; }))
       return make_error(errc::unavailable,
                         "session::save_checkpoint: the run did not start within {} s",
                         ready_timeout.count());
@@ -608,8 +620,9 @@ result<std::string> session::save_checkpoint() {
       // The run may have reached its end between the check above and the
       // ask (its supervisor is then gone): wait for the session to see it
       // (bounded) and say so as above, not as a failure of the cast.
-      std::unique_lock<std::mutex> lock(s.mtx);
-      if (s.changed.wait_for(lock, ready_timeout, [&] { return s.finished; }))
+      kernels::mutex_lock lock(s.mtx);
+      if (lock.wait_for(s.changed, ready_timeout,
+                        [&]() TROUPE_REQUIRES(s.mtx) { return s.finished; }))
         return make_error(errc::invalid_argument,
                           "session::save_checkpoint: training has ended; close() writes "
                           "the final checkpoint");
@@ -633,13 +646,14 @@ void session::request_stop() {
 result<bool> session::wait(std::chrono::milliseconds timeout) {
   if (!st_)
     return moved_from("wait");
-  std::unique_lock<std::mutex> lock(st_->mtx);
+  kernels::mutex_lock lock(st_->mtx);
   if (st_->closed)
     return make_error(errc::invalid_argument, "session::wait: the session is closed");
   if (!st_->started)
     return make_error(errc::invalid_argument,
                       "session::wait: the session was not started");
-  return st_->changed.wait_for(lock, timeout, [&] { return st_->finished; });
+  return lock.wait_for(st_->changed, timeout,
+                       [&]() TROUPE_REQUIRES(st_->mtx) { return st_->finished; });
 }
 
 result<training_result> session::close() {
@@ -647,7 +661,7 @@ result<training_result> session::close() {
     return moved_from("close");
   auto& s = *st_;
   {
-    std::lock_guard<std::mutex> lock(s.mtx);
+    kernels::mutex_lock lock(s.mtx);
     if (s.closed)
       return make_error(errc::invalid_argument, "session::close: closed already");
     s.closed = true;
@@ -664,10 +678,10 @@ result<training_result> session::close() {
     s.driver.join();
   {
     // A save_checkpoint under way on another thread ends before the system goes.
-    std::lock_guard<std::mutex> call(s.call_mtx);
+    kernels::mutex_lock call(s.call_mtx);
     {
       // Actor handles go before the system they belong to.
-      std::lock_guard<std::mutex> lock(s.mtx);
+      kernels::mutex_lock lock(s.mtx);
       s.handles.keeper = s.handles.server = s.handles.metrics = caf::actor{};
       s.supervisor = caf::actor{};
       s.gate = caf::actor{};
@@ -693,7 +707,7 @@ result<training_result> session::close() {
         (*s.outcome)->actor_system_left = true;
     }
   }
-  std::lock_guard<std::mutex> lock(s.mtx);
+  kernels::mutex_lock lock(s.mtx);
   s.progress.running = false;
   return std::move(*s.outcome);
 }
@@ -701,7 +715,7 @@ result<training_result> session::close() {
 std::string session::run_dir() const {
   if (!st_)
     return {};
-  std::lock_guard<std::mutex> lock(st_->mtx);
+  kernels::mutex_lock lock(st_->mtx);
   return st_->run_dir;
 }
 

@@ -15,6 +15,7 @@
 #include "actors/messages.hpp"
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
+#include "kernels/mutex.hpp"
 #include "learners/backend.hpp"
 #include "runtime/cast.hpp"
 #include "runtime/cluster/messages.hpp"
@@ -40,12 +41,12 @@ constexpr auto end_wait = std::chrono::seconds(60);
 // The host's policy store, set once the welcome has told the model's shape;
 // versions pushed before that are kept (the newest) and published then.
 struct host_cache {
-  std::mutex mtx;
-  std::shared_ptr<actors::policy_store> store;
-  std::optional<policy_push> pending;
-  std::string problem; // the first push that did not fit the model
+  kernels::mutex mtx;
+  std::shared_ptr<actors::policy_store> store TROUPE_GUARDED_BY(mtx);
+  std::optional<policy_push> pending TROUPE_GUARDED_BY(mtx);
+  std::string problem TROUPE_GUARDED_BY(mtx); // the first push that did not fit the model
 
-  void publish(const policy_push& p) {
+  void publish(const policy_push& p) TROUPE_REQUIRES(mtx) {
     auto latest = store->latest();
     if (p.params.size() != latest->model.param_count() ||
         p.buffers.size() != latest->model.buffer_count()) {
@@ -60,14 +61,14 @@ struct host_cache {
       store->publish(p.version, p.params.data(), p.buffers.data());
   }
   void take(policy_push p) {
-    std::lock_guard<std::mutex> lock(mtx);
+    kernels::mutex_lock lock(mtx);
     if (store)
       publish(p);
     else if (!pending || pending->version < p.version)
       pending = std::move(p);
   }
   void set_store(std::shared_ptr<actors::policy_store> s) {
-    std::lock_guard<std::mutex> lock(mtx);
+    kernels::mutex_lock lock(mtx);
     store = std::move(s);
     if (pending)
       publish(*pending);
@@ -337,7 +338,7 @@ int run_worker(const worker_options& opts) {
   cache->take(std::move(w->weights));
   cache->set_store(plan.store);
   {
-    std::lock_guard<std::mutex> lock(cache->mtx);
+    kernels::mutex_lock lock(cache->mtx);
     if (!cache->problem.empty())
       return fail_with(opts, cache->problem);
   }
