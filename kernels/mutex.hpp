@@ -83,6 +83,38 @@ private:
   std::unique_lock<std::mutex> lock_;
 };
 
+/// std::recursive_mutex, annotated as a capability: the thread that holds it
+/// may take it again (the analysis sees one hold). Lock it with
+/// recursive_mutex_lock.
+class TROUPE_CAPABILITY("mutex") recursive_mutex {
+public:
+  recursive_mutex() = default;
+  recursive_mutex(const recursive_mutex&) = delete;
+  recursive_mutex& operator=(const recursive_mutex&) = delete;
+
+  /// Blocks until this thread holds the mutex (at once when it does).
+  void lock() TROUPE_ACQUIRE() { native_.lock(); }
+  /// Releases one hold of this thread.
+  void unlock() TROUPE_RELEASE() { native_.unlock(); }
+
+private:
+  std::recursive_mutex native_;
+};
+
+/// Holds a recursive_mutex for its scope (std::lock_guard).
+class TROUPE_SCOPED_CAPABILITY recursive_mutex_lock {
+public:
+  /// Locks `m`.
+  explicit recursive_mutex_lock(recursive_mutex& m) TROUPE_ACQUIRE(m) : m_(m) { m_.lock(); }
+  /// Releases it.
+  ~recursive_mutex_lock() TROUPE_RELEASE() { m_.unlock(); }
+  recursive_mutex_lock(const recursive_mutex_lock&) = delete;
+  recursive_mutex_lock& operator=(const recursive_mutex_lock&) = delete;
+
+private:
+  recursive_mutex& m_;
+};
+
 /// std::shared_mutex, annotated as a capability. Lock it with reader_lock
 /// (shared) or writer_lock (exclusive).
 class TROUPE_CAPABILITY("shared_mutex") shared_mutex {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "envs/mujoco/model_files.hpp"
+#include "kernels/mutex.hpp"
 
 namespace troupe::envs::mujoco {
 
@@ -34,8 +35,8 @@ void quiet_warnings() {
 }
 
 // MuJoCo's XML compiler keeps global state: one compile at a time.
-std::mutex& compile_mutex() {
-  static std::mutex m;
+kernels::mutex& compile_mutex() {
+  static kernels::mutex m;
   return m;
 }
 
@@ -80,7 +81,7 @@ result<model_ptr> compile_model(std::string_view xml, const std::string& name) {
   char error[1024] = "";
   mjModel* m = nullptr;
   {
-    std::lock_guard<std::mutex> lock(compile_mutex());
+    kernels::mutex_lock lock(compile_mutex());
     m = mj_loadXML(file_name.c_str(), vfs.get(), error, sizeof error);
   }
   mj_deleteVFS(vfs.get());
@@ -103,10 +104,16 @@ result<model_ptr> load_model_file(const std::string& path) {
   return compile_model(text, path);
 }
 
+// The built-in models compiled so far, one per name, shared by every instance.
+struct compiled_models {
+  kernels::mutex mutex;
+  std::map<std::string, model_ptr> by_name TROUPE_GUARDED_BY(mutex);
+};
+
 result<model_ptr> builtin_model(const std::string& name) {
-  static std::mutex mutex;
-  static std::map<std::string, model_ptr> compiled;
-  std::lock_guard<std::mutex> lock(mutex);
+  static compiled_models models;
+  kernels::mutex_lock lock(models.mutex);
+  auto& compiled = models.by_name;
   if (auto it = compiled.find(name); it != compiled.end())
     return it->second;
   std::vector<std::string_view> names;

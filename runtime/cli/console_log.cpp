@@ -1,8 +1,9 @@
 #include "runtime/cli/console_log.hpp"
 
 #include <cstdio>
-#include <mutex>
 #include <string>
+
+#include "kernels/mutex.hpp"
 
 namespace troupe::runtime {
 
@@ -11,8 +12,8 @@ namespace {
 // One console for the whole process: lines from every thread in turn, and
 // whether a progress line waits for its newline.
 struct console {
-  std::mutex mtx;
-  bool progress_open = false;
+  kernels::mutex mtx;
+  bool progress_open TROUPE_GUARDED_BY(mtx) = false;
 };
 
 console& the_console() {
@@ -20,7 +21,7 @@ console& the_console() {
   return c;
 }
 
-void end_progress_line_locked(console& c) {
+void end_progress_line_locked(console& c) TROUPE_REQUIRES(c.mtx) {
   if (c.progress_open) {
     std::fputs("\n", stdout);
     std::fflush(stdout);
@@ -33,7 +34,7 @@ void end_progress_line_locked(console& c) {
 actors::log_sink console_log() {
   return [](actors::log_level level, const std::string& line) {
     auto& c = the_console();
-    std::lock_guard<std::mutex> lock(c.mtx);
+    kernels::mutex_lock lock(c.mtx);
     if (level == actors::log_level::progress) {
       std::fputs("\r\033[K", stdout);
       std::fputs(line.c_str(), stdout);
@@ -51,7 +52,7 @@ actors::log_sink console_log() {
 
 void end_console_progress_line() {
   auto& c = the_console();
-  std::lock_guard<std::mutex> lock(c.mtx);
+  kernels::mutex_lock lock(c.mtx);
   end_progress_line_locked(c);
 }
 
