@@ -1098,7 +1098,10 @@ TEST_CASE("an ERROR carries the offending message's sequence whenever its header
   auto expect = [&](std::vector<frame> frames, error_code code, uint64_t sequence) {
     CAPTURE(to_string(code));
     c.send(frames);
-    auto [h, e] = next_error(c, std::string("ERROR ") + to_string(code));
+    // Not a structured binding: CHECK_MESSAGE is a lambda (clang 14).
+    const auto reply = next_error(c, std::string("ERROR ") + to_string(code));
+    const header& h = reply.first;
+    const error_reply& e = reply.second;
     CHECK_MESSAGE(e.code == code,
                   "got " << std::string(to_string(e.code)) << ": " << e.message);
     CHECK(h.sequence == sequence);

@@ -200,7 +200,10 @@ TEST_CASE("bench embed --hz reports the first act() of a frame apart from the re
   // The acts lead on odd frames, the control on even ones.
   const std::vector<std::pair<std::string, uint64_t>> expected{
     {"first_act", 20}, {"rest_act", 100}, {"control_first", 20}, {"control_warm", 20}};
-  for (const auto& [kind, samples] : expected) {
+  for (const auto& item : expected) {
+    // Not a structured binding: INFO is a lambda (clang 14).
+    const std::string& kind = item.first;
+    const uint64_t samples = item.second;
     INFO(kind);
     const auto& k = out.at(kind);
     CHECK(keys_of(k) ==

@@ -933,7 +933,10 @@ TEST_CASE("a finished run's events file holds metrics.csv's rows as TensorBoard 
     std::map<std::string, float> scalars(ev.values.begin(), ev.values.end());
     CHECK(scalars.size() == ev.values.size()); // no tag twice
     size_t cells = 0;
-    for (const auto& [column, cell] : rows[i]) {
+    for (const auto& item : rows[i]) {
+      // Not a structured binding: CAPTURE is a lambda (clang 14).
+      const std::string& column = item.first;
+      const std::string& cell = item.second;
       CAPTURE(column);
       if (cell == "nan") {
         CHECK(scalars.count(column) == 0);
