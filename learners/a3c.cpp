@@ -82,36 +82,32 @@ private:
 };
 
 std::unique_ptr<algorithm> make_a3c(const model_spec& spec, double gamma,
-                                    const hyperparameter_values& v) {
-  a3c_settings s;
-  s.gae_lambda = v.at("gae_lambda");
-  s.vf_coef = v.at("vf_coef");
-  s.ent_coef = v.at("ent_coef");
-  s.local_bn_same_pass = v.at("local_bn_same_pass") != 0;
+                                    const a3c_settings& s) {
   return std::make_unique<a3c>(spec, gamma, s);
 }
 
 } // namespace
 
 algorithm_info a3c_info() {
-  using t = hyperparameter_type;
-  algorithm_info info;
-  info.name = "a3c";
-  info.summary = "n-step advantage actor-critic, one gradient per fresh batch of the "
-                 "current weights (Mnih et al. 2016)";
-  info.hyperparameters = {
-    {"gae_lambda", t::floating, 0.95, 0.0, 1.0, false, false,
-     "GAE lambda of the advantages (1: the paper's n-step returns)"},
-    {"ent_coef", t::floating, 0.01, 0.0, 10.0, false, false,
-     "entropy bonus weight (the paper 0.01)"},
-    {"vf_coef", t::floating, 0.5, 0.0, 100.0, false, false, "value loss weight"},
-    {"local_bn_same_pass", t::boolean, 1, 0, 1, false, false,
-     "model.batch_norm = local: the ratio's old log-probabilities are taken over the "
-     "batch's valid rows with their own statistics, as the learning pass normalizes "
-     "(0: with running statistics, so that the ratio is not 1)"},
-  };
-  info.make = make_a3c;
-  return info;
+  using S = a3c_settings;
+  return declare_algorithm<S>(
+    "a3c",
+    "n-step advantage actor-critic, one gradient per fresh batch of the current weights "
+    "(Mnih et al. 2016)",
+    {
+      {"gae_lambda", +[](S& s) -> double& { return s.gae_lambda; }, 0.0, 1.0, false, false,
+       "GAE lambda of the advantages (1: the paper's n-step returns)"},
+      {"ent_coef", +[](S& s) -> double& { return s.ent_coef; }, 0.0, 10.0, false, false,
+       "entropy bonus weight (the paper 0.01)"},
+      {"vf_coef", +[](S& s) -> double& { return s.vf_coef; }, 0.0, 100.0, false, false,
+       "value loss weight"},
+      {"local_bn_same_pass", +[](S& s) -> bool& { return s.local_bn_same_pass; }, 0, 1,
+       false, false,
+       "model.batch_norm = local: the ratio's old log-probabilities are taken over the "
+       "batch's valid rows with their own statistics, as the learning pass normalizes "
+       "(0: with running statistics, so that the ratio is not 1)"},
+    },
+    make_a3c);
 }
 
 } // namespace troupe::learners

@@ -11,6 +11,25 @@
 
 namespace troupe::learners {
 
+// -- hyperparameters ---------------------------------------------------------
+
+bool in_range(const hyperparameter& h, double x) noexcept {
+  if (!std::isfinite(x))
+    return false;
+  if (h.min_exclusive ? !(x > h.min) : !(x >= h.min))
+    return false;
+  if (h.max_exclusive ? !(x < h.max) : !(x <= h.max))
+    return false;
+  if (h.type != hyperparameter_type::floating && x != std::floor(x))
+    return false;
+  return true;
+}
+
+std::string range_text(const hyperparameter& h) {
+  return fmt::format("{}{}, {}{}", h.min_exclusive ? "(" : "[", h.min, h.max,
+                     h.max_exclusive ? ")" : "]");
+}
+
 // -- the registry ------------------------------------------------------------
 
 const std::vector<algorithm_info>& algorithms() {
@@ -39,18 +58,6 @@ std::string known_names() {
   return out;
 }
 
-bool in_range(const hyperparameter& h, double x) {
-  if (!std::isfinite(x))
-    return false;
-  if (h.min_exclusive ? !(x > h.min) : !(x >= h.min))
-    return false;
-  if (h.max_exclusive ? !(x < h.max) : !(x <= h.max))
-    return false;
-  if (h.type != hyperparameter_type::floating && x != std::floor(x))
-    return false;
-  return true;
-}
-
 } // namespace
 
 result<std::unique_ptr<algorithm>> make_algorithm(const model_spec& spec,
@@ -59,37 +66,10 @@ result<std::unique_ptr<algorithm>> make_algorithm(const model_spec& spec,
   if (!info)
     return make_error(errc::invalid_argument, "unknown algorithm '{}' (known: {})",
                       settings.name, known_names());
-  hyperparameter_values values;
-  for (auto& h : info->hyperparameters)
-    values[h.key] = h.default_value;
-  for (auto& [key, x] : settings.values) {
-    auto it = values.find(key);
-    if (it == values.end()) {
-      std::string owner;
-      for (auto& a : algorithms())
-        for (auto& h : a.hyperparameters)
-          if (key == h.key && owner.find(a.name) == std::string::npos)
-            owner += fmt::format("{}algo.{}", owner.empty() ? "" : ", ", a.name);
-      return make_error(errc::invalid_argument, "{}: no hyperparameter '{}'{}", info->name,
-                        key,
-                        owner.empty() ? std::string{}
-                                      : fmt::format(" (it belongs to {})", owner));
-    }
-    const hyperparameter* h = nullptr;
-    for (auto& c : info->hyperparameters)
-      if (key == c.key)
-        h = &c;
-    if (!in_range(*h, x))
-      return make_error(errc::invalid_argument,
-                        "{}: {} = {} is outside {}{}, {}{}", info->name, key, x,
-                        h->min_exclusive ? "(" : "[", h->min, h->max,
-                        h->max_exclusive ? ")" : "]");
-    it->second = x;
-  }
   if (!(settings.gamma >= 0.0 && settings.gamma <= 1.0))
     return make_error(errc::invalid_argument, "{}: gamma = {} is outside [0, 1]",
                       info->name, settings.gamma);
-  return info->make(spec, settings.gamma, values);
+  return info->make(spec, settings.gamma, settings.settings);
 }
 
 // -- shared steps ------------------------------------------------------------

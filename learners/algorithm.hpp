@@ -11,9 +11,10 @@
 // (learners/algorithm.cpp); docs/training.md says how.
 #pragma once
 
+#include <any>
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,40 +22,31 @@
 #include "kernels/error.hpp"
 #include "kernels/rng.hpp"
 #include "learners/backend.hpp"
+#include "learners/hyperparameters.hpp"
 #include "learners/losses.hpp"
 #include "learners/model.hpp"
 
 namespace troupe::learners {
 
-// -- hyperparameters ---------------------------------------------------------
-
-/// The type of a hyperparameter (a config value of [algo.<name>]).
-enum class hyperparameter_type { boolean, integer, floating };
-
-/// One hyperparameter of an algorithm: its key in [algo.<name>], default,
-/// range and one-line description (the config schema is built from these).
-struct hyperparameter {
-  const char* key = "";                  ///< key inside [algo.<name>]
-  hyperparameter_type type = hyperparameter_type::floating; ///< its type
-  double default_value = 0;              ///< booleans 0 or 1
-  double min = 0;                        ///< smallest allowed value
-  double max = 0;                        ///< largest allowed value
-  bool min_exclusive = false;            ///< min itself is not allowed
-  bool max_exclusive = false;            ///< max itself is not allowed
-  const char* description = "";          ///< one line
-};
-
-/// Values of an algorithm's hyperparameters by key (booleans 0 or 1);
-/// a key left out takes its default.
-using hyperparameter_values = std::map<std::string, double>;
+// -- settings ----------------------------------------------------------------
 
 /// What a learner is told to run: an algorithm by name, the settings every
-/// algorithm shares, and the algorithm's own hyperparameters.
+/// algorithm shares, and the algorithm's own typed settings.
 struct algorithm_settings {
-  std::string name = "ppo";    ///< a name of algorithms()
-  double gamma = 0.99;         ///< discount ([algo] gamma)
-  hyperparameter_values values; ///< [algo.<name>] (missing keys: defaults)
+  std::string name = "ppo";  ///< a name of algorithms()
+  double gamma = 0.99;       ///< discount ([algo] gamma)
+  std::any settings;         ///< the algorithm's struct (ppo_settings, ...); empty: its defaults
 };
+
+/// The `S` that `s` holds, made S{} first when it holds none (tests and
+/// programs set fields by name: settings_of<ppo_settings>(s).update_epochs = 1).
+/// Settings of another type are replaced.
+template <class S>
+S& settings_of(algorithm_settings& s) {
+  if (!std::any_cast<S>(&s.settings))
+    s.settings = S{};
+  return *std::any_cast<S>(&s.settings);
+}
 
 // -- batches -----------------------------------------------------------------
 
@@ -152,15 +144,55 @@ public:
 
 // -- the registry ------------------------------------------------------------
 
-/// An algorithm as the registry lists it.
+/// An algorithm as the registry lists it (made by declare_algorithm).
 struct algorithm_info {
   const char* name = "";    ///< "ppo": the value of [algo] name and the section [algo.ppo]
   const char* summary = ""; ///< one line
-  std::vector<hyperparameter> hyperparameters; ///< its section's keys
-  /// Makes one (the values are complete and checked against the ranges).
-  std::unique_ptr<algorithm> (*make)(const model_spec& spec, double gamma,
-                                     const hyperparameter_values& values) = nullptr;
+  std::vector<hyperparameter> hyperparameters; ///< its section's keys, from its fields
+  /// Its settings struct, every field read with `read`; the error names a
+  /// value out of range.
+  std::function<result<std::any>(const hyperparameter_reader& read)> read;
+  /// Makes one from its settings struct (empty: the defaults); the error
+  /// names a field out of range, or settings of another algorithm.
+  std::function<result<std::unique_ptr<algorithm>>(const model_spec& spec, double gamma,
+                                                   const std::any& settings)>
+    make;
 };
+
+/// The registry's entry of an algorithm whose settings are `S`, declared
+/// once by `fields`; `make` builds one from checked settings.
+template <class S>
+algorithm_info declare_algorithm(const char* name, const char* summary,
+                                 std::vector<field<S>> fields,
+                                 std::unique_ptr<algorithm> (*make)(const model_spec&, double,
+                                                                    const S&)) {
+  algorithm_info info;
+  info.name = name;
+  info.summary = summary;
+  for (const auto& f : fields)
+    info.hyperparameters.push_back(describe_field(f));
+  auto shared = std::make_shared<const std::vector<field<S>>>(std::move(fields));
+  info.read = [name, shared](const hyperparameter_reader& read) -> result<std::any> {
+    auto s = read_settings<S>(name, *shared, read);
+    if (!s)
+      return s.err();
+    return std::any(std::move(*s));
+  };
+  info.make = [name, shared, make](const model_spec& spec, double gamma,
+                                   const std::any& settings)
+    -> result<std::unique_ptr<algorithm>> {
+    const S defaults{};
+    const S* s = settings.has_value() ? std::any_cast<S>(&settings) : &defaults;
+    if (!s)
+      return make_error(errc::invalid_argument,
+                        "{}: the settings given are another algorithm's ({}), not {}'s",
+                        name, settings.type().name(), name);
+    if (auto ok = check_settings<S>(name, *shared, *s); !ok)
+      return ok.err();
+    return make(spec, gamma, *s);
+  };
+  return info;
+}
 
 /// Every algorithm, in the order they are described.
 const std::vector<algorithm_info>& algorithms();
@@ -169,8 +201,8 @@ const std::vector<algorithm_info>& algorithms();
 const algorithm_info* find_algorithm(const std::string& name);
 
 /// Makes the algorithm of `settings` for a model of `spec`; the error names
-/// an unknown algorithm (and the known ones), an unknown hyperparameter (and
-/// the algorithm it belongs to, if any) or a value out of range.
+/// an unknown algorithm (and the known ones), settings of another algorithm,
+/// a field out of range or a discount outside [0, 1].
 result<std::unique_ptr<algorithm>> make_algorithm(const model_spec& spec,
                                                   const algorithm_settings& settings);
 

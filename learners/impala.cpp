@@ -103,43 +103,34 @@ private:
 };
 
 std::unique_ptr<algorithm> make_impala(const model_spec& spec, double gamma,
-                                       const hyperparameter_values& v) {
-  impala_settings s;
-  s.loss.rho_bar = v.at("rho_bar");
-  s.loss.c_bar = v.at("c_bar");
-  s.loss.pg_rho_bar = v.at("pg_rho_bar");
-  s.loss.baseline_coef = v.at("vf_coef");
-  s.loss.ent_coef = v.at("ent_coef");
-  s.local_bn_same_pass = v.at("local_bn_same_pass") != 0;
+                                       const impala_settings& s) {
   return std::make_unique<impala>(spec, gamma, s);
 }
 
 } // namespace
 
 algorithm_info impala_info() {
-  using t = hyperparameter_type;
-  algorithm_info info;
-  info.name = "impala";
-  info.summary = "V-trace off-policy actor-critic, one gradient per batch "
-                 "(Espeholt et al. 2018)";
-  info.hyperparameters = {
-    {"rho_bar", t::floating, 1.0, 0.0, 1e9, false, false,
-     "importance weight clip of the V-trace targets (IMPALA paper 1)"},
-    {"c_bar", t::floating, 1.0, 0.0, 1e9, false, false,
-     "trace-cutting clip (IMPALA paper 1)"},
-    {"pg_rho_bar", t::floating, 1.0, 0.0, 1e9, false, false,
-     "importance weight clip of the policy-gradient advantages (IMPALA paper 1)"},
-    {"ent_coef", t::floating, 0.01, 0.0, 10.0, false, false,
-     "entropy bonus weight (IMPALA paper 0.01)"},
-    {"vf_coef", t::floating, 0.5, 0.0, 100.0, false, false,
-     "value loss weight (IMPALA baseline cost 0.5)"},
-    {"local_bn_same_pass", t::boolean, 1, 0, 1, false, false,
-     "model.batch_norm = local: mu's log-probabilities are taken over the whole "
-     "batch with the acting weights and its own statistics, as the learning pass "
-     "normalizes (0: as recorded when acting, with running statistics)"},
-  };
-  info.make = make_impala;
-  return info;
+  using S = impala_settings;
+  return declare_algorithm<S>(
+    "impala", "V-trace off-policy actor-critic, one gradient per batch (Espeholt et al. 2018)",
+    {
+      {"rho_bar", +[](S& s) -> double& { return s.loss.rho_bar; }, 0.0, 1e9, false, false,
+       "importance weight clip of the V-trace targets (IMPALA paper 1)"},
+      {"c_bar", +[](S& s) -> double& { return s.loss.c_bar; }, 0.0, 1e9, false, false,
+       "trace-cutting clip (IMPALA paper 1)"},
+      {"pg_rho_bar", +[](S& s) -> double& { return s.loss.pg_rho_bar; }, 0.0, 1e9, false,
+       false, "importance weight clip of the policy-gradient advantages (IMPALA paper 1)"},
+      {"ent_coef", +[](S& s) -> double& { return s.loss.ent_coef; }, 0.0, 10.0, false, false,
+       "entropy bonus weight (IMPALA paper 0.01)"},
+      {"vf_coef", +[](S& s) -> double& { return s.loss.baseline_coef; }, 0.0, 100.0, false,
+       false, "value loss weight (IMPALA baseline cost 0.5)"},
+      {"local_bn_same_pass", +[](S& s) -> bool& { return s.local_bn_same_pass; }, 0, 1,
+       false, false,
+       "model.batch_norm = local: mu's log-probabilities are taken over the whole "
+       "batch with the acting weights and its own statistics, as the learning pass "
+       "normalizes (0: as recorded when acting, with running statistics)"},
+    },
+    make_impala);
 }
 
 } // namespace troupe::learners

@@ -181,51 +181,42 @@ private:
 };
 
 std::unique_ptr<algorithm> make_ppo(const model_spec& spec, double gamma,
-                                    const hyperparameter_values& v) {
-  ppo_settings s;
-  s.loss.clip_coef = v.at("clip_coef");
-  s.loss.vf_coef = v.at("vf_coef");
-  s.loss.ent_coef = v.at("ent_coef");
-  s.loss.clip_value_loss = v.at("clip_vloss") != 0;
-  s.loss.normalize_advantages = v.at("norm_adv") != 0;
-  s.gae_lambda = v.at("gae_lambda");
-  s.num_minibatches = static_cast<size_t>(v.at("num_minibatches"));
-  s.update_epochs = static_cast<size_t>(v.at("update_epochs"));
-  s.local_bn_same_pass = v.at("local_bn_same_pass") != 0;
-  return std::make_unique<ppo>(spec, gamma, std::move(s));
+                                    const ppo_settings& s) {
+  return std::make_unique<ppo>(spec, gamma, s);
 }
 
 } // namespace
 
 algorithm_info ppo_info() {
-  using t = hyperparameter_type;
-  algorithm_info info;
-  info.name = "ppo";
-  info.summary = "clipped surrogate with GAE advantages, several epochs of minibatches "
-                 "per batch (CleanRL's ppo.py)";
-  info.hyperparameters = {
-    {"gae_lambda", t::floating, 0.95, 0.0, 1.0, false, false,
-     "GAE lambda (CleanRL 0.95)"},
-    {"num_minibatches", t::integer, 4, 1, 65536, false, false,
-     "minibatches per epoch (CleanRL 4); at most num_steps x num_envs"},
-    {"update_epochs", t::integer, 4, 1, 1000, false, false,
-     "epochs per batch (CleanRL 4)"},
-    {"norm_adv", t::boolean, 1, 0, 1, false, false,
-     "normalize advantages per minibatch (CleanRL)"},
-    {"clip_coef", t::floating, 0.2, 0.0, 10.0, false, false,
-     "surrogate and value clipping coefficient (CleanRL 0.2)"},
-    {"clip_vloss", t::boolean, 1, 0, 1, false, false, "clip the value loss (CleanRL)"},
-    {"ent_coef", t::floating, 0.01, 0.0, 10.0, false, false,
-     "entropy bonus weight (CleanRL 0.01)"},
-    {"vf_coef", t::floating, 0.5, 0.0, 100.0, false, false,
-     "value loss weight (CleanRL 0.5)"},
-    {"local_bn_same_pass", t::boolean, 1, 0, 1, false, false,
-     "model.batch_norm = local: the ratio's old log-probabilities and the value "
-     "clip's old values are taken over each minibatch with its own statistics, as "
-     "the learning pass normalizes (0: from the acting pass's running statistics)"},
-  };
-  info.make = make_ppo;
-  return info;
+  using S = ppo_settings;
+  return declare_algorithm<S>(
+    "ppo",
+    "clipped surrogate with GAE advantages, several epochs of minibatches per batch "
+    "(CleanRL's ppo.py)",
+    {
+      {"gae_lambda", +[](S& s) -> double& { return s.gae_lambda; }, 0.0, 1.0, false, false,
+       "GAE lambda (CleanRL 0.95)"},
+      {"num_minibatches", +[](S& s) -> size_t& { return s.num_minibatches; }, 1, 65536,
+       false, false, "minibatches per epoch (CleanRL 4); at most num_steps x num_envs"},
+      {"update_epochs", +[](S& s) -> size_t& { return s.update_epochs; }, 1, 1000, false,
+       false, "epochs per batch (CleanRL 4)"},
+      {"norm_adv", +[](S& s) -> bool& { return s.loss.normalize_advantages; }, 0, 1, false,
+       false, "normalize advantages per minibatch (CleanRL)"},
+      {"clip_coef", +[](S& s) -> double& { return s.loss.clip_coef; }, 0.0, 10.0, false,
+       false, "surrogate and value clipping coefficient (CleanRL 0.2)"},
+      {"clip_vloss", +[](S& s) -> bool& { return s.loss.clip_value_loss; }, 0, 1, false,
+       false, "clip the value loss (CleanRL)"},
+      {"ent_coef", +[](S& s) -> double& { return s.loss.ent_coef; }, 0.0, 10.0, false,
+       false, "entropy bonus weight (CleanRL 0.01)"},
+      {"vf_coef", +[](S& s) -> double& { return s.loss.vf_coef; }, 0.0, 100.0, false, false,
+       "value loss weight (CleanRL 0.5)"},
+      {"local_bn_same_pass", +[](S& s) -> bool& { return s.local_bn_same_pass; }, 0, 1,
+       false, false,
+       "model.batch_norm = local: the ratio's old log-probabilities and the value "
+       "clip's old values are taken over each minibatch with its own statistics, as "
+       "the learning pass normalizes (0: from the acting pass's running statistics)"},
+    },
+    make_ppo);
 }
 
 } // namespace troupe::learners

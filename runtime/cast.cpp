@@ -47,32 +47,38 @@ result<learners::model_spec> model_spec_for(const config& cfg,
   return spec;
 }
 
-learners::algorithm_settings algorithm_settings_for(const config& cfg) {
+result<learners::algorithm_settings> algorithm_settings_for(const config& cfg) {
   learners::algorithm_settings out;
   out.name = cfg.get_string("algo.name");
   out.gamma = cfg.get_float("algo.gamma");
-  if (auto info = learners::find_algorithm(out.name))
-    for (auto& h : info->hyperparameters) {
-      const std::string key = "algo." + out.name + "." + h.key;
+  if (auto info = learners::find_algorithm(out.name)) {
+    const std::string section = "algo." + out.name + ".";
+    auto read = info->read([&](const learners::hyperparameter& h) -> double {
+      const std::string key = section + h.key;
       switch (h.type) {
         case learners::hyperparameter_type::boolean:
-          out.values[h.key] = cfg.get_bool(key) ? 1.0 : 0.0;
-          break;
+          return cfg.get_bool(key) ? 1.0 : 0.0;
         case learners::hyperparameter_type::integer:
-          out.values[h.key] = static_cast<double>(cfg.get_int(key));
-          break;
+          return static_cast<double>(cfg.get_int(key));
         case learners::hyperparameter_type::floating:
-          out.values[h.key] = cfg.get_float(key);
           break;
       }
-    }
+      return cfg.get_float(key);
+    });
+    if (!read)
+      return read.err();
+    out.settings = std::move(*read);
+  }
   return out;
 }
 
 status check_algorithm(const config& cfg, const learners::model_spec& spec) {
   const std::string where =
     cfg.source_path().empty() ? std::string{"config"} : cfg.source_path();
-  auto made = learners::make_algorithm(spec, algorithm_settings_for(cfg));
+  auto settings = algorithm_settings_for(cfg);
+  if (!settings)
+    return make_error(errc::bad_config, "{}: algo: {}", where, settings.err().message);
+  auto made = learners::make_algorithm(spec, *settings);
   if (!made)
     return make_error(errc::bad_config, "{}: algo: {}", where, made.err().message);
   // The smallest batch of the run: runner slot 0 (env.num_envs_spread >= 1).
@@ -205,7 +211,10 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     all_round_steps += learner_round_steps[li];
   }
   auto shared_budget = std::make_shared<actors::step_budget>(total, start.env_steps);
-  const auto algorithm = algorithm_settings_for(cfg);
+  auto settings = algorithm_settings_for(cfg);
+  // check_algorithm refused a config whose settings do not read.
+  TROUPE_CHECK(settings.ok(), "{}", settings.ok() ? std::string{} : settings.err().message);
+  const auto algorithm = std::move(*settings);
   for (uint64_t li = 0; li < num_learners; ++li) {
     actors::learner_plan lp;
     auto& lo = lp.options;

@@ -33,7 +33,7 @@ result<learners::model_spec> model_spec_for(const config& cfg, const envs::env_s
 
 /// The algorithm a learner runs: algo.name, algo.gamma and the keys of the
 /// section [algo.<name>].
-learners::algorithm_settings algorithm_settings_for(const config& cfg);
+result<learners::algorithm_settings> algorithm_settings_for(const config& cfg);
 
 /// Makes the configured algorithm once and checks that the run's batches
 /// meet its requirements (algo.num_steps x env.num_envs transitions); the

@@ -25,6 +25,7 @@
 #include "envs/registry.hpp"
 #include "learners/mlp.hpp"
 #include "learners/model.hpp"
+#include "learners/ppo.hpp"
 #include "tests/actors/ask.hpp"
 #include "tests/seed.hpp"
 
@@ -562,8 +563,8 @@ TEST_CASE("act keeps answering while the learner is held paused, and training go
   learner_options lo;
   lo.name = "L";
   lo.spec = model.spec();
-  lo.algorithm.values["update_epochs"] = 1;
-  lo.algorithm.values["num_minibatches"] = 1; // one gradient per batch
+  learners::settings_of<learners::ppo_settings>(lo.algorithm).update_epochs = 1;
+  learners::settings_of<learners::ppo_settings>(lo.algorithm).num_minibatches = 1; // one gradient per batch
   lo.steps_per_runner_batch = steps;
   lo.report_to = sink;
   lo.log = [](const std::string&) {};
@@ -721,8 +722,8 @@ learner_report learn_one_ppo_batch(const learners::actor_critic& initial,
   learner_options lo;
   lo.name = "L";
   lo.spec = initial.spec();
-  lo.algorithm.values["update_epochs"] = 1;
-  lo.algorithm.values["num_minibatches"] = 1;
+  learners::settings_of<learners::ppo_settings>(lo.algorithm).update_epochs = 1;
+  learners::settings_of<learners::ppo_settings>(lo.algorithm).num_minibatches = 1;
   lo.anneal_lr = false;
   lo.steps_per_runner_batch = batch.steps * batch.num_envs;
   lo.log = [](const std::string&) {};

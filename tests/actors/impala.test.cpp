@@ -18,6 +18,7 @@
 #include "actors/parameter_server.hpp"
 #include "actors/policy_store.hpp"
 #include "kernels/rng.hpp"
+#include "learners/impala.hpp"
 #include "learners/backend.hpp"
 #include "learners/losses.hpp"
 #include "tests/actors/ask.hpp"
@@ -68,7 +69,7 @@ actors::learner_report learn_one_batch(const learners::actor_critic& initial,
   lo.name = "L";
   lo.algorithm.name = "impala";
   lo.spec = initial.spec();
-  lo.algorithm.values["ent_coef"] = 0.03;
+  learners::settings_of<learners::impala_settings>(lo.algorithm).loss.ent_coef = 0.03;
   lo.anneal_lr = false;
   lo.steps_per_runner_batch = batch.steps * batch.num_envs;
   lo.log = [](const std::string&) {};

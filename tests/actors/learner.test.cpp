@@ -18,6 +18,7 @@
 #include "actors/parameter_server.hpp"
 #include "actors/policy_store.hpp"
 #include "kernels/rng.hpp"
+#include "learners/ppo.hpp"
 #include "learners/rollout.hpp"
 #include "tests/actors/ask.hpp"
 #include "tests/seed.hpp"
@@ -209,8 +210,8 @@ TEST_CASE("a learner skips and counts a batch with a non-finite reward, which ne
   actors::learner_options lo;
   lo.name = "L";
   lo.spec = spec;
-  lo.algorithm.values["update_epochs"] = 1;
-  lo.algorithm.values["num_minibatches"] = 2;
+  learners::settings_of<learners::ppo_settings>(lo.algorithm).update_epochs = 1;
+  learners::settings_of<learners::ppo_settings>(lo.algorithm).num_minibatches = 2;
   lo.anneal_lr = false;
   lo.steps_per_runner_batch = steps * envs;
   lo.log = [](const std::string&) {};
@@ -290,8 +291,10 @@ TEST_CASE("a learner skips a batch its algorithm cannot learn, logging the algor
     lo.name = "L";
     lo.spec = spec;
     lo.algorithm.name = algo;
-    if (algo == "ppo")
-      lo.algorithm.values = {{"update_epochs", 1}, {"num_minibatches", 5}};
+    if (algo == "ppo") {
+      learners::settings_of<learners::ppo_settings>(lo.algorithm).update_epochs = 1;
+      learners::settings_of<learners::ppo_settings>(lo.algorithm).num_minibatches = 5;
+    }
     lo.anneal_lr = false;
     lo.steps_per_runner_batch = steps * envs;
     lo.log = [logs, mtx](const std::string& line) {
@@ -363,8 +366,8 @@ TEST_CASE("with one gradient in flight a learner computes each gradient before t
     actors::learner_options lo;
     lo.name = "L";
     lo.spec = spec;
-    lo.algorithm.values["update_epochs"] = 1;
-    lo.algorithm.values["num_minibatches"] = static_cast<double>(minibatches);
+    learners::settings_of<learners::ppo_settings>(lo.algorithm).update_epochs = 1;
+    learners::settings_of<learners::ppo_settings>(lo.algorithm).num_minibatches = minibatches;
     lo.anneal_lr = false;
     lo.steps_per_runner_batch = steps * envs;
     lo.gradients_in_flight = in_flight;
@@ -469,8 +472,8 @@ learned_run learn_sync(caf::actor_system& sys, const learners::model_spec& spec,
   actors::learner_options lo;
   lo.name = "L";
   lo.spec = spec;
-  lo.algorithm.values["update_epochs"] = 2;
-  lo.algorithm.values["num_minibatches"] = 3;
+  learners::settings_of<learners::ppo_settings>(lo.algorithm).update_epochs = 2;
+  learners::settings_of<learners::ppo_settings>(lo.algorithm).num_minibatches = 3;
   lo.learning_rate = 1e-2; // large enough that every step moves the weights
   lo.anneal_lr = true;
   lo.steps_per_runner_batch = rows;

@@ -21,6 +21,7 @@
 #include "actors/messages.hpp"
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
+#include "learners/ppo.hpp"
 #include "tests/temp_folder.hpp"
 #include "tests/actors/ask.hpp"
 
@@ -98,8 +99,8 @@ struct supervisor_fixture {
       learner_plan lp;
       lp.options.name = "learner" + std::to_string(li);
       lp.options.spec = spec;
-      lp.options.algorithm.values["update_epochs"] = 1;
-      lp.options.algorithm.values["num_minibatches"] = 2;
+      learners::settings_of<learners::ppo_settings>(lp.options.algorithm).update_epochs = 1;
+      learners::settings_of<learners::ppo_settings>(lp.options.algorithm).num_minibatches = 2;
       lp.options.num_runners = runners;
       lp.options.steps_per_runner_batch = envs * steps;
       lp.options.pipelined = true;

@@ -7,14 +7,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <random>
 #include <tuple>
 #include <string>
 #include <vector>
 
+#include "learners/a3c.hpp"
 #include "learners/algorithm.hpp"
+#include "learners/impala.hpp"
 #include "learners/mlp.hpp"
+#include "learners/ppo.hpp"
 #include "learners/rollout.hpp"
 #include "tests/seed.hpp"
 
@@ -66,12 +70,32 @@ struct random_rollout {
   }
 };
 
-std::unique_ptr<algorithm> make(const std::string& name,
-                                hyperparameter_values values = {},
-                                const model_spec& spec = small_spec()) {
+using values_by_key = std::map<std::string, double>;
+
+// The settings of algorithm `name` read from `values` by its declared keys
+// (defaults for the rest); every key given must be one of its own.
+algorithm_settings settings_from(const std::string& name, const values_by_key& values) {
   algorithm_settings s;
   s.name = name;
-  s.values = std::move(values);
+  const algorithm_info* info = find_algorithm(name);
+  REQUIRE(info != nullptr);
+  size_t used = 0;
+  auto read = info->read([&](const hyperparameter& h) {
+    auto it = values.find(h.key);
+    if (it == values.end())
+      return h.default_value;
+    ++used;
+    return it->second;
+  });
+  REQUIRE_MESSAGE(read.ok(), (read.ok() ? std::string{} : read.err().message));
+  REQUIRE(used == values.size());
+  s.settings = std::move(*read);
+  return s;
+}
+
+std::unique_ptr<algorithm> make(const std::string& name, const values_by_key& values = {},
+                                const model_spec& spec = small_spec()) {
+  const algorithm_settings s = settings_from(name, values);
   auto made = make_algorithm(spec, s);
   REQUIRE_MESSAGE(made.ok(), (made.ok() ? std::string{} : made.err().message));
   return std::move(*made);
@@ -222,7 +246,7 @@ double largest_ratio_error(const std::vector<double>& pi_logp,
 } // namespace
 
 TEST_CASE("the registry makes every algorithm it lists with its defaults, and refuses an "
-          "unknown algorithm, another algorithm's key and a value out of range, naming them") {
+          "unknown algorithm, another algorithm's settings and a value out of range, naming them") {
   REQUIRE(algorithms().size() >= 3);
   for (auto& a : algorithms()) {
     CAPTURE(a.name);
@@ -237,17 +261,91 @@ TEST_CASE("the registry makes every algorithm it lists with its defaults, and re
   CHECK(contains(unknown.err().message, "ppo, impala, a3c"));
 
   s.name = "impala";
-  s.values["clip_coef"] = 0.1;
+  settings_of<ppo_settings>(s).loss.clip_coef = 0.1;
   auto foreign = make_algorithm(small_spec(), s);
   REQUIRE_FALSE(foreign.ok());
-  CHECK(contains(foreign.err().message, "impala: no hyperparameter 'clip_coef'"));
-  CHECK(contains(foreign.err().message, "algo.ppo"));
+  CHECK(contains(foreign.err().message, "impala: the settings given are another algorithm's"));
 
   s.name = "ppo";
-  s.values = {{"num_minibatches", 2.5}};
-  auto fraction = make_algorithm(small_spec(), s);
+  settings_of<ppo_settings>(s).loss.clip_coef = -0.5;
+  auto negative = make_algorithm(small_spec(), s);
+  REQUIRE_FALSE(negative.ok());
+  CHECK(contains(negative.err().message, "ppo: clip_coef = -0.5 is outside [0, 10]"));
+
+  auto fraction = find_algorithm("ppo")->read([](const hyperparameter& h) {
+    return std::string{h.key} == "num_minibatches" ? 2.5 : h.default_value;
+  });
   REQUIRE_FALSE(fraction.ok());
   CHECK(contains(fraction.err().message, "num_minibatches = 2.5"));
+}
+
+TEST_CASE("each declared hyperparameter reads into its own field of the settings struct, "
+          "and the declared defaults are the struct's") {
+  std::mt19937_64 gen(test::fresh_seed());
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  // Where each key lives, written here independently of the declarations.
+  const auto ppo_fields = [](const ppo_settings& p) {
+    return values_by_key{{"gae_lambda", p.gae_lambda},
+                         {"num_minibatches", static_cast<double>(p.num_minibatches)},
+                         {"update_epochs", static_cast<double>(p.update_epochs)},
+                         {"norm_adv", p.loss.normalize_advantages ? 1.0 : 0.0},
+                         {"clip_coef", p.loss.clip_coef},
+                         {"clip_vloss", p.loss.clip_value_loss ? 1.0 : 0.0},
+                         {"ent_coef", p.loss.ent_coef},
+                         {"vf_coef", p.loss.vf_coef},
+                         {"local_bn_same_pass", p.local_bn_same_pass ? 1.0 : 0.0}};
+  };
+  const auto impala_fields = [](const impala_settings& p) {
+    return values_by_key{{"rho_bar", p.loss.rho_bar},
+                         {"c_bar", p.loss.c_bar},
+                         {"pg_rho_bar", p.loss.pg_rho_bar},
+                         {"ent_coef", p.loss.ent_coef},
+                         {"vf_coef", p.loss.baseline_coef},
+                         {"local_bn_same_pass", p.local_bn_same_pass ? 1.0 : 0.0}};
+  };
+  const auto a3c_fields = [](const a3c_settings& p) {
+    return values_by_key{{"gae_lambda", p.gae_lambda},
+                         {"ent_coef", p.ent_coef},
+                         {"vf_coef", p.vf_coef},
+                         {"local_bn_same_pass", p.local_bn_same_pass ? 1.0 : 0.0}};
+  };
+  // Distinct random values in range for every key of `info`.
+  const auto random_values = [&](const algorithm_info& info) {
+    values_by_key v;
+    for (auto& h : info.hyperparameters) {
+      if (h.type == hyperparameter_type::boolean)
+        v[h.key] = h.default_value != 0 ? 0.0 : 1.0; // the other value
+      else if (h.type == hyperparameter_type::integer)
+        v[h.key] = std::floor(h.min + 1 + unit(gen) * std::min(h.max - h.min - 1, 50.0));
+      else
+        v[h.key] = h.min + (0.1 + 0.8 * unit(gen)) * std::min(h.max - h.min, 5.0);
+    }
+    return v;
+  };
+  const auto defaults_of = [](const algorithm_info& info) {
+    values_by_key v;
+    for (auto& h : info.hyperparameters)
+      v[h.key] = h.default_value;
+    return v;
+  };
+  for (int round = 0; round < 3; ++round) {
+    const auto* ppo = find_algorithm("ppo");
+    const auto* impala = find_algorithm("impala");
+    const auto* a3c = find_algorithm("a3c");
+    REQUIRE(ppo);
+    REQUIRE(impala);
+    REQUIRE(a3c);
+    CHECK(defaults_of(*ppo) == ppo_fields(ppo_settings{}));
+    CHECK(defaults_of(*impala) == impala_fields(impala_settings{}));
+    CHECK(defaults_of(*a3c) == a3c_fields(a3c_settings{}));
+    const auto vp = random_values(*ppo), vi = random_values(*impala),
+               va = random_values(*a3c);
+    auto sp = settings_from("ppo", vp), si = settings_from("impala", vi),
+         sa = settings_from("a3c", va);
+    CHECK(ppo_fields(settings_of<ppo_settings>(sp)) == vp);
+    CHECK(impala_fields(settings_of<impala_settings>(si)) == vi);
+    CHECK(a3c_fields(settings_of<a3c_settings>(sa)) == va);
+  }
 }
 
 TEST_CASE("PPO refuses a batch with fewer transitions than minibatches, naming the "
@@ -307,7 +405,7 @@ TEST_CASE("a PPO update sends update_epochs x num_minibatches gradients covering
     const char* name = std::get<0>(c);
     const size_t epochs = std::get<1>(c), mbs = std::get<2>(c);
     CAPTURE(name);
-    hyperparameter_values v;
+    values_by_key v;
     if (std::string{name} == "ppo")
       v = {{"update_epochs", 3}, {"num_minibatches", 4}};
     auto algo = make(name, v);
