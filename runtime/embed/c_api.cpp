@@ -25,15 +25,18 @@ static_assert(troupe::abi_version == TROUPE_ABI_VERSION,
               "troupe.hpp and troupe.h must state the same ABI version");
 
 struct troupe_session {
-  std::optional<troupe::session> session; ///< empty once closed
+  static constexpr const char* what = "session"; ///< its name in messages
+  std::optional<troupe::session> object;         ///< empty once closed
 };
 
 struct troupe_agent {
-  std::optional<troupe::agent> agent; ///< empty once closed
+  static constexpr const char* what = "agent"; ///< its name in messages
+  std::optional<troupe::agent> object;         ///< empty once closed
 };
 
 struct troupe_policy {
-  std::optional<troupe::policy> policy; ///< empty once closed
+  static constexpr const char* what = "policy"; ///< its name in messages
+  std::optional<troupe::policy> object;         ///< empty once closed
 };
 
 namespace {
@@ -98,6 +101,20 @@ troupe_status null_argument(const char* call, const char* name) {
 troupe_status closed(const char* call, const char* what) {
   return fail(errc::invalid_argument,
               fmt::format("{}: the {} handle is closed", call, what));
+}
+
+// Runs `body` on the object behind handle `h` (a troupe_session, troupe_agent
+// or troupe_policy): the call fails naming the handle when it is NULL or
+// closed, and an exception becomes a status.
+template <class Handle, class F>
+troupe_status with_handle(const char* call, Handle* h, F&& body) noexcept {
+  return guarded(call, [&]() -> troupe_status {
+    if (h == nullptr)
+      return null_argument(call, Handle::what);
+    if (!h->object)
+      return closed(call, Handle::what);
+    return body(*h->object);
+  });
 }
 
 // Copies `text` into buf (size bytes); invalid_argument naming the sizes when it
@@ -347,7 +364,7 @@ troupe_status open_with(const char* call, int abi_version, troupe_session** out,
     if (!opened)
       return fail(opened.err());
     auto handle = std::make_unique<troupe_session>();
-    handle->session.emplace(std::move(*opened));
+    handle->object.emplace(std::move(*opened));
     *out = handle.release();
     return TROUPE_OK;
   });
@@ -401,25 +418,16 @@ troupe_status troupe_session_resume(int abi_version, const char* run_dir,
   });
 }
 
-#define TROUPE_SESSION(call, s)                                                          \
-  if ((s) == nullptr)                                                                    \
-    return null_argument(call, "session");                                               \
-  if (!(s)->session)                                                                     \
-    return closed(call, "session");                                                      \
-  auto& sess = *(s)->session
-
 troupe_status troupe_session_start(troupe_session* s) {
   constexpr const char* call = "troupe_session_start";
-  return guarded(call, [&] {
-    TROUPE_SESSION(call, s);
+  return with_handle(call, s, [&](auto& sess) {
     return done_as(sess.start(), "session::start", call);
   });
 }
 
 troupe_status troupe_session_progress(const troupe_session* s, troupe_progress* out) {
   constexpr const char* call = "troupe_session_progress";
-  return guarded(call, [&] {
-    TROUPE_SESSION(call, s);
+  return with_handle(call, s, [&](auto& sess) {
     if (out == nullptr)
       return null_argument(call, "out");
     to_c(sess.progress(), out);
@@ -429,8 +437,7 @@ troupe_status troupe_session_progress(const troupe_session* s, troupe_progress* 
 
 troupe_status troupe_session_save_checkpoint(troupe_session* s, char* path, size_t size) {
   constexpr const char* call = "troupe_session_save_checkpoint";
-  return guarded(call, [&] {
-    TROUPE_SESSION(call, s);
+  return with_handle(call, s, [&](auto& sess) {
     auto saved = sess.save_checkpoint();
     if (!saved)
       return fail(saved.err());
@@ -440,16 +447,14 @@ troupe_status troupe_session_save_checkpoint(troupe_session* s, char* path, size
 
 troupe_status troupe_session_request_stop(troupe_session* s) {
   constexpr const char* call = "troupe_session_request_stop";
-  return guarded(call, [&] {
-    TROUPE_SESSION(call, s);
+  return with_handle(call, s, [&](auto& sess) {
     return done(sess.request_stop());
   });
 }
 
 troupe_status troupe_session_wait(troupe_session* s, int64_t timeout_ms, int* finished) {
   constexpr const char* call = "troupe_session_wait";
-  return guarded(call, [&] {
-    TROUPE_SESSION(call, s);
+  return with_handle(call, s, [&](auto& sess) {
     if (finished == nullptr)
       return null_argument(call, "finished");
     if (timeout_ms < 0)
@@ -465,10 +470,9 @@ troupe_status troupe_session_wait(troupe_session* s, int64_t timeout_ms, int* fi
 
 troupe_status troupe_session_close(troupe_session* s, troupe_progress* out) {
   constexpr const char* call = "troupe_session_close";
-  return guarded(call, [&] {
-    TROUPE_SESSION(call, s);
+  return with_handle(call, s, [&](auto& sess) {
     auto closed_progress = sess.close();
-    s->session.reset();
+    s->object.reset();
     if (!closed_progress)
       return fail(closed_progress.err());
     if (out != nullptr)
@@ -479,16 +483,15 @@ troupe_status troupe_session_close(troupe_session* s, troupe_progress* out) {
 
 troupe_status troupe_session_run_dir(const troupe_session* s, char* buf, size_t size) {
   constexpr const char* call = "troupe_session_run_dir";
-  return guarded(call, [&] {
-    TROUPE_SESSION(call, s);
+  return with_handle(call, s, [&](auto& sess) {
     return copy_out(call, sess.run_dir(), buf, size);
   });
 }
 
 void troupe_session_free(troupe_session* s) {
   try {
-    if (s != nullptr && s->session)
-      (void)s->session->close();
+    if (s != nullptr && s->object)
+      (void)s->object->close();
   } catch (...) {
   }
   delete s;
@@ -496,19 +499,11 @@ void troupe_session_free(troupe_session* s) {
 
 // -- agents ---------------------------------------------------------------------------
 
-#define TROUPE_AGENT(call, a)                                                            \
-  if ((a) == nullptr)                                                                    \
-    return null_argument(call, "agent");                                                 \
-  if (!(a)->agent)                                                                       \
-    return closed(call, "agent");                                                        \
-  auto& ag = *(a)->agent
-
 troupe_status troupe_session_make_agent(troupe_session* s, size_t slots,
                                         const troupe_agent_options* options,
                                         troupe_agent** out) {
   constexpr const char* call = "troupe_session_make_agent";
-  return guarded(call, [&] {
-    TROUPE_SESSION(call, s);
+  return with_handle(call, s, [&](auto& sess) {
     if (out == nullptr)
       return null_argument(call, "out");
     *out = nullptr;
@@ -521,7 +516,7 @@ troupe_status troupe_session_make_agent(troupe_session* s, size_t slots,
     if (!made)
       return fail(made.err());
     auto handle = std::make_unique<troupe_agent>();
-    handle->agent.emplace(std::move(*made));
+    handle->object.emplace(std::move(*made));
     *out = handle.release();
     return TROUPE_OK;
   });
@@ -530,8 +525,7 @@ troupe_status troupe_session_make_agent(troupe_session* s, size_t slots,
 troupe_status troupe_agent_info(const troupe_agent* a, size_t* slots, size_t* obs_dim,
                                 size_t* action_dim) {
   constexpr const char* call = "troupe_agent_info";
-  return guarded(call, [&] {
-    TROUPE_AGENT(call, a);
+  return with_handle(call, a, [&](auto& ag) {
     if (slots)
       *slots = ag.slots();
     if (obs_dim)
@@ -545,8 +539,7 @@ troupe_status troupe_agent_info(const troupe_agent* a, size_t* slots, size_t* ob
 troupe_status troupe_agent_act(troupe_agent* a, size_t slot, const float* obs,
                                size_t obs_size, float* action, size_t action_size) {
   constexpr const char* call = "troupe_agent_act";
-  return guarded(call, [&] {
-    TROUPE_AGENT(call, a);
+  return with_handle(call, a, [&](auto& ag) {
     if (obs == nullptr)
       return null_argument(call, "obs");
     if (action == nullptr)
@@ -570,8 +563,7 @@ troupe_status troupe_agent_act_batch(troupe_agent* a, size_t first_slot, size_t 
                                      const float* obs, size_t obs_size, float* actions,
                                      size_t actions_size) {
   constexpr const char* call = "troupe_agent_act_batch";
-  return guarded(call, [&] {
-    TROUPE_AGENT(call, a);
+  return with_handle(call, a, [&](auto& ag) {
     if (obs == nullptr)
       return null_argument(call, "obs");
     if (actions == nullptr)
@@ -603,8 +595,7 @@ troupe_status troupe_agent_act_batch(troupe_agent* a, size_t first_slot, size_t 
 troupe_status troupe_agent_report(troupe_agent* a, size_t slot, double reward,
                                   int terminated, int truncated, const float* final_obs) {
   constexpr const char* call = "troupe_agent_report";
-  return guarded(call, [&] {
-    TROUPE_AGENT(call, a);
+  return with_handle(call, a, [&](auto& ag) {
     // Flags are 0 or 1: another value is a caller's bug (an uninitialized
     // int, a count passed by mistake), not a truth value to guess at.
     for (auto [name, value] :
@@ -620,8 +611,7 @@ troupe_status troupe_agent_report(troupe_agent* a, size_t slot, double reward,
 
 troupe_status troupe_agent_dropped(const troupe_agent* a, uint64_t* out) {
   constexpr const char* call = "troupe_agent_dropped";
-  return guarded(call, [&] {
-    TROUPE_AGENT(call, a);
+  return with_handle(call, a, [&](auto& ag) {
     if (out == nullptr)
       return null_argument(call, "out");
     *out = ag.dropped();
@@ -631,10 +621,9 @@ troupe_status troupe_agent_dropped(const troupe_agent* a, uint64_t* out) {
 
 troupe_status troupe_agent_close(troupe_agent* a) {
   constexpr const char* call = "troupe_agent_close";
-  return guarded(call, [&] {
-    TROUPE_AGENT(call, a);
+  return with_handle(call, a, [&](auto& ag) {
     (void)ag;
-    a->agent.reset();
+    a->object.reset();
     return TROUPE_OK;
   });
 }
@@ -644,13 +633,6 @@ void troupe_agent_free(troupe_agent* a) {
 }
 
 // -- policies -------------------------------------------------------------------------
-
-#define TROUPE_POLICY(call, p)                                                           \
-  if ((p) == nullptr)                                                                    \
-    return null_argument(call, "policy");                                                \
-  if (!(p)->policy)                                                                      \
-    return closed(call, "policy");                                                       \
-  auto& pol = *(p)->policy
 
 troupe_status troupe_policy_load(int abi_version, const char* path, troupe_policy** out) {
   constexpr const char* call = "troupe_policy_load";
@@ -667,7 +649,7 @@ troupe_status troupe_policy_load(int abi_version, const char* path, troupe_polic
     if (!loaded)
       return fail(loaded.err());
     auto handle = std::make_unique<troupe_policy>();
-    handle->policy.emplace(std::move(*loaded));
+    handle->object.emplace(std::move(*loaded));
     *out = handle.release();
     return TROUPE_OK;
   });
@@ -675,8 +657,7 @@ troupe_status troupe_policy_load(int abi_version, const char* path, troupe_polic
 
 troupe_status troupe_policy_info_get(const troupe_policy* p, troupe_policy_info* out) {
   constexpr const char* call = "troupe_policy_info_get";
-  return guarded(call, [&] {
-    TROUPE_POLICY(call, p);
+  return with_handle(call, p, [&](auto& pol) {
     if (out == nullptr)
       return null_argument(call, "out");
     out->obs_dim = pol.obs_dim();
@@ -691,8 +672,7 @@ troupe_status troupe_policy_act(const troupe_policy* p, const float* obs, size_t
                                 float* action, size_t action_size, int deterministic,
                                 uint64_t seed) {
   constexpr const char* call = "troupe_policy_act";
-  return guarded(call, [&] {
-    TROUPE_POLICY(call, p);
+  return with_handle(call, p, [&](auto& pol) {
     if (obs == nullptr)
       return null_argument(call, "obs");
     if (action == nullptr)
@@ -709,10 +689,9 @@ troupe_status troupe_policy_act(const troupe_policy* p, const float* obs, size_t
 
 troupe_status troupe_policy_close(troupe_policy* p) {
   constexpr const char* call = "troupe_policy_close";
-  return guarded(call, [&] {
-    TROUPE_POLICY(call, p);
+  return with_handle(call, p, [&](auto& pol) {
     (void)pol;
-    p->policy.reset();
+    p->object.reset();
     return TROUPE_OK;
   });
 }
