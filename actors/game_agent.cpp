@@ -98,29 +98,6 @@ struct waker {
   std::function<void()> wake;
 };
 
-// Draws one action from `logits` [n] (learners::sample_categorical's
-// formula, with the slot's scratch instead of an allocation per call).
-void sample_one_categorical(const float* l, size_t n, kernels::rng& gen,
-                            std::vector<double>& e, float* action, float* logp) {
-  const double top = *std::max_element(l, l + n);
-  double total = 0;
-  for (size_t j = 0; j < n; ++j) {
-    e[j] = std::exp(l[j] - top);
-    total += e[j];
-  }
-  double u = gen.unit() * total;
-  size_t pick = n - 1;
-  for (size_t j = 0; j < n; ++j) {
-    u -= e[j];
-    if (u < 0) {
-      pick = j;
-      break;
-    }
-  }
-  *action = static_cast<float>(pick);
-  *logp = static_cast<float>(l[pick] - top - std::log(total));
-}
-
 } // namespace
 
 struct game_agent::impl {
@@ -289,8 +266,8 @@ struct game_agent::impl {
     segment& g = *s.seg;
     float* a = &g.actions[row * ad];
     if (discrete)
-      sample_one_categorical(head, static_cast<size_t>(spec.n), s.gen, s.exps, a,
-                             &g.logp[row]);
+      learners::sample_categorical(head, 1, static_cast<size_t>(spec.n), s.gen, a,
+                                   &g.logp[row], s.exps);
     else
       learners::sample_gaussian(head, model.params() + model.layout().log_std, 1, ad,
                                 s.gen, a, &g.logp[row]);

@@ -45,8 +45,9 @@ void vtrace_inputs(size_t rows, const uint8_t* terminated, const uint8_t* autore
 }
 
 void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
-                        float* actions, float* logp) {
-  std::vector<double> e(n); // each exp is computed once, for the sum and the draw
+                        float* actions, float* logp, std::vector<double>& scratch) {
+  scratch.resize(n); // each exp is computed once, for the sum and the draw
+  double* e = scratch.data();
   for (size_t r = 0; r < rows; ++r) {
     const float* l = logits + r * n;
     const double top = *std::max_element(l, l + n);
@@ -68,6 +69,12 @@ void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng
     if (logp)
       logp[r] = static_cast<float>(l[pick] - top - std::log(total));
   }
+}
+
+void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
+                        float* actions, float* logp) {
+  std::vector<double> scratch;
+  sample_categorical(logits, rows, n, gen, actions, logp, scratch);
 }
 
 void most_likely_categorical(const float* logits, size_t rows, size_t n, float* actions) {

@@ -56,6 +56,11 @@ void vtrace_inputs(size_t rows, const uint8_t* terminated, const uint8_t* autore
 void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
                         float* actions, float* logp);
 
+/// As above, with `scratch` (resized to n) instead of an allocation per call:
+/// the game agent's per-slot draws.
+void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
+                        float* actions, float* logp, std::vector<double>& scratch);
+
 /// The most likely action of each row of a categorical policy's `logits`
 /// [rows x n] (the first on ties, as torch.argmax), as floats.
 void most_likely_categorical(const float* logits, size_t rows, size_t n, float* actions);
