@@ -95,6 +95,20 @@ std::string text_list(const std::vector<double>& xs) {
   return out + "]";
 }
 
+// The comma-separated finite numbers of option `option`; the error names the
+// option, the value's position and its text.
+result<std::vector<double>> parse_numbers(const char* option, const std::string& text) {
+  std::vector<double> out;
+  for (auto& part : split_commas(text)) {
+    auto v = parse_double(part);
+    if (!v || !std::isfinite(*v))
+      return make_error(errc::invalid_argument, "{}: value {} '{}' is not a finite number",
+                        option, out.size() + 1, part);
+    out.push_back(*v);
+  }
+  return out;
+}
+
 } // namespace
 
 int cmd_env_list(const args_t& args) {
@@ -120,22 +134,42 @@ int cmd_env_replay(const args_t& args) {
   static const std::vector<arg_spec> specs = {
     {"env", true, false, "environment id (see troupe env list)"},
     {"state", true, false, "internal state V1,V2,... in Gymnasium's env.unwrapped.state order"},
+    {"qpos", true, false, "MuJoCo tasks, instead of --state: the positions data.qpos"},
+    {"qvel", true, false, "MuJoCo tasks, with --qpos: the velocities data.qvel"},
+    {"qacc-warmstart", true, false,
+     "MuJoCo tasks, with --qpos: the solver's warm start (default zeros, as after a reset)"},
     {"elapsed", true, false, "steps already taken, for the time limit (default 0)"},
     {"actions", true, false, "file with one action per line"},
     {"json", false, false, "print one JSON object per step"},
   };
   const char* usage =
-    "usage: troupe env replay --env ID --state=V1,V2,... [--elapsed N] --actions FILE [--json]";
+    "usage: troupe env replay --env ID (--state=V1,V2,... | --qpos=... --qvel=... "
+    "[--qacc-warmstart=...]) [--elapsed N] --actions FILE [--json]";
   auto parsed = parse_args("troupe env replay", args, specs);
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
   if (!parsed->positional.empty())
     return fail(exit_bad_input, fmt::format("troupe env replay: unexpected argument '{}'\n{}",
                                             parsed->positional[0], usage));
-  for (const char* required : {"env", "state", "actions"})
+  for (const char* required : {"env", "actions"})
     if (!parsed->get(required))
       return fail(exit_bad_input,
                   fmt::format("troupe env replay: --{} is required\n{}", required, usage));
+  const bool by_parts = parsed->get("qpos") || parsed->get("qvel") ||
+                        parsed->get("qacc-warmstart");
+  if (by_parts && parsed->get("state"))
+    return fail(exit_bad_input,
+                fmt::format("troupe env replay: give --state or --qpos and --qvel, not "
+                            "both\n{}",
+                            usage));
+  if (!by_parts && !parsed->get("state"))
+    return fail(exit_bad_input,
+                fmt::format("troupe env replay: --state (or, for a MuJoCo task, --qpos and "
+                            "--qvel) is required\n{}",
+                            usage));
+  if (by_parts && (!parsed->get("qpos") || !parsed->get("qvel")))
+    return fail(exit_bad_input,
+                fmt::format("troupe env replay: --qpos and --qvel go together\n{}", usage));
 
   auto e = envs::make_env(*parsed->get("env"));
   if (!e)
@@ -145,13 +179,40 @@ int cmd_env_replay(const args_t& args) {
 
   // -- state --------------------------------------------------------------
   std::vector<double> state;
-  for (auto& part : split_commas(*parsed->get("state"))) {
-    auto v = parse_double(part);
-    if (!v || !std::isfinite(*v))
-      return fail(exit_bad_input,
-                  fmt::format("--state: value {} '{}' is not a finite number",
-                              state.size() + 1, part));
-    state.push_back(*v);
+  if (!by_parts) {
+    auto values = parse_numbers("--state", *parsed->get("state"));
+    if (!values)
+      return fail(exit_bad_input, values.err().message);
+    state = std::move(*values);
+  } else {
+    // A MuJoCo task's state is qpos.*, qvel.*, then qacc_warmstart.* (its
+    // state names say how many of each).
+    const char* parts[] = {"qpos", "qvel", "qacc_warmstart"};
+    const char* options[] = {"--qpos", "--qvel", "--qacc-warmstart"};
+    for (int k = 0; k < 3; ++k) {
+      std::vector<std::string> names;
+      for (auto& n : spec.state_names)
+        if (n.rfind(std::string{parts[k]} + ".", 0) == 0)
+          names.push_back(n);
+      if (names.empty())
+        return fail(exit_bad_input,
+                    fmt::format("{}: {} is not a MuJoCo task (its state is {}); give "
+                                "--state",
+                                options[k], spec.id, fmt::join(spec.state_names, ", ")));
+      const auto text = parsed->get(options[k] + 2);
+      std::vector<double> values(names.size(), 0.0); // warm start: zeros by default
+      if (text) {
+        auto read = parse_numbers(options[k], *text);
+        if (!read)
+          return fail(exit_bad_input, read.err().message);
+        if (read->size() != names.size())
+          return fail(exit_bad_input,
+                      fmt::format("{}: {} has {} values ({}), got {}", options[k], spec.id,
+                                  names.size(), fmt::join(names, ", "), read->size()));
+        values = std::move(*read);
+      }
+      state.insert(state.end(), values.begin(), values.end());
+    }
   }
   if (state.size() != spec.state_dim())
     return fail(exit_bad_input,

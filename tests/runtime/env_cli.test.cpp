@@ -10,6 +10,11 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+
+#include <mujoco/mujoco.h>
+
+#include "envs/mujoco/mujoco_env.hpp"
 #include "tests/cli_support.hpp"
 
 using troupe::test::fresh_seed;
@@ -217,6 +222,123 @@ TEST_CASE("env replay rejects bad input with exit status 2 and a message naming 
       dir);
     CHECK(r.status == 2);
     CHECK(r.err.find("--stat") != std::string::npos);
+  }
+}
+
+TEST_CASE("env replay of a MuJoCo task from --qpos and --qvel matches MuJoCo stepped "
+          "directly") {
+  temp_folder dir("env-cli");
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> noise(-0.1, 0.1), act(-1.0, 1.0);
+  auto model = troupe::envs::mujoco::builtin_model("half_cheetah.xml");
+  REQUIRE(model.ok());
+  const mjModel& m = **model;
+  REQUIRE(m.nq == 9);
+  REQUIRE(m.nv == 9);
+  REQUIRE(m.nu == 6);
+  std::vector<double> qpos(m.nq), qvel(m.nv);
+  for (int i = 0; i < m.nq; ++i)
+    qpos[i] = m.qpos0[i] + noise(gen);
+  for (double& v : qvel)
+    v = 10 * noise(gen);
+  std::vector<std::vector<float>> actions(6, std::vector<float>(6));
+  std::string text;
+  for (auto& a : actions) {
+    for (float& x : a)
+      x = static_cast<float>(act(gen));
+    text += fmt::format("{:.9g}\n", fmt::join(a, ","));
+  }
+  auto path = dir.write("actions", text);
+  auto r = run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos={} --qvel={} "
+                                  "--actions '{}' --json",
+                                  state_arg(qpos), state_arg(qvel), path),
+                      dir);
+  REQUIRE_MESSAGE(r.status == 0, r.err);
+  auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == actions.size());
+
+  // The reference: MuJoCo itself, as Gymnasium's set_state and do_simulation
+  // drive it (warm start zero, as after mj_resetData).
+  struct data_deleter {
+    void operator()(mjData* d) const { mj_deleteData(d); }
+  };
+  std::unique_ptr<mjData, data_deleter> d(mj_makeData(&m));
+  mj_resetData(&m, d.get());
+  for (int i = 0; i < m.nq; ++i)
+    d->qpos[i] = qpos[i];
+  for (int i = 0; i < m.nv; ++i)
+    d->qvel[i] = qvel[i];
+  mj_forward(&m, d.get());
+  for (size_t t = 0; t < actions.size(); ++t) {
+    CAPTURE(t);
+    const double x_before = d->qpos[0];
+    for (int i = 0; i < m.nu; ++i)
+      d->ctrl[i] = actions[t][i];
+    for (int k = 0; k < 5; ++k)
+      mj_step(&m, d.get());
+    mj_rnePostConstraint(&m, d.get());
+    float squares = 0;
+    for (float x : actions[t])
+      squares += x * x;
+    const double reward =
+      (d->qpos[0] - x_before) / (5 * m.opt.timestep) - static_cast<double>(0.1f * squares);
+    CHECK(json_number(lines[t], "reward") == doctest::Approx(reward).epsilon(1e-12));
+    auto obs = json_array(lines[t], "obs");
+    REQUIRE(obs.size() == 17);
+    for (int i = 1; i < m.nq; ++i)
+      CHECK(obs[i - 1] == static_cast<double>(static_cast<float>(d->qpos[i])));
+    for (int i = 0; i < m.nv; ++i)
+      CHECK(obs[8 + i] == static_cast<double>(static_cast<float>(d->qvel[i])));
+    auto state = json_array(lines[t], "state");
+    REQUIRE(state.size() == 27);
+    for (int i = 0; i < m.nv; ++i)
+      CHECK(state[18 + i] == d->qacc_warmstart[i]);
+    CHECK_FALSE(json_flag(lines[t], "terminated"));
+  }
+}
+
+TEST_CASE("env replay rejects bad MuJoCo parts with exit status 2, naming the option") {
+  temp_folder dir("env-cli");
+  auto actions = dir.write("ok", "0,0,0,0,0,0\n");
+  const std::string q9 = "0,0,0,0,0,0,0,0,0";
+  SUBCASE("a qpos of the wrong length names the joints") {
+    auto r = run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos=0,0 --qvel={} "
+                                    "--actions '{}'",
+                                    q9, actions),
+                        dir);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--qpos: HalfCheetah-v4 has 9 values") != std::string::npos);
+    CHECK(r.err.find("qpos.rootx") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+  SUBCASE("--qpos without --qvel, and with --state") {
+    auto r = run_troupe(
+      fmt::format("env replay --env HalfCheetah-v4 --qpos={} --actions '{}'", q9, actions),
+      dir);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--qpos and --qvel go together") != std::string::npos);
+    r = run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos={} --qvel={} "
+                               "--state=0 --actions '{}'",
+                               q9, q9, actions),
+                   dir);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("not both") != std::string::npos);
+  }
+  SUBCASE("a qvel value that is not a number, and --qpos on a classic task") {
+    auto r = run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos={} "
+                                    "--qvel=0,0,0,0,nan,0,0,0,0 --actions '{}'",
+                                    q9, actions),
+                        dir);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--qvel: value 5 'nan' is not a finite number") != std::string::npos);
+    auto cart = dir.write("cart", "1\n");
+    r = run_troupe(
+      fmt::format("env replay --env CartPole-v1 --qpos=0 --qvel=0 --actions '{}'", cart),
+      dir);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("CartPole-v1 is not a MuJoCo task") != std::string::npos);
   }
 }
 
