@@ -2,12 +2,16 @@
 
 #include "envs/mujoco/half_cheetah.hpp"
 #include "envs/mujoco/inverted_pendulum.hpp"
+#include "envs/mujoco/hopper.hpp"
+#include "envs/mujoco/walker2d.hpp"
 
 namespace troupe::envs::mujoco {
 
 std::vector<registration> task_registrations() {
   // One line per task.
-  return {model_registration<inverted_pendulum>(), model_registration<half_cheetah>()};
+  return {model_registration<inverted_pendulum>(), model_registration<half_cheetah>(),
+          model_registration<hopper>(),
+          model_registration<walker2d>()};
 }
 
 bool is_task(const std::string& id) {
