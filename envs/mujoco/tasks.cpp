@@ -4,6 +4,8 @@
 #include "envs/mujoco/inverted_pendulum.hpp"
 #include "envs/mujoco/hopper.hpp"
 #include "envs/mujoco/walker2d.hpp"
+#include "envs/mujoco/swimmer.hpp"
+#include "envs/mujoco/reacher.hpp"
 
 namespace troupe::envs::mujoco {
 
@@ -11,7 +13,9 @@ std::vector<registration> task_registrations() {
   // One line per task.
   return {model_registration<inverted_pendulum>(), model_registration<half_cheetah>(),
           model_registration<hopper>(),
-          model_registration<walker2d>()};
+          model_registration<walker2d>(),
+          model_registration<swimmer>(),
+          model_registration<reacher>()};
 }
 
 bool is_task(const std::string& id) {
