@@ -6,6 +6,7 @@
 #include "envs/mujoco/walker2d.hpp"
 #include "envs/mujoco/swimmer.hpp"
 #include "envs/mujoco/reacher.hpp"
+#include "envs/mujoco/inverted_double_pendulum.hpp"
 
 namespace troupe::envs::mujoco {
 
@@ -15,7 +16,8 @@ std::vector<registration> task_registrations() {
           model_registration<hopper>(),
           model_registration<walker2d>(),
           model_registration<swimmer>(),
-          model_registration<reacher>()};
+          model_registration<reacher>(),
+          model_registration<inverted_double_pendulum>()};
 }
 
 bool is_task(const std::string& id) {
