@@ -26,7 +26,8 @@ struct hopper : mujoco_task {
   static constexpr double healthy_z_min = 0.7;
   static constexpr double healthy_angle_min = -0.2, healthy_angle_max = 0.2;
   static constexpr double reset_noise_scale = 5e-3;
-  static constexpr double velocity_clip = 10.0; ///< observed velocities are clipped to +-this
+  /// Observed velocities are clipped to [-velocity_clip, velocity_clip].
+  static constexpr double velocity_clip = 10.0;
   static constexpr int nq = 6, nv = 6, nu = 3;
 
   /// The last step's terms, as v4's info names them.
@@ -64,7 +65,8 @@ struct hopper : mujoco_task {
     for (int i = 0; i < nv; ++i)
       healthy_state &= healthy_state_min < d.qvel[i] && d.qvel[i] < healthy_state_max;
     const double z = d.qpos[1], angle = d.qpos[2];
-    const bool healthy_z = healthy_z_min < z && z < std::numeric_limits<double>::infinity();
+    const bool healthy_z =
+      healthy_z_min < z && z < std::numeric_limits<double>::infinity();
     const bool healthy_angle = healthy_angle_min < angle && angle < healthy_angle_max;
     return healthy_state && healthy_z && healthy_angle;
   }
@@ -92,7 +94,8 @@ struct hopper : mujoco_task {
     for (int i = 1; i < nq; ++i)
       obs[i - 1] = static_cast<float>(d.qpos[i]);
     for (int i = 0; i < nv; ++i)
-      obs[nq - 1 + i] = static_cast<float>(std::clamp(d.qvel[i], -velocity_clip, velocity_clip));
+      obs[nq - 1 + i] =
+        static_cast<float>(std::clamp(d.qvel[i], -velocity_clip, velocity_clip));
   }
 };
 

@@ -27,7 +27,8 @@ struct inverted_double_pendulum : mujoco_task {
   static constexpr double alive_bonus = 10.0;
   static constexpr double min_tip_height = 1.0; ///< terminated when the tip's z <= this
   static constexpr double reset_noise_scale = 0.1;
-  static constexpr double clip = 10.0; ///< observed velocities and constraint forces are clipped to +-this
+  /// Observed velocities and constraint forces are clipped to [-clip, clip].
+  static constexpr double clip = 10.0;
   static constexpr int nq = 3, nv = 3, nu = 1;
 
   /// qfrc_constraint as v4's observation reads it: from the last pass of the

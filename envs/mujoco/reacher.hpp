@@ -24,11 +24,12 @@ namespace troupe::envs::mujoco {
 /// The Reacher-v4 task.
 struct reacher : mujoco_task {
   static constexpr int frame_skip = 2;
-  static constexpr double arm_reset_noise = 0.1;   ///< half-width of the arm angles' noise
-  static constexpr double arm_velocity_noise = 0.005; ///< half-width of the arm velocities' noise
-  static constexpr double goal_radius = 0.2;       ///< the target is drawn inside this disc
+  static constexpr double arm_reset_noise = 0.1; ///< half-width of the arm angles' noise
+  static constexpr double arm_velocity_noise = 0.005; ///< the arm velocities' half-width
+  static constexpr double goal_radius = 0.2; ///< the target is drawn inside this disc
   static constexpr int nq = 4, nv = 4, nu = 2;
-  static constexpr int fingertip_body = 3, target_body = 4; ///< body ids in models/reacher.xml
+  /// The body ids of the fingertip and the target in models/reacher.xml.
+  static constexpr int fingertip_body = 3, target_body = 4;
 
   /// The last step's reward terms, as v4's info names them.
   double reward_dist = 0; ///< -|fingertip - target| before the step
@@ -47,7 +48,8 @@ struct reacher : mujoco_task {
   /// state is (qpos, qvel, qacc_warmstart, fingertip_minus_target).
   static env_spec make_spec() {
     constexpr float inf = std::numeric_limits<float>::infinity();
-    auto names = hinge_and_slide_state_names({"joint0", "joint1", "target_x", "target_y"});
+    auto names =
+      hinge_and_slide_state_names({"joint0", "joint1", "target_x", "target_y"});
     for (const char* axis : {"x", "y", "z"})
       names.push_back(std::string("fingertip_minus_target.") + axis);
     return {"Reacher-v4", space::box(11, -inf, inf), space::box(nu, -1.0f, 1.0f), 50,

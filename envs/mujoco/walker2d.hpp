@@ -25,7 +25,8 @@ struct walker2d : mujoco_task {
   static constexpr double healthy_z_min = 0.8, healthy_z_max = 2.0;
   static constexpr double healthy_angle_min = -1.0, healthy_angle_max = 1.0;
   static constexpr double reset_noise_scale = 5e-3;
-  static constexpr double velocity_clip = 10.0; ///< observed velocities are clipped to +-this
+  /// Observed velocities are clipped to [-velocity_clip, velocity_clip].
+  static constexpr double velocity_clip = 10.0;
   static constexpr int nq = 9, nv = 9, nu = 6;
 
   /// The last step's terms, as v4's info names them.
@@ -37,8 +38,8 @@ struct walker2d : mujoco_task {
   /// Id, spaces (Box(-inf, inf, (17,)); Box(-1, 1, (6,))) and time limit 1000.
   static env_spec make_spec() {
     constexpr float inf = std::numeric_limits<float>::infinity();
-    return {"Walker2d-v4", space::box(nq - 1 + nv, -inf, inf), space::box(nu, -1.0f, 1.0f),
-            1000,
+    return {"Walker2d-v4", space::box(nq - 1 + nv, -inf, inf),
+            space::box(nu, -1.0f, 1.0f), 1000,
             hinge_and_slide_state_names({"rootx", "rootz", "rooty", "thigh_joint",
                                          "leg_joint", "foot_joint", "thigh_left_joint",
                                          "leg_left_joint", "foot_left_joint"})};
@@ -84,7 +85,8 @@ struct walker2d : mujoco_task {
     for (int i = 1; i < nq; ++i)
       obs[i - 1] = static_cast<float>(d.qpos[i]);
     for (int i = 0; i < nv; ++i)
-      obs[nq - 1 + i] = static_cast<float>(std::clamp(d.qvel[i], -velocity_clip, velocity_clip));
+      obs[nq - 1 + i] =
+        static_cast<float>(std::clamp(d.qvel[i], -velocity_clip, velocity_clip));
   }
 };
 

@@ -287,7 +287,9 @@ double sum_of_squares(const std::vector<float>& action) {
   return s;
 }
 
-double clip10(double x) { return std::min(10.0, std::max(-10.0, x)); }
+double clip10(double x) {
+  return std::min(10.0, std::max(-10.0, x));
+}
 
 // The rewards of a step agree with the float64 reference; v4's float32
 // control cost is within a few float32 roundings of it.
@@ -410,7 +412,8 @@ TEST_CASE("Hopper-v4 steps as v4 does: four mj_steps, forward plus healthy rewar
     CHECK(after == mujoco_state(t.model(), *d));
     const double x_velocity = (after[0] - before[0]) / 0.008;
     // The healthy reward is paid on the terminal step too.
-    CHECK(close_reward(out.reward, 1.0 * x_velocity + 1.0 - 1e-3 * sum_of_squares(action)));
+    CHECK(
+      close_reward(out.reward, 1.0 * x_velocity + 1.0 - 1e-3 * sum_of_squares(action)));
     CHECK(out.terminated == !hopper_healthy(after));
     CHECK(t.x_position == after[0]);
     CHECK(t.x_velocity == x_velocity);
@@ -505,7 +508,8 @@ TEST_CASE("Hopper-v4 resets to qpos0 and zero velocity plus U(-0.005, 0.005)") {
   check_uniform(qvel_noise, -0.005, 0.005);
 }
 
-TEST_CASE("Hopper-v4 restored from its state continues bit for bit and truncates at 1000") {
+TEST_CASE(
+  "Hopper-v4 restored from its state continues bit for bit and truncates at 1000") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -540,8 +544,10 @@ TEST_CASE("Walker2d-v4 steps as v4 does: four mj_steps, forward plus healthy rew
     const auto after = full_state_of(t);
     CHECK(after == mujoco_state(t.model(), *d));
     const double x_velocity = (after[0] - before[0]) / 0.008;
-    CHECK(close_reward(out.reward, 1.0 * x_velocity + 1.0 - 1e-3 * sum_of_squares(action)));
-    const bool healthy = 0.8 < after[1] && after[1] < 2.0 && -1 < after[2] && after[2] < 1;
+    CHECK(
+      close_reward(out.reward, 1.0 * x_velocity + 1.0 - 1e-3 * sum_of_squares(action)));
+    const bool healthy =
+      0.8 < after[1] && after[1] < 2.0 && -1 < after[2] && after[2] < 1;
     CHECK(out.terminated == !healthy);
     CHECK(t.x_position == after[0]);
     CHECK(t.x_velocity == x_velocity);
@@ -597,7 +603,8 @@ TEST_CASE("Walker2d-v4 is healthy strictly inside its ranges, clips observed vel
   check_uniform(qvel_noise, -0.005, 0.005);
 }
 
-TEST_CASE("Walker2d-v4 restored from its state continues bit for bit and truncates at 1000") {
+TEST_CASE(
+  "Walker2d-v4 restored from its state continues bit for bit and truncates at 1000") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -795,7 +802,8 @@ TEST_CASE("Reacher-v4 resets the arm near qpos0 and the target uniformly in the 
         5 * 0.0115 / std::sqrt(static_cast<double>(resets)));
 }
 
-TEST_CASE("Reacher-v4 restored from its state continues bit for bit and truncates at 50") {
+TEST_CASE(
+  "Reacher-v4 restored from its state continues bit for bit and truncates at 50") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -810,8 +818,9 @@ TEST_CASE("Reacher-v4 restored from its state continues bit for bit and truncate
 
 // -- InvertedDoublePendulum-v4 -----------------------------------------------------
 
-TEST_CASE("InvertedDoublePendulum-v4 steps as v4 does: five mj_steps, 10 minus the tip's "
-          "distance and the poles' velocity penalties, ends when the tip is at 1 or below") {
+TEST_CASE(
+  "InvertedDoublePendulum-v4 steps as v4 does: five mj_steps, 10 minus the tip's "
+  "distance and the poles' velocity penalties, ends when the tip is at 1 or below") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -839,8 +848,8 @@ TEST_CASE("InvertedDoublePendulum-v4 steps as v4 does: five mj_steps, 10 minus t
           std::vector<double>(d->qfrc_constraint, d->qfrc_constraint + 3));
     const double x = d->site_xpos[3 * tip], y = d->site_xpos[3 * tip + 2];
     const double v1 = mj[4], v2 = mj[5];
-    const double reward = 10 - (0.01 * x * x + (y - 2) * (y - 2)) -
-                          (1e-3 * v1 * v1 + 5e-3 * v2 * v2);
+    const double reward =
+      10 - (0.01 * x * x + (y - 2) * (y - 2)) - (1e-3 * v1 * v1 + 5e-3 * v2 * v2);
     CHECK(std::fabs(out.reward - reward) <= 1e-12 * (1 + std::fabs(reward)));
     CHECK(out.terminated == (y <= 1));
     const auto obs = observation_of(t);
@@ -861,8 +870,9 @@ TEST_CASE("InvertedDoublePendulum-v4 steps as v4 does: five mj_steps, 10 minus t
   CHECK(episodes > 10);
 }
 
-TEST_CASE("InvertedDoublePendulum-v4 clips the cart's constraint force, continues bit for "
-          "bit when restored at its limit, and resets with v4's noise") {
+TEST_CASE(
+  "InvertedDoublePendulum-v4 clips the cart's constraint force, continues bit for "
+  "bit when restored at its limit, and resets with v4's noise") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
