@@ -213,6 +213,14 @@ int cmd_env_replay(const args_t& args) {
       }
       state.insert(state.end(), values.begin(), values.end());
     }
+    if (state.size() < spec.state_dim())
+      return fail(exit_bad_input,
+                  fmt::format("--qpos: {}'s state also holds {} (what MuJoCo's last step "
+                              "left); give the whole state with --state",
+                              spec.id,
+                              fmt::join(spec.state_names.begin() +
+                                          static_cast<std::ptrdiff_t>(state.size()),
+                                        spec.state_names.end(), ", ")));
   }
   if (state.size() != spec.state_dim())
     return fail(exit_bad_input,

@@ -41,7 +41,12 @@ TEST_CASE("every environment is registered under its Gymnasium id with its time 
                                                    {"MountainCarContinuous-v0", 999},
                                                    {"Acrobot-v1", 500},
                                                    {"InvertedPendulum-v4", 1000},
-                                                   {"HalfCheetah-v4", 1000}};
+                                                   {"HalfCheetah-v4", 1000},
+                                                   {"Hopper-v4", 1000},
+                                                   {"Walker2d-v4", 1000},
+                                                   {"Swimmer-v4", 1000},
+                                                   {"Reacher-v4", 50},
+                                                   {"InvertedDoublePendulum-v4", 1000}};
   REQUIRE(registry().size() == want.size());
   for (auto& entry : want) {
     // Named copies: clang 14 lets no lambda (CAPTURE's) refer to a structured binding.

@@ -11,6 +11,26 @@
 // actuator_ctrllimited and actuator_ctrlrange with %.17g. The same program's
 // mj_printModel of both models differed only in names, colors, textures,
 // materials, lights and cameras.
+//
+// Hopper-v4, Walker2d-v4, Swimmer-v4, Reacher-v4 and InvertedDoublePendulum-v4
+// (taken the same way on 2026-11-26): v4 was Gymnasium's current version up
+// to v0.29.1, and v4's python files load hopper.xml, walker2d.xml,
+// swimmer.xml, reacher.xml and inverted_double_pendulum.xml, so the facts are
+// those of the assets at tag v0.29.1. Of these, hopper.xml and walker2d.xml
+// were rewritten in local coordinates in 7708fa8ab (July 2023, before
+// v0.29.1); the rewritten and the earlier global-coordinate files compile to
+// bitwise the same model in MuJoCo 2.2.2 (every numeric array of mjModel
+// compared with %a; only the lights' directions print -0 against 0).
+// swimmer.xml changed after v0.29.1 (16f8faf0b, October 2023, for MuJoCo 3:
+// collision="predefined" dropped and contype/conaffinity set to 0): both
+// files let nothing touch, but they compile to different models (collision,
+// geom_contype, geom_conaffinity), and the facts and troupe's file follow
+// v0.29.1's, the one v4 loaded while it was current. reacher.xml and
+// inverted_double_pendulum.xml have not changed since the rename to
+// gymnasium. For these five models the comparison was also made bitwise:
+// every numeric array of mjModel (mjxmacro's MJMODEL_POINTERS) and the
+// options, printed with %a, are identical to Gymnasium's but for names and
+// visual fields.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -54,6 +74,7 @@ struct model_facts {
   std::vector<body_facts> bodies;
   std::vector<joint_facts> joints;
   std::vector<actuator_facts> actuators;
+  int max_episode_steps = 1000; // Gymnasium's registered time limit
 };
 
 // One line per body, joint and actuator.
@@ -99,6 +120,102 @@ const std::vector<model_facts>& gymnasium_facts() {
       {"ffoot", true, {-0.5, 0.5}}},
      {{120, {-1, 1}}, {90, {-1, 1}}, {60, {-1, 1}}, {120, {-1, 1}}, {60, {-1, 1}},
       {30, {-1, 1}}}},
+    {"Hopper-v4",
+     "hopper.xml",
+     6, 6, 3, 0.002, mjINT_RK4,
+     {{"world", 0, {0, 0, 0}},
+      {"torso", 3.6651914291880923,
+       {0.069245938072875005, 0.069245938072875005, 0.004450589592585541}},
+      {"thigh", 4.0578905108868177,
+       {0.093298756826921944, 0.093298756826921944, 0.0049414634447089477}},
+      {"leg", 2.7813566959781637,
+       {0.072302540173209709, 0.072302540173209709, 0.0021821921450855186}},
+      {"foot", 5.3155747698739306,
+       {0.1035230805900054, 0.1035230805900054, 0.0092423142594488857}}},
+     {{"rootx", false, {0, 0}},
+      {"rootz", false, {0, 0}},
+      {"rooty", false, {0, 0}},
+      {"thigh_joint", true, {-2.6179938779914944, 0}},
+      {"leg_joint", true, {-2.6179938779914944, 0}},
+      {"foot_joint", true, {-0.78539816339744828, 0.78539816339744828}}},
+     {{200, {-1, 1}}, {200, {-1, 1}}, {200, {-1, 1}}}},
+    {"Walker2d-v4",
+     "walker2d.xml",
+     9, 9, 6, 0.002, mjINT_RK4,
+     {{"world", 0, {0, 0, 0}},
+      {"torso", 3.6651914291880923,
+       {0.069245938072875005, 0.069245938072875005, 0.004450589592585541}},
+      {"thigh", 4.0578905108868177,
+       {0.093298756826921944, 0.093298756826921944, 0.0049414634447089477}},
+      {"leg", 2.7813566959781637,
+       {0.072302540173209709, 0.072302540173209709, 0.0021821921450855186}},
+      {"foot", 3.1667253948185117,
+       {0.023997746634829429, 0.023997746634829429, 0.0053743853843491313}},
+      {"thigh_left", 4.0578905108868177,
+       {0.093298756826921944, 0.093298756826921944, 0.0049414634447089477}},
+      {"leg_left", 2.7813566959781637,
+       {0.072302540173209709, 0.072302540173209709, 0.0021821921450855186}},
+      {"foot_left", 3.1667253948185117,
+       {0.023997746634829429, 0.023997746634829429, 0.0053743853843491313}}},
+     {{"rootx", false, {0, 0}},
+      {"rootz", false, {0, 0}},
+      {"rooty", false, {0, 0}},
+      {"thigh_joint", true, {-2.6179938779914944, 0}},
+      {"leg_joint", true, {-2.6179938779914944, 0}},
+      {"foot_joint", true, {-0.78539816339744828, 0.78539816339744828}},
+      {"thigh_left_joint", true, {-2.6179938779914944, 0}},
+      {"leg_left_joint", true, {-2.6179938779914944, 0}},
+      {"foot_left_joint", true, {-0.78539816339744828, 0.78539816339744828}}},
+     {{100, {-1, 1}}, {100, {-1, 1}}, {100, {-1, 1}}, {100, {-1, 1}}, {100, {-1, 1}},
+      {100, {-1, 1}}}},
+    {"Swimmer-v4",
+     "swimmer.xml",
+     5, 5, 2, 0.01, mjINT_RK4,
+     {{"world", 0, {0, 0, 0}},
+      {"torso", 35.604716740684324,
+       {3.9175660390264717, 3.9175660390264717, 0.17383479349863523}},
+      {"mid", 35.604716740684324,
+       {3.9175660390264717, 3.9175660390264717, 0.17383479349863523}},
+      {"back", 35.604716740684324,
+       {3.9175660390264717, 3.9175660390264717, 0.17383479349863523}}},
+     {{"slider1", false, {0, 0}},
+      {"slider2", false, {0, 0}},
+      {"free_body_rot", false, {0, 0}},
+      {"motor1_rot", true, {-1.7453292519943295, 1.7453292519943295}},
+      {"motor2_rot", true, {-1.7453292519943295, 1.7453292519943295}}},
+     {{150, {-1, 1}}, {150, {-1, 1}}}},
+    {"Reacher-v4",
+     "reacher.xml",
+     4, 4, 2, 0.01, mjINT_RK4,
+     {{"world", 0, {0, 0, 0}},
+      {"body0", 0.035604716740684321,
+       {3.9175660390264734e-05, 3.9175660390264734e-05, 1.7383479349863525e-06}},
+      {"body1", 0.035604716740684321,
+       {3.9175660390264734e-05, 3.9175660390264734e-05, 1.7383479349863525e-06}},
+      {"fingertip", 0.0041887902047863914,
+       {1.6755160819145565e-07, 1.6755160819145565e-07, 1.6755160819145565e-07}},
+      {"target", 0.0030536280592892784,
+       {9.8937549120972611e-08, 9.8937549120972611e-08, 9.8937549120972611e-08}}},
+     {{"joint0", false, {0, 0}},
+      {"joint1", true, {-3, 3}},
+      {"target_x", true, {-0.27000000000000002, 0.27000000000000002}},
+      {"target_y", true, {-0.27000000000000002, 0.27000000000000002}}},
+     {{200, {-1, 1}}, {200, {-1, 1}}},
+     50},
+    {"InvertedDoublePendulum-v4",
+     "inverted_double_pendulum.xml",
+     3, 3, 1, 0.01, mjINT_RK4,
+     {{"world", 0, {0, 0, 0}},
+      {"cart", 10.471975511965979,
+       {0.12671090369478838, 0.12671090369478838, 0.04817108735504351}},
+      {"pole", 4.1987385815227585,
+       {0.15497066975016235, 0.15497066975016235, 0.0041739278535410321}},
+      {"pole2", 4.1987385815227585,
+       {0.15497066975016235, 0.15497066975016235, 0.0041739278535410321}}},
+     {{"slider", true, {-1, 1}},
+      {"hinge", false, {0, 0}},
+      {"hinge2", false, {0, 0}}},
+     {{500, {-1, 1}}}},
   };
   return facts;
 }
@@ -158,10 +275,12 @@ TEST_CASE("each MuJoCo task's spec agrees with its compiled model") {
     CAPTURE(want.id);
     const mjModel& m = *mujoco::builtin_model(want.file).value();
     auto spec = find_spec(want.id).value();
-    // Time limits as Gymnasium registers them (Reacher-v4 would be 50).
-    CHECK(spec->max_episode_steps == 1000);
-    // The state: qpos, qvel and the solver's warm start, named by joint.
-    REQUIRE(spec->state_dim() == static_cast<size_t>(m.nq + 2 * m.nv));
+    // Time limits as Gymnasium registers them (Reacher-v4's is 50).
+    CHECK(spec->max_episode_steps == want.max_episode_steps);
+    // The state: qpos, qvel and the solver's warm start, named by joint (a
+    // task may append what v4 reads from the last step's final pass of the
+    // dynamics: Reacher and InvertedDoublePendulum, tests/envs/mujoco_tasks.test.cpp).
+    REQUIRE(spec->state_dim() >= static_cast<size_t>(m.nq + 2 * m.nv));
     for (int j = 0; j < m.njnt; ++j)
       CHECK(spec->state_names[static_cast<size_t>(j)] ==
             std::string("qpos.") + (m.names + m.name_jntadr[j]));

@@ -4,7 +4,9 @@
 // rewards, termination, reset noise; bad input and MuJoCo's warnings.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -13,6 +15,11 @@
 
 #include "envs/mujoco/half_cheetah.hpp"
 #include "envs/mujoco/inverted_pendulum.hpp"
+#include "envs/mujoco/hopper.hpp"
+#include "envs/mujoco/walker2d.hpp"
+#include "envs/mujoco/swimmer.hpp"
+#include "envs/mujoco/reacher.hpp"
+#include "envs/mujoco/inverted_double_pendulum.hpp"
 #include "envs/registry.hpp"
 #include "tests/seed.hpp"
 
@@ -221,6 +228,703 @@ TEST_CASE("InvertedPendulum-v4 terminates on the step that takes the pole past 0
   CHECK(tr.terminated);
   CHECK(tr.reward == 1.0);
   CHECK(std::fabs(tr.obs[1]) > 0.2f);
+}
+
+// -- shared checks of Hopper, Walker2d, Swimmer, Reacher, InvertedDoublePendulum --
+
+namespace {
+
+using data_ptr = std::unique_ptr<mjData, data_deleter>;
+
+// v4's do_simulation on a bare mjData from `state` (qpos, qvel,
+// qacc_warmstart; any values after them are the task's own), returning the
+// data itself: the quantities v4 reads besides the state come from it.
+data_ptr bare_step_data(const mjModel& m, const std::vector<double>& state,
+                        const std::vector<float>& action, int frame_skip) {
+  data_ptr d(mj_makeData(&m));
+  const size_t nq = static_cast<size_t>(m.nq), nv = static_cast<size_t>(m.nv);
+  std::copy(state.begin(), state.begin() + static_cast<long>(nq), d->qpos);
+  std::copy(state.begin() + static_cast<long>(nq),
+            state.begin() + static_cast<long>(nq + nv), d->qvel);
+  mj_forward(&m, d.get());
+  std::copy(state.begin() + static_cast<long>(nq + nv),
+            state.begin() + static_cast<long>(nq + 2 * nv), d->qacc_warmstart);
+  for (int i = 0; i < m.nu; ++i)
+    d->ctrl[i] = action[static_cast<size_t>(i)];
+  for (int k = 0; k < frame_skip; ++k)
+    mj_step(&m, d.get());
+  mj_rnePostConstraint(&m, d.get());
+  return d;
+}
+
+// The whole state of a task, as its spec sizes it.
+template <class Task>
+std::vector<double> full_state_of(const Task& t) {
+  std::vector<double> s(Task::make_spec().state_dim());
+  t.get_state(s.data());
+  return s;
+}
+
+// (qpos, qvel, qacc_warmstart) of bare data: the first nq + 2 nv state values.
+std::vector<double> mujoco_state(const mjModel& m, const mjData& d) {
+  std::vector<double> s(d.qpos, d.qpos + m.nq);
+  s.insert(s.end(), d.qvel, d.qvel + m.nv);
+  s.insert(s.end(), d.qacc_warmstart, d.qacc_warmstart + m.nv);
+  return s;
+}
+
+template <class Task>
+std::vector<float> observation_of(const Task& t) {
+  std::vector<float> obs(Task::make_spec().observation_space.size());
+  t.observe(obs.data());
+  return obs;
+}
+
+double sum_of_squares(const std::vector<float>& action) {
+  double s = 0;
+  for (float a : action)
+    s += static_cast<double>(a) * a;
+  return s;
+}
+
+double clip10(double x) {
+  return std::min(10.0, std::max(-10.0, x));
+}
+
+// The rewards of a step agree with the float64 reference; v4's float32
+// control cost is within a few float32 roundings of it.
+bool close_reward(double got, double want) {
+  return std::fabs(got - want) <= 1e-6 * (1 + std::fabs(want));
+}
+
+// A task restored from another's state continues bit for bit: the same
+// observation at once, then the same rewards, terminations and observations.
+template <class Task>
+void check_round_trip(Task& t, std::mt19937_64& gen, float bound, int steps) {
+  const size_t nu = Task::make_spec().action_space.size();
+  const auto saved = full_state_of(t);
+  Task restored;
+  restored.set_state(saved.data());
+  CHECK(observation_of(restored) == observation_of(t));
+  CHECK(full_state_of(restored) == saved);
+  for (int k = 0; k < steps; ++k) {
+    CAPTURE(k);
+    const auto action = uniform_action(nu, bound, gen);
+    const auto a = t.step(action.data());
+    const auto b = restored.step(action.data());
+    CHECK(std::memcmp(&a.reward, &b.reward, sizeof a.reward) == 0);
+    CHECK(a.terminated == b.terminated);
+    CHECK(observation_of(restored) == observation_of(t));
+  }
+  CHECK(full_state_of(restored) == full_state_of(t));
+}
+
+// `values` all in [low, high] and spread over it (n draws: the extremes are
+// within 10% of the ends but with probability about 2 (0.9)^n).
+void check_uniform(const std::vector<double>& values, double low, double high) {
+  REQUIRE(values.size() >= 100);
+  const double smallest = *std::min_element(values.begin(), values.end());
+  const double largest = *std::max_element(values.begin(), values.end());
+  CHECK(smallest >= low);
+  CHECK(largest <= high);
+  CHECK(smallest < low + 0.1 * (high - low));
+  CHECK(largest > high - 0.1 * (high - low));
+}
+
+// `values` look like N(0, sd^2): mean and standard deviation within about
+// five standard errors.
+void check_normal(const std::vector<double>& values, double sd) {
+  double sum = 0, sq = 0;
+  for (double v : values) {
+    sum += v;
+    sq += v * v;
+  }
+  const double n = static_cast<double>(values.size());
+  const double mean = sum / n, got_sd = std::sqrt(sq / n - mean * mean);
+  CHECK(std::fabs(mean) < 5 * sd / std::sqrt(n));
+  CHECK(std::fabs(got_sd - sd) < 5 * sd / std::sqrt(2 * n));
+}
+
+// Runs the env of `id` to its time limit (re-arming the step counter 2 steps
+// before the limit after every termination, for tasks that fall) and checks
+// that it truncates exactly there.
+void check_time_limit(const char* id, int limit) {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(id);
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  auto e = make_env(id).value();
+  CHECK(e->spec().max_episode_steps == limit);
+  e->reset(seed);
+  const size_t nu = e->spec().action_space.size();
+  const float bound = e->spec().action_space.high[0];
+  int steps = 0;
+  for (;;) {
+    auto tr = e->step(uniform_action(nu, bound, gen)).value();
+    ++steps;
+    if (tr.truncated) {
+      CHECK(e->elapsed_steps() == limit);
+      break;
+    }
+    CHECK(e->elapsed_steps() < limit);
+    if (tr.terminated) { // fell: start again close to the limit
+      e->reset(seed + static_cast<uint64_t>(steps));
+      e->set_elapsed_steps(limit - 2);
+    }
+  }
+}
+
+} // namespace
+
+// -- Hopper-v4 -------------------------------------------------------------------
+
+namespace {
+
+// v4's Hopper is_healthy on (qpos, qvel), written out again.
+bool hopper_healthy(const std::vector<double>& s) {
+  for (size_t i = 2; i < 12; ++i)
+    if (!(-100 < s[i] && s[i] < 100))
+      return false;
+  return 0.7 < s[1] && -0.2 < s[2] && s[2] < 0.2;
+}
+
+} // namespace
+
+TEST_CASE("Hopper-v4 steps as v4 does: four mj_steps, forward plus healthy reward minus "
+          "the control cost, ends when unhealthy") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::hopper t;
+  rng r(seed);
+  t.reset(r);
+  CHECK(t.dt() == 0.008);
+  CHECK(mujoco::hopper::make_spec().observation_space.size() == 11);
+  int episodes = 0;
+  for (int step = 0; step < 1500; ++step) {
+    CAPTURE(step);
+    const auto before = full_state_of(t);
+    // Now and then beyond the bounds: MuJoCo clamps the control, the cost does not.
+    const auto action = uniform_action(3, step % 5 == 0 ? 1.5f : 1.0f, gen);
+    const auto d = bare_step_data(t.model(), before, action, 4);
+    const auto out = t.step(action.data());
+    const auto after = full_state_of(t);
+    CHECK(after == mujoco_state(t.model(), *d));
+    const double x_velocity = (after[0] - before[0]) / 0.008;
+    // The healthy reward is paid on the terminal step too.
+    CHECK(
+      close_reward(out.reward, 1.0 * x_velocity + 1.0 - 1e-3 * sum_of_squares(action)));
+    CHECK(out.terminated == !hopper_healthy(after));
+    CHECK(t.x_position == after[0]);
+    CHECK(t.x_velocity == x_velocity);
+    const auto obs = observation_of(t);
+    for (size_t i = 0; i < 5; ++i)
+      CHECK(obs[i] == static_cast<float>(after[1 + i]));
+    for (size_t i = 0; i < 6; ++i)
+      CHECK(obs[5 + i] == static_cast<float>(clip10(after[6 + i])));
+    if (out.terminated) {
+      ++episodes;
+      t.reset(r);
+    }
+  }
+  CHECK(episodes > 3); // random torques topple the hopper within a few hundred steps
+}
+
+TEST_CASE("Hopper-v4 is healthy strictly inside its ranges and not on or beyond them") {
+  mujoco::hopper t;
+  std::vector<double> s(18, 0.0);
+  s[1] = 1.25;
+  auto healthy_with = [&](size_t i, double v) {
+    auto u = s;
+    u[i] = v;
+    t.set_state(u.data());
+    return t.is_healthy();
+  };
+  CHECK(healthy_with(1, 1.25));
+  CHECK(healthy_with(1, std::nextafter(0.7, 1.0)));
+  CHECK_FALSE(healthy_with(1, 0.7));
+  CHECK(healthy_with(1, 1e6)); // no upper bound on the height
+  CHECK(healthy_with(2, std::nextafter(0.2, 0.0)));
+  CHECK_FALSE(healthy_with(2, 0.2));
+  CHECK(healthy_with(2, std::nextafter(-0.2, 0.0)));
+  CHECK_FALSE(healthy_with(2, -0.2));
+  // state_vector()[2:]: qpos from rooty on (whose own range is narrower) and
+  // every velocity, rootx's included.
+  for (size_t i = 3; i < 12; ++i) {
+    CAPTURE(i);
+    CHECK(healthy_with(i, std::nextafter(100.0, 0.0)));
+    CHECK(healthy_with(i, std::nextafter(-100.0, 0.0)));
+    CHECK_FALSE(healthy_with(i, 100.0));
+    CHECK_FALSE(healthy_with(i, -100.0));
+  }
+  CHECK(healthy_with(0, 1e6)); // rootx is free
+}
+
+TEST_CASE("Hopper-v4 observes velocities clipped to 10 and ends the step that falls, "
+          "paying the healthy reward") {
+  mujoco::hopper t;
+  std::vector<double> s(18, 0.0);
+  s[1] = 1.25;
+  s[6 + 3] = 50;  // thigh joint velocity
+  s[6 + 4] = -37; // leg joint velocity
+  t.set_state(s.data());
+  auto obs = observation_of(t);
+  CHECK(obs[5 + 3] == 10.0f);
+  CHECK(obs[5 + 4] == -10.0f);
+  CHECK(obs[5 + 2] == 0.0f);
+  // Leaning at 0.19 rad and turning at 5 rad/s: the next step takes rooty
+  // past 0.2 and terminates.
+  std::fill(s.begin(), s.end(), 0.0);
+  s[1] = 1.25;
+  s[2] = 0.19;
+  s[6 + 2] = 5.0;
+  t.set_state(s.data());
+  CHECK(t.is_healthy());
+  const std::vector<float> action = {0.25f, -0.5f, 0.75f};
+  const auto d = bare_step_data(t.model(), s, action, 4);
+  const auto out = t.step(action.data());
+  CHECK(d->qpos[2] >= 0.2);
+  CHECK(out.terminated);
+  const double x_velocity = (d->qpos[0] - s[0]) / 0.008;
+  CHECK(close_reward(out.reward, x_velocity + 1.0 - 1e-3 * (0.0625 + 0.25 + 0.5625)));
+}
+
+TEST_CASE("Hopper-v4 resets to qpos0 and zero velocity plus U(-0.005, 0.005)") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  mujoco::hopper t;
+  rng r(seed);
+  std::vector<double> qpos_noise, qvel_noise;
+  for (int k = 0; k < 300; ++k) {
+    t.reset(r);
+    const auto s = full_state_of(t);
+    for (int i = 0; i < 6; ++i) {
+      qpos_noise.push_back(s[static_cast<size_t>(i)] - t.model().qpos0[i]);
+      qvel_noise.push_back(s[static_cast<size_t>(6 + i)]);
+    }
+  }
+  CHECK(t.model().qpos0[1] == 1.25); // rootz's reference: the torso's height
+  check_uniform(qpos_noise, -0.005, 0.005);
+  check_uniform(qvel_noise, -0.005, 0.005);
+}
+
+TEST_CASE(
+  "Hopper-v4 restored from its state continues bit for bit and truncates at 1000") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::hopper t;
+  rng r(seed);
+  t.reset(r);
+  for (int k = 0; k < 10; ++k)
+    t.step(uniform_action(3, 1.0f, gen).data());
+  check_round_trip(t, gen, 1.0f, 100);
+  check_time_limit("Hopper-v4", 1000);
+}
+
+// -- Walker2d-v4 -----------------------------------------------------------------
+
+TEST_CASE("Walker2d-v4 steps as v4 does: four mj_steps, forward plus healthy reward "
+          "minus the control cost, ends when unhealthy") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::walker2d t;
+  rng r(seed);
+  t.reset(r);
+  CHECK(t.dt() == 0.008);
+  CHECK(mujoco::walker2d::make_spec().observation_space.size() == 17);
+  int episodes = 0;
+  for (int step = 0; step < 1500; ++step) {
+    CAPTURE(step);
+    const auto before = full_state_of(t);
+    const auto action = uniform_action(6, step % 5 == 0 ? 1.5f : 1.0f, gen);
+    const auto d = bare_step_data(t.model(), before, action, 4);
+    const auto out = t.step(action.data());
+    const auto after = full_state_of(t);
+    CHECK(after == mujoco_state(t.model(), *d));
+    const double x_velocity = (after[0] - before[0]) / 0.008;
+    CHECK(
+      close_reward(out.reward, 1.0 * x_velocity + 1.0 - 1e-3 * sum_of_squares(action)));
+    const bool healthy =
+      0.8 < after[1] && after[1] < 2.0 && -1 < after[2] && after[2] < 1;
+    CHECK(out.terminated == !healthy);
+    CHECK(t.x_position == after[0]);
+    CHECK(t.x_velocity == x_velocity);
+    const auto obs = observation_of(t);
+    for (size_t i = 0; i < 8; ++i)
+      CHECK(obs[i] == static_cast<float>(after[1 + i]));
+    for (size_t i = 0; i < 9; ++i)
+      CHECK(obs[8 + i] == static_cast<float>(clip10(after[9 + i])));
+    if (out.terminated) {
+      ++episodes;
+      t.reset(r);
+    }
+  }
+  CHECK(episodes > 3);
+}
+
+TEST_CASE("Walker2d-v4 is healthy strictly inside its ranges, clips observed velocities "
+          "to 10 and resets with U(-0.005, 0.005)") {
+  mujoco::walker2d t;
+  std::vector<double> s(27, 0.0);
+  s[1] = 1.25;
+  auto healthy_with = [&](size_t i, double v) {
+    auto u = s;
+    u[i] = v;
+    t.set_state(u.data());
+    return t.is_healthy();
+  };
+  CHECK(healthy_with(1, std::nextafter(0.8, 1.0)));
+  CHECK_FALSE(healthy_with(1, 0.8));
+  CHECK(healthy_with(1, std::nextafter(2.0, 1.0)));
+  CHECK_FALSE(healthy_with(1, 2.0));
+  CHECK(healthy_with(2, std::nextafter(1.0, 0.0)));
+  CHECK_FALSE(healthy_with(2, 1.0));
+  CHECK(healthy_with(2, std::nextafter(-1.0, 0.0)));
+  CHECK_FALSE(healthy_with(2, -1.0));
+  CHECK(healthy_with(9 + 4, 1e6)); // no state range in Walker2d's rule
+  // The clip: 1e6 observed as 10.
+  CHECK(observation_of(t)[8 + 4] == 10.0f);
+
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  rng r(seed);
+  std::vector<double> qpos_noise, qvel_noise;
+  for (int k = 0; k < 200; ++k) {
+    t.reset(r);
+    const auto st = full_state_of(t);
+    for (int i = 0; i < 9; ++i) {
+      qpos_noise.push_back(st[static_cast<size_t>(i)] - t.model().qpos0[i]);
+      qvel_noise.push_back(st[static_cast<size_t>(9 + i)]);
+    }
+  }
+  check_uniform(qpos_noise, -0.005, 0.005);
+  check_uniform(qvel_noise, -0.005, 0.005);
+}
+
+TEST_CASE(
+  "Walker2d-v4 restored from its state continues bit for bit and truncates at 1000") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::walker2d t;
+  rng r(seed);
+  t.reset(r);
+  for (int k = 0; k < 10; ++k)
+    t.step(uniform_action(6, 1.0f, gen).data());
+  check_round_trip(t, gen, 1.0f, 100);
+  check_time_limit("Walker2d-v4", 1000);
+}
+
+// -- Swimmer-v4 ------------------------------------------------------------------
+
+TEST_CASE("Swimmer-v4 steps as v4 does: four mj_steps, the forward reward minus the "
+          "control cost, never ends") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::swimmer t;
+  rng r(seed);
+  t.reset(r);
+  CHECK(t.dt() == 0.04);
+  CHECK(mujoco::swimmer::make_spec().observation_space.size() == 8);
+  for (int step = 0; step < 500; ++step) {
+    CAPTURE(step);
+    const auto before = full_state_of(t);
+    const auto action = uniform_action(2, step % 5 == 0 ? 1.5f : 1.0f, gen);
+    const auto d = bare_step_data(t.model(), before, action, 4);
+    const auto out = t.step(action.data());
+    const auto after = full_state_of(t);
+    CHECK(after == mujoco_state(t.model(), *d));
+    const double x_velocity = (after[0] - before[0]) / 0.04;
+    const double y_velocity = (after[1] - before[1]) / 0.04;
+    const double ctrl_cost = 1e-4 * sum_of_squares(action);
+    CHECK(close_reward(out.reward, 1.0 * x_velocity - ctrl_cost));
+    CHECK_FALSE(out.terminated);
+    // v4's info, term by term.
+    CHECK(t.x_position == after[0]);
+    CHECK(t.y_position == after[1]);
+    CHECK(t.x_velocity == x_velocity);
+    CHECK(t.y_velocity == y_velocity);
+    CHECK(std::fabs(t.distance_from_origin - std::hypot(after[0], after[1])) <=
+          1e-15 * (1 + t.distance_from_origin));
+    CHECK(t.reward_fwd == x_velocity);
+    CHECK(t.forward_reward == x_velocity);
+    CHECK(close_reward(t.reward_ctrl, -ctrl_cost));
+    CHECK(t.reward_fwd + t.reward_ctrl == out.reward);
+    const auto obs = observation_of(t);
+    for (size_t i = 0; i < 3; ++i)
+      CHECK(obs[i] == static_cast<float>(after[2 + i]));
+    for (size_t i = 0; i < 5; ++i)
+      CHECK(obs[3 + i] == static_cast<float>(after[5 + i]));
+  }
+}
+
+TEST_CASE("Swimmer-v4 resets with U(-0.1, 0.1), continues bit for bit when restored and "
+          "truncates at 1000") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::swimmer t;
+  rng r(seed);
+  std::vector<double> qpos_noise, qvel_noise;
+  for (int k = 0; k < 200; ++k) {
+    t.reset(r);
+    const auto s = full_state_of(t);
+    for (int i = 0; i < 5; ++i) {
+      qpos_noise.push_back(s[static_cast<size_t>(i)] - t.model().qpos0[i]);
+      qvel_noise.push_back(s[static_cast<size_t>(5 + i)]);
+    }
+  }
+  check_uniform(qpos_noise, -0.1, 0.1);
+  check_uniform(qvel_noise, -0.1, 0.1);
+  for (int k = 0; k < 10; ++k)
+    t.step(uniform_action(2, 1.0f, gen).data());
+  check_round_trip(t, gen, 1.0f, 100);
+  check_time_limit("Swimmer-v4", 1000);
+}
+
+// -- Reacher-v4 ------------------------------------------------------------------
+
+namespace {
+
+// fingertip - target from the bodies' xpos in `d`, as v4's get_body_com.
+std::vector<double> fingertip_minus_target(const mjModel& m, const mjData& d) {
+  const int tip = mj_name2id(&m, mjOBJ_BODY, "fingertip");
+  const int target = mj_name2id(&m, mjOBJ_BODY, "target");
+  REQUIRE(tip >= 0);
+  REQUIRE(target >= 0);
+  std::vector<double> v(3);
+  for (int k = 0; k < 3; ++k)
+    v[static_cast<size_t>(k)] = d.xpos[3 * tip + k] - d.xpos[3 * target + k];
+  return v;
+}
+
+double norm3(const std::vector<double>& v) {
+  return std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+}
+
+} // namespace
+
+TEST_CASE("Reacher-v4 steps as v4 does: the distance and control rewards of the state "
+          "before the step, two mj_steps, never ends") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::reacher t;
+  rng r(seed);
+  t.reset(r);
+  CHECK(t.dt() == 0.02);
+  const auto spec = mujoco::reacher::make_spec();
+  CHECK(spec.observation_space.size() == 11);
+  REQUIRE(spec.state_dim() == 4 + 2 * 4 + 3);
+  CHECK(spec.state_names[12] == "fingertip_minus_target.x");
+  CHECK(spec.state_names[14] == "fingertip_minus_target.z");
+  // What the previous step (or the reset) left: the distance v4 pays for next.
+  auto seen = fingertip_minus_target(t.model(), t.data());
+  int lagging = 0;
+  for (int step = 0; step < 500; ++step) {
+    CAPTURE(step);
+    const auto before = full_state_of(t);
+    const auto action = uniform_action(2, step % 5 == 0 ? 1.5f : 1.0f, gen);
+    const auto d = bare_step_data(t.model(), before, action, 2);
+    const auto out = t.step(action.data());
+    const auto after = full_state_of(t);
+    const auto mj = mujoco_state(t.model(), *d);
+    CHECK(std::vector<double>(after.begin(), after.begin() + 12) == mj);
+    const double reward_dist = -norm3(seen);
+    const double reward_ctrl = -sum_of_squares(action);
+    CHECK(close_reward(out.reward, reward_dist + reward_ctrl));
+    CHECK(std::fabs(t.reward_dist - reward_dist) <= 1e-15);
+    CHECK(close_reward(t.reward_ctrl, reward_ctrl));
+    CHECK_FALSE(out.terminated);
+    seen = fingertip_minus_target(t.model(), *d);
+    CHECK(std::vector<double>(after.begin() + 12, after.end()) == seen);
+    const auto obs = observation_of(t);
+    CHECK(obs[0] == static_cast<float>(std::cos(mj[0])));
+    CHECK(obs[1] == static_cast<float>(std::cos(mj[1])));
+    CHECK(obs[2] == static_cast<float>(std::sin(mj[0])));
+    CHECK(obs[3] == static_cast<float>(std::sin(mj[1])));
+    CHECK(obs[4] == static_cast<float>(mj[2]));
+    CHECK(obs[5] == static_cast<float>(mj[3]));
+    CHECK(obs[6] == static_cast<float>(mj[4]));
+    CHECK(obs[7] == static_cast<float>(mj[5]));
+    for (size_t k = 0; k < 3; ++k)
+      CHECK(obs[8 + k] == static_cast<float>(seen[k]));
+    // The bodies' xpos are those of RK4's last stage, not of the final qpos:
+    // why the state keeps them.
+    data_ptr fresh(mj_makeData(&t.model()));
+    std::copy(mj.begin(), mj.begin() + 4, fresh->qpos);
+    mj_kinematics(&t.model(), fresh.get());
+    lagging += fingertip_minus_target(t.model(), *fresh) != seen;
+  }
+  CHECK(lagging > 400);
+}
+
+TEST_CASE("Reacher-v4 resets the arm near qpos0 and the target uniformly in the disc of "
+          "radius 0.2, at rest") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  mujoco::reacher t;
+  rng r(seed);
+  std::vector<double> arm, arm_velocity, target;
+  double x_sum = 0, r2_sum = 0;
+  const int resets = 2000;
+  for (int k = 0; k < resets; ++k) {
+    t.reset(r);
+    const auto s = full_state_of(t);
+    arm.push_back(s[0] - t.model().qpos0[0]);
+    arm.push_back(s[1] - t.model().qpos0[1]);
+    arm_velocity.push_back(s[4]);
+    arm_velocity.push_back(s[5]);
+    CHECK(s[6] == 0.0); // the target at rest
+    CHECK(s[7] == 0.0);
+    const double radius2 = s[2] * s[2] + s[3] * s[3];
+    CHECK(std::sqrt(radius2) < 0.2);
+    target.push_back(s[2]);
+    target.push_back(s[3]);
+    x_sum += s[2];
+    r2_sum += radius2;
+    // The kept fingertip - target is that of the reset's positions.
+    data_ptr fresh(mj_makeData(&t.model()));
+    std::copy(s.begin(), s.begin() + 4, fresh->qpos);
+    mj_kinematics(&t.model(), fresh.get());
+    CHECK(std::vector<double>(s.begin() + 12, s.end()) ==
+          fingertip_minus_target(t.model(), *fresh));
+  }
+  check_uniform(arm, -0.1, 0.1);
+  check_uniform(arm_velocity, -0.005, 0.005);
+  check_uniform(target, -0.2, 0.2);
+  // Uniform in the disc: E[x] = 0, E[r^2] = R^2 / 2 = 0.02 (sd of r^2: 0.0115).
+  CHECK(std::fabs(x_sum / resets) < 5 * 0.1 / std::sqrt(static_cast<double>(resets)));
+  CHECK(std::fabs(r2_sum / resets - 0.02) <
+        5 * 0.0115 / std::sqrt(static_cast<double>(resets)));
+}
+
+TEST_CASE(
+  "Reacher-v4 restored from its state continues bit for bit and truncates at 50") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::reacher t;
+  rng r(seed);
+  t.reset(r);
+  for (int k = 0; k < 10; ++k)
+    t.step(uniform_action(2, 1.0f, gen).data());
+  check_round_trip(t, gen, 1.0f, 60);
+  check_time_limit("Reacher-v4", 50);
+}
+
+// -- InvertedDoublePendulum-v4 -----------------------------------------------------
+
+TEST_CASE(
+  "InvertedDoublePendulum-v4 steps as v4 does: five mj_steps, 10 minus the tip's "
+  "distance and the poles' velocity penalties, ends when the tip is at 1 or below") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::inverted_double_pendulum t;
+  rng r(seed);
+  t.reset(r);
+  CHECK(t.dt() == 0.05);
+  const auto spec = mujoco::inverted_double_pendulum::make_spec();
+  CHECK(spec.observation_space.size() == 11);
+  REQUIRE(spec.state_dim() == 3 + 2 * 3 + 3);
+  CHECK(spec.state_names[9] == "qfrc_constraint.slider");
+  const int tip = mj_name2id(&t.model(), mjOBJ_SITE, "tip");
+  REQUIRE(tip >= 0);
+  int episodes = 0;
+  for (int step = 0; step < 2000; ++step) {
+    CAPTURE(step);
+    const auto before = full_state_of(t);
+    const auto action = uniform_action(1, step % 5 == 0 ? 1.5f : 1.0f, gen);
+    const auto d = bare_step_data(t.model(), before, action, 5);
+    const auto out = t.step(action.data());
+    const auto after = full_state_of(t);
+    const auto mj = mujoco_state(t.model(), *d);
+    CHECK(std::vector<double>(after.begin(), after.begin() + 9) == mj);
+    CHECK(std::vector<double>(after.begin() + 9, after.end()) ==
+          std::vector<double>(d->qfrc_constraint, d->qfrc_constraint + 3));
+    const double x = d->site_xpos[3 * tip], y = d->site_xpos[3 * tip + 2];
+    const double v1 = mj[4], v2 = mj[5];
+    const double reward =
+      10 - (0.01 * x * x + (y - 2) * (y - 2)) - (1e-3 * v1 * v1 + 5e-3 * v2 * v2);
+    CHECK(std::fabs(out.reward - reward) <= 1e-12 * (1 + std::fabs(reward)));
+    CHECK(out.terminated == (y <= 1));
+    const auto obs = observation_of(t);
+    CHECK(obs[0] == static_cast<float>(mj[0]));
+    CHECK(obs[1] == static_cast<float>(std::sin(mj[1])));
+    CHECK(obs[2] == static_cast<float>(std::sin(mj[2])));
+    CHECK(obs[3] == static_cast<float>(std::cos(mj[1])));
+    CHECK(obs[4] == static_cast<float>(std::cos(mj[2])));
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(obs[5 + i] == static_cast<float>(clip10(mj[3 + i])));
+      CHECK(obs[8 + i] == static_cast<float>(clip10(d->qfrc_constraint[i])));
+    }
+    if (out.terminated) {
+      ++episodes;
+      t.reset(r);
+    }
+  }
+  CHECK(episodes > 10);
+}
+
+TEST_CASE(
+  "InvertedDoublePendulum-v4 clips the cart's constraint force, continues bit for "
+  "bit when restored at its limit, and resets with v4's noise") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::inverted_double_pendulum t;
+  // The cart at 0.995 running into its limit at 1 at 5 m/s, the poles upright.
+  std::vector<double> s(12, 0.0);
+  s[0] = 0.995;
+  s[3] = 5.0;
+  s[4] = 30.0; // beyond the observation's clip
+  t.set_state(s.data());
+  CHECK(observation_of(t)[5] == 5.0f);
+  CHECK(observation_of(t)[6] == 10.0f);
+  const std::vector<float> action = {1.0f};
+  const auto d = bare_step_data(t.model(), s, action, 5);
+  t.step(action.data());
+  REQUIRE(std::fabs(d->qfrc_constraint[0]) > 10);
+  const auto obs = observation_of(t);
+  CHECK(obs[8] == (d->qfrc_constraint[0] > 0 ? 10.0f : -10.0f));
+  check_round_trip(t, gen, 1.0f, 20);
+
+  // The cart at 0.985 running at 5 m/s: after the step it is past its limit,
+  // but the force of RK4's last stage, which v4 observes, is not that of the
+  // final state. Restored there, the force observed is the saved one.
+  std::fill(s.begin(), s.end(), 0.0);
+  s[0] = 0.985;
+  s[3] = 5.0;
+  t.set_state(s.data());
+  const std::vector<float> no_push = {0.0f};
+  const auto lagged = bare_step_data(t.model(), s, no_push, 5);
+  t.step(no_push.data());
+  data_ptr fresh(mj_makeData(&t.model()));
+  std::copy(lagged->qpos, lagged->qpos + 3, fresh->qpos);
+  std::copy(lagged->qvel, lagged->qvel + 3, fresh->qvel);
+  mj_forward(&t.model(), fresh.get());
+  REQUIRE(lagged->qfrc_constraint[0] != fresh->qfrc_constraint[0]);
+  CHECK(observation_of(t)[8] == static_cast<float>(clip10(lagged->qfrc_constraint[0])));
+  check_round_trip(t, gen, 1.0f, 20);
+
+  rng r(seed);
+  std::vector<double> qpos_noise, qvel_noise;
+  for (int k = 0; k < 400; ++k) {
+    t.reset(r);
+    const auto st = full_state_of(t);
+    for (int i = 0; i < 3; ++i) {
+      qpos_noise.push_back(st[static_cast<size_t>(i)] - t.model().qpos0[i]);
+      qvel_noise.push_back(st[static_cast<size_t>(3 + i)]);
+      CHECK(st[static_cast<size_t>(9 + i)] == t.data().qfrc_constraint[i]);
+    }
+  }
+  check_uniform(qpos_noise, -0.1, 0.1);
+  check_normal(qvel_noise, 0.1);
+  check_time_limit("InvertedDoublePendulum-v4", 1000);
 }
 
 // -- bad input and MuJoCo's warnings ----------------------------------------------------

@@ -32,7 +32,9 @@ namespace {
 const std::vector<std::string> builtin_ids = {"CartPole-v1", "Pendulum-v1",
                                               "MountainCar-v0",
                                               "MountainCarContinuous-v0", "Acrobot-v1",
-                                              "InvertedPendulum-v4", "HalfCheetah-v4"};
+                                              "InvertedPendulum-v4", "HalfCheetah-v4",
+                                              "Hopper-v4", "Walker2d-v4", "Swimmer-v4",
+                                              "Reacher-v4", "InvertedDoublePendulum-v4"};
 
 bool contains(const std::string& text, const std::string& word) {
   return text.find(word) != std::string::npos;

@@ -340,6 +340,17 @@ TEST_CASE("env replay rejects bad MuJoCo parts with exit status 2, naming the op
     CHECK(r.status == 2);
     CHECK(r.err.find("CartPole-v1 is not a MuJoCo task") != std::string::npos);
   }
+  SUBCASE("a task whose state holds more than qpos, qvel and the warm start") {
+    auto zero = dir.write("zero", "0,0\n");
+    auto r = run_troupe(fmt::format("env replay --env Reacher-v4 --qpos=0,0,0,0 "
+                                    "--qvel=0,0,0,0 --actions '{}'",
+                                    zero),
+                        dir);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("Reacher-v4's state also holds fingertip_minus_target.x") !=
+          std::string::npos);
+    CHECK(r.err.find("--state") != std::string::npos);
+  }
 }
 
 TEST_CASE("bench envs --json prints one row per environment, size and thread count") {
