@@ -1,6 +1,7 @@
-// A latest-value slot between publishers and one reader: the triple buffer
-// of learners/stats_view.hpp, for any copy-assignable value (a
-// std::shared_ptr<const T> to an immutable snapshot, typically).
+// A latest-value slot between publishers and one reader: the one triple
+// buffer of the project, for any value (a std::shared_ptr<const T> to an
+// immutable snapshot, or a statistics snapshot filled in place as
+// learners/stats_view.hpp does).
 //
 // The reader is wait-free: read() is one relaxed load and, when something new
 // was published, one atomic exchange; no lock, no retry, no allocation, no
@@ -47,11 +48,32 @@ public:
   /// releasing what that buffer held on the writer's thread).
   template <class U>
   void publish(U&& value) {
+    publish_with([&](T& back) {
+      back = std::forward<U>(value);
+      return true;
+    });
+  }
+
+  /// Publishes by filling the back buffer in place: `fill(T&)` runs under the
+  /// writer mutex on a buffer holding an older value (so its storage is
+  /// reused) and returns whether to publish it; then `after()` runs, still
+  /// under the mutex, when it did. Returns whether it published.
+  template <class Fill, class After>
+  bool publish_with(Fill&& fill, After&& after) {
     mutex_lock guard(writer_mutex_);
-    buffers_[back_].value = std::forward<U>(value);
+    if (!fill(buffers_[back_].value))
+      return false;
     auto prev = middle_.exchange(static_cast<uint8_t>(back_ | fresh_bit),
                                  std::memory_order_acq_rel);
     back_ = prev & index_mask;
+    after();
+    return true;
+  }
+
+  /// publish_with with nothing after.
+  template <class Fill>
+  bool publish_with(Fill&& fill) {
+    return publish_with(std::forward<Fill>(fill), [] {});
   }
 
 private:

@@ -5,26 +5,32 @@
 
 namespace troupe::learners {
 
-stats_view::stats_view(size_t dim, std::string stream)
-  : dim_(dim), stream_(std::move(stream)) {
-  for (auto& slot : buffers_) {
-    auto& b = slot.snapshot;
-    b.stream = stream_;
-    b.mean.assign(dim, 0.0);
-    b.var.assign(dim, 1.0);
-  }
+namespace {
+
+// The snapshot every buffer starts with: version 0, mean 0, variance 1.
+stats_snapshot identity_snapshot(size_t dim, const std::string& stream) {
+  stats_snapshot s;
+  s.stream = stream;
+  s.mean.assign(dim, 0.0);
+  s.var.assign(dim, 1.0);
+  return s;
 }
+
+} // namespace
+
+stats_view::stats_view(size_t dim, std::string stream)
+  : dim_(dim), stream_(std::move(stream)), buffer_(identity_snapshot(dim_, stream_)) {}
 
 template <class Fill>
 void stats_view::swap_in(uint64_t version, Fill&& fill) {
-  kernels::mutex_lock guard(writer_mutex_);
-  if (version < published_version_.load(std::memory_order_relaxed))
-    return;
-  fill(buffers_[back_].snapshot);
-  auto prev = middle_.exchange(static_cast<uint8_t>(back_ | fresh_bit),
-                               std::memory_order_acq_rel);
-  back_ = prev & index_mask;
-  published_version_.store(version, std::memory_order_release);
+  buffer_.publish_with(
+    [&](stats_snapshot& back) {
+      if (version < published_version_.load(std::memory_order_relaxed))
+        return false;
+      fill(back);
+      return true;
+    },
+    [&] { published_version_.store(version, std::memory_order_release); });
 }
 
 status stats_view::publish(const stats_snapshot& snapshot) {

@@ -1,24 +1,9 @@
 // A statistics view: the latest published snapshot of one statistics stream,
-// readable without ever waiting.
-//
-// The view is a triple buffer. The writer (the feeder that receives the
-// statistics keeper's snapshots) fills a back buffer and swaps it with the
-// middle one in one atomic exchange; the reader swaps the middle buffer with
-// its front buffer, also in one atomic exchange, only when a newer snapshot is
-// there.
-//
-// The reader is wait-free: read() is one relaxed load and, when something new
-// was published, one atomic exchange; it takes no lock, never retries and
-// sends no message, so a stalled keeper makes the statistics older, never the
-// reader slower. The writer is not wait-free: publish() takes a mutex (writers
-// are serialized among themselves by it; the reader never touches it) and
-// copies the snapshot, allocating until the buffers have grown.
-//
-// The reader's own field and the writer's fields sit on separate cache lines,
-// so a publication does not evict the line every read() loads.
-//
-// One reader thread at a time: give every reader (learner, env runner) its
-// own view.
+// readable without ever waiting. The buffer is kernels::latest_value (a
+// triple buffer: the reader is wait-free, publishers take a mutex the reader
+// never touches), filled in place so that a publication allocates nothing
+// once the buffers have grown. One reader thread at a time: give every reader
+// (learner, env runner) its own view.
 #pragma once
 
 #include <array>
@@ -28,7 +13,7 @@
 #include <vector>
 
 #include "kernels/error.hpp"
-#include "kernels/mutex.hpp"
+#include "kernels/latest_value.hpp"
 
 namespace troupe::learners {
 
@@ -53,13 +38,7 @@ public:
 
   /// The latest snapshot. Wait-free; the reference stays valid and unchanged
   /// until this reader's next read(). Never call from two threads at once.
-  const stats_snapshot& read() noexcept {
-    if (middle_.load(std::memory_order_relaxed) & fresh_bit) {
-      auto prev = middle_.exchange(front_, std::memory_order_acq_rel);
-      front_ = prev & index_mask;
-    }
-    return buffers_[front_].snapshot;
-  }
+  const stats_snapshot& read() noexcept { return buffer_.read(); }
 
   /// Publishes a snapshot (copied into the back buffer under the writer
   /// mutex; no allocation once the buffers have grown to the dimension).
@@ -83,35 +62,14 @@ public:
   }
 
 private:
-  static constexpr uint8_t fresh_bit = 0x4;
-  static constexpr uint8_t index_mask = 0x3;
-
-  // Fills the back buffer and swaps it in; the writer mutex is held.
+  // Publishes what `fill` writes into the back buffer unless `version` is
+  // older than the latest published one.
   template <class Fill>
   void swap_in(uint64_t version, Fill&& fill);
 
-  // 64 bytes: the cache line of the x86-64 and ARM cores we run on. (GCC
-  // warns that std::hardware_destructive_interference_size may differ between
-  // compiler flags, which makes it an ABI hazard in a header.)
-  static constexpr size_t cache_line = 64;
-
-  // One buffer per cache-line-aligned slot, so that the writer filling the
-  // back buffer's scalars does not evict the front buffer the reader reads.
-  struct alignas(cache_line) slot {
-    stats_snapshot snapshot;
-  };
-
   size_t dim_;
   std::string stream_; // name given at construction, for messages
-  std::array<slot, 3> buffers_;
-  // Shared by both sides: the one field they exchange through.
-  alignas(cache_line) std::atomic<uint8_t> middle_{1};
-  // Reader only.
-  alignas(cache_line) uint8_t front_ = 0;
-  // Writers only; on a line of their own, away from the reader's front_ that
-  // every read() loads.
-  alignas(cache_line) uint8_t back_ TROUPE_GUARDED_BY(writer_mutex_) = 2;
-  kernels::mutex writer_mutex_;
+  kernels::latest_value<stats_snapshot> buffer_;
   std::atomic<uint64_t> published_version_{0};
 };
 
