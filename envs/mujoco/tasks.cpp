@@ -1,13 +1,16 @@
 #include "envs/mujoco/tasks.hpp"
 
+#include "envs/mujoco/ant.hpp"
 #include "envs/mujoco/half_cheetah.hpp"
+#include "envs/mujoco/humanoid.hpp"
 #include "envs/mujoco/inverted_pendulum.hpp"
 
 namespace troupe::envs::mujoco {
 
 std::vector<registration> task_registrations() {
   // One line per task.
-  return {model_registration<inverted_pendulum>(), model_registration<half_cheetah>()};
+  return {model_registration<inverted_pendulum>(), model_registration<half_cheetah>(),
+          model_registration<ant>(), model_registration<humanoid>()};
 }
 
 bool is_task(const std::string& id) {

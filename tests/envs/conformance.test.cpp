@@ -41,7 +41,9 @@ TEST_CASE("every environment is registered under its Gymnasium id with its time 
                                                    {"MountainCarContinuous-v0", 999},
                                                    {"Acrobot-v1", 500},
                                                    {"InvertedPendulum-v4", 1000},
-                                                   {"HalfCheetah-v4", 1000}};
+                                                   {"HalfCheetah-v4", 1000},
+                                                   {"Ant-v4", 1000},
+                                                   {"Humanoid-v4", 1000}};
   REQUIRE(registry().size() == want.size());
   for (auto& entry : want) {
     // Named copies: clang 14 lets no lambda (CAPTURE's) refer to a structured binding.

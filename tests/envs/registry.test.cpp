@@ -32,7 +32,8 @@ namespace {
 const std::vector<std::string> builtin_ids = {"CartPole-v1", "Pendulum-v1",
                                               "MountainCar-v0",
                                               "MountainCarContinuous-v0", "Acrobot-v1",
-                                              "InvertedPendulum-v4", "HalfCheetah-v4"};
+                                              "InvertedPendulum-v4", "HalfCheetah-v4",
+                                              "Ant-v4", "Humanoid-v4"};
 
 bool contains(const std::string& text, const std::string& word) {
   return text.find(word) != std::string::npos;
