@@ -7,11 +7,14 @@
 // reward, paid on every step, the terminal one too) - 0.5 * sum(action^2).
 // Terminated when the state is not finite or the torso's z leaves
 // [0.2, 1.0]; truncated at 1000 steps. Reset: qpos0 + U(-0.1, 0.1) per
-// position (the quaternion too), 0.1 * N(0, 1) per velocity.
+// position (the quaternion too), 0.1 * N(0, 1) per velocity. State: qpos,
+// qvel, qacc_warmstart, then the torso's x and y position, which the next
+// step's reward starts from (see docs/environments.md).
 #pragma once
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "envs/mujoco/mujoco_env.hpp"
 
@@ -31,8 +34,8 @@ struct ant : mujoco_task {
   double reward_forward = 0;       ///< x_velocity (forward_reward_weight is 1)
   double reward_ctrl = 0;          ///< -ctrl_cost_weight * sum(action^2)
   double reward_survive = 0;       ///< healthy_reward
-  double x_position = 0;           ///< the torso's x after the step
-  double y_position = 0;           ///< the torso's y after the step
+  double x_position = 0;           ///< the torso's x after the step (or reset)
+  double y_position = 0;           ///< the torso's y after the step (or reset)
   double distance_from_origin = 0; ///< |(x_position, y_position)|
   double x_velocity = 0;           ///< (x after - x before) / dt
   double y_velocity = 0;           ///< (y after - y before) / dt
@@ -40,11 +43,15 @@ struct ant : mujoco_task {
 
   ant() : mujoco_task("ant.xml", frame_skip) {}
 
-  /// Id, spaces (Box(-inf, inf, (27,)); Box(-1, 1, (8,))) and time limit 1000.
+  /// Id, spaces (Box(-inf, inf, (27,)); Box(-1, 1, (8,))), time limit 1000
+  /// and state names.
   static env_spec make_spec() {
     constexpr float inf = std::numeric_limits<float>::infinity();
+    auto names = builtin_state_names("ant.xml");
+    names.push_back("x_position");
+    names.push_back("y_position");
     return {"Ant-v4", space::box(nq - 2 + nv, -inf, inf), space::box(nu, -1.0f, 1.0f),
-            1000, builtin_state_names("ant.xml")};
+            1000, std::move(names)};
   }
 
   /// qpos0 + U(-0.1, 0.1) per position, then 0.1 N(0, 1) per velocity.
@@ -55,15 +62,33 @@ struct ant : mujoco_task {
     for (double& x : qvel_noise)
       x = reset_noise_scale * standard_normal(r);
     reset_to(qpos_noise, qvel_noise);
+    x_position = data().xpos[3 * torso_body];
+    y_position = data().xpos[3 * torso_body + 1];
+  }
+
+  /// qpos, qvel, qacc_warmstart, then x_position and y_position.
+  void get_state(double* out) const noexcept {
+    mujoco_task::get_state(out);
+    out[nq + 2 * nv] = x_position;
+    out[nq + 2 * nv + 1] = y_position;
+  }
+
+  /// Restores what get_state wrote.
+  void set_state(const double* in) noexcept {
+    mujoco_task::set_state(in);
+    x_position = in[nq + 2 * nv];
+    y_position = in[nq + 2 * nv + 1];
   }
 
   /// One step: forward velocity plus the healthy reward minus the control
   /// cost; terminated when unhealthy.
   model_step step(const float* action) noexcept {
     const mjData& d = data();
-    // v4's get_body_com("torso"): the body's xpos, which after mj_step is
-    // that of the last physics evaluation, not of the final qpos.
-    const double x_before = d.xpos[3 * torso_body], y_before = d.xpos[3 * torso_body + 1];
+    // v4's get_body_com("torso") before the step: the body's xpos that the
+    // last step or the reset left, kept as x_position and y_position (after
+    // mj_step, the xpos of the integrator's last evaluation, not of the
+    // final qpos, which a restore could not recompute).
+    const double x_before = x_position, y_before = y_position;
     simulate(action);
     x_position = d.xpos[3 * torso_body];
     y_position = d.xpos[3 * torso_body + 1];

@@ -225,9 +225,6 @@ void mujoco_task::set_state(const double* in) noexcept {
   // joints in qpos, changing the last bits of a saved one: qpos is put back
   // as given, so that the next mj_step starts from the saved episode's qpos.
   std::copy(in, in + m.nq, d.qpos);
-  // The contact forces too, which mj_forward leaves as they were: a
-  // restored observation (Humanoid's) holds none of the data's past.
-  mj_rnePostConstraint(&m, &d);
   // After mj_forward, which leaves its own solution as the warm start: the
   // next mj_step then starts its solver where the saved episode's would have.
   std::copy(in + m.nq + m.nv, in + m.nq + 2 * m.nv, d.qacc_warmstart);

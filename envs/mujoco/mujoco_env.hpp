@@ -134,9 +134,8 @@ public:
   void get_state(double* out) const noexcept;
 
   /// Sets (qpos, qvel), recomputes the derived quantities (mj_forward) as
-  /// v4's set_state does, and the contact forces (mj_rnePostConstraint),
-  /// then sets qpos again (mj_forward renormalizes quaternions in place) and
-  /// qacc_warmstart, which mj_forward replaces.
+  /// v4's set_state does, then sets qpos again (mj_forward renormalizes
+  /// quaternions in place) and qacc_warmstart, which mj_forward replaces.
   void set_state(const double* in) noexcept;
 
 protected:

@@ -282,8 +282,9 @@ TEST_CASE("each MuJoCo task's spec agrees with its compiled model") {
     auto spec = find_spec(want.id).value();
     // Time limits as Gymnasium registers them (Reacher-v4 would be 50).
     CHECK(spec->max_episode_steps == 1000);
-    // The state: qpos, qvel and the solver's warm start, named by joint.
-    REQUIRE(spec->state_dim() == static_cast<size_t>(m.nq + 2 * m.nv));
+    // The state: qpos, qvel and the solver's warm start, named by joint
+    // (then what a task carries besides: Ant's and Humanoid's).
+    REQUIRE(spec->state_dim() >= static_cast<size_t>(m.nq + 2 * m.nv));
     for (int j = 0; j < m.njnt; ++j)
       CHECK(spec->state_names[static_cast<size_t>(m.jnt_qposadr[j])].rfind(
               std::string("qpos.") + (m.names + m.name_jntadr[j]), 0) == 0);
@@ -307,7 +308,7 @@ TEST_CASE(
     "qpos.root.qy", "qpos.root.qz", "qpos.hip_1",   "qpos.ankle_1", "qpos.hip_2",
     "qpos.ankle_2", "qpos.hip_3",   "qpos.ankle_3", "qpos.hip_4",   "qpos.ankle_4"};
   const auto& spec = *find_spec("Ant-v4").value();
-  REQUIRE(spec.state_names.size() == 15 + 2 * 14);
+  REQUIRE(spec.state_names.size() == 15 + 2 * 14 + 2);
   for (size_t i = 0; i < ant_names.size(); ++i)
     CHECK(spec.state_names[i] == ant_names[i]);
   CHECK(spec.state_names[15] == "qvel.root.vx");
@@ -315,6 +316,26 @@ TEST_CASE(
   CHECK(spec.state_names[21] == "qvel.hip_1");
   CHECK(spec.state_names[29] == "qacc_warmstart.root.vx");
   CHECK(spec.state_names[42] == "qacc_warmstart.ankle_4");
+  // Then the torso's position, which the next step's reward starts from.
+  CHECK(spec.state_names[43] == "x_position");
+  CHECK(spec.state_names[44] == "y_position");
+
+  // Humanoid: its joints, the mass centre's position, then the observed
+  // arrays of 14 bodies and 23 degrees of freedom.
+  const auto& humanoid = find_spec("Humanoid-v4").value()->state_names;
+  REQUIRE(humanoid.size() == 24 + 2 * 23 + 2 + 140 + 84 + 23 + 84);
+  CHECK(humanoid[0] == "qpos.root.x");
+  CHECK(humanoid[7] == "qpos.abdomen_z");
+  CHECK(humanoid[24] == "qvel.root.vx");
+  CHECK(humanoid[70] == "x_position");
+  CHECK(humanoid[71] == "y_position");
+  CHECK(humanoid[72] == "cinert.world.0");
+  CHECK(humanoid[72 + 10] == "cinert.torso.0");
+  CHECK(humanoid[72 + 140] == "cvel.world.0");
+  CHECK(humanoid[72 + 224] == "qfrc_actuator.root.vx");
+  CHECK(humanoid[72 + 224 + 6] == "qfrc_actuator.abdomen_z");
+  CHECK(humanoid[72 + 247] == "cfrc_ext.world.0");
+  CHECK(humanoid.back() == "cfrc_ext.left_lower_arm.5");
 
   auto ball = mujoco::compile_model(
     "<mujoco><worldbody><body><joint name=\"neck\" type=\"ball\"/><geom size=\".1\"/>"
