@@ -23,9 +23,9 @@ run_progress read_progress(caf::scoped_actor& self, const cast_handles& h) {
         self, h.metrics, progress_ask_timeout, actors::state_atom::value))
     out.counters = std::move(*counters);
   if (h.obs_norm)
-    if (auto snap =
-          ask_for<learners::stats_snapshot>(self, h.keeper, progress_ask_timeout,
-                                            actors::snapshot_atom::value, std::string{"obs"}))
+    if (auto snap = ask_for<learners::stats_snapshot>(
+          self, h.keeper, progress_ask_timeout, actors::snapshot_atom::value,
+          std::string{"obs"}))
       out.stats_version = snap->version;
   return out;
 }
@@ -120,8 +120,8 @@ status driver::run(caf::scoped_actor& self, run_settings settings, run_events& e
     // The keeper, the server and the metrics actor of a cast that made its
     // own end with the run; a worker's are the coordinator's.
     const bool own_shared_actors = !settings.plan.existing;
-    auto stop_flag = settings.stop_flag ? settings.stop_flag
-                                        : std::make_shared<std::atomic<int>>(0);
+    auto stop_flag =
+      settings.stop_flag ? settings.stop_flag : std::make_shared<std::atomic<int>>(0);
     actors::supervisor_options sup_opts;
     sup_opts.cast = std::move(settings.plan);
     sup_opts.owner = caf::actor_cast<caf::actor>(self);
@@ -208,7 +208,8 @@ status driver::run(caf::scoped_actor& self, run_settings settings, run_events& e
             if (done)
               return;
             done = true;
-            end.failure = "the supervisor ended: " + actors::error_message(sys, down.reason);
+            end.failure =
+              "the supervisor ended: " + actors::error_message(sys, down.reason);
             return;
           }
           for (auto& a : settings.watched)

@@ -48,10 +48,10 @@ struct run_settings {
   cast_handles handles;
   /// The supervisor polls it; nonzero stops the run. Null: one of its own.
   std::shared_ptr<std::atomic<int>> stop_flag;
-  actors::log_sink log;              ///< the supervisor's restarts and failures
-  bool periodic_checkpoints = true;  ///< a checkpoint at each ckpt_atom
-  bool first_checkpoint = false;     ///< and one as soon as the cast is ready
-  bool refresh_progress = true;      ///< ask the counters every progress_every
+  actors::log_sink log;             ///< the supervisor's restarts and failures
+  bool periodic_checkpoints = true; ///< a checkpoint at each ckpt_atom
+  bool first_checkpoint = false;    ///< and one as soon as the cast is ready
+  bool refresh_progress = true;     ///< ask the counters every progress_every
   /// Monitored as well: the end of one ends the loop (run_end::lost).
   std::vector<caf::actor> watched;
   /// After a stop_atom (the run's end told from outside): how long the cast
@@ -75,8 +75,8 @@ struct run_end {
   std::string write_failure; ///< a periodic checkpoint that could not be written
   std::string lost;          ///< why a watched actor ended (empty: none did)
   std::optional<actors::cast_snapshot> last_snapshot; ///< the supervisor's final one
-  caf::actor supervisor;     ///< the run's supervisor (ended by now)
-  cast_handles handles;      ///< the cast's shared actors (from ready)
+  caf::actor supervisor; ///< the run's supervisor (ended by now)
+  cast_handles handles;  ///< the cast's shared actors (from ready)
 };
 
 /// The status a run ends with when nothing follows its loop: the cast could

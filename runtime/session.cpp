@@ -249,8 +249,8 @@ status session::start() {
     if (!drv)
       return make_error(errc::unavailable, "session::start: {}", drv.err().message);
     s.drv = std::move(*drv);
-    auto built = build_cast(s.drv->system(), s.cfg, s.spec, *s.env, s.device.kind, s.run_dir,
-                            s.resume, s.options.cast);
+    auto built = build_cast(s.drv->system(), s.cfg, s.spec, *s.env, s.device.kind,
+                            s.run_dir, s.resume, s.options.cast);
     built.plan.end_on_done = s.node.has_value(); // workers' learners count too
     s.handles.spec = built.spec;
     s.handles.env_id = built.env_id;
@@ -311,7 +311,8 @@ void session::state::drive(actors::cast_plan plan) {
     rs.first_checkpoint = resume.checkpoint.empty();
     (void)drv->run(self, std::move(rs), events);
   } catch (const std::exception& e) {
-    events.on_done(run_end{}, make_error(errc::unavailable, "the run failed: {}", e.what()));
+    events.on_done(run_end{},
+                   make_error(errc::unavailable, "the run failed: {}", e.what()));
   }
 }
 
@@ -577,7 +578,8 @@ result<std::string> session::save_checkpoint() {
   }
   try {
     caf::scoped_actor self(s.drv->system());
-    // Held at a consistent cut while the checkpoint is written (see runtime::driver::run).
+    // Held at a consistent cut while the checkpoint is written (see
+    // runtime::driver::run).
     auto snap = ask_for<actors::cast_snapshot>(self, sup, snapshot_timeout,
                                                actors::hold_atom::value);
     if (!snap) {

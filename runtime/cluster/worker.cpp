@@ -163,7 +163,8 @@ public:
       s_.log(actors::log_level::info,
              fmt::format("troupe: worker {} joined the run at {}: {} "
                          "runners feeding {} learner(s) of the coordinator",
-                         opts.name, s_.where, req_guest_runners(opts), s_.w->feed.size()));
+                         opts.name, s_.where, req_guest_runners(opts),
+                         s_.w->feed.size()));
       return {};
     }
     s_.log(actors::log_level::info,
@@ -215,15 +216,17 @@ status worker_events::on_end(caf::scoped_actor& self, runtime::run_end& end) {
             waiting = false;
         },
         [&](actors::done_atom, bool, std::string&) {},
-        caf::after(runtime::progress_every) >> [&] {
-          if (std::chrono::steady_clock::now() >= until) {
-            s_.log(actors::log_level::warning,
-                   fmt::format("troupe: worker {}: the step budget is spent here, and the "
-                               "coordinator did not end the run within {} s; leaving",
-                               opts.name, static_cast<long long>(end_wait.count())));
-            waiting = false;
-          }
-        });
+        caf::after(runtime::progress_every) >>
+          [&] {
+            if (std::chrono::steady_clock::now() >= until) {
+              s_.log(
+                actors::log_level::warning,
+                fmt::format("troupe: worker {}: the step budget is spent here, and the "
+                            "coordinator did not end the run within {} s; leaving",
+                            opts.name, static_cast<long long>(end_wait.count())));
+              waiting = false;
+            }
+          });
     }
   }
   if (!gate_lost) {
@@ -268,7 +271,8 @@ status worker_events::on_end(caf::scoped_actor& self, runtime::run_end& end) {
   self->send_exit(s_.host, caf::exit_reason::user_shutdown);
   if (!end.failure.empty() && !end.stop_asked)
     return worker_error(fmt::format("{}: {}", opts.name, end.failure));
-  s_.log(actors::log_level::info, fmt::format("troupe: worker {}: the run ended", opts.name));
+  s_.log(actors::log_level::info,
+         fmt::format("troupe: worker {}: the run ended", opts.name));
   return {};
 }
 
@@ -323,8 +327,9 @@ result<worker> worker::connect(const worker_options& opts) {
       auto f = read_cluster_file(opts.connect_file);
       if (f) {
         if (!opts.run.empty() && f->run != opts.run)
-          return worker_error(fmt::format("--run {}: {} is the coordinator's file of run {}",
-                                          opts.run, opts.connect_file, f->run));
+          return worker_error(
+            fmt::format("--run {}: {} is the coordinator's file of run {}", opts.run,
+                        opts.connect_file, f->run));
         s.at = f->connect;
         s.run = f->run;
         break;
@@ -376,14 +381,13 @@ result<worker> worker::connect(const worker_options& opts) {
       break;
     }
     if (std::chrono::steady_clock::now() >= s.deadline)
-      return worker_error(fmt::format("{} the coordinator at {} within {} s "
-                                      "(--reconnect-s; a coordinator of another run "
-                                      "refuses the connection): {}",
-                                      opts.rejoin_until_ms > 0
-                                        ? "lost the coordinator and could not reach"
-                                        : "cannot reach",
-                                      s.where, opts.reconnect_s,
-                                      actors::error_message(sys, g.error())));
+      return worker_error(
+        fmt::format("{} the coordinator at {} within {} s "
+                    "(--reconnect-s; a coordinator of another run "
+                    "refuses the connection): {}",
+                    opts.rejoin_until_ms > 0 ? "lost the coordinator and could not reach"
+                                             : "cannot reach",
+                    s.where, opts.reconnect_s, actors::error_message(sys, g.error())));
     std::this_thread::sleep_for(connect_retry); // back-off between attempts
     if (!opts.connect_file.empty()) {
       // A coordinator resumed elsewhere rewrote it; a file being replaced
@@ -410,8 +414,7 @@ status worker::join() {
   auto& self = *s.self;
   s.cache = std::make_shared<host_cache>();
   s.counters = std::make_shared<actors::host_counters>();
-  s.host =
-    sys.spawn(host_actor, s.cache, s.counters, caf::actor_cast<caf::actor>(self));
+  s.host = sys.spawn(host_actor, s.cache, s.counters, caf::actor_cast<caf::actor>(self));
   join_request req;
   req.protocol = protocol_version;
   req.name = opts.name;
@@ -490,7 +493,7 @@ status worker::join() {
   auto& plan = built.plan;
   if (w->learner_names.size() != plan.learners.size())
     return worker_error(fmt::format("the coordinator named {} learners for the {} asked",
-                                 w->learner_names.size(), plan.learners.size()));
+                                    w->learner_names.size(), plan.learners.size()));
   // Exactly once across the network (docs/cluster.md): the host's moment
   // deltas go through one outbox that stamps them with (name, incarnation,
   // sequence) and keeps them until the keeper acknowledges them; each

@@ -43,9 +43,10 @@ struct worker_options {
   /// the restart of a worker that lost its coordinator: it tries to reach
   /// the coordinator until then instead of for reconnect_s.
   uint64_t rejoin_until_ms = 0;
-  /// Where its lines go (joined, ended, lost, and why it could not join) and
-  /// its actors' logs; empty: nowhere. `troupe worker` writes them to stdout
-  /// (info) and stderr (the rest).
+  /// Where its lines go (joined, ended, lost) and its actors' logs; empty:
+  /// nowhere. Why it could not connect, join or run is the steps' error
+  /// value instead. `troupe worker` writes them to stdout (info) and stderr
+  /// (the rest, and the errors).
   actors::log_sink log;
 };
 

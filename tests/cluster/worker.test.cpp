@@ -81,15 +81,14 @@ TEST_CASE("worker connect to a closed loopback port is an error naming the addre
   CAPTURE(port);
   auto o = options_for(port);
   std::string lines; // the log gets nothing but notices here
-  o.log = actors::log_sink([&](actors::log_level, const std::string& line) {
-    lines += line + "\n";
-  });
+  o.log = actors::log_sink(
+    [&](actors::log_level, const std::string& line) { lines += line + "\n"; });
   auto w = cluster::worker::connect(o);
   REQUIRE_FALSE(w.ok());
   const auto& message = w.err().message;
   CAPTURE(message);
-  CHECK(message.find(fmt::format("cannot reach the coordinator at 127.0.0.1:{} ", port)) ==
-        0);
+  CHECK(message.find(
+          fmt::format("cannot reach the coordinator at 127.0.0.1:{} ", port)) == 0);
   CHECK(message.find("within 0 s (--reconnect-s") != std::string::npos);
   CHECK(lines.empty());
 }

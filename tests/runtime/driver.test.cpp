@@ -36,10 +36,10 @@ struct recording_events : runtime::run_events {
   std::string run_dir;
   uint64_t seed = 0;
   runtime::cast_handles handles;
-  std::vector<std::string> kinds;            // "ready", "checkpoint", "progress", "done"
-  std::vector<std::string> checkpoint_dirs;  // what on_checkpoint wrote
-  std::vector<uint64_t> progress_env_steps;  // env_steps of each progress with counters
-  std::vector<std::string> lines;            // the driver's own log lines
+  std::vector<std::string> kinds;           // "ready", "checkpoint", "progress", "done"
+  std::vector<std::string> checkpoint_dirs; // what on_checkpoint wrote
+  std::vector<uint64_t> progress_env_steps; // env_steps of each progress with counters
+  std::vector<std::string> lines;           // the driver's own log lines
   int done_count = 0;
   bool done_ok = false;
   std::string done_message;
@@ -167,8 +167,8 @@ TEST_CASE("a short run reports ready, then checkpoints and progress, then done o
   }
   // The counters never go back, and the last one counts the whole budget.
   REQUIRE(!events.progress_env_steps.empty());
-  CHECK(std::is_sorted(events.progress_env_steps.begin(),
-                       events.progress_env_steps.end()));
+  CHECK(
+    std::is_sorted(events.progress_env_steps.begin(), events.progress_env_steps.end()));
   CHECK(events.progress_env_steps.back() >= steps);
   CHECK(events.lines.empty()); // no checkpoint failed
   // Actor handles go before their system, which then ends.
