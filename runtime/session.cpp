@@ -81,7 +81,7 @@ struct session::state {
   // Created by start(); its system is ended by close() after the driver
   // thread and every caller's scoped actor are gone.
   std::unique_ptr<runtime::driver> drv;
-  std::thread driver;
+  std::thread driver_thread; // runs the driver's loop (drive())
   // The supervisor polls it; nonzero stops the run.
   std::shared_ptr<std::atomic<int>> stop_flag = std::make_shared<std::atomic<int>>(0);
 
@@ -263,7 +263,7 @@ status session::start() {
     s.progress.updates = s.resume.start.updates;
     s.progress.episodes = s.resume.start.episodes;
     s.progress.return_mean_100 = mean_of(s.resume.start.recent_returns);
-    s.driver = std::thread(
+    s.driver_thread = std::thread(
       [&s, plan = std::move(built.plan)]() mutable { s.drive(std::move(plan)); });
   } catch (const std::exception& e) {
     return make_error(errc::unavailable, "session::start: {}", e.what());
@@ -640,8 +640,8 @@ result<training_result> session::close() {
     if (!s.finished)
       s.stop_flag->store(1);
   }
-  if (s.driver.joinable())
-    s.driver.join();
+  if (s.driver_thread.joinable())
+    s.driver_thread.join();
   {
     // A save_checkpoint under way on another thread ends before the system goes.
     kernels::mutex_lock call(s.call_mtx);
