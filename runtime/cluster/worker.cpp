@@ -133,6 +133,7 @@ struct worker::state {
   runtime::cast_handles handles;
   uint64_t runners_per_learner = 0;
   learners::device_kind device = learners::device_kind::cpu;
+  bool join_tried = false;
   bool ran = false;
 
   std::string where_of() const {
@@ -360,8 +361,8 @@ result<worker> worker::connect(const worker_options& opts) {
     register_cluster_messages(c);
     configure_node(c, s.ns);
   };
-  // Until the gate is reached nothing of this system waits on another
-  // process: a worker that gives up ends it (bounded).
+  // Until run() nothing of this system waits on another process: a worker
+  // that gives up before ends it (bounded).
   ds.end = runtime::system_end::bounded;
   ds.end_limit = unreached_end_limit;
   auto drv = runtime::driver::create(std::move(ds));
@@ -375,9 +376,6 @@ result<worker> worker::connect(const worker_options& opts) {
     auto g = connect_gate(sys, s.at, s.ns);
     if (g) {
       s.gate = *g;
-      // From now on a learner may come to wait on the coordinator's actors
-      // forever: the system is left to the process's end (worker.hpp).
-      s.drv->set_end(runtime::system_end::leave);
       break;
     }
     if (std::chrono::steady_clock::now() >= s.deadline)
@@ -403,11 +401,10 @@ result<worker> worker::connect(const worker_options& opts) {
 
 // -- join ---------------------------------------------------------------------
 
-status worker::join() {
-  if (!st_ || !st_->gate || st_->self)
-    return make_error(errc::invalid_argument,
-                      "worker::join: once, after a successful connect()");
-  auto& s = *st_;
+namespace {
+
+// worker::join's steps: the join request and this host's cast.
+status join_run(worker::state& s) {
   const auto& opts = s.opts;
   auto& sys = s.drv->system();
   s.self = std::make_unique<caf::scoped_actor>(sys);
@@ -550,6 +547,28 @@ status worker::join() {
   return {};
 }
 
+} // namespace
+
+status worker::join() {
+  if (!st_ || !st_->gate || st_->join_tried)
+    return make_error(errc::invalid_argument,
+                      "worker::join: once, after a successful connect()");
+  auto& s = *st_;
+  s.join_tried = true;
+  auto joined = join_run(s);
+  if (!joined && s.self) {
+    // Nothing of this host waits on the coordinator yet: its actors end, so
+    // that its system can end with the worker (bounded).
+    for (auto* a : {&s.host, &s.outbox, &s.relay})
+      if (*a) {
+        (*s.self)->send_exit(*a, caf::exit_reason::user_shutdown);
+        *a = caf::actor{};
+      }
+    s.self.reset();
+  }
+  return joined;
+}
+
 // -- run ----------------------------------------------------------------------
 
 result<worker_end> worker::run() {
@@ -558,6 +577,9 @@ result<worker_end> worker::run() {
                       "worker::run: once, after a successful join()");
   auto& s = *st_;
   s.ran = true;
+  // From now on a learner may come to wait on the coordinator's actors
+  // forever: the system is left to the process's end (worker.hpp).
+  s.drv->set_end(runtime::system_end::leave);
   // Until the coordinator ends the run: its stop_atom (through the host
   // actor) stops the cast, which then has stop_timeout to end; losing the
   // gate ends the loop at once.

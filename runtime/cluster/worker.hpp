@@ -66,9 +66,10 @@ enum class worker_end {
 /// A worker in three steps, each an error value on failure: connect() reaches
 /// the coordinator's gate (bounded retries over reconnect_s), join() joins the
 /// run and builds this host's cast, run() trains until the run ends. Its
-/// actor system is owned by a runtime::driver that leaves it running at the
-/// end (system_end::leave: a learner may wait on a coordinator that is gone),
-/// so the caller ends the process soon after the worker. Movable, not copyable.
+/// actor system is owned by a runtime::driver: a worker that gave up before
+/// run() ends it (bounded); once run() has begun it is left running
+/// (system_end::leave: a learner may wait on a coordinator that is gone), so
+/// the caller ends the process soon after. Movable, not copyable.
 class worker {
 public:
   /// Reads the token (opts.token or TROUPE_CLUSTER_TOKEN), the coordinator's

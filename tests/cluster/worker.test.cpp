@@ -1,6 +1,6 @@
 // The steps of a worker in one process (cluster::worker): the errors of
-// connect() are values naming the address, the file or the variable, never
-// exit statuses.
+// connect() and join() are values naming the address, the file, the variable
+// or the coordinator's reason, never exit statuses.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -8,15 +8,27 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
 #include <fmt/format.h>
 
+#include "actors/messages.hpp"
+#include "actors/policy_store.hpp"
+#include "learners/model.hpp"
+#include "runtime/cluster/gate.hpp"
+#include "runtime/cluster/messages.hpp"
 #include "runtime/cluster/node.hpp"
 #include "runtime/cluster/worker.hpp"
+#include "runtime/system_shutdown.hpp"
 #include "tests/temp_folder.hpp"
 
 using namespace troupe;
@@ -118,4 +130,73 @@ TEST_CASE("worker connect with a coordinator file that does not exist names the 
   CHECK(message.find("cannot read the coordinator's address within 0 s "
                      "(--reconnect-s): ") == 0);
   CHECK(message.find(o.connect_file) != std::string::npos);
+}
+
+TEST_CASE("worker join refused for a wrong token is an error naming the coordinator "
+          "and the reason") {
+  // A coordinator's gate in this process, published on loopback.
+  cluster::node_settings ns;
+  ns.heartbeat_ms = 100;
+  ns.timeout_ms = 1000;
+  ns.app_identifiers = {cluster::any_run_identifier()};
+  auto sys_cfg = std::make_unique<caf::actor_system_config>();
+  actors::register_messages(*sys_cfg);
+  cluster::register_cluster_messages(*sys_cfg);
+  cluster::configure_node(*sys_cfg, ns);
+  sys_cfg->set("scheduler.max-threads", 2);
+  sys_cfg->set("logger.verbosity", caf::atom("quiet"));
+  auto sys = std::make_unique<caf::actor_system>(*sys_cfg);
+  auto refusals = std::make_shared<std::vector<std::string>>();
+  auto mtx = std::make_shared<std::mutex>();
+  std::optional<uint16_t> port;
+  {
+    caf::scoped_actor supervisor{*sys};
+    cluster::gate_options go;
+    go.token = fmt::format("right-{:x}", test::fresh_seed());
+    learners::model_spec spec;
+    spec.obs_dim = 4;
+    spec.n = 2;
+    go.store = std::make_shared<actors::policy_store>(learners::actor_critic(spec, 1), 4);
+    go.supervisor = caf::actor_cast<caf::actor>(supervisor);
+    go.log = [refusals, mtx](const std::string& line) {
+      std::lock_guard<std::mutex> g(*mtx);
+      refusals->push_back(line);
+    };
+    auto gate = cluster::spawn_gate(*sys, std::move(go));
+    auto published = cluster::publish_gate(gate, cluster::endpoint{"127.0.0.1", 0}, ns);
+    REQUIRE_MESSAGE(published, "cannot publish the gate: " << to_string(published.error()));
+    port = *published;
+    {
+      auto o = options_for(*port);
+      o.token = "not-the-token";
+      o.reconnect_s = 5;
+      auto w = cluster::worker::connect(o);
+      REQUIRE_MESSAGE(w.ok(), (w.ok() ? std::string{} : w.err().message));
+      auto joined = w->join();
+      REQUIRE_FALSE(joined.ok());
+      const auto& message = joined.err().message;
+      CAPTURE(message);
+      CHECK(message.find(fmt::format("'w-test' could not join the run at 127.0.0.1:{} "
+                                     "(run not named: any): ",
+                                     *port)) == 0);
+      CHECK(message.find("wrong token") != std::string::npos);
+      // Once only, and nothing to run.
+      auto again = w->join();
+      REQUIRE_FALSE(again.ok());
+      CHECK(again.err().code == errc::invalid_argument);
+      auto ran = w->run();
+      REQUIRE_FALSE(ran.ok());
+      CHECK(ran.err().code == errc::invalid_argument);
+    }
+    {
+      std::lock_guard<std::mutex> g(*mtx);
+      REQUIRE(refusals->size() == 1);
+      CHECK(refusals->front().find("(worker 'w-test'): wrong token") != std::string::npos);
+    }
+    (void)sys->middleman().unpublish(gate);
+    supervisor->send_exit(gate, caf::exit_reason::user_shutdown);
+  }
+  // A system with a middleman that had a peer: its end is bounded (as a
+  // coordinator's is).
+  CHECK(runtime::destroy_within(std::move(sys), std::move(sys_cfg), std::chrono::seconds(20)));
 }
