@@ -22,6 +22,7 @@
 #include "learners/stats_view.hpp"
 #include "runtime/ask.hpp"
 #include "runtime/checkpoint_files.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/cluster/gate.hpp"
 #include "runtime/cluster/messages.hpp"
 #include "runtime/cluster/node.hpp"
@@ -34,10 +35,8 @@ namespace troupe::runtime {
 
 namespace {
 
-// How often the driver refreshes the progress counters from the actors, and
-// how long one such question may take (a busy actor's counters just stay as
-// they were until the next refresh).
-constexpr auto progress_every = std::chrono::milliseconds(200);
+// How long one question to the actors at the run's end may take (a busy
+// actor's answer is then left out).
 constexpr auto progress_ask_timeout = std::chrono::seconds(2);
 // How long save_checkpoint waits for a starting cast, and for the snapshot of
 // the runners' and learners' states (each answers between two batches).
@@ -79,11 +78,10 @@ struct session::state {
   std::string token;
   caf::actor gate;
 
-  // Created by start(); the system is destroyed by close() after the driver
+  // Created by start(); its system is ended by close() after the driver
   // thread and every caller's scoped actor are gone.
-  std::unique_ptr<caf::actor_system_config> sys_cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::thread driver;
+  std::unique_ptr<runtime::driver> drv;
+  std::thread driver_thread; // runs the driver's loop (drive())
   // The supervisor polls it; nonzero stops the run.
   std::shared_ptr<std::atomic<int>> stop_flag = std::make_shared<std::atomic<int>>(0);
 
@@ -116,9 +114,8 @@ struct session::state {
   }
 
   void drive(actors::cast_plan plan);
-  result<training_result> drive_run(caf::scoped_actor& self, actors::cast_plan plan);
-  void refresh_progress(caf::scoped_actor& self);
   std::string open_gate(const cast_handles& h, const caf::actor& supervisor);
+  result<training_result> finish(caf::scoped_actor& self, run_end& end);
   result<std::string> checkpoint_with(caf::scoped_actor& self,
                                       const actors::cast_snapshot& snap);
 };
@@ -229,27 +226,31 @@ status session::start() {
     } else if (auto ok = prepare_resumed_folder(s.run_dir, s.resume); !ok) {
       return ok;
     }
-    s.sys_cfg = std::make_unique<caf::actor_system_config>();
-    actors::register_messages(*s.sys_cfg);
     if (s.node) {
       // Workers that name the run, and workers that learn it from the welcome.
       s.node->app_identifiers = {
         cluster::app_identifier(std::filesystem::path(s.run_dir).filename().string()),
         cluster::any_run_identifier()};
-      cluster::register_cluster_messages(*s.sys_cfg);
-      cluster::configure_node(*s.sys_cfg, *s.node);
     }
-    s.sys_cfg->set("scheduler.max-threads",
-                   static_cast<size_t>(s.cfg.get_int("run.threads")));
-    s.sys_cfg->set("logger.verbosity", caf::atom("quiet"));
-    s.sys = std::make_unique<caf::actor_system>(*s.sys_cfg);
-    // The constructor leaves this thread holding the system's logger (a
-    // thread-local reference), and ~actor_system waits until the logger is
-    // gone: a session closed on another thread while this one lived on
-    // waited forever. Nothing logs through it on this thread.
-    caf::logger::set_current_actor_system(nullptr);
-    auto built = build_cast(*s.sys, s.cfg, s.spec, *s.env, s.device.kind, s.run_dir,
-                            s.resume, s.options.cast);
+    driver_settings ds;
+    ds.configure = [&s](caf::actor_system_config& c) {
+      if (s.node) {
+        cluster::register_cluster_messages(c);
+        cluster::configure_node(c, *s.node);
+      }
+      c.set("scheduler.max-threads", static_cast<size_t>(s.cfg.get_int("run.threads")));
+    };
+    if (s.node) {
+      // A coordinator's system may not end after a worker left (see close()).
+      ds.end = system_end::bounded;
+      ds.end_limit = cluster_shutdown_limit;
+    }
+    auto drv = driver::create(std::move(ds));
+    if (!drv)
+      return make_error(errc::unavailable, "session::start: {}", drv.err().message);
+    s.drv = std::move(*drv);
+    auto built = build_cast(s.drv->system(), s.cfg, s.spec, *s.env, s.device.kind,
+                            s.run_dir, s.resume, s.options.cast);
     built.plan.end_on_done = s.node.has_value(); // workers' learners count too
     s.handles.spec = built.spec;
     s.handles.env_id = built.env_id;
@@ -262,7 +263,7 @@ status session::start() {
     s.progress.updates = s.resume.start.updates;
     s.progress.episodes = s.resume.start.episodes;
     s.progress.return_mean_100 = mean_of(s.resume.start.recent_returns);
-    s.driver = std::thread(
+    s.driver_thread = std::thread(
       [&s, plan = std::move(built.plan)]() mutable { s.drive(std::move(plan)); });
   } catch (const std::exception& e) {
     return make_error(errc::unavailable, "session::start: {}", e.what());
@@ -270,20 +271,49 @@ status session::start() {
   return {};
 }
 
+namespace {
+
+// The session's side of the driver's events: the handles and the progress it
+// shares with the callers' threads, the coordinator's gate, the checkpoints
+// and the run's end.
+class session_events : public run_events {
+public:
+  explicit session_events(session::state& s) : s_(s) {}
+
+  std::string on_ready(caf::scoped_actor& self, const caf::actor& supervisor,
+                       const cast_handles& handles) override;
+  result<std::string> on_checkpoint(caf::scoped_actor& self,
+                                    const actors::cast_snapshot& snap) override;
+  void on_log(actors::log_level level, const std::string& line) override;
+  void on_progress(const run_progress& progress) override;
+  status on_end(caf::scoped_actor& self, run_end& end) override;
+  void on_done(const run_end& end, const status& outcome) override;
+
+private:
+  session::state& s_;
+  std::optional<result<training_result>> result_;
+};
+
+} // namespace
+
 void session::state::drive(actors::cast_plan plan) {
-  result<training_result> out = make_error(errc::unavailable, "the run did not end");
+  session_events events(*this);
   try {
-    caf::scoped_actor self(*sys);
-    out = drive_run(self, std::move(plan));
+    caf::scoped_actor self(drv->system());
+    run_settings rs;
+    rs.plan = std::move(plan);
+    {
+      kernels::mutex_lock lock(mtx);
+      rs.handles = handles;
+    }
+    rs.stop_flag = stop_flag;
+    rs.log = options.log;
+    rs.first_checkpoint = resume.checkpoint.empty();
+    (void)drv->run(self, std::move(rs), events);
   } catch (const std::exception& e) {
-    out = make_error(errc::unavailable, "the run failed: {}", e.what());
+    events.on_done(run_end{},
+                   make_error(errc::unavailable, "the run failed: {}", e.what()));
   }
-  kernels::mutex_lock lock(mtx);
-  outcome = std::move(out);
-  finished = true;
-  progress.running = false;
-  progress.finished = true;
-  changed.notify_all();
 }
 
 result<std::string> session::state::checkpoint_with(caf::scoped_actor& self,
@@ -317,14 +347,14 @@ std::string session::state::open_gate(const cast_handles& h,
   go.sync = cfg.get_string("algo.mode") == "sync";
   go.runners_per_learner = static_cast<uint64_t>(cfg.get_int("algo.runners_per_learner"));
   go.log = options.log;
-  gate = cluster::spawn_gate(*sys, std::move(go));
+  gate = cluster::spawn_gate(drv->system(), std::move(go));
   // SO_REUSEADDR: a coordinator resumed on the port of one that was killed
   // binds while the killed one's connections are still in TIME_WAIT (two
   // listeners on one port are still refused).
   auto port = cluster::publish_gate(gate, listen, *node);
   if (!port)
     return fmt::format("cluster.listen {}:{}: cannot listen there: {}", listen.host,
-                       listen.port, actors::error_message(*sys, port.error()));
+                       listen.port, actors::error_message(drv->system(), port.error()));
   const std::string run = std::filesystem::path(run_dir).filename().string();
   const auto path = std::filesystem::path(run_dir) / "cluster.json";
   if (auto problem = cluster::write_cluster_file(path.string(), listen, *port, run);
@@ -339,137 +369,73 @@ std::string session::state::open_gate(const cast_handles& h,
   return {};
 }
 
-void session::state::refresh_progress(caf::scoped_actor& self) {
-  caf::actor metrics, keeper;
-  bool obs_norm;
+std::string session_events::on_ready(caf::scoped_actor&, const caf::actor& supervisor,
+                                     const cast_handles& handles) {
   {
-    kernels::mutex_lock lock(mtx);
-    metrics = handles.metrics;
-    keeper = handles.keeper;
-    obs_norm = handles.obs_norm;
+    kernels::mutex_lock lock(s_.mtx);
+    s_.handles = handles;
+    s_.supervisor = supervisor;
+    s_.ready = true;
+    s_.changed.notify_all();
   }
-  auto counters = ask_for<actors::metrics_counters>(self, metrics, progress_ask_timeout,
-                                                    actors::state_atom::value);
-  std::optional<uint64_t> stats_version;
-  if (obs_norm)
-    if (auto snap = ask_for<learners::stats_snapshot>(self, keeper, progress_ask_timeout,
-                                                      actors::snapshot_atom::value,
-                                                      std::string{"obs"}))
-      stats_version = snap->version;
-  kernels::mutex_lock lock(mtx);
-  if (counters) {
-    progress.env_steps = counters->env_steps;
-    progress.updates = counters->updates;
-    progress.episodes = counters->episodes;
-    progress.return_mean_100 = mean_of(counters->recent_returns);
-  }
-  if (stats_version)
-    progress.stats_version = *stats_version;
+  s_.log(actors::log_level::info,
+         fmt::format("troupe: run folder {}; learners on {} ({})", s_.run_dir,
+                     learners::to_string(s_.device.kind), s_.device.reason));
+  if (!s_.node)
+    return {};
+  return s_.open_gate(handles, supervisor);
 }
 
-result<training_result> session::state::drive_run(caf::scoped_actor& self,
-                                                  actors::cast_plan plan) {
-  auto& system = *sys;
-  actors::supervisor_options sup_opts;
-  sup_opts.cast = std::move(plan);
-  sup_opts.owner = caf::actor_cast<caf::actor>(self);
-  sup_opts.stop_flag = stop_flag;
-  sup_opts.log = options.log;
-  auto sup = actors::spawn_supervisor(system, std::move(sup_opts));
-  {
-    kernels::mutex_lock lock(mtx);
-    supervisor = sup;
+result<std::string> session_events::on_checkpoint(caf::scoped_actor& self,
+                                                  const actors::cast_snapshot& snap) {
+  return s_.checkpoint_with(self, snap);
+}
+
+void session_events::on_log(actors::log_level level, const std::string& line) {
+  s_.log(level, line);
+}
+
+void session_events::on_progress(const run_progress& p) {
+  kernels::mutex_lock lock(s_.mtx);
+  if (p.counters) {
+    s_.progress.env_steps = p.counters->env_steps;
+    s_.progress.updates = p.counters->updates;
+    s_.progress.episodes = p.counters->episodes;
+    s_.progress.return_mean_100 = mean_of(p.counters->recent_returns);
   }
-  self->monitor(sup);
-  bool done = false, stopping = false;
-  std::string failure;
-  std::string write_failure; // a checkpoint or metrics file that could not be written
-  std::optional<actors::cast_snapshot> last_snapshot;
-  // A checkpoint while training goes on: the supervisor holds the cast at a
-  // consistent cut and collects its random states; the keeper, the server
-  // and the metrics actor are read while it is held, then it goes on. The
-  // supervisor ends right after sending its final snapshot (already in our
-  // mailbox then), so a checkpoint due at that moment finds it gone and is
-  // left to the final checkpoint, which is written from that snapshot.
-  auto periodic_checkpoint = [&] {
-    std::optional<actors::cast_snapshot> snap;
-    self->request(sup, caf::infinite, actors::hold_atom::value)
-      .receive([&](actors::cast_snapshot& s) { snap = std::move(s); },
-               [&](caf::error& e) {
-                 if (e != caf::sec::request_receiver_down)
-                   log(actors::log_level::error,
-                       "troupe: checkpoint failed: " + actors::error_message(system, e));
-               });
-    if (!snap)
-      return;
-    auto ok = checkpoint_with(self, *snap);
-    self->send(sup, actors::release_atom::value);
-    if (!ok && write_failure.empty()) {
-      // A run that cannot save its progress stops rather than train on
-      // unsaved: the previous checkpoint stays as it was.
-      write_failure = "checkpoint failed: " + ok.err().message;
-      log(actors::log_level::error,
-          fmt::format("troupe: {}; stopping the run", write_failure));
-      self->send(sup, actors::stop_atom::value);
-    }
-  };
-  bool is_ready = false;
-  auto last_refresh = std::chrono::steady_clock::now();
-  while (!done) {
-    self->receive(
-      [&](actors::ready_atom, caf::actor& keeper, caf::actor& server,
-          caf::actor& metrics) {
-        {
-          kernels::mutex_lock lock(mtx);
-          handles.keeper = keeper;
-          handles.server = server;
-          handles.metrics = metrics;
-          ready = true;
-          changed.notify_all();
-        }
-        is_ready = true;
-        log(actors::log_level::info,
-            fmt::format("troupe: run folder {}; learners on {} ({})", run_dir,
-                        learners::to_string(device.kind), device.reason));
-        if (node) {
-          cast_handles h;
-          {
-            kernels::mutex_lock lock(mtx);
-            h = handles;
-          }
-          if (auto why = open_gate(h, sup); !why.empty()) {
-            log(actors::log_level::error,
-                fmt::format("troupe: {}; stopping the run", why));
-            if (failure.empty())
-              failure = why;
-            self->send(sup, actors::stop_atom::value);
-          }
-        }
-        // A first checkpoint at once, so that a run killed at any moment resumes.
-        if (resume.checkpoint.empty())
-          periodic_checkpoint();
-      },
-      [&](actors::ckpt_atom, uint64_t) { periodic_checkpoint(); },
-      [&](actors::cast_snapshot& snap) { last_snapshot = std::move(snap); },
-      [&](actors::done_atom, bool interrupted, std::string& why) {
-        done = true;
-        stopping = interrupted;
-        if (failure.empty()) // a gate that could not open came first
-          failure = why;
-      },
-      [&](caf::down_msg& down) {
-        if (down.source != sup.address() || done)
-          return;
-        done = true;
-        failure = "the supervisor ended: " + actors::error_message(system, down.reason);
-      },
-      caf::after(progress_every) >> [] {});
-    if (is_ready && !done &&
-        std::chrono::steady_clock::now() - last_refresh >= progress_every) {
-      refresh_progress(self);
-      last_refresh = std::chrono::steady_clock::now();
-    }
-  }
+  if (p.stats_version)
+    s_.progress.stats_version = *p.stats_version;
+}
+
+status session_events::on_end(caf::scoped_actor& self, run_end& end) {
+  result_ = s_.finish(self, end);
+  if (!*result_)
+    return result_->err();
+  return {};
+}
+
+void session_events::on_done(const run_end&, const status& outcome) {
+  result<training_result> out = make_error(errc::unavailable, "the run did not end");
+  if (result_)
+    out = std::move(*result_);
+  else if (!outcome)
+    out = outcome.err();
+  kernels::mutex_lock lock(s_.mtx);
+  s_.outcome = std::move(out);
+  s_.finished = true;
+  s_.progress.running = false;
+  s_.progress.finished = true;
+  s_.changed.notify_all();
+}
+
+// What follows the driver's loop: the workers of a coordinator leave, the
+// final checkpoint is written from the supervisor's last snapshot, and the
+// cast's shared actors end.
+result<training_result> session::state::finish(caf::scoped_actor& self, run_end& end) {
+  auto& system = drv->system();
+  std::string& failure = end.failure;
+  std::string& write_failure = end.write_failure;
+  const bool is_ready = end.ready;
   // Workers are told the run ends and leave before the final checkpoint, so
   // that their last gradients reach the server (bounded).
   if (gate) {
@@ -507,7 +473,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
   }
   if (!is_ready) {
     // Nothing started (a resume whose statistics file does not load, ...).
-    return make_error(errc::unavailable, "the run could not start: {}", failure);
+    return end_status(end).err();
   }
   // The metrics actor stops the run itself when it cannot write its files.
   if (write_failure.empty())
@@ -523,7 +489,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
 
   training_result out;
   out.run_dir = run_dir;
-  out.interrupted = stopping;
+  out.interrupted = end.interrupted;
   auto final_counters =
     ask<actors::metrics_counters>(self, handles.metrics, actors::row_atom::value);
   if (final_counters) {
@@ -536,20 +502,21 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
     progress.episodes = final_counters->episodes;
     progress.return_mean_100 = out.return_mean_100;
   }
-  if (!last_snapshot) {
+  if (!end.last_snapshot) {
     // The supervisor ended without its final snapshot: ask once more, else
     // save none (a resumed run then starts its runners and learners fresh).
-    if (auto asked = ask<actors::cast_snapshot>(self, sup, actors::state_atom::value)) {
-      last_snapshot = std::move(*asked);
+    if (auto asked =
+          ask<actors::cast_snapshot>(self, end.supervisor, actors::state_atom::value)) {
+      end.last_snapshot = std::move(*asked);
     } else {
       log(actors::log_level::warning,
           fmt::format("troupe: the final checkpoint holds no runner or learner states "
                       "({}); a resumed run starts them fresh",
                       asked.err().message));
-      last_snapshot.emplace();
+      end.last_snapshot.emplace();
     }
   }
-  auto final_ckpt = checkpoint_with(self, *last_snapshot);
+  auto final_ckpt = checkpoint_with(self, *end.last_snapshot);
   if (!final_ckpt)
     log(actors::log_level::error,
         "troupe: final checkpoint failed: " + final_ckpt.err().message);
@@ -557,9 +524,7 @@ result<training_result> session::state::drive_run(caf::scoped_actor& self,
     (void)system.middleman().unpublish(gate);
     self->send_exit(gate, caf::exit_reason::user_shutdown);
   }
-  self->send_exit(handles.metrics, caf::exit_reason::user_shutdown);
-  self->send_exit(handles.server, caf::exit_reason::user_shutdown);
-  self->send_exit(handles.keeper, caf::exit_reason::user_shutdown);
+  // The driver ends the metrics actor, the server and the keeper next.
   if (!failure.empty())
     return make_error(errc::unavailable, "the run failed: {}", failure);
   if (!write_failure.empty())
@@ -612,8 +577,9 @@ result<std::string> session::save_checkpoint() {
     sup = s.supervisor;
   }
   try {
-    caf::scoped_actor self(*s.sys);
-    // Held at a consistent cut while the checkpoint is written (see drive_run).
+    caf::scoped_actor self(s.drv->system());
+    // Held at a consistent cut while the checkpoint is written (see
+    // runtime::driver::run).
     auto snap = ask_for<actors::cast_snapshot>(self, sup, snapshot_timeout,
                                                actors::hold_atom::value);
     if (!snap) {
@@ -674,8 +640,8 @@ result<training_result> session::close() {
     if (!s.finished)
       s.stop_flag->store(1);
   }
-  if (s.driver.joinable())
-    s.driver.join();
+  if (s.driver_thread.joinable())
+    s.driver_thread.join();
   {
     // A save_checkpoint under way on another thread ends before the system goes.
     kernels::mutex_lock call(s.call_mtx);
@@ -686,11 +652,8 @@ result<training_result> session::close() {
       s.supervisor = caf::actor{};
       s.gate = caf::actor{};
     }
-    if (!s.node) {
-      s.sys.reset();
-      s.sys_cfg.reset();
-    } else if (!destroy_within(std::move(s.sys), std::move(s.sys_cfg),
-                               cluster_shutdown_limit)) {
+    // A coordinator's system ends within cluster_shutdown_limit (start()).
+    if (!s.drv->end_system() && s.node) {
       // Seen about once in 20 runs of the cluster tests under load, after a
       // worker left or was lost: the detached parameter server had ended but
       // was still referenced once (gdb showed the count), so ~actor_system

@@ -27,3 +27,27 @@ bool destroy_within(std::unique_ptr<caf::actor_system> sys,
 }
 
 } // namespace troupe::runtime
+
+namespace troupe::runtime {
+
+bool end_system(std::unique_ptr<caf::actor_system> sys,
+                std::unique_ptr<caf::actor_system_config> cfg, system_end how,
+                std::chrono::milliseconds limit) {
+  switch (how) {
+  case system_end::wait:
+    sys.reset();
+    cfg.reset();
+    return true;
+  case system_end::bounded:
+    return destroy_within(std::move(sys), std::move(cfg), limit);
+  case system_end::leave:
+    // Deliberately never destroyed (see system_end::leave): the process ends
+    // before it would matter.
+    (void)sys.release();
+    (void)cfg.release();
+    return false;
+  }
+  return false;
+}
+
+} // namespace troupe::runtime

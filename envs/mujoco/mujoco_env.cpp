@@ -151,6 +151,49 @@ hinge_and_slide_state_names(const std::vector<std::string>& joints) {
   return names;
 }
 
+std::vector<std::string> joint_state_names(const mjModel& m) {
+  static const char* const free_positions[] = {"x", "y", "z", "qw", "qx", "qy", "qz"};
+  static const char* const free_velocities[] = {"vx", "vy", "vz", "wx", "wy", "wz"};
+  // A ball joint's are a free joint's rotational ones.
+  const char* const* ball_positions = free_positions + 3;
+  const char* const* ball_velocities = free_velocities + 3;
+  std::vector<std::string> positions, velocities;
+  for (int j = 0; j < m.njnt; ++j) {
+    const std::string joint = m.names + m.name_jntadr[j];
+    switch (m.jnt_type[j]) {
+    case mjJNT_FREE:
+      for (int k = 0; k < 7; ++k)
+        positions.push_back(fmt::format("{}.{}", joint, free_positions[k]));
+      for (int k = 0; k < 6; ++k)
+        velocities.push_back(fmt::format("{}.{}", joint, free_velocities[k]));
+      break;
+    case mjJNT_BALL:
+      for (int k = 0; k < 4; ++k)
+        positions.push_back(fmt::format("{}.{}", joint, ball_positions[k]));
+      for (int k = 0; k < 3; ++k)
+        velocities.push_back(fmt::format("{}.{}", joint, ball_velocities[k]));
+      break;
+    default: // hinge, slide
+      positions.push_back(joint);
+      velocities.push_back(joint);
+    }
+  }
+  std::vector<std::string> names;
+  for (const auto& p : positions)
+    names.push_back("qpos." + p);
+  for (const char* part : {"qvel", "qacc_warmstart"})
+    for (const auto& v : velocities)
+      names.push_back(fmt::format("{}.{}", part, v));
+  return names;
+}
+
+std::vector<std::string> builtin_state_names(const char* model_file) {
+  auto m = builtin_model(model_file);
+  TROUPE_CHECK(m.ok(), "a built-in MuJoCo model does not load: {}",
+               m ? std::string() : m.err().message);
+  return joint_state_names(**m);
+}
+
 // -- the task base ---------------------------------------------------------------------
 
 mujoco_task::mujoco_task(const char* model_file, int frame_skip)
@@ -178,6 +221,10 @@ void mujoco_task::set_state(const double* in) noexcept {
   std::copy(in, in + m.nq, d.qpos);
   std::copy(in + m.nq, in + m.nq + m.nv, d.qvel);
   mj_forward(&m, &d);
+  // MuJoCo 2.2's mj_forward renormalizes the quaternions of free and ball
+  // joints in qpos, changing the last bits of a saved one: qpos is put back
+  // as given, so that the next mj_step starts from the saved episode's qpos.
+  std::copy(in, in + m.nq, d.qpos);
   // After mj_forward, which leaves its own solution as the warm start: the
   // next mj_step then starts its solver where the saved episode's would have.
   std::copy(in + m.nq + m.nv, in + m.nq + 2 * m.nv, d.qacc_warmstart);

@@ -63,6 +63,49 @@ double standard_normal(rng& r) noexcept;
 std::vector<std::string>
 hinge_and_slide_state_names(const std::vector<std::string>& joints);
 
+/// The state names of any model, from its compiled joints, in the order of
+/// mujoco_task::get_state: "qpos.<joint>" per position, "qvel.<joint>" then
+/// "qacc_warmstart.<joint>" per degree of freedom. A hinge or slide has one
+/// of each (the names hinge_and_slide_state_names gives); a free joint has
+/// positions <joint>.x, .y, .z, .qw, .qx, .qy, .qz and velocities .vx, .vy,
+/// .vz, .wx, .wy, .wz; a ball joint .qw, .qx, .qy, .qz and .wx, .wy, .wz.
+std::vector<std::string> joint_state_names(const mjModel& m);
+
+/// joint_state_names of the built-in model file `model_file`, for a task's
+/// make_spec(); a built-in file that did not compile would stop the process
+/// as mujoco_task's constructor does.
+std::vector<std::string> builtin_state_names(const char* model_file);
+
+/// The sum of x[0..n), in the order of NumPy's pairwise summation
+/// (np.sum of a contiguous array: sequential below 8 values; up to 128,
+/// eight interleaved partial sums added as a tree, then the remainder;
+/// beyond, the two halves' sums), so that a float32 cost equals NumPy's to
+/// the last bit.
+template <class T>
+T numpy_sum(const T* x, int n) noexcept {
+  if (n > 128) {
+    const int half = n / 2 - (n / 2) % 8;
+    return numpy_sum(x, half) + numpy_sum(x + half, n - half);
+  }
+  if (n < 8) {
+    T sum = T(-0.0);
+    for (int i = 0; i < n; ++i)
+      sum += x[i];
+    return sum;
+  }
+  T r[8];
+  for (int j = 0; j < 8; ++j)
+    r[j] = x[j];
+  int i = 8;
+  for (; i < n - n % 8; i += 8)
+    for (int j = 0; j < 8; ++j)
+      r[j] += x[i + j];
+  T sum = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+  for (; i < n; ++i)
+    sum += x[i];
+  return sum;
+}
+
 /// What every task shares: the compiled model, an mjData, the frame skip.
 /// Move-only. A task's state is (qpos, qvel, qacc_warmstart): Gymnasium's
 /// state_vector() followed by the constraint solver's warm start, without
@@ -91,7 +134,8 @@ public:
   void get_state(double* out) const noexcept;
 
   /// Sets (qpos, qvel), recomputes the derived quantities (mj_forward) as
-  /// v4's set_state does, then sets qacc_warmstart, which mj_forward replaces.
+  /// v4's set_state does, then sets qpos again (mj_forward renormalizes
+  /// quaternions in place) and qacc_warmstart, which mj_forward replaces.
   void set_state(const double* in) noexcept;
 
 protected:

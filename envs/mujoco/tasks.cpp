@@ -1,6 +1,8 @@
 #include "envs/mujoco/tasks.hpp"
 
+#include "envs/mujoco/ant.hpp"
 #include "envs/mujoco/half_cheetah.hpp"
+#include "envs/mujoco/humanoid.hpp"
 #include "envs/mujoco/inverted_pendulum.hpp"
 #include "envs/mujoco/hopper.hpp"
 #include "envs/mujoco/walker2d.hpp"
@@ -17,7 +19,8 @@ std::vector<registration> task_registrations() {
           model_registration<walker2d>(),
           model_registration<swimmer>(),
           model_registration<reacher>(),
-          model_registration<inverted_double_pendulum>()};
+          model_registration<inverted_double_pendulum>(),
+          model_registration<ant>(), model_registration<humanoid>()};
 }
 
 bool is_task(const std::string& id) {

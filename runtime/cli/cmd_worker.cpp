@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 #include <unistd.h>
@@ -140,8 +141,28 @@ int cmd_worker(const args_t& args) {
       return fail(exit_bad_input,
                   "--rejoin-until-ms: expected a number, got '" + *until + "'");
   }
-  const int status = cluster::run_worker(o);
-  if (status == cluster::worker_rejoin) {
+  // The three steps of a worker; the exit status is decided here: 1 (with an
+  // error-level line) when one fails, 0 when the run ended, and a new process
+  // when the coordinator was lost. The worker is kept to the process's end:
+  // its actor system is left running (runtime::system_end::leave).
+  std::optional<cluster::worker> w;
+  result<cluster::worker_end> ended = make_error(errc::unavailable, "not run");
+  if (auto connected = cluster::worker::connect(o); !connected) {
+    ended = connected.err();
+  } else {
+    w.emplace(std::move(*connected));
+    if (auto joined = w->join(); !joined)
+      ended = joined.err();
+    else
+      ended = w->run();
+  }
+  int status = 0;
+  if (!ended) {
+    actors::write_log(o.log, actors::log_level::error,
+                      "troupe: worker: " + ended.err().message);
+    status = 1;
+  }
+  if (ended && *ended == cluster::worker_end::rejoin) {
     // A new process with the same arguments (and pid) joins again: this
     // one's actors may wait forever on the lost coordinator's.
     const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -20,6 +20,7 @@
 #include "runtime/cast.hpp"
 #include "runtime/cluster/messages.hpp"
 #include "runtime/config.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/resume.hpp"
 
 namespace troupe::cluster {
@@ -37,6 +38,9 @@ constexpr auto flush_timeout = std::chrono::seconds(10);
 // How long a worker whose learners spent the step budget waits for the
 // coordinator to end the run.
 constexpr auto end_wait = std::chrono::seconds(60);
+// How long ending the actor system of a worker that never reached the
+// coordinator may take.
+constexpr auto unreached_end_limit = std::chrono::seconds(10);
 
 // The host's policy store, set once the welcome has told the model's shape;
 // versions pushed before that are kept (the newest) and published then.
@@ -99,123 +103,315 @@ uint64_t req_guest_runners(const worker_options& opts) {
   return opts.learners == 0 ? opts.runners : 0;
 }
 
-int fail_with(const worker_options& opts, const std::string& message) {
-  actors::write_log(opts.log, actors::log_level::error, "troupe: worker: " + message);
-  return 1;
+error worker_error(const std::string& message) {
+  return make_error(errc::unavailable, "{}", message);
 }
 
 } // namespace
 
-int run_worker(const worker_options& opts) {
-  std::string token = opts.token;
-  if (token.empty())
-    if (const char* env = std::getenv(token_variable))
-      token = env;
-  if (token.empty())
-    return fail_with(opts, fmt::format("no token: set the environment variable {} to the "
-                                       "run's cluster.token",
-                                       token_variable));
+struct worker::state {
+  worker_options opts;
+  std::string token;
   // How long it tries to reach the coordinator.
-  auto deadline =
-    std::chrono::steady_clock::now() + std::chrono::seconds(opts.reconnect_s);
+  std::chrono::steady_clock::time_point deadline;
+  endpoint at;     // the coordinator's address
+  std::string run; // the run's name (empty: any, until the welcome)
+  std::string where;
+  node_settings ns;
+  // Owns the actor system, left running at the end (system_end::leave).
+  std::unique_ptr<runtime::driver> drv;
+  caf::actor gate;
+
+  // Set by join(); the scoped actor runs the driver's loop on the caller's
+  // thread (the host actor passes the run's end on to it).
+  std::unique_ptr<caf::scoped_actor> self;
+  std::optional<welcome> w;
+  std::shared_ptr<host_cache> cache;
+  std::shared_ptr<actors::host_counters> counters;
+  caf::actor host, outbox, relay;
+  std::optional<actors::cast_plan> plan;
+  runtime::cast_handles handles;
+  uint64_t runners_per_learner = 0;
+  learners::device_kind device = learners::device_kind::cpu;
+  bool join_tried = false;
+  bool ran = false;
+
+  std::string where_of() const {
+    return opts.connect_file.empty()
+             ? fmt::format("{}:{} (run {})", at.host, at.port,
+                           run.empty() ? std::string{"not named: any"} : run)
+             : fmt::format("{}:{} (run {}, from {})", at.host, at.port, run,
+                           opts.connect_file);
+  }
+  void log(actors::log_level level, const std::string& line) const {
+    actors::write_log(opts.log, level, line);
+  }
+};
+
+namespace {
+
+// The worker's side of the driver's events: the joined line at ready, and,
+// once the loop has ended, the wait for the coordinator's end, the flush of
+// the host's deltas and the way it ended.
+class worker_events : public runtime::run_events {
+public:
+  explicit worker_events(worker::state& s) : s_(s) {}
+
+  std::string on_ready(caf::scoped_actor&, const caf::actor&,
+                       const runtime::cast_handles&) override {
+    const auto& opts = s_.opts;
+    if (req_guest_runners(opts) > 0) {
+      s_.log(actors::log_level::info,
+             fmt::format("troupe: worker {} joined the run at {}: {} "
+                         "runners feeding {} learner(s) of the coordinator",
+                         opts.name, s_.where, req_guest_runners(opts),
+                         s_.w->feed.size()));
+      return {};
+    }
+    s_.log(actors::log_level::info,
+           fmt::format("troupe: worker {} joined the run at {}: learners "
+                       "{}, {} runners each, on {}",
+                       opts.name, s_.where, fmt::join(s_.w->learner_names, ", "),
+                       s_.runners_per_learner, learners::to_string(s_.device)));
+    return {};
+  }
+
+  void on_log(actors::log_level level, const std::string& line) override {
+    s_.log(level, line);
+  }
+
+  status on_end(caf::scoped_actor& self, runtime::run_end& end) override;
+
+  /// How the run ended, once on_end has run.
+  worker_end how = worker_end::ended;
+
+private:
+  worker::state& s_;
+};
+
+status worker_events::on_end(caf::scoped_actor& self, runtime::run_end& end) {
+  const auto& opts = s_.opts;
+  const bool gate_lost = !end.lost.empty();
+  if (end.grace_spent)
+    s_.log(actors::log_level::warning,
+           fmt::format("troupe: worker {}: the learners did not end "
+                       "within {} s of the run's end; leaving",
+                       opts.name, static_cast<long long>(stop_timeout.count())));
+  if (!gate_lost && !end.stop_asked && end.failure.empty()) {
+    // This host's learners used up the step budget on their own count before
+    // the coordinator said the run ends (its count comes from the learners'
+    // reports, which may still be on the way): the budget is spent for the
+    // whole run, so the coordinator is told, and this process stays connected
+    // until it says stop, so that nothing it sent is cut off. Bounded.
+    self->send(s_.gate, actors::done_atom::value, opts.name);
+    const auto until = std::chrono::steady_clock::now() + end_wait;
+    bool waiting = true;
+    while (waiting) {
+      self->receive(
+        [&](actors::stop_atom) {
+          end.stop_asked = true;
+          waiting = false;
+        },
+        [&](caf::down_msg& down) {
+          if (down.source == s_.gate.address())
+            waiting = false;
+        },
+        [&](actors::done_atom, bool, std::string&) {},
+        caf::after(runtime::progress_every) >>
+          [&] {
+            if (std::chrono::steady_clock::now() >= until) {
+              s_.log(
+                actors::log_level::warning,
+                fmt::format("troupe: worker {}: the step budget is spent here, and the "
+                            "coordinator did not end the run within {} s; leaving",
+                            opts.name, static_cast<long long>(end_wait.count())));
+              waiting = false;
+            }
+          });
+    }
+  }
+  if (!gate_lost) {
+    // Every runner has ended (the supervisor waits for them): what the
+    // keeper acknowledged of this host's deltas, once nothing is unacknowledged.
+    std::optional<actors::delta_outbox_status> acked;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      bool settled = false;
+      self->request(s_.outbox, flush_timeout, actors::flush_atom::value)
+        .receive(
+          [&](actors::delta_outbox_status& st) {
+            settled = st.unacked == 0 && st.held == 0;
+            acked = st;
+          },
+          [&](caf::error&) {});
+      if (settled)
+        break;
+    }
+    if (acked)
+      s_.log(actors::log_level::info,
+             fmt::format("troupe: worker {}: the statistics keeper acknowledged {} "
+                         "delta(s) ({} samples) from this host{}",
+                         opts.name, acked->acked_deltas, acked->acked_samples,
+                         acked->unacked + acked->held > 0 ? ", some still unacknowledged"
+                                                          : ""));
+  }
+  self->send_exit(s_.outbox, caf::exit_reason::user_shutdown);
+  self->send_exit(s_.relay, caf::exit_reason::user_shutdown);
+  if (gate_lost && !end.stop_asked) {
+    // The coordinator is gone (or has declared this host lost while it was
+    // stopped or cut off, and refuses what it still sends): this process's
+    // learners may wait forever on the gone server, so the caller starts a
+    // new process, which joins again as a new incarnation.
+    s_.log(actors::log_level::warning,
+           fmt::format("troupe: worker: {}: lost the coordinator at {} ({}); "
+                       "trying to rejoin as a new incarnation for up to {} s "
+                       "(--reconnect-s)",
+                       opts.name, s_.where, end.lost, opts.reconnect_s));
+    how = worker_end::rejoin;
+    return {};
+  }
+  self->send_exit(s_.host, caf::exit_reason::user_shutdown);
+  if (!end.failure.empty() && !end.stop_asked)
+    return worker_error(fmt::format("{}: {}", opts.name, end.failure));
+  s_.log(actors::log_level::info,
+         fmt::format("troupe: worker {}: the run ended", opts.name));
+  return {};
+}
+
+} // namespace
+
+worker::worker(std::unique_ptr<state> st) : st_(std::move(st)) {}
+worker::worker(worker&&) noexcept = default;
+worker& worker::operator=(worker&&) noexcept = default;
+worker::~worker() {
+  if (st_) {
+    // Actor handles go before the driver, which leaves the system running.
+    st_->self.reset();
+    st_->gate = st_->host = st_->outbox = st_->relay = caf::actor{};
+    st_->w.reset();
+    st_->plan.reset();
+    st_->handles = runtime::cast_handles{};
+  }
+}
+
+// -- connect ------------------------------------------------------------------
+
+result<worker> worker::connect(const worker_options& opts) {
+  auto st = std::make_unique<state>();
+  auto& s = *st;
+  s.opts = opts;
+  s.token = opts.token;
+  if (s.token.empty())
+    if (const char* env = std::getenv(token_variable))
+      s.token = env;
+  if (s.token.empty())
+    return worker_error(fmt::format("no token: set the environment variable {} to the "
+                                    "run's cluster.token",
+                                    token_variable));
+  s.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.reconnect_s);
   if (opts.rejoin_until_ms > 0) {
     // A restart after the coordinator was lost: the same deadline as the
     // process that lost it.
     const auto until = std::chrono::system_clock::time_point(
       std::chrono::milliseconds(opts.rejoin_until_ms));
-    deadline = std::chrono::steady_clock::now() +
-               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                 until - std::chrono::system_clock::now());
+    s.deadline = std::chrono::steady_clock::now() +
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   until - std::chrono::system_clock::now());
   }
 
   // The coordinator's address and the run: given, or from its cluster.json,
   // which may not be written yet (workers started with the coordinator).
-  endpoint at = opts.connect;
-  std::string run = opts.run;
+  s.at = opts.connect;
+  s.run = opts.run;
   if (!opts.connect_file.empty()) {
     bool said_wait = false;
     for (;;) {
       auto f = read_cluster_file(opts.connect_file);
       if (f) {
         if (!opts.run.empty() && f->run != opts.run)
-          return fail_with(opts,
-                           fmt::format("--run {}: {} is the coordinator's file of run {}",
-                                       opts.run, opts.connect_file, f->run));
-        at = f->connect;
-        run = f->run;
+          return worker_error(
+            fmt::format("--run {}: {} is the coordinator's file of run {}", opts.run,
+                        opts.connect_file, f->run));
+        s.at = f->connect;
+        s.run = f->run;
         break;
       }
-      if (std::chrono::steady_clock::now() >= deadline)
-        return fail_with(opts, fmt::format("cannot read the coordinator's address within "
-                                           "{} s (--reconnect-s): {}",
-                                           opts.reconnect_s, f.err().message));
+      if (std::chrono::steady_clock::now() >= s.deadline)
+        return worker_error(fmt::format("cannot read the coordinator's address within "
+                                        "{} s (--reconnect-s): {}",
+                                        opts.reconnect_s, f.err().message));
       if (!said_wait) {
-        actors::write_log(opts.log, actors::log_level::notice,
-                          fmt::format("troupe: worker: {}; reading it again until "
-                                      "--reconnect-s {} s",
-                                      f.err().message, opts.reconnect_s));
+        s.log(actors::log_level::notice,
+              fmt::format("troupe: worker: {}; reading it again until "
+                          "--reconnect-s {} s",
+                          f.err().message, opts.reconnect_s));
         said_wait = true;
       }
       std::this_thread::sleep_for(connect_retry); // back-off between attempts
     }
   }
-  auto where_of = [&] {
-    return opts.connect_file.empty()
-             ? fmt::format("{}:{} (run {})", at.host, at.port,
-                           run.empty() ? std::string{"not named: any"} : run)
-             : fmt::format("{}:{} (run {}, from {})", at.host, at.port, run,
-                           opts.connect_file);
+  s.where = s.where_of();
+
+  s.ns.heartbeat_ms = opts.heartbeat_ms;
+  s.ns.timeout_ms = opts.timeout_ms;
+  s.ns.app_identifiers = {s.run.empty() ? any_run_identifier() : app_identifier(s.run)};
+  s.ns.tls = opts.tls;
+
+  runtime::driver_settings ds;
+  ds.configure = [&s](caf::actor_system_config& c) {
+    register_cluster_messages(c);
+    configure_node(c, s.ns);
   };
-  std::string where = where_of();
-
-  node_settings ns;
-  ns.heartbeat_ms = opts.heartbeat_ms;
-  ns.timeout_ms = opts.timeout_ms;
-  ns.app_identifiers = {run.empty() ? any_run_identifier() : app_identifier(run)};
-  ns.tls = opts.tls;
-
-  // Left running on return (see worker.hpp): released, never destroyed here.
-  auto sys_cfg = std::make_unique<caf::actor_system_config>();
-  actors::register_messages(*sys_cfg);
-  register_cluster_messages(*sys_cfg);
-  configure_node(*sys_cfg, ns);
-  sys_cfg->set("logger.verbosity", caf::atom("quiet"));
-  auto* sys = new caf::actor_system(*sys_cfg);
-  sys_cfg.release();
+  // Until run() nothing of this system waits on another process: a worker
+  // that gives up before ends it (bounded).
+  ds.end = runtime::system_end::bounded;
+  ds.end_limit = unreached_end_limit;
+  auto drv = runtime::driver::create(std::move(ds));
+  if (!drv)
+    return worker_error(drv.err().message);
+  s.drv = std::move(*drv);
+  auto& sys = s.drv->system();
 
   // -- reach the coordinator (bounded) ---------------------------------------
-  caf::actor gate;
   for (;;) {
-    auto g = connect_gate(*sys, at, ns);
+    auto g = connect_gate(sys, s.at, s.ns);
     if (g) {
-      gate = *g;
+      s.gate = *g;
       break;
     }
-    if (std::chrono::steady_clock::now() >= deadline)
-      return fail_with(opts, fmt::format("{} the coordinator at {} within {} s "
-                                         "(--reconnect-s; a coordinator of another run "
-                                         "refuses the connection): {}",
-                                         opts.rejoin_until_ms > 0
-                                           ? "lost the coordinator and could not reach"
-                                           : "cannot reach",
-                                         where, opts.reconnect_s,
-                                         actors::error_message(*sys, g.error())));
+    if (std::chrono::steady_clock::now() >= s.deadline)
+      return worker_error(
+        fmt::format("{} the coordinator at {} within {} s "
+                    "(--reconnect-s; a coordinator of another run "
+                    "refuses the connection): {}",
+                    opts.rejoin_until_ms > 0 ? "lost the coordinator and could not reach"
+                                             : "cannot reach",
+                    s.where, opts.reconnect_s, actors::error_message(sys, g.error())));
     std::this_thread::sleep_for(connect_retry); // back-off between attempts
     if (!opts.connect_file.empty()) {
       // A coordinator resumed elsewhere rewrote it; a file being replaced
       // or gone for a moment keeps the last address.
-      if (auto f = read_cluster_file(opts.connect_file); f && f->run == run) {
-        at = f->connect;
-        where = where_of();
+      if (auto f = read_cluster_file(opts.connect_file); f && f->run == s.run) {
+        s.at = f->connect;
+        s.where = s.where_of();
       }
     }
   }
+  return worker(std::move(st));
+}
 
-  // -- join ------------------------------------------------------------------
-  caf::scoped_actor self(*sys);
-  auto cache = std::make_shared<host_cache>();
-  auto counters = std::make_shared<actors::host_counters>();
-  auto host = sys->spawn(host_actor, cache, counters, caf::actor_cast<caf::actor>(self));
+// -- join ---------------------------------------------------------------------
+
+namespace {
+
+// worker::join's steps: the join request and this host's cast.
+status join_run(worker::state& s) {
+  const auto& opts = s.opts;
+  auto& sys = s.drv->system();
+  s.self = std::make_unique<caf::scoped_actor>(sys);
+  auto& self = *s.self;
+  s.cache = std::make_shared<host_cache>();
+  s.counters = std::make_shared<actors::host_counters>();
+  s.host = sys.spawn(host_actor, s.cache, s.counters, caf::actor_cast<caf::actor>(self));
   join_request req;
   req.protocol = protocol_version;
   req.name = opts.name;
@@ -225,47 +421,45 @@ int run_worker(const worker_options& opts) {
   req.runners_per_learner = opts.runners_per_learner;
   req.guest_runners = opts.learners == 0 ? opts.runners : 0;
   req.device = opts.device.empty() ? "(the run's)" : opts.device;
-  req.token = token;
-  req.host = host;
+  req.token = s.token;
+  req.host = s.host;
   std::optional<welcome> w;
   std::string refused;
   bool said_retry = false;
   for (;;) {
     bool for_now = false; // refused until a lost host of the name is declared lost
-    self->request(gate, join_timeout, req)
+    self->request(s.gate, join_timeout, req)
       .receive([&](welcome& x) { w = std::move(x); },
                [&](caf::error& e) {
-                 refused = actors::error_message(*sys, e);
+                 refused = actors::error_message(sys, e);
                  for_now = e.category() == actors::error_category &&
                            e.code() == static_cast<uint8_t>(errc::unavailable);
                });
-    if (w || !for_now || std::chrono::steady_clock::now() >= deadline)
+    if (w || !for_now || std::chrono::steady_clock::now() >= s.deadline)
       break;
     if (!said_retry) {
-      actors::write_log(
-        opts.log, actors::log_level::notice,
-        fmt::format("troupe: worker: {}; asking again until --reconnect-s "
-                    "{} s",
-                    refused, opts.reconnect_s));
+      s.log(actors::log_level::notice,
+            fmt::format("troupe: worker: {}; asking again until --reconnect-s "
+                        "{} s",
+                        refused, opts.reconnect_s));
       said_retry = true;
     }
     std::this_thread::sleep_for(connect_retry); // back-off between attempts
   }
   if (!w)
-    return fail_with(opts, fmt::format("'{}' could not join the run at {}: {}", opts.name,
-                                       where, refused));
-  if (run.empty()) { // no --run: the coordinator's welcome names it
-    run = w->run;
-    where = where_of();
-  } else if (w->run != run) {
-    return fail_with(
-      opts, fmt::format("--run {}: the coordinator at {} runs {}", run, where, w->run));
+    return worker_error(
+      fmt::format("'{}' could not join the run at {}: {}", opts.name, s.where, refused));
+  if (s.run.empty()) { // no --run: the coordinator's welcome names it
+    s.run = w->run;
+    s.where = s.where_of();
+  } else if (w->run != s.run) {
+    return worker_error(
+      fmt::format("--run {}: the coordinator at {} runs {}", s.run, s.where, w->run));
   }
-
   // -- the cast of this host ---------------------------------------------------
-  auto cfg = runtime::parse_config(w->config_toml, "the config of the run at " + where);
+  auto cfg = runtime::parse_config(w->config_toml, "the config of the run at " + s.where);
   if (!cfg)
-    return fail_with(opts, cfg.err().message);
+    return worker_error(cfg.err().message);
   const uint64_t rpl =
     opts.runners_per_learner > 0
       ? opts.runners_per_learner
@@ -281,23 +475,22 @@ int run_worker(const worker_options& opts) {
            "troupe worker (per host)");
   auto env = envs::find_spec(cfg->get_string("env.id"));
   if (!env)
-    return fail_with(opts, env.err().message);
+    return worker_error(env.err().message);
   auto spec = runtime::model_spec_for(*cfg, **env);
   if (!spec)
-    return fail_with(opts, spec.err().message);
+    return worker_error(spec.err().message);
   auto device = learners::choose_device(cfg->get_string("run.device"));
   if (!device)
-    return fail_with(opts, "--device: " + device.err().message);
+    return worker_error("--device: " + device.err().message);
   const runtime::resume_point fresh_start; // a worker never resumes
   runtime::cast_options worker_cast;
   worker_cast.log = opts.log;
-  auto built = runtime::build_cast(*sys, *cfg, *spec, **env, device->kind, std::string{},
+  auto built = runtime::build_cast(sys, *cfg, *spec, **env, device->kind, std::string{},
                                    fresh_start, worker_cast);
   auto& plan = built.plan;
   if (w->learner_names.size() != plan.learners.size())
-    return fail_with(opts,
-                     fmt::format("the coordinator named {} learners for the {} asked",
-                                 w->learner_names.size(), plan.learners.size()));
+    return worker_error(fmt::format("the coordinator named {} learners for the {} asked",
+                                    w->learner_names.size(), plan.learners.size()));
   // Exactly once across the network (docs/cluster.md): the host's moment
   // deltas go through one outbox that stamps them with (name, incarnation,
   // sequence) and keeps them until the keeper acknowledges them; each
@@ -309,12 +502,12 @@ int run_worker(const worker_options& opts) {
   oo.worker = opts.name;
   oo.incarnation = incarnation;
   oo.log = opts.log;
-  auto outbox = actors::spawn_delta_outbox(*sys, oo, w->keeper);
-  plan.deltas = outbox;
+  s.outbox = actors::spawn_delta_outbox(sys, oo, w->keeper);
+  plan.deltas = s.outbox;
   // One subscription per statistics stream for the whole host: the relay
   // hands each snapshot from the keeper to the host's views.
-  auto relay = actors::spawn_stats_relay(*sys, w->keeper);
-  plan.views = relay;
+  s.relay = actors::spawn_stats_relay(sys, w->keeper);
+  plan.views = s.relay;
   for (size_t i = 0; i < plan.learners.size(); ++i) {
     auto& lo = plan.learners[i].options;
     lo.name = w->learner_names[i];
@@ -328,159 +521,82 @@ int run_worker(const worker_options& opts) {
   }
   if (req_guest_runners(opts) > 0) {
     if (w->feed.empty())
-      return fail_with(opts, "the coordinator named no learner for this host's runners");
+      return worker_error("the coordinator named no learner for this host's runners");
     plan.guest_runners = req_guest_runners(opts);
     plan.feed_learners = w->feed;
     plan.guest_prefix = opts.name;
   }
   plan.existing = actors::shared_actors{w->keeper, w->server, w->metrics};
-  plan.host = counters;
-  cache->take(std::move(w->weights));
-  cache->set_store(plan.store);
+  plan.host = s.counters;
+  s.cache->take(std::move(w->weights));
+  s.cache->set_store(plan.store);
   {
-    kernels::mutex_lock lock(cache->mtx);
-    if (!cache->problem.empty())
-      return fail_with(opts, cache->problem);
+    kernels::mutex_lock lock(s.cache->mtx);
+    if (!s.cache->problem.empty())
+      return worker_error(s.cache->problem);
   }
 
-  // -- run until the coordinator ends the run ----------------------------------
-  auto stop_flag = std::make_shared<std::atomic<int>>(0);
-  actors::supervisor_options so;
-  so.cast = std::move(plan);
-  so.owner = caf::actor_cast<caf::actor>(self);
-  so.stop_flag = stop_flag;
-  so.log = opts.log;
-  auto sup = actors::spawn_supervisor(*sys, std::move(so));
-  self->monitor(gate);
-  self->monitor(sup);
-  bool done = false, stop_asked = false, gate_lost = false;
-  std::string failure, gate_reason;
-  auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  while (!done) {
-    self->receive(
-      [&](actors::ready_atom, caf::actor&, caf::actor&, caf::actor&) {
-        if (req_guest_runners(opts) > 0) {
-          actors::write_log(
-            opts.log, actors::log_level::info,
-            fmt::format("troupe: worker {} joined the run at {}: {} "
-                        "runners feeding {} learner(s) of the coordinator",
-                        opts.name, where, req_guest_runners(opts), w->feed.size()));
-          return;
-        }
-        actors::write_log(opts.log, actors::log_level::info,
-                          fmt::format("troupe: worker {} joined the run at {}: learners "
-                                      "{}, {} runners each, on {}",
-                                      opts.name, where, fmt::join(w->learner_names, ", "),
-                                      rpl, learners::to_string(device->kind)));
-      },
-      [&](actors::ckpt_atom, uint64_t) {}, [&](actors::cast_snapshot&) {},
-      [&](actors::done_atom, bool, std::string& why) {
-        done = true;
-        failure = why;
-      },
-      [&](actors::stop_atom) {
-        if (!stop_asked) {
-          stop_asked = true;
-          stop_flag->store(1);
-          stop_deadline = std::chrono::steady_clock::now() + stop_timeout;
-        }
-      },
-      [&](caf::down_msg& down) {
-        if (down.source == gate.address()) {
-          gate_lost = true;
-          gate_reason = actors::error_message(*sys, down.reason);
-          done = true;
-        } else if (down.source == sup.address() && !done) {
-          done = true;
-          failure = "the supervisor ended: " + actors::error_message(*sys, down.reason);
-        }
-      },
-      caf::after(std::chrono::milliseconds(200)) >>
-        [&] {
-          if (std::chrono::steady_clock::now() >= stop_deadline) {
-            actors::write_log(opts.log, actors::log_level::warning,
-                              fmt::format("troupe: worker {}: the learners did not end "
-                                          "within {} s of the run's end; leaving",
-                                          opts.name,
-                                          static_cast<long long>(stop_timeout.count())));
-            done = true;
-          }
-        });
+  s.runners_per_learner = rpl;
+  s.device = device->kind;
+  s.handles.spec = built.spec;
+  s.handles.env_id = built.env_id;
+  s.handles.algo = built.algo;
+  s.handles.obs_norm = built.obs_norm;
+  s.plan = std::move(plan);
+  s.w = std::move(w);
+  return {};
+}
+
+} // namespace
+
+status worker::join() {
+  if (!st_ || !st_->gate || st_->join_tried)
+    return make_error(errc::invalid_argument,
+                      "worker::join: once, after a successful connect()");
+  auto& s = *st_;
+  s.join_tried = true;
+  auto joined = join_run(s);
+  if (!joined && s.self) {
+    // Nothing of this host waits on the coordinator yet: its actors end, so
+    // that its system can end with the worker (bounded).
+    for (auto* a : {&s.host, &s.outbox, &s.relay})
+      if (*a) {
+        (*s.self)->send_exit(*a, caf::exit_reason::user_shutdown);
+        *a = caf::actor{};
+      }
+    s.self.reset();
   }
-  if (!gate_lost && !stop_asked && failure.empty()) {
-    // This host's learners used up the step budget on their own count before
-    // the coordinator said the run ends (its count comes from the learners'
-    // reports, which may still be on the way): the budget is spent for the
-    // whole run, so the coordinator is told, and this process stays connected
-    // until it says stop, so that nothing it sent is cut off. Bounded.
-    self->send(gate, actors::done_atom::value, opts.name);
-    const auto until = std::chrono::steady_clock::now() + end_wait;
-    bool waiting = true;
-    while (waiting) {
-      self->receive(
-        [&](actors::stop_atom) { stop_asked = true; waiting = false; },
-        [&](caf::down_msg& down) {
-          if (down.source == gate.address())
-            waiting = false;
-        },
-        [&](actors::done_atom, bool, std::string&) {},
-        caf::after(std::chrono::milliseconds(200)) >> [&] {
-          if (std::chrono::steady_clock::now() >= until) {
-            actors::write_log(
-              opts.log, actors::log_level::warning,
-              fmt::format("troupe: worker {}: the step budget is spent here, and the "
-                          "coordinator did not end the run within {} s; leaving",
-                          opts.name, static_cast<long long>(end_wait.count())));
-            waiting = false;
-          }
-        });
-    }
-  }
-  if (!gate_lost && done) {
-    // Every runner has ended (the supervisor waits for them): what the
-    // keeper acknowledged of this host's deltas, once nothing is unacknowledged.
-    std::optional<actors::delta_outbox_status> acked;
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      bool settled = false;
-      self->request(outbox, flush_timeout, actors::flush_atom::value)
-        .receive(
-          [&](actors::delta_outbox_status& st) {
-            settled = st.unacked == 0 && st.held == 0;
-            acked = st;
-          },
-          [&](caf::error&) {});
-      if (settled)
-        break;
-    }
-    if (acked)
-      actors::write_log(
-        opts.log, actors::log_level::info,
-        fmt::format("troupe: worker {}: the statistics keeper acknowledged {} delta(s) "
-                    "({} samples) from this host{}",
-                    opts.name, acked->acked_deltas, acked->acked_samples,
-                    acked->unacked + acked->held > 0 ? ", some still unacknowledged"
-                                                     : ""));
-  }
-  self->send_exit(outbox, caf::exit_reason::user_shutdown);
-  self->send_exit(relay, caf::exit_reason::user_shutdown);
-  if (gate_lost && !stop_asked) {
-    // The coordinator is gone (or has declared this host lost while it was
-    // stopped or cut off, and refuses what it still sends): this process's
-    // learners may wait forever on the gone server, so the caller starts a
-    // new process, which joins again as a new incarnation.
-    actors::write_log(opts.log, actors::log_level::warning,
-                      fmt::format("troupe: worker: {}: lost the coordinator at {} ({}); "
-                                  "trying to rejoin as a new incarnation for up to {} s "
-                                  "(--reconnect-s)",
-                                  opts.name, where, gate_reason, opts.reconnect_s));
-    return worker_rejoin;
-  }
-  self->send_exit(host, caf::exit_reason::user_shutdown);
-  if (!failure.empty() && !stop_asked)
-    return fail_with(opts, fmt::format("{}: {}", opts.name, failure));
-  actors::write_log(opts.log, actors::log_level::info,
-                    fmt::format("troupe: worker {}: the run ended", opts.name));
-  return 0;
+  return joined;
+}
+
+// -- run ----------------------------------------------------------------------
+
+result<worker_end> worker::run() {
+  if (!st_ || !st_->plan || st_->ran)
+    return make_error(errc::invalid_argument,
+                      "worker::run: once, after a successful join()");
+  auto& s = *st_;
+  s.ran = true;
+  // From now on a learner may come to wait on the coordinator's actors
+  // forever: the system is left to the process's end (worker.hpp).
+  s.drv->set_end(runtime::system_end::leave);
+  // Until the coordinator ends the run: its stop_atom (through the host
+  // actor) stops the cast, which then has stop_timeout to end; losing the
+  // gate ends the loop at once.
+  runtime::run_settings rs;
+  rs.plan = std::move(*s.plan);
+  s.plan.reset();
+  rs.handles = s.handles;
+  rs.log = s.opts.log;
+  rs.periodic_checkpoints = false; // the coordinator writes the checkpoints
+  rs.refresh_progress = false;     // and shows the progress
+  rs.watched = {s.gate};
+  rs.stop_grace = stop_timeout;
+  worker_events events(s);
+  auto outcome = s.drv->run(*s.self, std::move(rs), events);
+  if (!outcome)
+    return outcome.err();
+  return events.how;
 }
 
 } // namespace troupe::cluster

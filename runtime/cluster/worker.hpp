@@ -10,9 +10,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "actors/log.hpp"
+#include "kernels/error.hpp"
 #include "runtime/cluster/node.hpp"
 
 namespace troupe::cluster {
@@ -41,24 +43,61 @@ struct worker_options {
   /// the restart of a worker that lost its coordinator: it tries to reach
   /// the coordinator until then instead of for reconnect_s.
   uint64_t rejoin_until_ms = 0;
-  /// Where its lines go (joined, ended, lost, and why it could not join) and
-  /// its actors' logs; empty: nowhere. `troupe worker` writes them to stdout
-  /// (info) and stderr (the rest).
+  /// Where its lines go (joined, ended, lost) and its actors' logs; empty:
+  /// nowhere. Why it could not connect, join or run is the steps' error
+  /// value instead. `troupe worker` writes them to stdout (info) and stderr
+  /// (the rest, and the errors).
   actors::log_sink log;
 };
 
-/// What run_worker returns when the coordinator was lost while the worker
-/// trained: the caller starts the worker again as a new process (a new
-/// incarnation) that keeps trying to reach the coordinator for reconnect_s.
-constexpr int worker_rejoin = -1;
+/// How a worker's run ended (the caller decides what the process does).
+enum class worker_end {
+  /// The coordinator ended the run (or this host's learners spent the step
+  /// budget and the coordinator ended it then).
+  ended,
+  /// The coordinator was lost while the worker trained (it may be resumed, or
+  /// this worker was declared lost while it was frozen): the caller starts the
+  /// worker again as a new process (a new incarnation) that keeps trying to
+  /// reach the coordinator for reconnect_s. This process's learners may wait
+  /// forever on the gone server.
+  rejoin,
+};
 
-/// Runs a worker to its end and returns the process's exit status: 0 when
-/// the run ended, 1 (with an error-level line to opts.log) when it could not join, or
-/// worker_rejoin when the coordinator was lost while it trained (the
-/// coordinator may be resumed, or this worker was declared lost while it
-/// was frozen). The actor system is left running on return (a
-/// learner may wait on a coordinator that is gone): the caller ends the
-/// process with this status at once.
-int run_worker(const worker_options& opts);
+/// A worker in three steps, each an error value on failure: connect() reaches
+/// the coordinator's gate (bounded retries over reconnect_s), join() joins the
+/// run and builds this host's cast, run() trains until the run ends. Its
+/// actor system is owned by a runtime::driver: a worker that gave up before
+/// run() ends it (bounded); once run() has begun it is left running
+/// (system_end::leave: a learner may wait on a coordinator that is gone), so
+/// the caller ends the process soon after. Movable, not copyable.
+class worker {
+public:
+  /// Reads the token (opts.token or TROUPE_CLUSTER_TOKEN), the coordinator's
+  /// address (given, or from opts.connect_file) and reaches its gate; the
+  /// error names the address and why.
+  static result<worker> connect(const worker_options& opts);
+
+  worker(worker&&) noexcept;
+  worker& operator=(worker&&) noexcept;
+  worker(const worker&) = delete;
+  worker& operator=(const worker&) = delete;
+  ~worker();
+
+  /// Joins the run (asking again while a lost host of its name is not yet
+  /// declared lost) and builds this host's cast from the run's config; the
+  /// error names the coordinator and why. Once, after connect().
+  status join();
+
+  /// Trains until the run ends; then flushes this host's statistics deltas
+  /// and says how it ended. An error when the cast failed (its message), or
+  /// when called before join().
+  result<worker_end> run();
+
+  struct state; ///< the worker's state (worker.cpp)
+
+private:
+  explicit worker(std::unique_ptr<state> st);
+  std::unique_ptr<state> st_;
+};
 
 } // namespace troupe::cluster

@@ -46,7 +46,9 @@ TEST_CASE("every environment is registered under its Gymnasium id with its time 
                                                    {"Walker2d-v4", 1000},
                                                    {"Swimmer-v4", 1000},
                                                    {"Reacher-v4", 50},
-                                                   {"InvertedDoublePendulum-v4", 1000}};
+                                                   {"InvertedDoublePendulum-v4", 1000},
+                                                   {"Ant-v4", 1000},
+                                                   {"Humanoid-v4", 1000}};
   REQUIRE(registry().size() == want.size());
   for (auto& entry : want) {
     // Named copies: clang 14 lets no lambda (CAPTURE's) refer to a structured binding.

@@ -31,6 +31,16 @@
 // every numeric array of mjModel (mjxmacro's MJMODEL_POINTERS) and the
 // options, printed with %a, are identical to Gymnasium's but for names and
 // visual fields.
+//
+// Ant-v4 and Humanoid-v4 (taken the same way, 2026-11-26): ant_v4.py loads
+// assets/ant.xml and humanoid_v4.py assets/humanoid.xml. Neither file has
+// changed since v4 was current: `git log` of each shows only the rename to
+// gymnasium and (humanoid.xml) a file-mode change, and both are identical
+// at v0.26.0, v0.29.1 and 3f0476a8c, so these are the facts of the models v4
+// loads. Our files keep Ant's unused custom numeric "init_qpos" and
+// Humanoid's nkey 5 and nuser_geom 1, which the compiled models hold, and
+// the printed models then differ only in names, colors, textures,
+// materials, lights and cameras (nstack 1322460 and 1370045 alike).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -216,6 +226,118 @@ const std::vector<model_facts>& gymnasium_facts() {
       {"hinge", false, {0, 0}},
       {"hinge2", false, {0, 0}}},
      {{500, {-1, 1}}}},
+    {"Ant-v4",
+     "ant.xml",
+     15, 14, 8, 0.01, mjINT_RK4,
+     {{"world", 0, {0, 0, 0}},
+      {"torso", 0.32724923474893675,
+       {0.008181230868723419, 0.008181230868723419, 0.008181230868723419}},
+      {"front_left_leg", 0.039157753728466707,
+       {0.00056796608319280013, 0.00056796608319280013, 0.00011844189805957145}},
+      {"aux_1", 0.039157753728466707,
+       {0.00056796608319280013, 0.00056796608319280013, 0.00011844189805957145}},
+      {"", 0.067592204532680264,
+       {0.0026747906600381815, 0.0026747906600381815, 0.00020943214063305483}},
+      {"front_right_leg", 0.039157753728466707,
+       {0.00056796608319280013, 0.00056796608319280013, 0.00011844189805957145}},
+      {"aux_2", 0.039157753728466707,
+       {0.00056796608319280013, 0.00056796608319280013, 0.00011844189805957145}},
+      {"", 0.067592204532680264,
+       {0.0026747906600381815, 0.0026747906600381815, 0.00020943214063305483}},
+      {"back_leg", 0.039157753728466707,
+       {0.00056796608319280013, 0.00056796608319280013, 0.00011844189805957145}},
+      {"aux_3", 0.039157753728466707,
+       {0.00056796608319280013, 0.00056796608319280013, 0.00011844189805957145}},
+      {"", 0.067592204532680264,
+       {0.0026747906600381815, 0.0026747906600381815, 0.00020943214063305483}},
+      {"right_back_leg", 0.039157753728466707,
+       {0.00056796608319280013, 0.00056796608319280013, 0.00011844189805957145}},
+      {"aux_4", 0.039157753728466707,
+       {0.00056796608319280013, 0.00056796608319280013, 0.00011844189805957145}},
+      {"", 0.067592204532680264,
+       {0.0026747906600381815, 0.0026747906600381815, 0.00020943214063305483}}},
+     {{"root", false, {0, 0}},
+      {"hip_1", true, {-0.52359877559829882, 0.52359877559829882}},
+      {"ankle_1", true, {0.52359877559829882, 1.2217304763960306}},
+      {"hip_2", true, {-0.52359877559829882, 0.52359877559829882}},
+      {"ankle_2", true, {-1.2217304763960306, -0.52359877559829882}},
+      {"hip_3", true, {-0.52359877559829882, 0.52359877559829882}},
+      {"ankle_3", true, {-1.2217304763960306, -0.52359877559829882}},
+      {"hip_4", true, {-0.52359877559829882, 0.52359877559829882}},
+      {"ankle_4", true, {0.52359877559829882, 1.2217304763960306}}},
+     {{150, {-1, 1}},
+      {150, {-1, 1}},
+      {150, {-1, 1}},
+      {150, {-1, 1}},
+      {150, {-1, 1}},
+      {150, {-1, 1}},
+      {150, {-1, 1}},
+      {150, {-1, 1}}}},
+    {"Humanoid-v4",
+     "humanoid.xml",
+     24, 23, 17, 0.0030000000000000001, mjINT_RK4,
+     {{"world", 0, {0, 0, 0}},
+      {"torso", 8.9074623704782621,
+       {0.17324152504522802, 0.1540101405646645, 0.04111915493762297}},
+      {"lwaist", 2.2619467105846511,
+       {0.0098530398713067395, 0.0098530398713067395, 0.0037457837527281818}},
+      {"pelvis", 6.6161941284601031,
+       {0.05231797918580651, 0.05231797918580651, 0.024322147492239099}},
+      {"right_thigh", 4.7517509288062421,
+       {0.074951653865191981, 0.074951653865191981, 0.0082274313455270448}},
+      {"right_shin", 2.7556961671836424,
+       {0.032608015464339946, 0.032608015464339946, 0.0031898902930933832}},
+      {"right_foot", 1.7671458676442586,
+       {0.0039760782021995818, 0.0039760782021995818, 0.0039760782021995818}},
+      {"left_thigh", 4.7517509288062421,
+       {0.074951653865191981, 0.074951653865191981, 0.0082274313455270448}},
+      {"left_shin", 2.7556961671836424,
+       {0.032608015464339946, 0.032608015464339946, 0.0031898902930933832}},
+      {"left_foot", 1.7671458676442586,
+       {0.0039760782021995818, 0.0039760782021995818, 0.0039760782021995818}},
+      {"right_upper_arm", 1.6610804848382084,
+       {0.015905542379591853, 0.015905542379591853, 0.0012859711761735542}},
+      {"right_lower_arm", 1.2295401928310803,
+       {0.013667228332107482, 0.01366722833210748, 0.00062156108233777946}},
+      {"left_upper_arm", 1.6610804848382084,
+       {0.015905542379591853, 0.015905542379591853, 0.0012859711761735542}},
+      {"left_lower_arm", 1.2295401928310803,
+       {0.013667228332107482, 0.01366722833210748, 0.00062156108233777968}}},
+     {{"root", false, {0, 0}},
+      {"abdomen_z", true, {-0.78539816339744828, 0.78539816339744828}},
+      {"abdomen_y", true, {-1.3089969389957472, 0.52359877559829882}},
+      {"abdomen_x", true, {-0.6108652381980153, 0.6108652381980153}},
+      {"right_hip_x", true, {-0.43633231299858238, 0.087266462599716474}},
+      {"right_hip_z", true, {-1.0471975511965976, 0.6108652381980153}},
+      {"right_hip_y", true, {-1.9198621771937625, 0.3490658503988659}},
+      {"right_knee", true, {-2.7925268031909272, -0.034906585039886591}},
+      {"left_hip_x", true, {-0.43633231299858238, 0.087266462599716474}},
+      {"left_hip_z", true, {-1.0471975511965976, 0.6108652381980153}},
+      {"left_hip_y", true, {-1.9198621771937625, 0.3490658503988659}},
+      {"left_knee", true, {-2.7925268031909272, -0.034906585039886591}},
+      {"right_shoulder1", true, {-1.4835298641951802, 1.0471975511965976}},
+      {"right_shoulder2", true, {-1.4835298641951802, 1.0471975511965976}},
+      {"right_elbow", true, {-1.5707963267948966, 0.87266462599716477}},
+      {"left_shoulder1", true, {-1.0471975511965976, 1.4835298641951802}},
+      {"left_shoulder2", true, {-1.0471975511965976, 1.4835298641951802}},
+      {"left_elbow", true, {-1.5707963267948966, 0.87266462599716477}}},
+     {{100, {-0.40000000000000002, 0.40000000000000002}},
+      {100, {-0.40000000000000002, 0.40000000000000002}},
+      {100, {-0.40000000000000002, 0.40000000000000002}},
+      {100, {-0.40000000000000002, 0.40000000000000002}},
+      {100, {-0.40000000000000002, 0.40000000000000002}},
+      {300, {-0.40000000000000002, 0.40000000000000002}},
+      {200, {-0.40000000000000002, 0.40000000000000002}},
+      {100, {-0.40000000000000002, 0.40000000000000002}},
+      {100, {-0.40000000000000002, 0.40000000000000002}},
+      {300, {-0.40000000000000002, 0.40000000000000002}},
+      {200, {-0.40000000000000002, 0.40000000000000002}},
+      {25, {-0.40000000000000002, 0.40000000000000002}},
+      {25, {-0.40000000000000002, 0.40000000000000002}},
+      {25, {-0.40000000000000002, 0.40000000000000002}},
+      {25, {-0.40000000000000002, 0.40000000000000002}},
+      {25, {-0.40000000000000002, 0.40000000000000002}},
+      {25, {-0.40000000000000002, 0.40000000000000002}}}},
   };
   return facts;
 }
@@ -282,8 +404,8 @@ TEST_CASE("each MuJoCo task's spec agrees with its compiled model") {
     // dynamics: Reacher and InvertedDoublePendulum, tests/envs/mujoco_tasks.test.cpp).
     REQUIRE(spec->state_dim() >= static_cast<size_t>(m.nq + 2 * m.nv));
     for (int j = 0; j < m.njnt; ++j)
-      CHECK(spec->state_names[static_cast<size_t>(j)] ==
-            std::string("qpos.") + (m.names + m.name_jntadr[j]));
+      CHECK(spec->state_names[static_cast<size_t>(m.jnt_qposadr[j])].rfind(
+              std::string("qpos.") + (m.names + m.name_jntadr[j]), 0) == 0);
     // The action space is the actuators' ctrlrange, as v4's _set_action_space makes it.
     const auto& actions = spec->action_space;
     REQUIRE(actions.kind == space_kind::box);
@@ -295,6 +417,69 @@ TEST_CASE("each MuJoCo task's spec agrees with its compiled model") {
             static_cast<float>(m.actuator_ctrlrange[2 * a + 1]));
     }
   }
+}
+
+TEST_CASE(
+  "state names give a free joint 7 positions and 6 velocities and a ball 4 and 3") {
+  const std::vector<std::string> ant_names = {
+    "qpos.root.x",  "qpos.root.y",  "qpos.root.z",  "qpos.root.qw", "qpos.root.qx",
+    "qpos.root.qy", "qpos.root.qz", "qpos.hip_1",   "qpos.ankle_1", "qpos.hip_2",
+    "qpos.ankle_2", "qpos.hip_3",   "qpos.ankle_3", "qpos.hip_4",   "qpos.ankle_4"};
+  const auto& spec = *find_spec("Ant-v4").value();
+  REQUIRE(spec.state_names.size() == 15 + 2 * 14 + 2);
+  for (size_t i = 0; i < ant_names.size(); ++i)
+    CHECK(spec.state_names[i] == ant_names[i]);
+  CHECK(spec.state_names[15] == "qvel.root.vx");
+  CHECK(spec.state_names[20] == "qvel.root.wz");
+  CHECK(spec.state_names[21] == "qvel.hip_1");
+  CHECK(spec.state_names[29] == "qacc_warmstart.root.vx");
+  CHECK(spec.state_names[42] == "qacc_warmstart.ankle_4");
+  // Then the torso's position, which the next step's reward starts from.
+  CHECK(spec.state_names[43] == "x_position");
+  CHECK(spec.state_names[44] == "y_position");
+
+  // Humanoid: its joints, the mass centre's position, then the observed
+  // arrays of 14 bodies and 23 degrees of freedom.
+  const auto& humanoid = find_spec("Humanoid-v4").value()->state_names;
+  REQUIRE(humanoid.size() == 24 + 2 * 23 + 2 + 140 + 84 + 23 + 84);
+  CHECK(humanoid[0] == "qpos.root.x");
+  CHECK(humanoid[7] == "qpos.abdomen_z");
+  CHECK(humanoid[24] == "qvel.root.vx");
+  CHECK(humanoid[70] == "x_position");
+  CHECK(humanoid[71] == "y_position");
+  CHECK(humanoid[72] == "cinert.world.0");
+  CHECK(humanoid[72 + 10] == "cinert.torso.0");
+  CHECK(humanoid[72 + 140] == "cvel.world.0");
+  CHECK(humanoid[72 + 224] == "qfrc_actuator.root.vx");
+  CHECK(humanoid[72 + 224 + 6] == "qfrc_actuator.abdomen_z");
+  CHECK(humanoid[72 + 247] == "cfrc_ext.world.0");
+  CHECK(humanoid.back() == "cfrc_ext.left_lower_arm.5");
+
+  auto ball = mujoco::compile_model(
+    "<mujoco><worldbody><body><joint name=\"neck\" type=\"ball\"/><geom size=\".1\"/>"
+    "<body pos=\"0 0 -.3\"><joint name=\"knee\" type=\"hinge\"/><geom size=\".1\"/>"
+    "</body></body></worldbody></mujoco>",
+    "ball test");
+  REQUIRE(ball);
+  const std::vector<std::string> ball_names = {"qpos.neck.qw",
+                                               "qpos.neck.qx",
+                                               "qpos.neck.qy",
+                                               "qpos.neck.qz",
+                                               "qpos.knee",
+                                               "qvel.neck.wx",
+                                               "qvel.neck.wy",
+                                               "qvel.neck.wz",
+                                               "qvel.knee",
+                                               "qacc_warmstart.neck.wx",
+                                               "qacc_warmstart.neck.wy",
+                                               "qacc_warmstart.neck.wz",
+                                               "qacc_warmstart.knee"};
+  CHECK(mujoco::joint_state_names(**ball) == ball_names);
+
+  // Hinges and slides alone: the names the existing tasks give by hand.
+  const mjModel& cheetah = *mujoco::builtin_model("half_cheetah.xml").value();
+  CHECK(mujoco::joint_state_names(cheetah) ==
+        find_spec("HalfCheetah-v4").value()->state_names);
 }
 
 TEST_CASE("every built-in model file is one of a registered task and compiles") {

@@ -13,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "envs/mujoco/ant.hpp"
 #include "envs/mujoco/half_cheetah.hpp"
+#include "envs/mujoco/humanoid.hpp"
 #include "envs/mujoco/inverted_pendulum.hpp"
 #include "envs/mujoco/hopper.hpp"
 #include "envs/mujoco/walker2d.hpp"
@@ -60,7 +62,7 @@ std::vector<double> bare_step(const mjModel& m, const std::vector<double>& state
 
 template <class Task>
 std::vector<double> state_of(const Task& t) {
-  std::vector<double> s(static_cast<size_t>(t.model().nq + 2 * t.model().nv));
+  std::vector<double> s(model_spec<Task>().state_dim());
   t.get_state(s.data());
   return s;
 }
@@ -925,6 +927,472 @@ TEST_CASE(
   check_uniform(qpos_noise, -0.1, 0.1);
   check_normal(qvel_noise, 0.1);
   check_time_limit("InvertedDoublePendulum-v4", 1000);
+}
+
+// -- tasks with a free root joint (Ant-v4, Humanoid-v4) ----------------------------
+
+namespace {
+
+using data_ptr = std::unique_ptr<mjData, data_deleter>;
+
+// A bare mjData restored to `state` as mujoco_task::set_state restores it
+// (qpos and qvel, mj_forward, qpos again: MuJoCo 2.2's mj_forward
+// renormalizes quaternions in place; then the warm start) and stepped as
+// v4's do_simulation steps: ctrl = action, frame_skip mj_step,
+// mj_rnePostConstraint.
+data_ptr bare_data_step(const mjModel& m, const std::vector<double>& state,
+                        const std::vector<float>& action, int frame_skip) {
+  data_ptr d(mj_makeData(&m));
+  const size_t nq = static_cast<size_t>(m.nq), nv = static_cast<size_t>(m.nv);
+  std::copy(state.begin(), state.begin() + static_cast<long>(nq), d->qpos);
+  std::copy(state.begin() + static_cast<long>(nq),
+            state.begin() + static_cast<long>(nq + nv), d->qvel);
+  mj_forward(&m, d.get());
+  std::copy(state.begin(), state.begin() + static_cast<long>(nq), d->qpos);
+  std::copy(state.begin() + static_cast<long>(nq + nv),
+            state.begin() + static_cast<long>(nq + 2 * nv), d->qacc_warmstart);
+  for (int i = 0; i < m.nu; ++i)
+    d->ctrl[i] = static_cast<double>(action[static_cast<size_t>(i)]);
+  for (int k = 0; k < frame_skip; ++k)
+    mj_step(&m, d.get());
+  mj_rnePostConstraint(&m, d.get());
+  return d;
+}
+
+std::vector<double> state_of_data(const mjModel& m, const mjData& d) {
+  std::vector<double> s(d.qpos, d.qpos + m.nq);
+  s.insert(s.end(), d.qvel, d.qvel + m.nv);
+  s.insert(s.end(), d.qacc_warmstart, d.qacc_warmstart + m.nv);
+  return s;
+}
+
+// The physical part of a task's state: qpos, qvel, qacc_warmstart.
+template <class Task>
+std::vector<double> physics_of(const Task& t) {
+  auto s = state_of(t);
+  s.resize(static_cast<size_t>(t.model().nq + 2 * t.model().nv));
+  return s;
+}
+
+// Finds two values of state[index] (the root's height or its vertical
+// velocity; the rest as in `state`) whose states end one zero-action step
+// with qpos[2] on either side of `boundary`, within 1e-9 of it, the
+// boundary itself on the side that `boundary_below` says: bisection
+// between `low` (which must end below) and `high` (above). Returns the
+// states (below, above).
+std::pair<std::vector<double>, std::vector<double>>
+straddle(const mjModel& m, std::vector<double> state, int frame_skip, size_t index,
+         double boundary, bool boundary_below, double low, double high) {
+  const std::vector<float> zero(static_cast<size_t>(m.nu), 0.0f);
+  auto z_after = [&](double value) {
+    state[index] = value;
+    return bare_data_step(m, state, zero, frame_skip)->qpos[2];
+  };
+  auto is_below = [&](double z) { return boundary_below ? z <= boundary : z < boundary; };
+  REQUIRE(is_below(z_after(low)));
+  REQUIRE_FALSE(is_below(z_after(high)));
+  for (int k = 0; k < 100; ++k) {
+    const double mid = 0.5 * (low + high);
+    if (mid == low || mid == high)
+      break;
+    (is_below(z_after(mid)) ? low : high) = mid;
+  }
+  const double below = z_after(low), above = z_after(high);
+  CAPTURE(below);
+  CAPTURE(above);
+  REQUIRE(is_below(below));
+  REQUIRE_FALSE(is_below(above));
+  REQUIRE(above - below < 1e-9);
+  std::vector<double> a = state, b = state;
+  a[index] = low;
+  b[index] = high;
+  return {a, b};
+}
+
+// The unit quaternion (cos 45 deg, 0, sin 45 deg, 0): the body turned on its side.
+void lay_down(std::vector<double>& state) {
+  state[3] = std::sqrt(0.5);
+  state[4] = 0;
+  state[5] = std::sqrt(0.5);
+  state[6] = 0;
+}
+
+} // namespace
+
+TEST_CASE("Ant-v4 steps as v4 does: the torso's x velocity plus 1 minus 0.5 sum(a^2), "
+          "27 observations, terminated outside z in [0.2, 1]") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::ant t;
+  rng r(seed);
+  t.reset(r);
+  const mjModel& m = t.model();
+  REQUIRE(std::string(m.names + m.name_bodyadr[1]) == "torso");
+  const double dt = m.opt.timestep * 5;
+  CHECK(std::fabs(dt - 0.05) < 1e-15);
+  int ended = 0;
+  for (int step = 0; step < 400; ++step) {
+    CAPTURE(step);
+    auto before = state_of(t);
+    // v4's get_body_com("torso") before the step: the body position the
+    // last step (or the reset's mj_forward) left in the data.
+    const double x_before = t.data().xpos[3], y_before = t.data().xpos[4];
+    // Every fourth action beyond the bounds: the cost takes it as given.
+    auto action = uniform_action(8, step % 4 == 0 ? 1.5f : 1.0f, gen);
+    auto d = bare_data_step(m, before, action, 5);
+    auto out = t.step(action.data());
+    CHECK(physics_of(t) == state_of_data(m, *d)); // the same calls: bit for bit
+    // The state carries the torso's position the next step starts from.
+    CHECK(state_of(t)[43] == d->xpos[3]);
+    CHECK(state_of(t)[44] == d->xpos[4]);
+    const double x_after = d->xpos[3], y_after = d->xpos[4];
+    const double x_velocity = (x_after - x_before) / dt;
+    const double y_velocity = (y_after - y_before) / dt;
+    double sum_sq = 0;
+    for (float a : action)
+      sum_sq += static_cast<double>(a) * a;
+    const double reward = x_velocity + 1.0 - 0.5 * sum_sq;
+    CHECK(std::fabs(out.reward - reward) <= 1e-6 * (1 + std::fabs(reward)));
+    bool finite = true;
+    for (int i = 0; i < m.nq; ++i)
+      finite = finite && std::isfinite(d->qpos[i]);
+    for (int i = 0; i < m.nv; ++i)
+      finite = finite && std::isfinite(d->qvel[i]);
+    const bool healthy = finite && d->qpos[2] >= 0.2 && d->qpos[2] <= 1.0;
+    CHECK(out.terminated == !healthy);
+    // The reward terms, as v4's info names them.
+    CHECK(t.x_position == x_after);
+    CHECK(t.y_position == y_after);
+    CHECK(t.x_velocity == x_velocity);
+    CHECK(t.y_velocity == y_velocity);
+    CHECK(t.forward_reward == x_velocity);
+    CHECK(t.reward_forward == x_velocity);
+    CHECK(t.reward_survive == 1.0);
+    CHECK(std::fabs(t.reward_ctrl + 0.5 * sum_sq) <= 1e-6 * (1 + 0.5 * sum_sq));
+    CHECK(std::fabs(t.distance_from_origin - std::hypot(x_after, y_after)) <=
+          1e-15 * (1 + std::hypot(x_after, y_after)));
+    // The observation: qpos without the root's x and y, then qvel.
+    std::vector<float> obs(27);
+    t.observe(obs.data());
+    for (int i = 0; i < 13; ++i)
+      CHECK(obs[static_cast<size_t>(i)] == static_cast<float>(d->qpos[i + 2]));
+    for (int i = 0; i < 14; ++i)
+      CHECK(obs[static_cast<size_t>(13 + i)] == static_cast<float>(d->qvel[i]));
+    if (out.terminated) {
+      ++ended;
+      t.reset(r);
+    }
+  }
+  CAPTURE(ended);
+}
+
+TEST_CASE("Ant-v4 resets to qpos0 plus U(-0.1, 0.1), the quaternion normalized, and "
+          "velocities 0.1 N(0, 1)") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  mujoco::ant t;
+  rng r(seed);
+  const int resets = 400;
+  double vel_sum = 0, vel_sq = 0, pos_min = 1, pos_max = -1;
+  for (int k = 0; k < resets; ++k) {
+    t.reset(r);
+    auto s = state_of(t);
+    for (int i : {0, 1, 2, 7, 8, 9, 10, 11, 12, 13, 14}) {
+      const double noise = s[static_cast<size_t>(i)] - t.model().qpos0[i];
+      CHECK(std::fabs(noise) <= 0.1);
+      pos_min = std::min(pos_min, noise);
+      pos_max = std::max(pos_max, noise);
+    }
+    // (1, 0, 0, 0) + U(-0.1, 0.1) each, which MuJoCo's mj_forward (v4's
+    // set_state) normalizes in place: unit length, |q_k / q_w| <= 0.1 / 0.9.
+    const double* q = &s[3];
+    CHECK(std::fabs(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3] - 1) < 1e-14);
+    CHECK(q[0] > 0);
+    for (int k2 = 1; k2 < 4; ++k2)
+      CHECK(std::fabs(q[k2] / q[0]) <= 0.1 / 0.9 + 1e-12);
+    for (int i = 0; i < 14; ++i) {
+      const double v = s[static_cast<size_t>(15 + i)];
+      vel_sum += v;
+      vel_sq += v * v;
+      // v4's reset ends with mj_forward, whose solution is the warm start.
+      CHECK(s[static_cast<size_t>(29 + i)] == t.data().qacc[i]);
+    }
+  }
+  const double n = resets * 14.0;
+  const double mean = vel_sum / n, sd = std::sqrt(vel_sq / n - mean * mean);
+  // 5600 draws: the mean's standard error is 0.0013, the sd's about 0.001.
+  CHECK(std::fabs(mean) < 0.01);
+  CHECK(std::fabs(sd - 0.1) < 0.008);
+  CHECK(pos_min < -0.09);
+  CHECK(pos_max > 0.09);
+}
+
+TEST_CASE("Ant-v4 terminates when a step ends with the torso's z just outside [0.2, 1] "
+          "and pays the healthy reward on that step") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  mujoco::ant t;
+  rng r(seed);
+  t.reset(r);
+  const std::vector<float> zero(8, 0.0f);
+  struct bound {
+    double boundary;
+    size_t index;
+    double start_z, low, high;
+    bool terminated_below;
+  };
+  // Above: the ant in free fall from about 1 m, by its height. Below: the
+  // torso's sphere (radius 0.25) thrown into the floor from 0.26 m, by its
+  // downward speed (30 to 100 m/s: slower, the contact holds it above
+  // 0.2 m). Both ends of [0.2, 1] are healthy.
+  for (const bound& b : {bound{1.0, 2, 1.0, 0.9, 1.1, false},
+                         bound{0.2, 15 + 2, 0.26, -100.0, -30.0, true}}) {
+    CAPTURE(b.boundary);
+    auto start = state_of(t);
+    start[2] = b.start_z;
+    auto states = straddle(t.model(), start, 5, b.index, b.boundary, !b.terminated_below,
+                           b.low, b.high);
+    t.set_state(states.first.data());
+    auto below = t.step(zero.data());
+    CHECK(below.terminated == b.terminated_below);
+    CHECK(t.reward_survive == 1.0);
+    t.set_state(states.second.data());
+    auto above = t.step(zero.data());
+    CHECK(above.terminated == !b.terminated_below);
+    CHECK(t.reward_survive == 1.0);
+    // Zero action: the reward is the forward velocity plus 1.
+    CHECK(above.reward == t.x_velocity + 1.0);
+  }
+}
+
+TEST_CASE("Ant-v4 standing still runs 1000 steps and truncates at the 1000th") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  auto e = make_env("Ant-v4").value();
+  e->reset(seed);
+  for (int t = 1; t <= 1000; ++t) {
+    auto tr = e->step(std::vector<float>(8, 0.0f)).value();
+    REQUIRE_FALSE(tr.terminated);
+    CHECK(tr.truncated == (t == 1000));
+  }
+}
+
+TEST_CASE("Humanoid-v4 steps as v4 does: 1.25 times the mass centre's x velocity plus 5 "
+          "minus 0.1 sum(ctrl^2), 376 observations, terminated outside z in (1, 2)") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  mujoco::humanoid t;
+  rng r(seed);
+  t.reset(r);
+  const mjModel& m = t.model();
+  REQUIRE(m.nbody == 14);
+  const double dt = m.opt.timestep * 5;
+  CHECK(std::fabs(dt - 0.015) < 1e-15);
+  // v4's mass_center: sum of body_mass * xipos over the bodies / total mass.
+  auto mass_centre = [&m](const mjData& d, int k) {
+    double weighted = 0, total = 0;
+    for (int b = 0; b < m.nbody; ++b) {
+      weighted += m.body_mass[b] * d.xipos[3 * b + k];
+      total += m.body_mass[b];
+    }
+    return weighted / total;
+  };
+  int ended = 0;
+  for (int step = 0; step < 300; ++step) {
+    CAPTURE(step);
+    auto before = state_of(t);
+    // Before the step: the body positions the last step (or the reset's
+    // mj_forward) left in the data.
+    const double x_before = mass_centre(t.data(), 0), y_before = mass_centre(t.data(), 1);
+    // Every fourth action beyond the bounds: the cost takes ctrl as given.
+    auto action = uniform_action(17, step % 4 == 0 ? 0.6f : 0.4f, gen);
+    auto d = bare_data_step(m, before, action, 5);
+    auto out = t.step(action.data());
+    CHECK(physics_of(t) == state_of_data(m, *d));
+    const double x_after = mass_centre(*d, 0), y_after = mass_centre(*d, 1);
+    const double x_velocity = (x_after - x_before) / dt;
+    double sum_sq = 0;
+    for (float a : action)
+      sum_sq += static_cast<double>(a) * a;
+    const double reward = 1.25 * x_velocity + 5.0 - 0.1 * sum_sq;
+    CHECK(std::fabs(out.reward - reward) <= 1e-9 * (1 + std::fabs(reward)));
+    CHECK(out.terminated == !(d->qpos[2] > 1.0 && d->qpos[2] < 2.0));
+    CHECK(std::fabs(t.x_position - x_after) <= 1e-14 * (1 + std::fabs(x_after)));
+    CHECK(std::fabs(t.y_position - y_after) <= 1e-14 * (1 + std::fabs(y_after)));
+    CHECK(std::fabs(t.x_velocity - x_velocity) <= 1e-9 * (1 + std::fabs(x_velocity)));
+    CHECK(std::fabs(t.y_velocity - (y_after - y_before) / dt) <=
+          1e-9 * (1 + std::fabs(t.y_velocity)));
+    CHECK(t.reward_linvel == 1.25 * t.x_velocity);
+    CHECK(t.forward_reward == t.reward_linvel);
+    CHECK(t.reward_alive == 5.0);
+    CHECK(std::fabs(t.reward_quadctrl + 0.1 * sum_sq) <= 1e-12 * (1 + 0.1 * sum_sq));
+    CHECK(std::fabs(t.distance_from_origin - std::hypot(x_after, y_after)) <=
+          1e-12 * (1 + std::hypot(x_after, y_after)));
+    // The observation: qpos[2:], qvel, then the whole cinert, cvel,
+    // qfrc_actuator and cfrc_ext of the data.
+    std::vector<float> obs(376);
+    t.observe(obs.data());
+    std::vector<double> want(d->qpos + 2, d->qpos + 24);
+    want.insert(want.end(), d->qvel, d->qvel + 23);
+    want.insert(want.end(), d->cinert, d->cinert + 140);
+    want.insert(want.end(), d->cvel, d->cvel + 84);
+    want.insert(want.end(), d->qfrc_actuator, d->qfrc_actuator + 23);
+    want.insert(want.end(), d->cfrc_ext, d->cfrc_ext + 84);
+    REQUIRE(want.size() == 376);
+    for (size_t i = 0; i < 376; ++i) {
+      CAPTURE(i);
+      CHECK(obs[i] == static_cast<float>(want[i]));
+    }
+    if (out.terminated) {
+      ++ended;
+      t.reset(r);
+    }
+  }
+  CHECK(ended > 0); // random torques topple it within a few dozen steps
+}
+
+TEST_CASE("Humanoid-v4 resets to qpos0 plus U(-0.01, 0.01), the quaternion normalized, "
+          "velocities U(-0.01, 0.01), and observes no contact forces yet") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  mujoco::humanoid t;
+  rng r(seed);
+  double lo = 1, hi = -1;
+  for (int k = 0; k < 200; ++k) {
+    t.reset(r);
+    auto s = state_of(t);
+    for (int i = 0; i < 24; ++i) {
+      if (i >= 3 && i < 7)
+        continue;
+      const double noise = s[static_cast<size_t>(i)] - t.model().qpos0[i];
+      CHECK(std::fabs(noise) <= 0.01);
+    }
+    const double* q = &s[3];
+    CHECK(std::fabs(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3] - 1) < 1e-14);
+    for (int k2 = 1; k2 < 4; ++k2)
+      CHECK(std::fabs(q[k2] / q[0]) <= 0.01 / 0.99 + 1e-12);
+    for (int i = 0; i < 23; ++i) {
+      const double v = s[static_cast<size_t>(24 + i)];
+      CHECK(std::fabs(v) <= 0.01);
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    // v4 observes after mj_resetData and mj_forward: cfrc_ext is still zero.
+    std::vector<float> obs(376);
+    t.observe(obs.data());
+    for (size_t i = 376 - 84; i < 376; ++i)
+      CHECK(obs[i] == 0.0f);
+  }
+  CHECK(lo < -0.009);
+  CHECK(hi > 0.009);
+}
+
+TEST_CASE("Humanoid-v4 terminates when a step ends with the torso's z just outside "
+          "(1, 2) and pays the healthy reward on that step") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  mujoco::humanoid t;
+  rng r(seed);
+  t.reset(r);
+  const std::vector<float> zero(17, 0.0f);
+  // In free fall, lying on its side so that nothing touches the floor.
+  auto state = state_of(t);
+  lay_down(state);
+  for (double boundary : {1.0, 2.0}) {
+    CAPTURE(boundary);
+    // Both ends of (1, 2) are unhealthy.
+    auto states = straddle(t.model(), state, 5, 2, boundary, boundary == 1.0,
+                           boundary - 0.1, boundary + 0.1);
+    t.set_state(states.first.data());
+    auto below = t.step(zero.data());
+    CHECK(below.terminated == (boundary == 1.0));
+    CHECK(t.reward_alive == 5.0);
+    t.set_state(states.second.data());
+    auto above = t.step(zero.data());
+    CHECK(above.terminated == (boundary == 2.0));
+    CHECK(t.reward_alive == 5.0);
+    CHECK(above.reward == (t.forward_reward + 5.0) - 0.0);
+  }
+}
+
+TEST_CASE("Humanoid-v4 truncates at the 1000th step") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  auto e = make_env("Humanoid-v4").value();
+  e->reset(seed);
+  e->set_elapsed_steps(995);
+  for (int t = 996; t <= 1000; ++t) {
+    auto tr = e->step(std::vector<float>(17, 0.0f)).value();
+    REQUIRE_FALSE(tr.terminated);
+    CHECK(tr.truncated == (t == 1000));
+  }
+}
+
+TEST_CASE("an Ant-v4 or Humanoid-v4 state restored into another instance continues bit "
+          "for bit") {
+  for (const std::string id : {"Ant-v4", "Humanoid-v4"}) {
+    CAPTURE(id);
+    const uint64_t seed = fresh_seed();
+    CAPTURE(seed);
+    std::mt19937_64 gen(seed);
+    auto a = make_env(id).value(), b = make_env(id).value();
+    const auto& as = a->spec().action_space;
+    a->reset(seed);
+    b->reset(seed + 1);
+    std::vector<float> obs_a;
+    for (int k = 0; k < 15; ++k) {
+      obs_a = a->step(random_actions(as, 1, gen)).value().obs;
+      REQUIRE(b->step(random_actions(as, 1, gen)));
+    }
+    const auto saved = a->state();
+    std::vector<float> obs_b(obs_a.size());
+    REQUIRE(b->set_state(saved, obs_b.data()));
+    // qpos as given, quaternion included, and the values carried besides
+    // (the position the next reward starts from; Humanoid's observed
+    // cinert, cvel, qfrc_actuator and cfrc_ext).
+    CHECK(b->state() == saved);
+    CHECK(obs_b == obs_a);
+    for (int k = 0; k < 20; ++k) {
+      CAPTURE(k);
+      auto action = random_actions(as, 1, gen);
+      auto ta = a->step(action).value(), tb = b->step(action).value();
+      CHECK(a->state() == b->state());
+      CHECK(ta.obs == tb.obs);
+      CHECK(ta.reward == tb.reward);
+      CHECK(ta.terminated == tb.terminated);
+    }
+  }
+}
+
+TEST_CASE("numpy_sum adds in NumPy's pairwise order") {
+  // Worked by hand in float32, where 2^24 + 1 rounds to 2^24: in sequence
+  // the seven ones are lost; NumPy's eight partial sums add them in pairs
+  // ((2^24 + 1) + (1 + 1)) + ((1 + 1) + (1 + 1)) = 2^24 + 2 + 4.
+  const float eight[8] = {16777216.0f, 1, 1, 1, 1, 1, 1, 1};
+  CHECK(mujoco::numpy_sum(eight, 8) == 16777222.0f);
+  // Below eight values, in sequence: 2^24 + 1 + 1 + 1 = 2^24.
+  CHECK(mujoco::numpy_sum(eight, 4) == 16777216.0f);
+  // Past a multiple of eight the rest is added in sequence to the tree's
+  // sum: 2^24 + 6 + 1 is a tie, which rounds to the even 2^24 + 8.
+  const float nine[9] = {16777216.0f, 1, 1, 1, 1, 1, 1, 1, 1};
+  CHECK(mujoco::numpy_sum(nine, 9) == 16777224.0f);
+  // Any length, against a float64 sum.
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (int n = 0; n < 400; ++n) {
+    std::vector<double> x(static_cast<size_t>(n));
+    double sum = 0, sum_abs = 0;
+    for (auto& v : x) {
+      v = u(gen);
+      sum += v;
+      sum_abs += std::fabs(v);
+    }
+    CHECK(std::fabs(mujoco::numpy_sum(x.data(), n) - sum) <= 1e-13 * (1 + sum_abs));
+  }
 }
 
 // -- bad input and MuJoCo's warnings ----------------------------------------------------

@@ -34,7 +34,8 @@ const std::vector<std::string> builtin_ids = {"CartPole-v1", "Pendulum-v1",
                                               "MountainCarContinuous-v0", "Acrobot-v1",
                                               "InvertedPendulum-v4", "HalfCheetah-v4",
                                               "Hopper-v4", "Walker2d-v4", "Swimmer-v4",
-                                              "Reacher-v4", "InvertedDoublePendulum-v4"};
+                                              "Reacher-v4", "InvertedDoublePendulum-v4",
+                                              "Ant-v4", "Humanoid-v4"};
 
 bool contains(const std::string& text, const std::string& word) {
   return text.find(word) != std::string::npos;
