@@ -73,6 +73,7 @@ struct runner_state {
   kernels::moments return_moments{1};    // ... their moments, for the keeper
   bool return_delta_ready = false;
   std::vector<float> raw_observations; // [T x N x obs_dim], for the moments
+  std::vector<float> env_actions;      // clip_box_actions: what the environments get
   kernels::moments batch_moments;
   bool delta_ready = false; // batch_moments hold a clean batch not yet sent
   kernels::moments local_moments;      // local_obs_stats: every clean batch's
@@ -200,7 +201,18 @@ result<trajectory_batch> collect(runner_state& st) {
                         "of batch {}: {}",
                         st.opts.name, t, b.sequence, acted.err().message);
     policy_version = std::min(policy_version, *acted);
-    if (auto ok = env.step(actions); !ok)
+    const float* to_env = actions;
+    const auto& space = env.spec().action_space;
+    if (st.opts.clip_box_actions && space.kind == envs::space_kind::box) {
+      st.env_actions.assign(actions, actions + n * ad);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j < ad; ++j) {
+          float& a = st.env_actions[i * ad + j];
+          a = std::clamp(a, space.low[j], space.high[j]);
+        }
+      to_env = st.env_actions.data();
+    }
+    if (auto ok = env.step(to_env); !ok)
       return make_error(ok.err().code,
                         "env runner '{}': {} failed at step {} of batch {}: {}",
                         st.opts.name, b.env_id, t, b.sequence, ok.err().message);

@@ -99,6 +99,11 @@ struct env_runner_options {
   /// still gives the batch its statistics version, and the keeper still gets
   /// the raw moments (checkpoints and eval use the global ones).
   bool local_obs_stats = false;
+  /// Box actions go to the environments clipped to the action space's bounds
+  /// (Gymnasium's ClipAction, as CleanRL wraps its continuous environments
+  /// and `troupe eval` acts); the batch keeps the unclipped draw, whose
+  /// log-probability the learner takes.
+  bool clip_box_actions = false;
   /// Normalize rewards by the return view's variance (spawn_env_runner's
   /// return_view); the discounted returns' moments go to the keeper.
   bool reward_norm = false;

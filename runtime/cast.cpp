@@ -323,6 +323,7 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     ro.obs_clip = clip;
     ro.obs_scale = obs_scale * std::pow(obs_spread, static_cast<double>(slot));
     ro.local_obs_stats = obs_norm && runner_obs_norm;
+    ro.clip_box_actions = box;
     ro.reward_norm = reward_norm;
     ro.reward_gamma = reward_gamma;
     ro.reward_epsilon = reward_eps;

@@ -1000,3 +1000,61 @@ TEST_CASE("reward normalization keeps a batch with a non-finite value from the r
   self->send_exit(runner, caf::exit_reason::user_shutdown);
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("with clip_box_actions the environments get Box actions clipped to the bounds "
+          "while the batch keeps the unclipped draw") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  // MountainCarContinuous's reward charges the action it is given, unclipped
+  // (-0.1 a^2), so the rewards tell which action reached the environment.
+  const std::string id = "MountainCarContinuous-v0";
+  const size_t n = 4, steps = 30;
+  std::shared_ptr<envs::vector_env> vec = envs::make_vector_env(id, n).value();
+  vec->set_clip_box_actions(true);
+  policy_fn wide = [](const float*, size_t rows, kernels::rng& gen, float* actions,
+                      float* logp) -> result<uint64_t> {
+    for (size_t i = 0; i < rows; ++i) {
+      actions[i] = static_cast<float>(gen.uniform(-3.0, 3.0));
+      logp[i] = 0.0f;
+    }
+    return uint64_t{1};
+  };
+  env_runner_options opts;
+  opts.name = "runner-clip";
+  opts.seed = seed;
+  opts.steps_per_batch = steps;
+  opts.clip_box_actions = true;
+  auto runner = spawn_env_runner(*fx.sys, opts, vec, wide, caf::actor_cast<caf::actor>(self));
+  auto batches = collect(self, runner, 2);
+  // A replay in scalar environments that are handed the clipped actions.
+  std::vector<std::unique_ptr<envs::env>> scalar;
+  std::vector<std::vector<float>> obs(n);
+  std::vector<bool> ended(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    scalar.push_back(envs::make_env(id).value());
+    obs[i] = scalar[i]->reset(seed + i);
+  }
+  size_t outside = 0;
+  for (auto& b : batches)
+    for (size_t t = 0; t < steps; ++t)
+      for (size_t i = 0; i < n; ++i) {
+        const size_t k = t * n + i;
+        if (ended[i]) {
+          scalar[i]->reset(obs[i].data());
+          ended[i] = false;
+          continue;
+        }
+        const float a = b.actions[k];
+        outside += std::fabs(a) > 1.0f;
+        const float clipped = std::fmax(-1.0f, std::fmin(1.0f, a));
+        auto r = scalar[i]->step(&clipped, obs[i].data()).value();
+        CAPTURE(k);
+        CHECK(b.rewards[k] == doctest::Approx(r.reward).epsilon(1e-6));
+        CHECK(b.rewards[k] >= -0.1f - 1e-6f); // never charged for more than |a| = 1
+        ended[i] = r.terminated || r.truncated;
+      }
+  CHECK(outside > 0); // the batch kept draws outside the bounds
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+}
