@@ -8,16 +8,16 @@
 // +-obs_clip; with a statistics keeper, the moments of each batch's raw
 // observations go to the keeper as one delta. A non-finite observation or
 // reward is counted and logged with the env id, and that batch's moments are
-// never sent to the keeper.
+// never sent to the keeper. A step or policy that fails (an error, or an
+// exception) ends the runner with an error naming it; its supervisor restarts
+// it.
 //
 // With reward normalization (opts.reward_norm and a return view) the runner
 // keeps each environment's discounted return as Gymnasium's NormalizeReward
 // does (docs/statistics.md, "Reward normalization"), sends the moments of a
 // batch's returns to the keeper's opts.return_stream, and hands the learner
 // r / sqrt(var + reward_epsilon) clipped to +-reward_clip, var from the
-// return view's snapshot of the batch's start; episode returns stay raw. A step or policy that fails (an error, or an
-// exception) ends the runner with an error naming it; its supervisor restarts
-// it.
+// return view's snapshot of the batch's start; episode returns stay raw.
 //
 // Messages it handles:
 //   (collect_atom, uint64_t n) -> uint64_t   collect and send n batches, then
