@@ -231,8 +231,9 @@ result<trajectory_batch> collect(runner_state& st) {
       st.episode_return[i] += b.rewards[k]; // raw: metrics report raw returns
       st.episode_length[i] += 1;
       if (reward_norm && std::isfinite(b.rewards[k])) {
-        st.discounted_return[i] = next_discounted_return(
-          st.discounted_return[i], b.rewards[k], b.terminated[k] != 0, st.opts.reward_gamma);
+        st.discounted_return[i] =
+          next_discounted_return(st.discounted_return[i], b.rewards[k],
+                                 b.terminated[k] != 0, st.opts.reward_gamma);
         st.batch_returns.push_back(st.discounted_return[i]);
         b.rewards[k] = normalize_reward(b.rewards[k], return_var, st.opts.reward_epsilon,
                                         st.opts.reward_clip);
@@ -543,8 +544,8 @@ status check_runner_state(const env_runner_state& state, const envs::vector_env&
   for (size_t i = 0; i < state.discounted_return.size(); ++i)
     if (!std::isfinite(state.discounted_return[i]))
       return fail(make_error(errc::non_finite,
-                             "environment {}: discounted_return must be finite, got {}", i,
-                             state.discounted_return[i]));
+                             "environment {}: discounted_return must be finite, got {}",
+                             i, state.discounted_return[i]));
   return {};
 }
 

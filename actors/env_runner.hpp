@@ -108,9 +108,9 @@ struct env_runner_options {
   /// return_view); the discounted returns' moments go to the keeper.
   bool reward_norm = false;
   std::string return_stream = "ret"; ///< keeper stream of discounted-return moments
-  double reward_gamma = 0.99;        ///< discount of the returns (model.reward_norm_gamma)
-  double reward_epsilon = 1e-8;      ///< added to the return variance
-  double reward_clip = 10.0;         ///< normalized rewards clipped to +-this; 0: no clip
+  double reward_gamma = 0.99;   ///< discount of the returns (model.reward_norm_gamma)
+  double reward_epsilon = 1e-8; ///< added to the return variance
+  double reward_clip = 10.0;    ///< normalized rewards clipped to +-this; 0: no clip
 };
 
 /// One step of reward normalization's discounted return, as Gymnasium's

@@ -192,10 +192,11 @@ struct trajectory_batch {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, trajectory_batch& x) {
   return f(caf::meta::type_name("trajectory_batch"), x.runner, x.env_id, x.sequence,
-           x.num_envs, x.steps, x.obs_dim, x.action_dim, raw(x.observations), raw(x.actions),
-           raw(x.behavior_logp), raw(x.rewards), x.terminated, x.truncated, x.autoreset,
-           raw(x.episode_returns), raw(x.episode_lengths), x.policy_version, x.stats_version,
-           x.normalized, x.reward_stats_version, x.behavior_recorded);
+           x.num_envs, x.steps, x.obs_dim, x.action_dim, raw(x.observations),
+           raw(x.actions), raw(x.behavior_logp), raw(x.rewards), x.terminated,
+           x.truncated, x.autoreset, raw(x.episode_returns), raw(x.episode_lengths),
+           x.policy_version, x.stats_version, x.normalized, x.reward_stats_version,
+           x.behavior_recorded);
 }
 
 /// Counters of one environment runner.
@@ -405,9 +406,9 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
   return f(caf::meta::type_name("learner_report"), x.learner, x.env_steps,
            x.episode_returns, x.episode_lengths, x.policy_lag, x.stats_version,
-           x.stats_lag, x.reward_stats_version, x.weights_version, x.loss_policy, x.loss_value, x.entropy,
-           x.learning_rate, x.dropped, x.rejected, x.runner_restarts, x.non_finite,
-           x.skipped);
+           x.stats_lag, x.reward_stats_version, x.weights_version, x.loss_policy,
+           x.loss_value, x.entropy, x.learning_rate, x.dropped, x.rejected,
+           x.runner_restarts, x.non_finite, x.skipped);
 }
 
 /// The metrics actor's counters: what a checkpoint keeps and a resume restores.

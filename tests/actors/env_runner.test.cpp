@@ -801,7 +801,8 @@ public:
   std::vector<float> reward_log; ///< [steps x N] every reward handed out
 
 protected:
-  status restore_env(size_t, const std::array<uint64_t, 4>&, const double*, int) override {
+  status restore_env(size_t, const std::array<uint64_t, 4>&, const double*,
+                     int) override {
     return {};
   }
   void reset_range(size_t begin, size_t end, uint64_t) override {
@@ -842,10 +843,11 @@ private:
 
 } // namespace
 
-TEST_CASE("reward normalization: the keeper's return stream holds the moments of every "
-          "environment's discounted return as Gymnasium's NormalizeReward accumulates it, "
-          "rewards are divided by the view's variance and clipped, and episode returns stay "
-          "raw") {
+TEST_CASE(
+  "reward normalization: the keeper's return stream holds the moments of every "
+  "environment's discounted return as Gymnasium's NormalizeReward accumulates it, "
+  "rewards are divided by the view's variance and clipped, and episode returns stay "
+  "raw") {
   runner_fixture fx;
   caf::scoped_actor self{*fx.sys};
   const uint64_t seed = fresh_seed();
@@ -879,10 +881,10 @@ TEST_CASE("reward normalization: the keeper's return stream holds the moments of
     opts.reward_epsilon = eps;
     opts.reward_clip = clip;
     opts.log = fx.logger();
-    runners.push_back(spawn_env_runner(
-      *fx.sys, opts, envs_of.back(),
-      make_random_policy(envs_of.back()->spec().action_space),
-      caf::actor_cast<caf::actor>(self), keeper, nullptr, view));
+    runners.push_back(
+      spawn_env_runner(*fx.sys, opts, envs_of.back(),
+                       make_random_policy(envs_of.back()->spec().action_space),
+                       caf::actor_cast<caf::actor>(self), keeper, nullptr, view));
   }
 
   // The reference: a plain float64 loop of Gymnasium's NormalizeReward over the
@@ -1026,7 +1028,8 @@ TEST_CASE("with clip_box_actions the environments get Box actions clipped to the
   opts.seed = seed;
   opts.steps_per_batch = steps;
   opts.clip_box_actions = true;
-  auto runner = spawn_env_runner(*fx.sys, opts, vec, wide, caf::actor_cast<caf::actor>(self));
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, wide, caf::actor_cast<caf::actor>(self));
   auto batches = collect(self, runner, 2);
   // A replay in scalar environments that are handed the clipped actions.
   std::vector<std::unique_ptr<envs::env>> scalar;

@@ -217,11 +217,12 @@ TEST_CASE("a malformed runner state file is refused with the file, runner, tenso
             std::vector<double> values(5, 0.5);
             f.tensors.erase(std::remove_if(f.tensors.begin(), f.tensors.end(),
                                            [](const learners::st_tensor& t) {
-                                             return t.name == "runner.0.discounted_return";
+                                             return t.name ==
+                                                    "runner.0.discounted_return";
                                            }),
                             f.tensors.end());
-            f.tensors.push_back(learners::st_tensor::from_f64("runner.0.discounted_return",
-                                                              {5}, values.data()));
+            f.tensors.push_back(learners::st_tensor::from_f64(
+              "runner.0.discounted_return", {5}, values.data()));
           },
           {"runner 0", "runner.0.discounted_return", "F64 [3]", "[5]"});
   refused("missing env_state", [](auto& f) { f.metadata.erase("runner.1.env_state"); },

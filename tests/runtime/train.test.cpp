@@ -733,7 +733,8 @@ void check_exact_midrun_resume(const temp_folder& dir, const std::string& extra)
     CHECK(std::stoull(rows_whole[i].at("stats_version")) <= i);
     same_statistics &=
       rows_resumed[i].at("stats_version") == rows_whole[i].at("stats_version") &&
-      rows_resumed[i].at("reward_stats_version") == rows_whole[i].at("reward_stats_version");
+      rows_resumed[i].at("reward_stats_version") ==
+        rows_whole[i].at("reward_stats_version");
   }
   if (!same_statistics) {
     // Which publication a batch saw depends on when it reached the runner's
@@ -757,9 +758,10 @@ void check_exact_midrun_resume(const temp_folder& dir, const std::string& extra)
 
 } // namespace
 
-TEST_CASE("a run resumed from a checkpoint taken while it trained (sync PPO on Pendulum, "
-          "observations normalized) learns exactly what the uninterrupted run learns, and "
-          "merges each step's observations once") {
+TEST_CASE(
+  "a run resumed from a checkpoint taken while it trained (sync PPO on Pendulum, "
+  "observations normalized) learns exactly what the uninterrupted run learns, and "
+  "merges each step's observations once") {
   temp_folder dir("train-exact-midrun");
   check_exact_midrun_resume(dir, "");
 }
