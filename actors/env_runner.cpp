@@ -43,6 +43,13 @@ policy_fn make_random_policy(const envs::space& action_space) {
   };
 }
 
+float normalize_reward(float reward, double var, double epsilon, double clip) noexcept {
+  double z = static_cast<double>(reward) / std::sqrt(var + epsilon);
+  if (clip > 0)
+    z = std::clamp(z, -clip, clip);
+  return static_cast<float>(z);
+}
+
 namespace {
 
 // The runner's message to itself between two batches, so that status
@@ -57,10 +64,16 @@ struct runner_state {
   caf::actor consumer;
   caf::actor keeper;
   std::shared_ptr<learners::stats_view> view;
+  std::shared_ptr<learners::stats_view> return_view; // reward_norm: the "ret" stream
   env_runner_status status;
   std::vector<double> episode_return; // running return of each environment
   std::vector<uint64_t> episode_length;
+  std::vector<double> discounted_return; // reward_norm: [N], Gymnasium's accumulator
+  std::vector<double> batch_returns;     // ... its value after each transition of a batch
+  kernels::moments return_moments{1};    // ... their moments, for the keeper
+  bool return_delta_ready = false;
   std::vector<float> raw_observations; // [T x N x obs_dim], for the moments
+  std::vector<float> env_actions;      // clip_box_actions: what the environments get
   kernels::moments batch_moments;
   bool delta_ready = false; // batch_moments hold a clean batch not yet sent
   kernels::moments local_moments;      // local_obs_stats: every clean batch's
@@ -94,6 +107,24 @@ void policy_view(const float* raw, size_t rows, size_t dim,
   const double clip = o.obs_clip > 0 ? o.obs_clip : INFINITY;
   learners::normalize_observations(raw, rows, dim, snap->mean.data(), snap->var.data(),
                                    o.obs_epsilon, clip, out);
+}
+
+// The moments of a batch's discounted returns (float64, corrected two-pass).
+kernels::moments return_moments_of(const std::vector<double>& x) {
+  kernels::moments m(1);
+  m.count = x.size();
+  double sum = 0;
+  for (double v : x)
+    sum += v;
+  const double mean = sum / static_cast<double>(x.size());
+  double sq = 0, dev = 0;
+  for (double v : x) {
+    sq += (v - mean) * (v - mean);
+    dev += v - mean;
+  }
+  m.mean[0] = mean;
+  m.m2[0] = std::max(0.0, sq - dev * dev / static_cast<double>(x.size()));
+  return m;
 }
 
 // Collects one batch of T steps; returns an error when a step fails.
@@ -132,6 +163,16 @@ result<trajectory_batch> collect(runner_state& st) {
       snap = &st.local_snap;
     }
   }
+  // The return variance for the whole batch, like the observation snapshot.
+  const bool reward_norm = st.opts.reward_norm && st.return_view;
+  double return_var = 1.0;
+  if (reward_norm) {
+    const auto& rs = st.return_view->read();
+    b.reward_stats_version = rs.version;
+    if (!rs.var.empty())
+      return_var = rs.var[0];
+  }
+  st.batch_returns.clear();
   uint64_t policy_version = UINT64_MAX;
   uint64_t non_finite = 0;
   size_t first_bad_env = 0, first_bad_step = 0;
@@ -160,7 +201,18 @@ result<trajectory_batch> collect(runner_state& st) {
                         "of batch {}: {}",
                         st.opts.name, t, b.sequence, acted.err().message);
     policy_version = std::min(policy_version, *acted);
-    if (auto ok = env.step(actions); !ok)
+    const float* to_env = actions;
+    const auto& space = env.spec().action_space;
+    if (st.opts.clip_box_actions && space.kind == envs::space_kind::box) {
+      st.env_actions.assign(actions, actions + n * ad);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j < ad; ++j) {
+          float& a = st.env_actions[i * ad + j];
+          a = std::clamp(a, space.low[j], space.high[j]);
+        }
+      to_env = st.env_actions.data();
+    }
+    if (auto ok = env.step(to_env); !ok)
       return make_error(ok.err().code,
                         "env runner '{}': {} failed at step {} of batch {}: {}",
                         st.opts.name, b.env_id, t, b.sequence, ok.err().message);
@@ -176,8 +228,16 @@ result<trajectory_batch> collect(runner_state& st) {
         note_bad(t, i);
       if (b.autoreset[k])
         continue; // a reset, not a transition: the new episode starts here
-      st.episode_return[i] += b.rewards[k];
+      st.episode_return[i] += b.rewards[k]; // raw: metrics report raw returns
       st.episode_length[i] += 1;
+      if (reward_norm && std::isfinite(b.rewards[k])) {
+        st.discounted_return[i] =
+          next_discounted_return(st.discounted_return[i], b.rewards[k],
+                                 b.terminated[k] != 0, st.opts.reward_gamma);
+        st.batch_returns.push_back(st.discounted_return[i]);
+        b.rewards[k] = normalize_reward(b.rewards[k], return_var, st.opts.reward_epsilon,
+                                        st.opts.reward_clip);
+      }
       if (b.terminated[k] || b.truncated[k]) {
         b.episode_returns.push_back(st.episode_return[i]);
         b.episode_lengths.push_back(st.episode_length[i]);
@@ -204,7 +264,11 @@ result<trajectory_batch> collect(runner_state& st) {
                           "the batch's moments were not sent to the keeper",
                           st.opts.name, b.env_id, non_finite, b.sequence, first_bad_env,
                           first_bad_step));
-  } else if (st.keeper || st.opts.local_obs_stats) {
+  } else if (reward_norm && st.keeper && !st.batch_returns.empty()) {
+    st.return_moments = return_moments_of(st.batch_returns);
+    st.return_delta_ready = true;
+  }
+  if (non_finite == 0 && (st.keeper || st.opts.local_obs_stats)) {
     kernels::compute_moments_into(st.raw_observations.data(), steps * n, od,
                                   st.batch_moments);
     if (st.keeper) {
@@ -234,6 +298,8 @@ env_runner_state take_state(const runner_state& st) {
   out.gen = st.gen.state();
   out.episode_return = st.episode_return;
   out.episode_length = st.episode_length;
+  if (st.opts.reward_norm)
+    out.discounted_return = st.discounted_return;
   out.status = st.status;
   return out;
 }
@@ -250,6 +316,8 @@ status restore_state(runner_state& st, const env_runner_state& in) {
   if (*continued) {
     st.episode_return = in.episode_return;
     st.episode_length = in.episode_length;
+    if (!in.discounted_return.empty())
+      st.discounted_return = in.discounted_return;
   } else {
     write_log(st.opts.log,
               fmt::format("env runner '{}': {} saved no environment state: starting fresh "
@@ -265,7 +333,8 @@ status restore_state(runner_state& st, const env_runner_state& in) {
 caf::behavior env_runner(runner_actor* self, env_runner_options opts,
                          std::shared_ptr<envs::vector_env> env, policy_fn policy,
                          caf::actor consumer, caf::actor keeper,
-                         std::shared_ptr<learners::stats_view> view) {
+                         std::shared_ptr<learners::stats_view> view,
+                         std::shared_ptr<learners::stats_view> return_view) {
   auto& st = self->state;
   st.opts = std::move(opts);
   st.env = std::move(env);
@@ -274,10 +343,12 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
   st.consumer = std::move(consumer);
   st.keeper = std::move(keeper);
   st.view = std::move(view);
+  st.return_view = std::move(return_view);
   st.status.runner = st.opts.name;
   st.status.env_id = st.env->spec().id;
   st.episode_return.assign(st.env->num_envs(), 0.0);
   st.episode_length.assign(st.env->num_envs(), 0);
+  st.discounted_return.assign(st.env->num_envs(), 0.0);
   // A throwing policy or environment ends the runner with an error that says
   // what was thrown (its supervisor logs it and starts a replacement).
   // A collect request under way is answered with the error too.
@@ -311,6 +382,18 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
                                     self->state.opts.name, self->state.opts.stats_stream,
                                     error_message(self->system(), e)));
             });
+    if (st.opts.reward_norm)
+      self
+        ->request(st.keeper, caf::infinite, declare_atom::value,
+                  stream_decl{st.opts.return_stream, 1, "cumulative", 0.99})
+        .then([](uint64_t) {},
+              [self](caf::error& e) {
+                write_log(self->state.opts.log,
+                          fmt::format("env runner '{}': declaring stream '{}' failed: {}",
+                                      self->state.opts.name,
+                                      self->state.opts.return_stream,
+                                      error_message(self->system(), e)));
+              });
   }
   return {
     [self](collect_atom, uint64_t batches) -> caf::result<uint64_t> {
@@ -350,6 +433,12 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
         self->send(s.keeper, moments_delta{s.opts.stats_stream, s.opts.name, m.count,
                                            m.mean, m.m2});
         s.delta_ready = false;
+      }
+      if (s.return_delta_ready) {
+        auto& m = s.return_moments;
+        self->send(s.keeper, moments_delta{s.opts.return_stream, s.opts.name, m.count,
+                                           m.mean, m.m2});
+        s.return_delta_ready = false;
       }
       const uint64_t batch_steps = batch->steps * batch->num_envs;
       self->send(s.consumer, std::move(*batch));
@@ -447,15 +536,27 @@ status check_runner_state(const env_runner_state& state, const envs::vector_env&
       return fail(make_error(errc::non_finite,
                              "environment {}: episode_return must be finite, got {}", i,
                              state.episode_return[i]));
+  if (!state.discounted_return.empty() && state.discounted_return.size() != n)
+    return fail(make_error(errc::dimension_mismatch,
+                           "discounted_return must be empty or hold {} values (one per "
+                           "environment), got {}",
+                           n, state.discounted_return.size()));
+  for (size_t i = 0; i < state.discounted_return.size(); ++i)
+    if (!std::isfinite(state.discounted_return[i]))
+      return fail(make_error(errc::non_finite,
+                             "environment {}: discounted_return must be finite, got {}",
+                             i, state.discounted_return[i]));
   return {};
 }
 
 caf::actor spawn_env_runner(caf::actor_system& sys, env_runner_options opts,
                             std::shared_ptr<envs::vector_env> env, policy_fn policy,
                             caf::actor consumer, caf::actor keeper,
-                            std::shared_ptr<learners::stats_view> view) {
+                            std::shared_ptr<learners::stats_view> view,
+                            std::shared_ptr<learners::stats_view> return_view) {
   return sys.spawn(env_runner, std::move(opts), std::move(env), std::move(policy),
-                   std::move(consumer), std::move(keeper), std::move(view));
+                   std::move(consumer), std::move(keeper), std::move(view),
+                   std::move(return_view));
 }
 
 } // namespace troupe::actors

@@ -12,6 +12,13 @@
 // exception) ends the runner with an error naming it; its supervisor restarts
 // it.
 //
+// With reward normalization (opts.reward_norm and a return view) the runner
+// keeps each environment's discounted return as Gymnasium's NormalizeReward
+// does (docs/statistics.md, "Reward normalization"), sends the moments of a
+// batch's returns to the keeper's opts.return_stream, and hands the learner
+// r / sqrt(var + reward_epsilon) clipped to +-reward_clip, var from the
+// return view's snapshot of the batch's start; episode returns stay raw.
+//
 // Messages it handles:
 //   (collect_atom, uint64_t n) -> uint64_t   collect and send n batches, then
 //                                            reply with the number sent
@@ -92,7 +99,30 @@ struct env_runner_options {
   /// still gives the batch its statistics version, and the keeper still gets
   /// the raw moments (checkpoints and eval use the global ones).
   bool local_obs_stats = false;
+  /// Box actions go to the environments clipped to the action space's bounds
+  /// (Gymnasium's ClipAction, as CleanRL wraps its continuous environments
+  /// and `troupe eval` acts); the batch keeps the unclipped draw, whose
+  /// log-probability the learner takes.
+  bool clip_box_actions = false;
+  /// Normalize rewards by the return view's variance (spawn_env_runner's
+  /// return_view); the discounted returns' moments go to the keeper.
+  bool reward_norm = false;
+  std::string return_stream = "ret"; ///< keeper stream of discounted-return moments
+  double reward_gamma = 0.99;   ///< discount of the returns (model.reward_norm_gamma)
+  double reward_epsilon = 1e-8; ///< added to the return variance
+  double reward_clip = 10.0;    ///< normalized rewards clipped to +-this; 0: no clip
 };
+
+/// One step of reward normalization's discounted return, as Gymnasium's
+/// NormalizeReward: the return times gamma (times 0 when the step
+/// terminated) plus the step's reward; truncation does not reset it.
+inline double next_discounted_return(double previous, float reward, bool terminated,
+                                     double gamma) noexcept {
+  return previous * gamma * (terminated ? 0.0 : 1.0) + static_cast<double>(reward);
+}
+
+/// A reward divided by sqrt(var + epsilon), clipped to +-clip (clip 0: none).
+float normalize_reward(float reward, double var, double epsilon, double clip) noexcept;
 
 /// Mixed into a runner's seed to seed its policy's generator.
 inline constexpr uint64_t policy_salt = 0x5bd1e995ull;
@@ -100,7 +130,8 @@ inline constexpr uint64_t policy_salt = 0x5bd1e995ull;
 /// Whether `state` fits a runner over `env`: id, number of environments,
 /// sizes and values (envs::vector_env::restore_state's rules when the state
 /// carries the environments' state and `env` can restore it, plus the policy
-/// generator not all zero and finite episode returns). The message names
+/// generator not all zero, finite episode returns, and discounted returns
+/// empty or one finite value per environment). The message names
 /// `runner`, the field, the rule and the value.
 status check_runner_state(const env_runner_state& state, const envs::vector_env& env,
                           const std::string& runner);
@@ -119,11 +150,14 @@ result<bool> continue_envs(envs::vector_env& env, const env_runner_state& state,
 
 /// Spawns an environment runner over `env` (reset with opts.seed at start, or
 /// restored from opts.start_state).
-/// `keeper` (may be invalid) receives observation moment deltas; `view` (may
-/// be null) normalizes observations. Batches go to `consumer`.
+/// `keeper` (may be invalid) receives observation moment deltas (and return
+/// moment deltas with opts.reward_norm); `view` (may be null) normalizes
+/// observations; `return_view` (needed with opts.reward_norm) gives the
+/// return variance. Batches go to `consumer`.
 caf::actor spawn_env_runner(caf::actor_system& sys, env_runner_options opts,
                             std::shared_ptr<envs::vector_env> env, policy_fn policy,
                             caf::actor consumer, caf::actor keeper = {},
-                            std::shared_ptr<learners::stats_view> view = nullptr);
+                            std::shared_ptr<learners::stats_view> view = nullptr,
+                            std::shared_ptr<learners::stats_view> return_view = nullptr);
 
 } // namespace troupe::actors

@@ -550,6 +550,7 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       rep.env_steps = b.steps * b.num_envs;
       rep.policy_lag = w.version > b.policy_version ? w.version - b.policy_version : 0;
       rep.stats_version = b.stats_version;
+      rep.reward_stats_version = b.reward_stats_version;
       if (w.view) {
         const uint64_t latest = w.view->published_version();
         rep.stats_lag = latest > b.stats_version ? latest - b.stats_version : 0;

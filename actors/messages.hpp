@@ -180,6 +180,9 @@ struct trajectory_batch {
   uint64_t policy_version = 0;     ///< policy version that chose the actions (oldest used)
   uint64_t stats_version = 0;      ///< statistics version used to normalize (0: none)
   bool normalized = false;         ///< observations are normalized
+  /// Version of the return statistics the rewards were divided by (reward
+  /// normalization; 0: rewards are raw).
+  uint64_t reward_stats_version = 0;
   /// The rows were acted with several policy versions (a game-driven batch):
   /// PPO takes its old log-probabilities from behavior_logp, not from
   /// recomputing version policy_version (learner.hpp).
@@ -189,10 +192,11 @@ struct trajectory_batch {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, trajectory_batch& x) {
   return f(caf::meta::type_name("trajectory_batch"), x.runner, x.env_id, x.sequence,
-           x.num_envs, x.steps, x.obs_dim, x.action_dim, raw(x.observations), raw(x.actions),
-           raw(x.behavior_logp), raw(x.rewards), x.terminated, x.truncated, x.autoreset,
-           raw(x.episode_returns), raw(x.episode_lengths), x.policy_version, x.stats_version,
-           x.normalized, x.behavior_recorded);
+           x.num_envs, x.steps, x.obs_dim, x.action_dim, raw(x.observations),
+           raw(x.actions), raw(x.behavior_logp), raw(x.rewards), x.terminated,
+           x.truncated, x.autoreset, raw(x.episode_returns), raw(x.episode_lengths),
+           x.policy_version, x.stats_version, x.normalized, x.reward_stats_version,
+           x.behavior_recorded);
 }
 
 /// Counters of one environment runner.
@@ -225,6 +229,9 @@ struct env_runner_state {
   std::array<uint64_t, 4> gen{};         ///< the policy generator's words (not all zero)
   std::vector<double> episode_return;    ///< [N] return of each episode under way
   std::vector<uint64_t> episode_length;  ///< [N] its length in steps
+  /// [N] reward normalization's discounted return of each environment, or
+  /// empty (none kept: all 0).
+  std::vector<double> discounted_return;
   env_runner_status status;              ///< counters; status.batches is the next
                                          ///< batch's sequence number
 };
@@ -232,7 +239,7 @@ struct env_runner_state {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, env_runner_state& x) {
   return f(caf::meta::type_name("env_runner_state"), x.runner, x.env_id, x.env, x.gen,
-           x.episode_return, x.episode_length, x.status);
+           x.episode_return, x.episode_length, x.discounted_return, x.status);
 }
 
 /// Whether `s` is the state of a stand-in with nothing to restore (a
@@ -382,6 +389,7 @@ struct learner_report {
   uint64_t policy_lag = 0;    ///< weights version when learning minus acting version
   uint64_t stats_version = 0; ///< statistics version the batch was normalized with
   uint64_t stats_lag = 0;     ///< latest published statistics version minus that
+  uint64_t reward_stats_version = 0; ///< return statistics version its rewards used
   uint64_t weights_version = 0; ///< parameter server version after the batch
   double loss_policy = 0;     ///< mean over the batch's gradient steps
   double loss_value = 0;      ///< mean over the batch's gradient steps
@@ -398,9 +406,9 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
   return f(caf::meta::type_name("learner_report"), x.learner, x.env_steps,
            x.episode_returns, x.episode_lengths, x.policy_lag, x.stats_version,
-           x.stats_lag, x.weights_version, x.loss_policy, x.loss_value, x.entropy,
-           x.learning_rate, x.dropped, x.rejected, x.runner_restarts, x.non_finite,
-           x.skipped);
+           x.stats_lag, x.reward_stats_version, x.weights_version, x.loss_policy,
+           x.loss_value, x.entropy, x.learning_rate, x.dropped, x.rejected,
+           x.runner_restarts, x.non_finite, x.skipped);
 }
 
 /// The metrics actor's counters: what a checkpoint keeps and a resume restores.

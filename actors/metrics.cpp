@@ -45,7 +45,8 @@ const char* const metrics_columns[] = {"wall_time_s",
                                        "hosts",
                                        "hosts_lost",
                                        "deltas_duplicate",
-                                       "env_steps_lost"};
+                                       "env_steps_lost",
+                                       "reward_stats_version"};
 
 const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
 
@@ -237,6 +238,7 @@ void write_row(metrics_state& st) {
   add(st.hosts_lost);
   add(st.deltas_duplicate);
   add(st.env_steps_lost);
+  add(st.last.reward_stats_version);
   TROUPE_CHECK(column == metrics_column_count, "metrics row has {} values for {} columns",
                column, metrics_column_count);
   if (st.csv && !append_line(st.csv, line))

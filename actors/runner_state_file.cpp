@@ -92,6 +92,8 @@ status check_sizes(const env_runner_state& s, size_t k) {
                              {"episode_length", s.episode_length.size()}})
     if (size != n)
       return bad(field, n, size);
+  if (!s.discounted_return.empty() && s.discounted_return.size() != n)
+    return bad("discounted_return", n, s.discounted_return.size());
   return {};
 }
 
@@ -145,6 +147,9 @@ status save_runner_states(const std::string& path,
     t.push_back(st_tensor::from_f64(p + "episode_return", {n}, s.episode_return.data()));
     t.push_back(bits_i64(p + "episode_length", {n}, s.episode_length.data(),
                          s.episode_length.size()));
+    if (!s.discounted_return.empty())
+      t.push_back(
+        st_tensor::from_f64(p + "discounted_return", {n}, s.discounted_return.data()));
     const uint64_t counters[counter_count] = {s.status.batches, s.status.env_steps,
                                               s.status.episodes, s.status.non_finite,
                                               s.status.deltas_sent};
@@ -175,10 +180,12 @@ result<std::vector<env_runner_state>> load_runner_states(const std::string& path
                                 runner_states_format));
   const std::string* version = meta("version");
   const bool version_1 = version && *version == "1";
-  if (!version || (!version_1 && *version != std::to_string(runner_states_version)))
+  const bool version_2 = version && *version == "2";
+  if (!version ||
+      (!version_1 && !version_2 && *version != std::to_string(runner_states_version)))
     return make_error(errc::unsupported_version,
                       "{}: runner state file format version '{}', this troupe reads "
-                      "versions 1 and {}",
+                      "versions 1 to {}",
                       path, version ? *version : std::string("(missing)"),
                       runner_states_version);
   const std::string* runners_text = meta("runners");
@@ -315,6 +322,13 @@ result<std::vector<env_runner_state>> load_runner_states(const std::string& path
     if (!len)
       return len.err();
     s.episode_length.assign(len->begin(), len->end());
+    // Version 3: reward normalization's discounted returns, when the runner kept them.
+    if (!version_1 && !version_2 && file.find(p + "discounted_return")) {
+      auto disc = fetch("discounted_return", st_dtype::f64, {n});
+      if (!disc)
+        return disc.err();
+      s.discounted_return = (*disc)->to_f64();
+    }
     auto counters = counts("counters", {static_cast<int64_t>(counter_count)},
                            std::numeric_limits<int64_t>::max());
     if (!counters)

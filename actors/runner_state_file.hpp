@@ -10,6 +10,10 @@
 // env.elapsed_steps present), "none" when they cannot (those three tensors
 // absent; the runner starts fresh episodes on resume). Version 1 files, which
 // always carry the state, still load.
+//
+// Version 3 added the optional tensor "runner.<k>.discounted_return" (F64
+// [num_envs]): reward normalization's accumulator of each environment,
+// present when the runner kept one. Versions 1 and 2 load without it.
 #pragma once
 
 #include <string>
@@ -23,8 +27,8 @@ namespace troupe::actors {
 /// The "format" metadata value of a runner-state file.
 inline constexpr const char* runner_states_format = "troupe.runner_states";
 
-/// The format version this troupe writes (it reads this one and version 1).
-inline constexpr int runner_states_version = 2;
+/// The format version this troupe writes (it reads this one and versions 1, 2).
+inline constexpr int runner_states_version = 3;
 
 /// Writes `states` (in order; names need not be unique) to `path` with
 /// learners::write_file_atomically. Fails, writing nothing, when a state's

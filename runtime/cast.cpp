@@ -160,6 +160,10 @@ void plan_shared_actors(actors::cast_plan& plan, const config& cfg,
     plan.obs_stream = "obs";
     plan.obs_dim = static_cast<size_t>(spec.obs_dim);
   }
+  // Reward normalization's discounted returns: always cumulative (the exact
+  // variance of every return seen, as Gymnasium's RunningMeanStd).
+  if (cfg.get_bool("model.reward_norm"))
+    plan.streams.push_back(actors::stream_decl{"ret", 1, "cumulative", 0.99});
 }
 
 } // namespace
@@ -266,9 +270,14 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
   const double obs_scale = cfg.get_float("env.obs_scale");
   const double obs_spread = cfg.get_float("env.obs_scale_spread");
   const bool runner_obs_norm = cfg.get_string("model.obs_norm_scope") == "runner";
+  const bool reward_norm = cfg.get_bool("model.reward_norm");
+  const double reward_gamma = cfg.get_float("model.reward_norm_gamma");
+  const double reward_eps = cfg.get_float("model.reward_norm_eps");
+  const double reward_clip = cfg.get_float("model.reward_norm_clip");
   plan.make_runner = [&sys, store = plan.store, env_id, envs_of_slot, env_threads,
                       num_steps, seed, runners_per_learner, obs_norm, eps, clip, box,
-                      resume_salt, obs_scale, obs_spread, runner_obs_norm,
+                      resume_salt, obs_scale, obs_spread, runner_obs_norm, reward_norm,
+                      reward_gamma, reward_eps, reward_clip,
                       saved_runners = resume.runners, spec,
                       factories = options.runner_factories, log,
                       obs_dim = spec.obs_dim](const actors::runner_request& req) {
@@ -295,6 +304,12 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
       rs.log = log;
       if (continues)
         rs.saved = saved->second;
+      if (reward_norm)
+        actors::write_log(log, actors::log_level::warning,
+                          fmt::format("troupe: runner slot '{}' is fed by the caller's "
+                                      "factory: model.reward_norm does not apply to its "
+                                      "rewards",
+                                      req.name));
       return factories[req.learner](sys, rs);
     }
     auto env = envs::make_vector_env(env_id, n, env_threads);
@@ -317,6 +332,11 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     ro.obs_clip = clip;
     ro.obs_scale = obs_scale * std::pow(obs_spread, static_cast<double>(slot));
     ro.local_obs_stats = obs_norm && runner_obs_norm;
+    ro.clip_box_actions = box;
+    ro.reward_norm = reward_norm;
+    ro.reward_gamma = reward_gamma;
+    ro.reward_epsilon = reward_eps;
+    ro.reward_clip = reward_clip;
     ro.log = log;
     if (continues) {
       if (auto fits = actors::check_runner_state(saved->second, *shared, req.name); fits)
@@ -340,9 +360,21 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
       }
       view = std::move(*v);
     }
+    std::shared_ptr<learners::stats_view> return_view;
+    if (reward_norm) {
+      auto v = actors::subscribe_view(sys, req.keeper, ro.return_stream, 1);
+      if (!v) {
+        actors::write_log(
+          log, actors::log_level::error,
+          fmt::format("troupe: runner '{}': {}", req.name, v.err().message));
+        return caf::actor{};
+      }
+      return_view = std::move(*v);
+    }
     auto policy = actors::make_store_policy(store, num_steps);
     return actors::spawn_env_runner(sys, ro, shared, policy, req.consumer,
-                                    req.deltas ? req.deltas : req.keeper, view);
+                                    req.deltas ? req.deltas : req.keeper, view,
+                                    return_view);
   };
   return out;
 }

@@ -636,6 +636,12 @@ result<config> finish(config cfg, const std::string& algo,
   for (auto& o : overrides)
     apply_override(o, algo, cfg, problems);
   check_algorithm_sections(cfg, problems);
+  // Reward normalization discounts with algo.gamma unless told otherwise;
+  // the resolved value is written to the run's config.toml, so a resume
+  // keeps it.
+  if (cfg.origin("model.reward_norm_gamma") == "default")
+    cfg.set("model.reward_norm_gamma", cfg.get_float("algo.gamma"),
+            "default (algo.gamma)");
   if (!problems.empty())
     return error{errc::bad_config, fmt::format("{}", fmt::join(problems, "\n"))};
   return cfg;

@@ -230,6 +230,20 @@ void add_model(std::vector<option_spec>& out) {
                           true, false));
   out.push_back(opt_float("model", "obs_norm_clip", 10.0, 0.0, 1e6,
                           "normalized observations are clipped to [-clip, clip]", true, false));
+  out.push_back(opt_bool("model", "reward_norm", false,
+                         "divide rewards by the global running standard deviation of "
+                         "each environment's discounted return (Gymnasium's "
+                         "NormalizeReward, the keeper's stream \"ret\"); episode "
+                         "returns in the metrics stay raw"));
+  out.push_back(opt_float("model", "reward_norm_gamma", 0.99, 0.0, 1.0,
+                          "discount of reward normalization's returns; not set: "
+                          "algo.gamma"));
+  out.push_back(opt_float("model", "reward_norm_eps", 1e-8, 0.0, 1.0,
+                          "added to the return variance before the square root in the "
+                          "reward normalizer",
+                          true, false));
+  out.push_back(opt_float("model", "reward_norm_clip", 10.0, 0.0, 1e6,
+                          "normalized rewards are clipped to [-clip, clip]", true, false));
   out.push_back(opt_string("model", "batch_norm", "none", {"none", "global", "local"},
                            "batch norm between hidden layers: global running statistics, per-batch (naive baseline), or none"));
   out.push_back(opt_float("model", "batch_norm_eps", 1e-5, 0.0, 1.0,

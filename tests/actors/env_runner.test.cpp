@@ -778,3 +778,286 @@ TEST_CASE("a runner with its own observation statistics normalizes each batch wi
   self->send_exit(runner, caf::exit_reason::user_shutdown);
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
 }
+
+// -- reward normalization ---------------------------------------------------------
+
+namespace {
+
+// A vector env with random rewards (mean `offset`, spread `scale`) and random
+// episode ends: terminated or truncated, each with its own probability, then
+// the next step an autoreset. It logs every reward it hands out, in order, so
+// that a test knows the raw rewards the runner saw.
+class random_reward_env final : public envs::vector_env {
+public:
+  random_reward_env(size_t n, uint64_t seed, double offset, double scale)
+    : vector_env(*envs::find_spec("MountainCar-v0").value(), n, 1), gen_(seed),
+      offset_(offset), scale_(scale), done_(n, 0) {}
+
+  bool can_save_state() const noexcept override { return false; }
+  std::vector<double> state(size_t) const override { return {0.0, 0.0}; }
+  int elapsed_steps(size_t) const override { return 0; }
+  std::array<uint64_t, 4> rng_state(size_t) const override { return {1, 2, 3, 4}; }
+
+  std::vector<float> reward_log; ///< [steps x N] every reward handed out
+
+protected:
+  status restore_env(size_t, const std::array<uint64_t, 4>&, const double*,
+                     int) override {
+    return {};
+  }
+  void reset_range(size_t begin, size_t end, uint64_t) override {
+    for (size_t i = begin; i < end; ++i) {
+      observations_[2 * i] = -0.5f;
+      observations_[2 * i + 1] = 0.0f;
+      done_[i] = 0;
+    }
+  }
+  status step_range(size_t begin, size_t end, const float*) override {
+    std::normal_distribution<double> normal(offset_, scale_);
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    for (size_t i = begin; i < end; ++i) {
+      observations_[2 * i] = static_cast<float>(unit(gen_) - 0.5);
+      if (done_[i]) {
+        rewards_[i] = 0.0f;
+        terminated_[i] = truncated_[i] = 0;
+        autoreset_[i] = 1;
+        done_[i] = 0;
+      } else {
+        rewards_[i] = static_cast<float>(normal(gen_));
+        const double u = unit(gen_);
+        terminated_[i] = u < 0.07;
+        truncated_[i] = u >= 0.07 && u < 0.12;
+        autoreset_[i] = 0;
+        done_[i] = terminated_[i] || truncated_[i];
+      }
+      reward_log.push_back(rewards_[i]);
+    }
+    return {};
+  }
+
+private:
+  std::mt19937_64 gen_;
+  double offset_, scale_;
+  std::vector<uint8_t> done_;
+};
+
+} // namespace
+
+TEST_CASE(
+  "reward normalization: the keeper's return stream holds the moments of every "
+  "environment's discounted return as Gymnasium's NormalizeReward accumulates it, "
+  "rewards are divided by the view's variance and clipped, and episode returns stay "
+  "raw") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 3, steps = 37, batches = 4;
+  const double gamma = std::uniform_real_distribution<double>(0.9, 0.999)(gen);
+  const double offset = std::uniform_real_distribution<double>(-1.0, 1.0)(gen);
+  const double scale = std::uniform_real_distribution<double>(0.5, 3.0)(gen);
+  // A known return variance, small enough that some rewards hit the clip.
+  const double var = std::uniform_real_distribution<double>(0.02, 0.08)(gen);
+  const double clip = 10.0, eps = 1e-8;
+  stats_keeper_options ko;
+  ko.log = fx.logger();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+
+  // Two runners feed the one keeper: the global statistic merges all returns.
+  std::vector<std::shared_ptr<random_reward_env>> envs_of;
+  std::vector<caf::actor> runners;
+  for (size_t r = 0; r < 2; ++r) {
+    envs_of.push_back(std::make_shared<random_reward_env>(n, gen(), offset, scale));
+    auto view = std::make_shared<learners::stats_view>(1, "ret");
+    const double mean0 = 0.0;
+    REQUIRE(view->publish(7, 1000, &mean0, &var, 1).ok());
+    env_runner_options opts;
+    opts.name = fmt::format("runner-r{}", r);
+    opts.seed = gen();
+    opts.steps_per_batch = steps;
+    opts.reward_norm = true;
+    opts.reward_gamma = gamma;
+    opts.reward_epsilon = eps;
+    opts.reward_clip = clip;
+    opts.log = fx.logger();
+    runners.push_back(
+      spawn_env_runner(*fx.sys, opts, envs_of.back(),
+                       make_random_policy(envs_of.back()->spec().action_space),
+                       caf::actor_cast<caf::actor>(self), keeper, nullptr, view));
+  }
+
+  // The reference: a plain float64 loop of Gymnasium's NormalizeReward over the
+  // rewards each environment handed out (its accumulator resets at
+  // termination only, and skips the autoreset steps, which are no transitions).
+  std::vector<long double> all_returns;
+  size_t clipped = 0, inside = 0;
+  for (size_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    auto got = collect(self, runners[r], batches);
+    const auto& log = envs_of[r]->reward_log;
+    REQUIRE(log.size() == batches * steps * n);
+    std::vector<double> acc(n, 0.0), raw_episode(n, 0.0);
+    size_t at = 0;
+    for (auto& b : got) {
+      CAPTURE(b.sequence);
+      CHECK(b.reward_stats_version == 7);
+      std::vector<double> ended;
+      for (size_t t = 0; t < steps; ++t)
+        for (size_t i = 0; i < n; ++i, ++at) {
+          const size_t k = t * n + i;
+          const double raw = log[at];
+          if (b.autoreset[k]) {
+            CHECK(b.rewards[k] == 0.0f);
+            continue;
+          }
+          raw_episode[i] += static_cast<float>(raw);
+          if (b.terminated[k] || b.truncated[k]) {
+            ended.push_back(raw_episode[i]);
+            raw_episode[i] = 0;
+          }
+          if (b.terminated[k])
+            acc[i] = 0.0;
+          acc[i] = acc[i] * gamma + raw;
+          all_returns.push_back(acc[i]);
+          const double z = raw / std::sqrt(var + eps);
+          if (std::fabs(z) > clip)
+            ++clipped;
+          else
+            ++inside;
+          CHECK(b.rewards[k] ==
+                doctest::Approx(std::fmax(-clip, std::fmin(clip, z))).epsilon(1e-6));
+        }
+      REQUIRE(b.episode_returns.size() == ended.size());
+      for (size_t e = 0; e < ended.size(); ++e)
+        CHECK(b.episode_returns[e] == doctest::Approx(ended[e]).epsilon(1e-9));
+    }
+    // The accumulators are the runner's state (they go into checkpoints).
+    auto state = ask<env_runner_state>(self, runners[r], state_atom::value);
+    REQUIRE(state.discounted_return.size() == n);
+    for (size_t i = 0; i < n; ++i)
+      CHECK(state.discounted_return[i] == doctest::Approx(acc[i]).epsilon(1e-12));
+  }
+  CHECK(clipped > 0);
+  CHECK(inside > 0);
+
+  ask<sync_atom>(self, keeper, sync_atom::value);
+  auto status = ask<stream_status>(self, keeper, status_atom::value, std::string("ret"));
+  CHECK(status.count == all_returns.size());
+  CHECK(status.rejected == 0);
+  auto snap =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string("ret"));
+  REQUIRE(snap.mean.size() == 1);
+  long double s = 0, q = 0;
+  for (auto x : all_returns)
+    s += x;
+  const long double m = s / all_returns.size();
+  for (auto x : all_returns)
+    q += (x - m) * (x - m);
+  CHECK(snap.count == all_returns.size());
+  CHECK(snap.mean[0] == doctest::Approx(static_cast<double>(m)).epsilon(1e-12));
+  CHECK(snap.var[0] ==
+        doctest::Approx(static_cast<double>(q / all_returns.size())).epsilon(1e-10));
+  for (auto& r : runners)
+    self->send_exit(r, caf::exit_reason::user_shutdown);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("reward normalization keeps a batch with a non-finite value from the return "
+          "stream, and its accumulators go on through it") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  stats_keeper_options ko;
+  ko.log = fx.logger();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+  auto vec = std::make_shared<poisoned_env>(3); // rewards -1; env 1's obs NaN at step 3
+  auto view = std::make_shared<learners::stats_view>(1, "ret");
+  const double mean0 = 0.0, var = 4.0;
+  REQUIRE(view->publish(3, 100, &mean0, &var, 1).ok());
+  env_runner_options opts;
+  opts.name = "runner-rp";
+  opts.steps_per_batch = 2;
+  opts.reward_norm = true;
+  opts.reward_gamma = 0.5;
+  opts.log = fx.logger();
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space),
+                     caf::actor_cast<caf::actor>(self), keeper, nullptr, view);
+  auto batches = collect(self, runner, 3);
+  for (auto& b : batches)
+    for (float r : b.rewards)
+      CHECK(r == doctest::Approx(-1.0 / std::sqrt(4.0 + 1e-8)).epsilon(1e-6));
+  ask<sync_atom>(self, keeper, sync_atom::value);
+  // Batches 0 and 2 are clean (6 returns each); batch 1 is kept out.
+  auto status = ask<stream_status>(self, keeper, status_atom::value, std::string("ret"));
+  CHECK(status.count == 2 * 2 * 3);
+  // The accumulator went on through batch 1: -1 - 0.5 - 0.25 - ... over 6 steps.
+  auto state = ask<env_runner_state>(self, runner, state_atom::value);
+  REQUIRE(state.discounted_return.size() == 3);
+  double expected = 0;
+  for (int t = 0; t < 6; ++t)
+    expected = expected * 0.5 - 1.0;
+  for (double d : state.discounted_return)
+    CHECK(d == doctest::Approx(expected).epsilon(1e-12));
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("with clip_box_actions the environments get Box actions clipped to the bounds "
+          "while the batch keeps the unclipped draw") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  // MountainCarContinuous's reward charges the action it is given, unclipped
+  // (-0.1 a^2), so the rewards tell which action reached the environment.
+  const std::string id = "MountainCarContinuous-v0";
+  const size_t n = 4, steps = 30;
+  std::shared_ptr<envs::vector_env> vec = envs::make_vector_env(id, n).value();
+  vec->set_clip_box_actions(true);
+  policy_fn wide = [](const float*, size_t rows, kernels::rng& gen, float* actions,
+                      float* logp) -> result<uint64_t> {
+    for (size_t i = 0; i < rows; ++i) {
+      actions[i] = static_cast<float>(gen.uniform(-3.0, 3.0));
+      logp[i] = 0.0f;
+    }
+    return uint64_t{1};
+  };
+  env_runner_options opts;
+  opts.name = "runner-clip";
+  opts.seed = seed;
+  opts.steps_per_batch = steps;
+  opts.clip_box_actions = true;
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, wide, caf::actor_cast<caf::actor>(self));
+  auto batches = collect(self, runner, 2);
+  // A replay in scalar environments that are handed the clipped actions.
+  std::vector<std::unique_ptr<envs::env>> scalar;
+  std::vector<std::vector<float>> obs(n);
+  std::vector<bool> ended(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    scalar.push_back(envs::make_env(id).value());
+    obs[i] = scalar[i]->reset(seed + i);
+  }
+  size_t outside = 0;
+  for (auto& b : batches)
+    for (size_t t = 0; t < steps; ++t)
+      for (size_t i = 0; i < n; ++i) {
+        const size_t k = t * n + i;
+        if (ended[i]) {
+          scalar[i]->reset(obs[i].data());
+          ended[i] = false;
+          continue;
+        }
+        const float a = b.actions[k];
+        outside += std::fabs(a) > 1.0f;
+        const float clipped = std::fmax(-1.0f, std::fmin(1.0f, a));
+        auto r = scalar[i]->step(&clipped, obs[i].data()).value();
+        CAPTURE(k);
+        CHECK(b.rewards[k] == doctest::Approx(r.reward).epsilon(1e-6));
+        CHECK(b.rewards[k] >= -0.1f - 1e-6f); // never charged for more than |a| = 1
+        ended[i] = r.terminated || r.truncated;
+      }
+  CHECK(outside > 0); // the batch kept draws outside the bounds
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+}

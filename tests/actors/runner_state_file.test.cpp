@@ -3,6 +3,7 @@
 // tensor and the problem.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -48,6 +49,10 @@ env_runner_state random_state(const std::string& name, const std::string& id, si
     s.episode_return.push_back(real(gen) * 100);
     s.episode_length.push_back(gen() % 100000);
   }
+  // Reward normalization's accumulators, in about half the states.
+  if (gen() % 2)
+    for (size_t i = 0; i < n; ++i)
+      s.discounted_return.push_back(real(gen) * 10);
   for (auto& w : s.gen)
     w = gen();
   s.status.runner = name;
@@ -82,6 +87,7 @@ void check_same(const env_runner_state& a, const env_runner_state& b) {
   CHECK(a.gen == b.gen);
   CHECK(same_bits(a.episode_return, b.episode_return));
   CHECK(a.episode_length == b.episode_length);
+  CHECK(same_bits(a.discounted_return, b.discounted_return));
   CHECK(a.status.runner == b.status.runner);
   CHECK(a.status.env_id == b.status.env_id);
   CHECK(a.status.batches == b.status.batches);
@@ -129,7 +135,10 @@ TEST_CASE("runner states round trip through the file field by field") {
   // The file is plain safetensors: metadata and tensors as documented.
   auto raw = learners::read_safetensors(path).value();
   CHECK(raw.metadata.at("format") == "troupe.runner_states");
-  CHECK(raw.metadata.at("version") == "2");
+  CHECK(raw.metadata.at("version") == "3");
+  for (size_t k = 0; k < states.size(); ++k)
+    CHECK((raw.find(fmt::format("runner.{}.discounted_return", k)) != nullptr) ==
+          !states[k].discounted_return.empty());
   CHECK(raw.metadata.at("runners") == "7");
   const size_t full = stateless == 1 ? 2 : 1;
   CHECK(raw.metadata.at(fmt::format("runner.{}.env_id", full)) == states[full].env_id);
@@ -201,8 +210,21 @@ TEST_CASE("a malformed runner state file is refused with the file, runner, tenso
   refused("wrong format name", [](auto& f) { f.metadata["format"] = "troupe.stats"; },
           {"format", "troupe.stats", "troupe.runner_states"});
   refused("no format", [](auto& f) { f.metadata.erase("format"); }, {"format"});
-  refused("another version", [](auto& f) { f.metadata["version"] = "3"; },
-          {"version", "'3'", "1 and 2"});
+  refused("another version", [](auto& f) { f.metadata["version"] = "4"; },
+          {"version", "'4'", "1 to 3"});
+  refused("a discounted_return of the wrong shape",
+          [&](auto& f) {
+            std::vector<double> values(5, 0.5);
+            f.tensors.erase(std::remove_if(f.tensors.begin(), f.tensors.end(),
+                                           [](const learners::st_tensor& t) {
+                                             return t.name ==
+                                                    "runner.0.discounted_return";
+                                           }),
+                            f.tensors.end());
+            f.tensors.push_back(learners::st_tensor::from_f64(
+              "runner.0.discounted_return", {5}, values.data()));
+          },
+          {"runner 0", "runner.0.discounted_return", "F64 [3]", "[5]"});
   refused("missing env_state", [](auto& f) { f.metadata.erase("runner.1.env_state"); },
           {"runner 1", "beta", "runner.1.env_state", "missing"});
   refused("env_state neither saved nor none",
@@ -281,8 +303,10 @@ TEST_CASE("a version 1 file (always with the environments' state) still loads") 
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
   test::temp_folder dir("runner-states-v1");
-  const std::vector<env_runner_state> states = {random_state("alpha", "CartPole-v1", 3, gen),
-                                                random_state("beta", "Acrobot-v1", 2, gen)};
+  std::vector<env_runner_state> states = {random_state("alpha", "CartPole-v1", 3, gen),
+                                          random_state("beta", "Acrobot-v1", 2, gen)};
+  for (auto& s : states)
+    s.discounted_return.clear(); // version 3's
   const std::string path = (dir.path / "runners.safetensors").string();
   REQUIRE(save_runner_states(path, states));
   // What troupe wrote before version 2: the same tensors, no env_state.
@@ -298,6 +322,42 @@ TEST_CASE("a version 1 file (always with the environments' state) still loads") 
   for (size_t k = 0; k < 2; ++k) {
     CAPTURE(k);
     CHECK((*loaded)[k].env.with_state);
+    check_same((*loaded)[k], states[k]);
+  }
+}
+
+TEST_CASE("a version 2 file (no discounted returns) still loads, and a discounted_return "
+          "tensor in it is refused as not part of that version") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  test::temp_folder dir("runner-states-v2");
+  std::vector<env_runner_state> states = {random_state("alpha", "Pendulum-v1", 3, gen),
+                                          random_state("beta", "CartPole-v1", 2, gen)};
+  states[0].discounted_return.clear();
+  states[1].discounted_return.assign(2, 0.25);
+  const std::string path = (dir.path / "runners.safetensors").string();
+  REQUIRE(save_runner_states(path, states));
+  auto file = learners::read_safetensors(path).value();
+  file.metadata["version"] = "2";
+  const std::string with_tensor = (dir.path / "v2-extra.safetensors").string();
+  REQUIRE(learners::write_safetensors(with_tensor, file));
+  auto refused = load_runner_states(with_tensor);
+  REQUIRE_FALSE(refused);
+  CHECK(contains(refused.err().message, "runner.1.discounted_return"));
+  file.tensors.erase(std::remove_if(file.tensors.begin(), file.tensors.end(),
+                                    [](const learners::st_tensor& t) {
+                                      return t.name == "runner.1.discounted_return";
+                                    }),
+                     file.tensors.end());
+  const std::string old_path = (dir.path / "v2.safetensors").string();
+  REQUIRE(learners::write_safetensors(old_path, file));
+  auto loaded = load_runner_states(old_path);
+  REQUIRE(loaded);
+  REQUIRE(loaded->size() == 2);
+  states[1].discounted_return.clear();
+  for (size_t k = 0; k < 2; ++k) {
+    CAPTURE(k);
     check_same((*loaded)[k], states[k]);
   }
 }

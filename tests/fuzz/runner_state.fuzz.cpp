@@ -33,7 +33,9 @@ bool same(const env_runner_state& a, const env_runner_state& b) {
          && same_bits(a.env.rewards, b.env.rewards) && a.env.terminated == b.env.terminated
          && a.env.truncated == b.env.truncated && a.env.autoreset == b.env.autoreset
          && a.gen == b.gen && same_bits(a.episode_return, b.episode_return)
-         && a.episode_length == b.episode_length && a.status.batches == b.status.batches
+         && a.episode_length == b.episode_length
+         && same_bits(a.discounted_return, b.discounted_return)
+         && a.status.batches == b.status.batches
          && a.status.env_steps == b.status.env_steps && a.status.episodes == b.status.episodes
          && a.status.non_finite == b.status.non_finite
          && a.status.deltas_sent == b.status.deltas_sent;

@@ -105,6 +105,8 @@ void runner_state_seeds(const fs::path& out, const fs::path& tmp) {
     s.gen = {gen(), gen(), gen(), gen()};
     s.episode_return.assign(n, 1.5);
     s.episode_length.assign(n, 3);
+    if (n == 1)
+      s.discounted_return.assign(n, -2.5); // a runner normalizing rewards
     s.status.batches = 7;
     s.status.env_steps = 7 * n;
     states.push_back(std::move(s));

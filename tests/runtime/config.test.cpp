@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -13,6 +14,7 @@
 
 #include "runtime/config.hpp"
 #include "tests/cli_support.hpp"
+#include "tests/seed.hpp"
 
 using namespace troupe::runtime;
 using troupe::test::run_troupe;
@@ -471,4 +473,57 @@ TEST_CASE("docs/protocol.md's TOML blocks validate, and its [remote] block sets 
     }
   }
   CHECK(with_every_key == 1);
+}
+
+TEST_CASE("reward normalization's discount is algo.gamma unless model.reward_norm_gamma "
+          "is set, and the resolved config keeps it") {
+  std::mt19937_64 gen(troupe::test::fresh_seed());
+  const double gamma =
+    std::round(std::uniform_real_distribution<double>(0.5, 0.999)(gen) * 1000) / 1000;
+  CAPTURE(gamma);
+  auto cfg = parse_config(
+    fmt::format("[model]\nreward_norm = true\n[algo]\ngamma = {}\n", gamma), "r.toml");
+  REQUIRE(cfg.has_value());
+  CHECK(cfg->get_bool("model.reward_norm"));
+  CHECK(cfg->get_float("model.reward_norm_gamma") == gamma);
+  CHECK(cfg->get_float("model.reward_norm_eps") == 1e-8);
+  CHECK(cfg->get_float("model.reward_norm_clip") == 10.0);
+  // Written to the run's config.toml, it reads back the same, even if
+  // algo.gamma is overridden on --resume.
+  auto again = parse_config(cfg->to_toml(), "resolved.toml", {"algo.gamma=0.5"});
+  REQUIRE(again.has_value());
+  CHECK(again->get_float("model.reward_norm_gamma") == gamma);
+  // Set explicitly (file or --set), it is its own.
+  auto own =
+    parse_config("[model]\nreward_norm_gamma = 0.9\n[algo]\ngamma = 0.99\n", "r.toml");
+  REQUIRE(own.has_value());
+  CHECK(own->get_float("model.reward_norm_gamma") == 0.9);
+  CHECK(own->origin("model.reward_norm_gamma") == "r.toml:2");
+  auto set =
+    parse_config("", "r.toml", {"model.reward_norm_gamma=0.8", "algo.gamma=0.7"});
+  REQUIRE(set.has_value());
+  CHECK(set->get_float("model.reward_norm_gamma") == 0.8);
+}
+
+TEST_CASE("bad reward normalization values are refused with the place, the key, the rule "
+          "and the value") {
+  auto msg = errors_of("[model]\nreward_norm = 1\n");
+  CHECK(msg == "cartpole.toml:2: model.reward_norm: expected a boolean, got integer 1");
+  msg = errors_of("[model]\nobs_norm = true\nreward_norm_gamma = 1.5\n");
+  CHECK(msg == "cartpole.toml:3: model.reward_norm_gamma: expected a float in [0, 1], "
+               "got float 1.5");
+  msg = errors_of("[model]\nreward_norm_eps = 0.0\n");
+  CHECK(msg == "cartpole.toml:2: model.reward_norm_eps: expected a float in (0, 1], "
+               "got float 0");
+  msg = errors_of("[model]\nreward_norm_clip = -10\n");
+  CHECK(msg ==
+        "cartpole.toml:2: model.reward_norm_clip: expected a float in (0, 1000000], "
+        "got integer -10");
+  msg = errors_of("", {"model.reward_norm=maybe"});
+  CHECK(msg ==
+        "--set model.reward_norm=maybe: model.reward_norm: expected a boolean, got "
+        "string \"maybe\"");
+  msg = errors_of("[model]\nreward_normalize = true\n");
+  CHECK(msg.find("cartpole.toml:2: unknown key 'model.reward_normalize'") == 0);
+  CHECK(msg.find("model.reward_norm") != std::string::npos);
 }

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/runner_state_file.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/safetensors.hpp"
 #include "runtime/config.hpp"
@@ -663,10 +664,14 @@ double saved_obs_count(const fs::path& ckpt) {
 
 } // namespace
 
-TEST_CASE("a run resumed from a checkpoint taken while it trained (sync PPO on Pendulum, "
-          "observations normalized) learns exactly what the uninterrupted run learns, and "
-          "merges each step's observations once") {
-  temp_folder dir("train-exact-midrun");
+namespace {
+
+// Runs config/pendulum_ppo.toml (observations normalized) for 12 updates with
+// `extra` overrides, resumes a copy from its first checkpoint taken mid-run,
+// and checks that the two runs agree row by row (all but the timing columns)
+// and end with the same weights and Adam moments, and that each step's
+// observations were merged once.
+void check_exact_midrun_resume(const temp_folder& dir, const std::string& extra) {
   const uint64_t seed = fresh_seed() % 100000;
   CAPTURE(seed);
   const uint64_t steps_per_update = 16 * 256, updates = 12;
@@ -675,8 +680,9 @@ TEST_CASE("a run resumed from a checkpoint taken while it trained (sync PPO on P
     fmt::format("train '{}/config/pendulum_ppo.toml' --set run.output_dir='\"{}\"' "
                 "--set run.seed={} --set algo.total_env_steps={} --set "
                 "run.log_every_updates=1 --set run.checkpoint_every_updates=4 --set "
-                "stats.publish_every_merges=1 --set stats.publish_interval_ms=0",
-                TROUPE_SOURCE_DIR, whole_out.string(), seed, updates * steps_per_update),
+                "stats.publish_every_merges=1 --set stats.publish_interval_ms=0 {}",
+                TROUPE_SOURCE_DIR, whole_out.string(), seed, updates * steps_per_update,
+                extra),
     dir);
   INFO(whole.err);
   REQUIRE(whole.status == 0);
@@ -726,7 +732,9 @@ TEST_CASE("a run resumed from a checkpoint taken while it trained (sync PPO on P
     CHECK(std::stoull(rows_resumed[i].at("stats_version")) <= i);
     CHECK(std::stoull(rows_whole[i].at("stats_version")) <= i);
     same_statistics &=
-      rows_resumed[i].at("stats_version") == rows_whole[i].at("stats_version");
+      rows_resumed[i].at("stats_version") == rows_whole[i].at("stats_version") &&
+      rows_resumed[i].at("reward_stats_version") ==
+        rows_whole[i].at("reward_stats_version");
   }
   if (!same_statistics) {
     // Which publication a batch saw depends on when it reached the runner's
@@ -746,6 +754,45 @@ TEST_CASE("a run resumed from a checkpoint taken while it trained (sync PPO on P
       CHECK(rows_resumed[i].at(column) == item.second);
     }
   check_same_optimizer(run / "checkpoints" / final_ckpt, copy / "checkpoints" / final_ckpt);
+}
+
+} // namespace
+
+TEST_CASE(
+  "a run resumed from a checkpoint taken while it trained (sync PPO on Pendulum, "
+  "observations normalized) learns exactly what the uninterrupted run learns, and "
+  "merges each step's observations once") {
+  temp_folder dir("train-exact-midrun");
+  check_exact_midrun_resume(dir, "");
+}
+
+TEST_CASE("with reward normalization a run resumed mid-run learns exactly what the "
+          "uninterrupted run learns: the runners' discounted returns and the keeper's "
+          "return stream are restored") {
+  temp_folder dir("train-exact-midrun-rewnorm");
+  check_exact_midrun_resume(dir, "--set model.reward_norm=true");
+  // The checkpoints hold both halves of the state.
+  const auto run = only_run(dir.path / "whole");
+  const auto ckpt = run / "checkpoints" / fmt::format("{:010d}", 12);
+  auto runners =
+    troupe::actors::load_runner_states((ckpt / "runners.safetensors").string());
+  REQUIRE_MESSAGE(runners, (runners ? std::string{} : runners.err().message));
+  REQUIRE(!runners->empty());
+  for (auto& r : *runners) {
+    CHECK(r.discounted_return.size() == r.env.num_envs);
+    bool any_nonzero = false;
+    for (double d : r.discounted_return)
+      any_nonzero |= d != 0.0;
+    CHECK(any_nonzero);
+  }
+  const auto rows = read_metrics(run);
+  REQUIRE(rows.size() == 12);
+  // Each batch's returns merge once: batch k (from 0) saw at most k merges.
+  for (size_t i = 0; i < rows.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::stoull(rows[i].at("reward_stats_version")) <= i);
+  }
+  CHECK(std::stoull(rows.back().at("reward_stats_version")) >= 1);
 }
 
 namespace {
