@@ -130,12 +130,18 @@ TEST_CASE("a fresh vector env restored from a saved state continues bit for bit"
     const uint64_t pick = fresh_seed();
     // Saved while every environment that hit the limit waits for its
     // autoreset, just after it, and at a random point.
+    // MuJoCo's tasks step a thousand times slower than classic control's:
+    // two environments and two of the three points keep them to seconds
+    // (Humanoid: 8000 steps), the autoreset at the limit still crossed.
+    const bool physics = mujoco::is_task(id);
     for (int k : {limit, limit + 1, limit + 2 + static_cast<int>(pick % 60)}) {
-      check_continuation(id, 5, 1, k);
+      if (physics && k == limit + 1)
+        continue;
+      check_continuation(id, physics ? 2 : 5, 1, k);
       // Two threads need 2 * 256 + 3 environments; MuJoCo's would take
       // minutes at 2000+ steps each. The split across threads is the same
       // code for every model (model_vector_env), which the others cover.
-      if (!mujoco::is_task(id))
+      if (!physics)
         check_continuation(id, 2 * vector_env::min_envs_per_thread + 3, 2, k);
     }
   }
