@@ -1,4 +1,5 @@
-// `troupe bench envs [--json] [--env ID] [--seconds S] [--memory-envs N]`:
+// `troupe bench envs [--json] [--env ID] [--seconds S] [--rounds R]
+// [--memory-envs N]`:
 // environment steps per second for every registered environment, through
 // the single-environment interface and vectorized (1, 16, 256, 4096
 // environments; MuJoCo tasks 1, 16, 64, 256) on one thread and on all
@@ -10,8 +11,10 @@
 // task's compiled model, as many mjData as environments, the same actions,
 // the same frame skip and mj_rnePostConstraint, split over the same threads,
 // and reset (mj_resetData, mj_forward) where the environments' episodes
-// ended; and the same loop without resets. A memory row per MuJoCo task
-// gives the resident memory that N environments add.
+// ended; and the same loop without resets. With --rounds R the env and its
+// floors are measured R times, alternating, and the best of each is kept, so
+// that both see the same moments of a changing load. A memory row per MuJoCo
+// task gives the resident memory that N environments add.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -141,6 +144,9 @@ public:
       pool_->run(threads_, range);
   }
 
+  /// Floats per action.
+  size_t action_dim() const { return static_cast<size_t>(physics_.model->nu); }
+
 private:
   void step_one(size_t i, const float* action, bool reset, bool reset_after_step) {
     const mjModel* m = physics_.model.get();
@@ -164,16 +170,13 @@ private:
   std::unique_ptr<kernels::worker_pool> pool_;
 };
 
-// Steps per second of the floor of `pattern` (or without resets), with the
-// environments' action pool of `batches` rows of num_envs actions.
-result<double> floor_rate(const envs::mujoco::task_physics& physics,
-                          const reset_pattern& pattern, bool with_resets,
-                          bool reset_after_step, size_t threads,
-                          const std::vector<float>& pool, size_t batches,
-                          double seconds) {
+// Steps per second of floor `f` replaying `pattern` (or never resetting),
+// with the environments' action pool of `batches` rows of num_envs actions.
+result<double> floor_rate(mujoco_floor& f, const reset_pattern& pattern, bool with_resets,
+                          bool reset_after_step, const std::vector<float>& pool,
+                          size_t batches, double seconds) {
   const size_t n = pattern.num_envs;
-  mujoco_floor f(physics, n, threads);
-  const size_t ad = static_cast<size_t>(physics.model->nu);
+  const size_t ad = f.action_dim();
   size_t call = 0;
   auto rate = calls_per_second(seconds, [&](size_t) -> status {
     f.step(pool.data() + (call % batches) * n * ad,
@@ -209,6 +212,9 @@ int bench_envs(const args_t& args) {
     {"json", false, false, "print a JSON array"},
     {"env", true, false, "measure only this environment id"},
     {"seconds", true, false, "measuring time per figure (default 0.25)"},
+    {"rounds", true, false,
+     "MuJoCo rows: measure the env and its floors this many times, alternating, "
+     "and keep the best of each (default 1)"},
     {"memory-envs", true, false,
      "MuJoCo tasks: resident memory of this many environments (default 64, 0: none)"},
   };
@@ -218,6 +224,9 @@ int bench_envs(const args_t& args) {
   auto seconds = parsed->get_float("seconds", 0.25, 0.001, 60.0);
   if (!seconds)
     return fail(exit_bad_input, seconds.err().message);
+  auto rounds = parsed->get_int("rounds", 1, 1, 100);
+  if (!rounds)
+    return fail(exit_bad_input, rounds.err().message);
   auto memory_envs = parsed->get_int("memory-envs", 64, 0, 1024);
   if (!memory_envs)
     return fail(exit_bad_input, memory_envs.err().message);
@@ -257,18 +266,33 @@ int bench_envs(const args_t& args) {
     envs::mujoco::task_physics physics;
     if (mujoco)
       physics = envs::mujoco::physics_of(id).value();
-    // The floors of a measured row, from the pattern of its resets.
-    auto add_floor = [&](bench_row& row, const reset_pattern& pattern,
-                         bool reset_after_step, const std::vector<float>& pool,
-                         size_t batches) -> status {
-      for (bool with_resets : {true, false}) {
-        auto rate = floor_rate(physics, pattern, with_resets, reset_after_step,
-                               row.threads_used, pool, batches, *seconds);
+    // Measures `row` (measure_env() gives the env's steps per second) and,
+    // for a MuJoCo task, its floors, in alternating rounds, keeping the best
+    // of each: env and floor see the same moments of a changing load.
+    auto measure_row = [&](bench_row& row, auto&& measure_env,
+                           const reset_pattern& pattern, bool reset_after_step,
+                           const std::vector<float>& pool, size_t batches) -> status {
+      std::unique_ptr<mujoco_floor> floor;
+      for (int64_t round = 0; round < (mujoco ? *rounds : 1); ++round) {
+        result<double> rate = measure_env();
         if (!rate)
           return rate.err();
-        (with_resets ? row.floor_steps_per_s : row.floor_no_reset_steps_per_s) = *rate;
+        row.steps_per_s = std::max(row.steps_per_s, *rate);
+        if (!mujoco)
+          continue;
+        if (!floor)
+          floor = std::make_unique<mujoco_floor>(physics, row.num_envs, row.threads_used);
+        for (bool with_resets : {true, false}) {
+          auto floor_steps = floor_rate(*floor, pattern, with_resets, reset_after_step,
+                                        pool, batches, *seconds);
+          if (!floor_steps)
+            return floor_steps.err();
+          double& best =
+            with_resets ? row.floor_steps_per_s : row.floor_no_reset_steps_per_s;
+          best = std::max(best, *floor_steps);
+        }
+        row.has_floor = true;
       }
-      row.has_floor = true;
       return ok_status();
     };
     if (mujoco && *memory_envs > 0) {
@@ -299,27 +323,23 @@ int bench_envs(const args_t& args) {
       e->reset(1, obs.data());
       reset_pattern pattern{1, {}};
       size_t call = 0;
-      auto rate = calls_per_second(*seconds, [&](size_t) -> status {
-        auto r = e->step(pool.data() + (call++ % 1024) * as.size(), obs.data());
-        if (!r)
-          return r.err();
-        const uint8_t done = r->terminated || r->truncated;
-        if (done)
-          e->reset(obs.data());
-        if (mujoco)
-          pattern.record(&done);
-        return ok_status();
-      });
-      if (!rate)
-        return fail(exit_failure, fmt::format("bench envs: {} (single env): {}", id,
-                                              rate.err().message));
-      bench_row row{id, "env", 1, 1, 1, *rate};
-      if (mujoco) {
-        e = nullptr; // its data freed before the floor allocates its own
-        if (auto ok = add_floor(row, pattern, true, pool, 1024); !ok)
-          return fail(exit_failure, fmt::format("bench envs: {} (single env floor): {}",
-                                                id, ok.err().message));
-      }
+      auto measure_env = [&] {
+        return calls_per_second(*seconds, [&](size_t) -> status {
+          auto r = e->step(pool.data() + (call++ % 1024) * as.size(), obs.data());
+          if (!r)
+            return r.err();
+          const uint8_t done = r->terminated || r->truncated;
+          if (done)
+            e->reset(obs.data());
+          if (mujoco)
+            pattern.record(&done);
+          return ok_status();
+        });
+      };
+      bench_row row{id, "env", 1, 1, 1, 0.0};
+      if (auto ok = measure_row(row, measure_env, pattern, true, pool, 1024); !ok)
+        return fail(exit_failure,
+                    fmt::format("bench envs: {} (single env): {}", id, ok.err().message));
       report(row);
     }
     for (size_t n : {size_t{1}, size_t{16}, size_t{64}, size_t{256}, size_t{4096}}) {
@@ -336,25 +356,22 @@ int bench_envs(const args_t& args) {
         v->reset(1);
         reset_pattern pattern{n, {}};
         size_t call = 0;
-        auto rate = calls_per_second(*seconds, [&](size_t) {
-          auto st = v->step(pool.data() + (call++ % batches) * n * as.size());
-          if (mujoco)
-            pattern.record(v->autoreset());
-          return st;
-        });
-        if (!rate)
+        auto measure_env = [&]() -> result<double> {
+          auto rate = calls_per_second(*seconds, [&](size_t) {
+            auto st = v->step(pool.data() + (call++ % batches) * n * as.size());
+            if (mujoco)
+              pattern.record(v->autoreset());
+            return st;
+          });
+          if (!rate)
+            return rate;
+          return *rate * static_cast<double>(n);
+        };
+        bench_row row{id, "vector", n, threads, v->threads(), 0.0};
+        if (auto ok = measure_row(row, measure_env, pattern, false, pool, batches); !ok)
           return fail(exit_failure,
                       fmt::format("bench envs: {} (vector of {} on {} threads): {}", id,
-                                  n, threads, rate.err().message));
-        bench_row row{id,      "vector",     n,
-                      threads, v->threads(), *rate * static_cast<double>(n)};
-        if (mujoco) {
-          v = nullptr; // its data freed before the floor allocates its own
-          if (auto ok = add_floor(row, pattern, false, pool, batches); !ok)
-            return fail(exit_failure,
-                        fmt::format("bench envs: {} (floor of {} on {} threads): {}", id,
-                                    n, threads, ok.err().message));
-        }
+                                  n, threads, ok.err().message));
         report(row);
       }
     }

@@ -391,7 +391,9 @@ TEST_CASE("bench envs --json gives a MuJoCo task's rows their floor and ratio, a
   temp_folder dir("env-cli");
   const std::string id = "InvertedPendulum-v4";
   auto r = run_troupe(
-    fmt::format("bench envs --json --env {} --seconds 0.001 --memory-envs 3", id), dir);
+    fmt::format("bench envs --json --env {} --seconds 0.001 --rounds 2 --memory-envs 3",
+                id),
+    dir);
   REQUIRE_MESSAGE(r.status == 0, r.err);
   const auto rows = nlohmann::ordered_json::parse(r.out, nullptr, false);
   INFO(r.out);
@@ -448,4 +450,7 @@ TEST_CASE("bench envs --json gives a MuJoCo task's rows their floor and ratio, a
   auto bad = run_troupe("bench envs --env InvertedPendulum-v4 --memory-envs -1", dir);
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--memory-envs") != std::string::npos);
+  bad = run_troupe("bench envs --env InvertedPendulum-v4 --rounds 0", dir);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--rounds") != std::string::npos);
 }
