@@ -64,13 +64,9 @@ double standard_normal(rng& r) noexcept;
 std::vector<std::string>
 hinge_and_slide_state_names(const std::vector<std::string>& joints);
 
-/// Does what mj_resetData does to `d` (MuJoCo 2.2.2), leaving every byte of
-/// the data and its stack as mj_resetData would, but writes only what the
-/// data's use since its last reset can have written: every array except the
-/// contact and constraint rows, of which only those below the high-water
-/// marks maxuse_con and maxuse_efc (see docs/environments.md, "Reset").
-/// Falls back to mj_resetData where that reasoning does not hold (another
-/// MuJoCo version, constraints disabled, no constraint rows).
+/// Leaves `d` byte for byte as mj_resetData would (MuJoCo 2.2.2) without
+/// zeroing the contact and constraint rows that no step since the last reset
+/// wrote (docs/environments.md, "Reset without zeroing 3.2 MB").
 void reset_data(const mjModel& m, mjData& d) noexcept;
 
 /// Makes every task reset with mj_resetData itself (true) or reset_data
