@@ -54,6 +54,17 @@ template <class Model>
 struct has_resume<Model, std::void_t<decltype(std::declval<Model&>().resume(0))>>
   : std::true_type {};
 
+/// Environments per thread below which a vector of Model uses no extra
+/// thread: Model::min_envs_per_thread where it declares one (a model whose
+/// step costs far more than a thread hand-off), else vector_env's.
+template <class Model, class = void>
+struct min_envs_per_thread_of
+  : std::integral_constant<size_t, vector_env::min_envs_per_thread> {};
+
+template <class Model>
+struct min_envs_per_thread_of<Model, std::void_t<decltype(Model::min_envs_per_thread)>>
+  : std::integral_constant<size_t, Model::min_envs_per_thread> {};
+
 /// The spec of a model, built once.
 template <class Model>
 const env_spec& model_spec() {
@@ -141,7 +152,8 @@ template <class Model>
 class model_vector_env final : public vector_env {
 public:
   model_vector_env(size_t num_envs, size_t threads)
-    : vector_env(model_spec<Model>(), num_envs, threads),
+    : vector_env(model_spec<Model>(), num_envs, threads,
+                 min_envs_per_thread_of<Model>::value),
       models_(num_envs),
       rngs_(num_envs),
       elapsed_(num_envs, 0),

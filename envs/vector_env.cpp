@@ -11,7 +11,8 @@ namespace troupe::envs {
 
 // -- vector env ---------------------------------------------------------------
 
-vector_env::vector_env(env_spec spec, size_t num_envs, size_t threads)
+vector_env::vector_env(env_spec spec, size_t num_envs, size_t threads,
+                       size_t min_per_thread)
   : spec_(std::move(spec)),
     num_envs_(num_envs),
     obs_dim_(spec_.observation_space.size()),
@@ -22,7 +23,7 @@ vector_env::vector_env(env_spec spec, size_t num_envs, size_t threads)
   terminated_.assign(num_envs, 0);
   truncated_.assign(num_envs, 0);
   autoreset_.assign(num_envs, 0);
-  size_t useful = std::max<size_t>(1, num_envs / min_envs_per_thread);
+  size_t useful = std::max<size_t>(1, num_envs / std::max<size_t>(1, min_per_thread));
   chunks_ = std::max<size_t>(1, std::min(threads, useful));
   if (chunks_ > 1)
     pool_ = std::make_unique<kernels::worker_pool>(chunks_ - 1);

@@ -67,14 +67,16 @@ bool same_state(const vector_env_state& a, const vector_env_state& b) noexcept;
 class vector_env {
 public:
   /// `threads` > 1 steps disjoint ranges of environments on worker threads
-  /// once there are at least min_envs_per_thread environments per thread.
-  vector_env(env_spec spec, size_t num_envs, size_t threads);
+  /// once there are at least `min_per_thread` environments per thread.
+  vector_env(env_spec spec, size_t num_envs, size_t threads,
+             size_t min_per_thread = min_envs_per_thread);
   virtual ~vector_env();
 
   vector_env(const vector_env&) = delete;
   vector_env& operator=(const vector_env&) = delete;
 
-  /// Environments per thread below which extra threads are not used.
+  /// Environments per thread below which extra threads are not used, unless
+  /// the environment says otherwise (a model's own min_envs_per_thread).
   static constexpr size_t min_envs_per_thread = 256;
 
   /// Id, spaces, time limit and state layout of each environment.

@@ -6,6 +6,9 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <utility>
+
+#include <mujoco/mjxmacro.h>
 
 #include <fmt/format.h>
 
@@ -53,6 +56,10 @@ std::string mujoco_message(const char* buffer) {
     text.pop_back();
   return text.empty() ? std::string("no message") : text;
 }
+
+std::atomic<bool> full_resets{false};
+
+thread_local task_physics last_task_made;
 
 } // namespace
 
@@ -194,6 +201,73 @@ std::vector<std::string> builtin_state_names(const char* model_file) {
   return joint_state_names(**m);
 }
 
+// -- reset ------------------------------------------------------------------------
+
+// mj_resetData (MuJoCo 2.2.2, src/engine/engine_io.c) clears the header,
+// zeroes the whole buffer (nbuffer bytes, mostly constraint rows sized by
+// njmax and nconmax), then sets qpos = qpos0 and the mocap poses; it leaves
+// the stack alone. Between two resets MuJoCo writes contact rows only below
+// ncon and constraint rows only below nefc, and records the largest of each
+// in maxuse_con and maxuse_efc (mj_makeConstraint, after every collision
+// and constraint pass). So zeroing every array, the contact and constraint
+// ones up to those marks, leaves the buffer as the full memset would: by
+// induction from mj_makeData, whose mj_resetData zeroes everything.
+void reset_data(const mjModel& m, mjData& d) noexcept {
+#if mjVERSION_HEADER == 222
+  const bool tracked = m.njmax > 0 && !(m.opt.disableflags & mjDSBL_CONSTRAINT);
+#else
+  const bool tracked = false;
+#endif
+  if (!tracked || full_resets.load(std::memory_order_relaxed)) {
+    mj_resetData(&m, &d);
+    return;
+  }
+  const int contact_rows = d.maxuse_con, constraint_rows = d.maxuse_efc;
+  // The header, as mj_resetData clears it.
+  d.pstack = 0;
+  d.maxuse_stack = 0;
+  d.maxuse_con = 0;
+  d.maxuse_efc = 0;
+  std::memset(d.warning, 0, sizeof d.warning);
+  std::memset(d.timer, 0, sizeof d.timer);
+  std::memset(d.solver, 0, sizeof d.solver);
+  d.solver_iter = 0;
+  d.solver_nnz = 0;
+  d.solver_fwdinv[0] = d.solver_fwdinv[1] = 0;
+  d.ne = d.nf = d.nefc = d.ncon = 0;
+  d.time = 0;
+  d.energy[0] = d.energy[1] = 0;
+  // Every array of mjxmacro.h's list, rows x columns with these counts: the
+  // model's, but the written rows for those sized by nconmax and njmax.
+  {
+    const size_t nq = m.nq, nv = m.nv, na = m.na, nu = m.nu, nbody = m.nbody,
+                 nmocap = m.nmocap, nuserdata = m.nuserdata, nsensordata = m.nsensordata,
+                 njnt = m.njnt, ngeom = m.ngeom, nsite = m.nsite, ncam = m.ncam,
+                 nlight = m.nlight, ntendon = m.ntendon, nwrap = m.nwrap, nM = m.nM,
+                 nD = m.nD;
+    const size_t nconmax = static_cast<size_t>(contact_rows);
+    const size_t njmax = static_cast<size_t>(constraint_rows);
+#define X(type, name, nr, nc) std::memset(d.name, 0, sizeof(type) * (nr) * (nc));
+    MJDATA_POINTERS
+#undef X
+  }
+  std::copy(m.qpos0, m.qpos0 + m.nq, d.qpos);
+  // Mocap bodies start at their model pose, as in mj_resetData.
+  for (int i = 0; i < m.nbody; ++i)
+    if (const int id = m.body_mocapid[i]; id >= 0) {
+      std::copy(m.body_pos + 3 * i, m.body_pos + 3 * i + 3, d.mocap_pos + 3 * id);
+      std::copy(m.body_quat + 4 * i, m.body_quat + 4 * i + 4, d.mocap_quat + 4 * id);
+    }
+}
+
+void reset_with_mj_resetData(bool on) noexcept {
+  full_resets.store(on, std::memory_order_relaxed);
+}
+
+task_physics detail::take_last_task_made() noexcept {
+  return std::exchange(last_task_made, {});
+}
+
 // -- the task base ---------------------------------------------------------------------
 
 mujoco_task::mujoco_task(const char* model_file, int frame_skip)
@@ -205,6 +279,7 @@ mujoco_task::mujoco_task(const char* model_file, int frame_skip)
   data_.reset(mj_makeData(model_.get()));
   TROUPE_CHECK(data_ != nullptr, "MuJoCo cannot allocate the data of model '{}'",
                model_file);
+  last_task_made = physics();
 }
 
 void mujoco_task::get_state(double* out) const noexcept {
@@ -233,7 +308,7 @@ void mujoco_task::set_state(const double* in) noexcept {
 void mujoco_task::reset_to(const double* qpos_noise, const double* qvel_noise) noexcept {
   const mjModel& m = *model_;
   mjData& d = *data_;
-  mj_resetData(&m, &d);
+  reset_data(m, d);
   // v4 adds the noise to init_qpos and init_qvel: the data's qpos and qvel
   // right after mj_makeData, which are qpos0 and zero.
   for (int i = 0; i < m.nq; ++i)

@@ -10,6 +10,7 @@
 // (instabilities, full contact buffers) are counted here, never printed.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -106,12 +107,40 @@ T numpy_sum(const T* x, int n) noexcept {
   return sum;
 }
 
+/// Leaves `d` byte for byte as mj_resetData would (MuJoCo 2.2.2) without
+/// zeroing the contact and constraint rows that no step since the last reset
+/// wrote (docs/environments.md, "Reset without zeroing 3.2 MB").
+void reset_data(const mjModel& m, mjData& d) noexcept;
+
+/// Makes every task reset with mj_resetData itself (true) or reset_data
+/// (false, the default), process-wide: for the tests that prove them
+/// bit-identical and for benchmarks.
+void reset_with_mj_resetData(bool on) noexcept;
+
+/// The compiled model and frame skip of a task: what a bare loop of mj_step
+/// needs to step the same physics.
+struct task_physics {
+  model_ptr model;    ///< the task's compiled model
+  int frame_skip = 0; ///< mj_step calls per env step
+};
+
+namespace detail {
+/// The physics of the last mujoco_task constructed on this thread, which it
+/// forgets (null model when none was made since): how mujoco::physics_of
+/// learns a registered task's physics.
+task_physics take_last_task_made() noexcept;
+} // namespace detail
+
 /// What every task shares: the compiled model, an mjData, the frame skip.
 /// Move-only. A task's state is (qpos, qvel, qacc_warmstart): Gymnasium's
 /// state_vector() followed by the constraint solver's warm start, without
 /// which a restored episode would not continue bit for bit.
 class mujoco_task {
 public:
+  /// A step takes tens of microseconds, a thread hand-off a few: a vector
+  /// env of MuJoCo tasks uses every thread it is given from one task each.
+  static constexpr size_t min_envs_per_thread = 1;
+
   /// An instance of the built-in model file `model_file` stepped `frame_skip`
   /// times a step. The built-in files compile (tests/envs/mujoco_models.test.cpp);
   /// one that did not would stop the process with the file's name and
@@ -127,6 +156,9 @@ public:
   /// The simulation data, for tests and tasks.
   const mjData& data() const noexcept { return *data_; }
 
+  /// The compiled model and frame skip.
+  task_physics physics() const { return {model_, frame_skip_}; }
+
   /// Seconds of simulated time a step takes: timestep * frame_skip, as v4's `dt`.
   double dt() const noexcept { return model_->opt.timestep * frame_skip_; }
 
@@ -139,9 +171,9 @@ public:
   void set_state(const double* in) noexcept;
 
 protected:
-  /// v4's reset: mj_resetData, then qpos0 + qpos_noise and qvel0 + qvel_noise
-  /// (nq and nv values, drawn by the task), then mj_forward (whose solution
-  /// is the first step's warm start, as in v4).
+  /// v4's reset: mj_resetData (done by reset_data), then qpos0 + qpos_noise and qvel0 +
+  /// qvel_noise (nq and nv values, drawn by the task), then mj_forward (whose solution is
+  /// the first step's warm start, as in v4).
   void reset_to(const double* qpos_noise, const double* qvel_noise) noexcept;
 
   /// v4's do_simulation: `action` (nu values, unclipped: MuJoCo clamps the

@@ -1,5 +1,7 @@
 #include "envs/mujoco/tasks.hpp"
 
+#include <fmt/format.h>
+
 #include "envs/mujoco/ant.hpp"
 #include "envs/mujoco/half_cheetah.hpp"
 #include "envs/mujoco/humanoid.hpp"
@@ -28,6 +30,28 @@ bool is_task(const std::string& id) {
     if (r.spec.id == id)
       return true;
   return false;
+}
+
+} // namespace troupe::envs::mujoco
+
+namespace troupe::envs::mujoco {
+
+result<task_physics> physics_of(const std::string& id) {
+  std::vector<std::string> ids;
+  for (const auto& r : task_registrations()) {
+    if (r.spec.id != id) {
+      ids.push_back(r.spec.id);
+      continue;
+    }
+    // Every task is a mujoco_task, whose constructor records its physics.
+    detail::take_last_task_made();
+    auto made = r.make();
+    auto physics = detail::take_last_task_made();
+    TROUPE_CHECK(made && physics.model, "{}: a MuJoCo task made no mujoco_task", id);
+    return physics;
+  }
+  return make_error(errc::not_found, "no MuJoCo task '{}' (MuJoCo tasks: {})", id,
+                    fmt::join(ids, ", "));
 }
 
 } // namespace troupe::envs::mujoco

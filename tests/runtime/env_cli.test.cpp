@@ -15,6 +15,7 @@
 #include <mujoco/mujoco.h>
 
 #include "envs/mujoco/mujoco_env.hpp"
+#include "envs/mujoco/tasks.hpp"
 #include "tests/cli_support.hpp"
 
 using troupe::test::fresh_seed;
@@ -383,4 +384,73 @@ TEST_CASE("bench envs --json prints one row per environment, size and thread cou
   auto bad = run_troupe("bench envs --env Nope-v0", dir);
   CHECK(bad.status == 2);
   CHECK(bad.err.find("CartPole-v1") != std::string::npos);
+}
+
+TEST_CASE("bench envs --json gives a MuJoCo task's rows their floor and ratio, and "
+          "the resident memory of its environments") {
+  temp_folder dir("env-cli");
+  const std::string id = "InvertedPendulum-v4";
+  auto r = run_troupe(
+    fmt::format("bench envs --json --env {} --seconds 0.001 --rounds 2 --memory-envs 3",
+                id),
+    dir);
+  REQUIRE_MESSAGE(r.status == 0, r.err);
+  const auto rows = nlohmann::ordered_json::parse(r.out, nullptr, false);
+  INFO(r.out);
+  REQUIRE(rows.is_array());
+  int memory_rows = 0, speed_rows = 0;
+  for (const auto& row : rows) {
+    CAPTURE(row.dump());
+    CHECK(row.at("env") == id);
+    std::vector<std::string> keys;
+    for (auto& item : row.items())
+      keys.push_back(item.key());
+    if (row.at("api") == "memory") {
+      ++memory_rows;
+      CHECK(keys == std::vector<std::string>{"env", "api", "num_envs", "rss_growth_bytes",
+                                             "rss_growth_bytes_per_env"});
+      CHECK(row.at("num_envs") == 3);
+      // Each environment's mjData buffer is zeroed when it is made, so it is
+      // resident: at least 3 of them (MuJoCo's own size, not bench's figure).
+      auto physics = troupe::envs::mujoco::physics_of(id).value();
+      mjData* d = mj_makeData(physics.model.get());
+      REQUIRE(d != nullptr);
+      const double buffer_bytes = d->nbuffer;
+      mj_deleteData(d);
+      const double growth = row.at("rss_growth_bytes").get<double>();
+      CHECK(growth >= 0.9 * 3 * buffer_bytes);
+      CHECK(row.at("rss_growth_bytes_per_env").get<double>() ==
+            doctest::Approx(growth / 3).epsilon(1e-6));
+      continue;
+    }
+    ++speed_rows;
+    CHECK(keys == std::vector<std::string>{"env", "api", "num_envs", "threads",
+                                           "threads_used", "steps_per_s",
+                                           "steps_per_s_per_core", "floor_steps_per_s",
+                                           "ratio_to_floor", "floor_no_reset_steps_per_s"});
+    const double steps = row.at("steps_per_s").get<double>();
+    const double floor = row.at("floor_steps_per_s").get<double>();
+    const double used = row.at("threads_used").get<double>();
+    CHECK(steps > 0);
+    CHECK(floor > 0);
+    CHECK(row.at("floor_no_reset_steps_per_s").get<double>() > 0);
+    // The printed figures are rounded: whole steps, the ratio to 3 places.
+    const double ratio = steps / floor;
+    CHECK(std::fabs(row.at("ratio_to_floor").get<double>() - ratio) <=
+          0.0005 + ratio * (0.5 / steps + 0.5 / floor) + 1e-9);
+    CHECK(std::fabs(row.at("steps_per_s_per_core").get<double>() - steps / used) <=
+          0.5 + 0.5 / used + 1e-9);
+    CHECK(used >= 1);
+    CHECK(used <= row.at("threads").get<double>());
+  }
+  CHECK(memory_rows == 1);
+  // One environment, then vectors of 1, 16, 64 and 256 on one thread and on
+  // all cores (when there is more than one).
+  CHECK((speed_rows == 5 || speed_rows == 9));
+  auto bad = run_troupe("bench envs --env InvertedPendulum-v4 --memory-envs -1", dir);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--memory-envs") != std::string::npos);
+  bad = run_troupe("bench envs --env InvertedPendulum-v4 --rounds 0", dir);
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--rounds") != std::string::npos);
 }
