@@ -68,6 +68,9 @@ struct runner_state {
   env_runner_status status;
   std::vector<double> episode_return; // running return of each environment
   std::vector<uint64_t> episode_length;
+  std::vector<double> episode_terms;     // [N x K] reward-term sums of each episode
+  std::vector<uint8_t> terms_whole;      // [N] episode_terms cover the whole episode
+  std::vector<uint64_t> counters_seen;   // the env's counters after the last batch
   std::vector<double> discounted_return; // reward_norm: [N], Gymnasium's accumulator
   std::vector<double> batch_returns;     // ... its value after each transition of a batch
   kernels::moments return_moments{1};    // ... their moments, for the keeper
@@ -173,6 +176,7 @@ result<trajectory_batch> collect(runner_state& st) {
       return_var = rs.var[0];
   }
   st.batch_returns.clear();
+  const size_t terms = env.spec().reward_terms.size();
   uint64_t policy_version = UINT64_MAX;
   uint64_t non_finite = 0;
   size_t first_bad_env = 0, first_bad_step = 0;
@@ -230,6 +234,8 @@ result<trajectory_batch> collect(runner_state& st) {
         continue; // a reset, not a transition: the new episode starts here
       st.episode_return[i] += b.rewards[k]; // raw: metrics report raw returns
       st.episode_length[i] += 1;
+      for (size_t j = 0; j < terms; ++j)
+        st.episode_terms[i * terms + j] += env.reward_terms()[i * terms + j];
       if (reward_norm && std::isfinite(b.rewards[k])) {
         st.discounted_return[i] =
           next_discounted_return(st.discounted_return[i], b.rewards[k],
@@ -243,6 +249,11 @@ result<trajectory_batch> collect(runner_state& st) {
         b.episode_lengths.push_back(st.episode_length[i]);
         st.episode_return[i] = 0;
         st.episode_length[i] = 0;
+        double* sums = st.episode_terms.data() + i * terms;
+        for (size_t j = 0; j < terms; ++j)
+          b.episode_reward_terms.push_back(st.terms_whole[i] ? sums[j] : NAN);
+        std::fill_n(sums, terms, 0.0);
+        st.terms_whole[i] = 1;
       }
     }
   }
@@ -252,6 +263,14 @@ result<trajectory_batch> collect(runner_state& st) {
       x = static_cast<float>(x * st.opts.obs_scale);
   policy_view(last.data(), n, od, snap, st.opts, &b.observations[steps * n * od]);
   b.policy_version = policy_version;
+  if (!st.counters_seen.empty()) {
+    std::vector<uint64_t> now(st.counters_seen.size());
+    env.counters(now.data());
+    b.env_counters.resize(now.size());
+    for (size_t j = 0; j < now.size(); ++j)
+      b.env_counters[j] = now[j] - st.counters_seen[j];
+    st.counters_seen = std::move(now);
+  }
 
   st.status.batches += 1;
   st.status.env_steps += steps * n;
@@ -316,6 +335,10 @@ status restore_state(runner_state& st, const env_runner_state& in) {
   if (*continued) {
     st.episode_return = in.episode_return;
     st.episode_length = in.episode_length;
+    // The reward terms of the episodes under way before the state are not
+    // in it: those episodes report no term sums (NaN).
+    for (size_t i = 0; i < st.terms_whole.size(); ++i)
+      st.terms_whole[i] = st.episode_length[i] == 0;
     if (!in.discounted_return.empty())
       st.discounted_return = in.discounted_return;
   } else {
@@ -349,6 +372,8 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
   st.episode_return.assign(st.env->num_envs(), 0.0);
   st.episode_length.assign(st.env->num_envs(), 0);
   st.discounted_return.assign(st.env->num_envs(), 0.0);
+  st.episode_terms.assign(st.env->num_envs() * st.env->spec().reward_terms.size(), 0.0);
+  st.terms_whole.assign(st.env->num_envs(), 1);
   // A throwing policy or environment ends the runner with an error that says
   // what was thrown (its supervisor logs it and starts a replacement).
   // A collect request under way is answered with the error too.
@@ -370,6 +395,11 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
   } else {
     st.env->reset(st.opts.seed);
   }
+  // Batches carry the counters gained since this point: exact per runner,
+  // whatever the vector env counted before (an earlier runner's steps).
+  st.counters_seen.resize(st.env->spec().counters.size());
+  if (!st.counters_seen.empty())
+    st.env->counters(st.counters_seen.data());
   if (st.keeper) {
     // Declared before the first delta: messages between two actors keep their order.
     self

@@ -19,6 +19,13 @@
 // r / sqrt(var + reward_epsilon) clipped to +-reward_clip, var from the
 // return view's snapshot of the batch's start; episode returns stay raw.
 //
+// An environment with reward terms (envs::env_spec::reward_terms) has them
+// summed per episode beside the return (trajectory_batch::
+// episode_reward_terms; NaN for an episode under way when the runner
+// started from a state, whose earlier terms it never saw); one with trouble
+// counters (env_spec::counters) has what they gained during a batch sent
+// with it (trajectory_batch::env_counters), counted from the runner's start.
+//
 // Messages it handles:
 //   (collect_atom, uint64_t n) -> uint64_t   collect and send n batches, then
 //                                            reply with the number sent

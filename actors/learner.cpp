@@ -517,6 +517,7 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         skipped.runner_restarts = w.restarts;
         skipped.non_finite = w.non_finite;
         skipped.skipped = true;
+        skipped.env_counters = std::move(b.env_counters);
         if (w.opts.host)
           w.opts.host->finished.fetch_add(skipped.env_steps, std::memory_order_relaxed);
         self->send(w.metrics, std::move(skipped));
@@ -584,6 +585,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       rep.non_finite = w.non_finite;
       rep.episode_returns = std::move(b.episode_returns);
       rep.episode_lengths = std::move(b.episode_lengths);
+      rep.episode_reward_terms = std::move(b.episode_reward_terms);
+      rep.env_counters = std::move(b.env_counters);
       if (w.opts.host)
         w.opts.host->finished.fetch_add(rep.env_steps, std::memory_order_relaxed);
       self->send(w.metrics, std::move(rep));

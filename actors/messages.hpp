@@ -187,6 +187,14 @@ struct trajectory_batch {
   /// PPO takes its old log-probabilities from behavior_logp, not from
   /// recomputing version policy_version (learner.hpp).
   bool behavior_recorded = false;
+  /// [episodes x K] per finished episode (in episode_returns' order), the sum
+  /// of each of the environment's K reward terms (env_spec::reward_terms);
+  /// a row of NaN for an episode whose start the runner did not see (it
+  /// continued from a saved state). Empty when the environment has none.
+  std::vector<double> episode_reward_terms;
+  /// The environment's trouble counters (env_spec::counters) gained while
+  /// collecting this batch; empty when it has none.
+  std::vector<uint64_t> env_counters;
 };
 
 template <class Inspector>
@@ -196,7 +204,7 @@ typename Inspector::result_type inspect(Inspector& f, trajectory_batch& x) {
            raw(x.actions), raw(x.behavior_logp), raw(x.rewards), x.terminated,
            x.truncated, x.autoreset, raw(x.episode_returns), raw(x.episode_lengths),
            x.policy_version, x.stats_version, x.normalized, x.reward_stats_version,
-           x.behavior_recorded);
+           x.behavior_recorded, raw(x.episode_reward_terms), raw(x.env_counters));
 }
 
 /// Counters of one environment runner.
@@ -400,6 +408,10 @@ struct learner_report {
   uint64_t runner_restarts = 0; ///< runner restarts so far (this learner)
   uint64_t non_finite = 0;    ///< non-finite values dropped so far (this learner's runners)
   bool skipped = false;       ///< the batch was not learned (non-finite values)
+  /// The batch's trajectory_batch::episode_reward_terms ([episodes x K]).
+  std::vector<double> episode_reward_terms;
+  /// The batch's trajectory_batch::env_counters (also when skipped).
+  std::vector<uint64_t> env_counters;
 };
 
 template <class Inspector>
@@ -408,7 +420,8 @@ typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
            x.episode_returns, x.episode_lengths, x.policy_lag, x.stats_version,
            x.stats_lag, x.reward_stats_version, x.weights_version, x.loss_policy,
            x.loss_value, x.entropy, x.learning_rate, x.dropped, x.rejected,
-           x.runner_restarts, x.non_finite, x.skipped);
+           x.runner_restarts, x.non_finite, x.skipped, x.episode_reward_terms,
+           x.env_counters);
 }
 
 /// The metrics actor's counters: what a checkpoint keeps and a resume restores.

@@ -50,6 +50,16 @@ const char* const metrics_columns[] = {"wall_time_s",
 
 const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
 
+std::vector<std::string>
+metrics_column_names(const std::vector<std::string>& reward_terms,
+                     const std::vector<std::string>& counters) {
+  std::vector<std::string> names(metrics_columns, metrics_columns + metrics_column_count);
+  for (const auto& term : reward_terms)
+    names.push_back(fmt::format("episode.{}_mean", term));
+  names.insert(names.end(), counters.begin(), counters.end());
+  return names;
+}
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -58,6 +68,7 @@ struct metrics_state {
   metrics_options opts;
   caf::actor coordinator;
   metrics_counters c;
+  std::vector<std::string> columns; // metrics_column_names of the options
   std::deque<double> returns;
   std::deque<uint64_t> lengths;
   double return_last = NAN;
@@ -69,6 +80,10 @@ struct metrics_state {
   uint64_t lag_n = 0;
   uint64_t row_steps = 0;
   double row_time = 0;
+  std::vector<double> term_sum; // per reward term: the episodes' sums added up
+  std::vector<uint64_t> term_n; // ... over this many episodes
+  // since the actor started
+  std::vector<uint64_t> env_counters;
   // (time, env steps) of recent rows, for the sps window
   std::deque<std::pair<double, uint64_t>> rate_marks;
   // latest report
@@ -193,7 +208,7 @@ void write_row(metrics_state& st) {
   std::vector<learners::tb_scalar> scalars;
   size_t column = 0;
   auto add = [&](auto x) {
-    const char* name = metrics_columns[column++];
+    const char* name = st.columns[column++].c_str();
     std::string text;
     if constexpr (std::is_floating_point_v<decltype(x)>) {
       text = num(x);
@@ -239,8 +254,12 @@ void write_row(metrics_state& st) {
   add(st.deltas_duplicate);
   add(st.env_steps_lost);
   add(st.last.reward_stats_version);
-  TROUPE_CHECK(column == metrics_column_count, "metrics row has {} values for {} columns",
-               column, metrics_column_count);
+  for (size_t j = 0; j < st.term_sum.size(); ++j)
+    add(st.term_n[j] ? st.term_sum[j] / static_cast<double>(st.term_n[j]) : double(NAN));
+  for (uint64_t count : st.env_counters)
+    add(count);
+  TROUPE_CHECK(column == st.columns.size(), "metrics row has {} values for {} columns",
+               column, st.columns.size());
   if (st.csv && !append_line(st.csv, line))
     write_failed(
       st, fmt::format("cannot write {}: {}", st.opts.csv_path, std::strerror(errno)));
@@ -266,6 +285,8 @@ void write_row(metrics_state& st) {
   st.lag_sum = 0;
   st.lag_max = 0;
   st.lag_n = 0;
+  std::fill(st.term_sum.begin(), st.term_sum.end(), 0.0);
+  std::fill(st.term_n.begin(), st.term_n.end(), uint64_t{0});
 }
 
 void progress(metrics_state& st) {
@@ -337,6 +358,10 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
   st.opts = std::move(opts);
   st.coordinator = std::move(coordinator);
   st.c = st.opts.start;
+  st.columns = metrics_column_names(st.opts.reward_terms, st.opts.env_counters);
+  st.term_sum.assign(st.opts.reward_terms.size(), 0.0);
+  st.term_n.assign(st.opts.reward_terms.size(), 0);
+  st.env_counters.assign(st.opts.env_counters.size(), 0);
   st.returns.assign(st.c.recent_returns.begin(), st.c.recent_returns.end());
   st.lengths.assign(st.c.recent_lengths.begin(), st.c.recent_lengths.end());
   if (!st.returns.empty())
@@ -354,9 +379,7 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
       write_failed(st, fmt::format("cannot open {} for appending: {}", st.opts.csv_path,
                                    std::strerror(errno)));
     } else if (fresh) {
-      std::string header;
-      for (size_t i = 0; i < metrics_column_count; ++i)
-        header += fmt::format("{}{}", i ? "," : "", metrics_columns[i]);
+      const std::string header = fmt::format("{}", fmt::join(st.columns, ","));
       if (!append_line(st.csv, header))
         write_failed(
           st, fmt::format("cannot write {}: {}", st.opts.csv_path, std::strerror(errno)));
@@ -393,6 +416,11 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
       s.non_finite = 0;
       for (auto& kv : s.non_finite_by_learner)
         s.non_finite += kv.second;
+      // Counted for skipped batches too: trouble is what makes a batch skipped.
+      // A report of another length (another environment's) is left out.
+      if (r.env_counters.size() == s.env_counters.size())
+        for (size_t j = 0; j < s.env_counters.size(); ++j)
+          s.env_counters[j] += r.env_counters[j];
       if (r.skipped)
         return; // not learned: no update, no losses
       s.c.updates += 1;
@@ -402,6 +430,13 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
         s.lengths.push_back(i < r.episode_lengths.size() ? r.episode_lengths[i] : 0);
         s.return_last = r.episode_returns[i];
       }
+      const size_t terms = s.term_sum.size();
+      if (terms > 0 && r.episode_reward_terms.size() == r.episode_returns.size() * terms)
+        for (size_t k = 0; k < r.episode_reward_terms.size(); ++k)
+          if (!std::isnan(r.episode_reward_terms[k])) { // NaN: an episode not seen whole
+            s.term_sum[k % terms] += r.episode_reward_terms[k];
+            s.term_n[k % terms] += 1;
+          }
       while (s.returns.size() > 100) {
         s.returns.pop_front();
         s.lengths.pop_front();

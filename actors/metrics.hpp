@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <caf/all.hpp>
 
@@ -44,6 +45,14 @@ extern const char* const metrics_columns[];
 
 /// Number of entries of metrics_columns.
 extern const size_t metrics_column_count;
+
+/// The columns of metrics.csv of a run whose environment has these reward
+/// terms and trouble counters (envs::env_spec::reward_terms, ::counters):
+/// metrics_columns, then "episode.<term>_mean" per reward term, then the
+/// counters' names. Without either, metrics_columns alone.
+std::vector<std::string>
+metrics_column_names(const std::vector<std::string>& reward_terms,
+                     const std::vector<std::string>& counters);
 
 /// Settings of the metrics actor.
 struct metrics_options {
@@ -69,6 +78,12 @@ struct metrics_options {
   caf::actor_addr keeper;
   caf::actor_addr server;           ///< the server, for gradients_rejected (may be null)
   uint64_t tally_interval_ms = 500; ///< how often it asks them (0: only at the end)
+  /// The environment's reward terms: a column each, the mean over the episodes
+  /// finished since the last row of their per-episode sums (nan when none).
+  std::vector<std::string> reward_terms;
+  /// The environment's trouble counters: a column each, the count since the
+  /// metrics actor started (the reports' env_counters added up).
+  std::vector<std::string> env_counters;
 };
 
 /// Spawns the metrics actor; `coordinator` receives ckpt_atom and done_atom.

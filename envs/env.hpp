@@ -29,6 +29,12 @@ struct env_spec {
   std::vector<std::string> state_names; ///< names of the float64 state, in order
   bool early_truncation = false;        ///< may truncate before the time limit (a
                                         ///< game's own truncation; callback envs)
+  /// Names of the per-step reward terms (as Gymnasium's `info` names them)
+  /// that vector_env::reward_terms() holds, in its order; empty: none.
+  std::vector<std::string> reward_terms{};
+  /// Names of the trouble counters vector_env::counters() adds up, in its
+  /// order (MuJoCo's warnings); empty: none.
+  std::vector<std::string> counters{};
 
   /// Number of float64 values in the internal state.
   size_t state_dim() const noexcept { return state_names.size(); }

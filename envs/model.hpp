@@ -19,13 +19,30 @@
 // model how many steps its episode has taken (MountainCarContinuous keeps
 // its state as float32 after the first step).
 //
+// A model with reward terms (the parts its reward sums, as Gymnasium's `info`
+// reports them) adds
+//
+//     static std::vector<std::string> reward_term_names();
+//     void reward_terms(double* out) const noexcept; // the last step's, in order
+//
+// and a model that counts trouble (MuJoCo's warnings) adds
+//
+//     static std::vector<std::string> counter_names();
+//     void add_counters(uint64_t* out) const noexcept; // adds its counts so far
+//
+// model_spec puts the names into the spec; model_vector_env fills
+// vector_env::reward_terms() after each step and sums the counters.
+//
 // The adapters add what every environment shares: action checks, the time
 // limit, seeding and autoreset. The model's member functions are inline, so
 // the batch loop of model_vector_env has no virtual call per environment.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -65,10 +82,41 @@ template <class Model>
 struct min_envs_per_thread_of<Model, std::void_t<decltype(Model::min_envs_per_thread)>>
   : std::integral_constant<size_t, Model::min_envs_per_thread> {};
 
+/// Whether Model has reward_term_names() and reward_terms(double*).
+template <class Model, class = void>
+struct has_reward_terms : std::false_type {};
+
+template <class Model>
+struct has_reward_terms<
+  Model, std::void_t<decltype(Model::reward_term_names()),
+                     decltype(std::declval<const Model&>().reward_terms(nullptr))>>
+  : std::true_type {};
+
+/// Whether Model has counter_names() and add_counters(uint64_t*).
+template <class Model, class = void>
+struct has_counters : std::false_type {};
+
+template <class Model>
+struct has_counters<
+  Model, std::void_t<decltype(Model::counter_names()),
+                     decltype(std::declval<const Model&>().add_counters(nullptr))>>
+  : std::true_type {};
+
+/// Model::make_spec() with the model's reward term and counter names.
+template <class Model>
+env_spec make_model_spec() {
+  env_spec spec = Model::make_spec();
+  if constexpr (has_reward_terms<Model>::value)
+    spec.reward_terms = Model::reward_term_names();
+  if constexpr (has_counters<Model>::value)
+    spec.counters = Model::counter_names();
+  return spec;
+}
+
 /// The spec of a model, built once.
 template <class Model>
 const env_spec& model_spec() {
-  static const env_spec spec = Model::make_spec();
+  static const env_spec spec = make_model_spec<Model>();
   return spec;
 }
 
@@ -157,7 +205,8 @@ public:
       models_(num_envs),
       rngs_(num_envs),
       elapsed_(num_envs, 0),
-      max_steps_(model_spec<Model>().max_episode_steps) {}
+      max_steps_(model_spec<Model>().max_episode_steps),
+      terms_(model_spec<Model>().reward_terms.size()) {}
 
   std::vector<double> state(size_t i) const override {
     std::vector<double> out(spec().state_dim());
@@ -168,6 +217,13 @@ public:
   int elapsed_steps(size_t i) const override { return elapsed_[i]; }
 
   std::array<uint64_t, 4> rng_state(size_t i) const override { return rngs_[i].state(); }
+
+  void counters(uint64_t* out) const override {
+    vector_env::counters(out);
+    if constexpr (has_counters<Model>::value)
+      for (const auto& m : models_)
+        m.add_counters(out);
+  }
 
 protected:
   status restore_env(size_t i, const std::array<uint64_t, 4>& words, const double* state,
@@ -204,12 +260,16 @@ protected:
         terminated_[i] = 0;
         truncated_[i] = 0;
         autoreset_[i] = 1;
+        if constexpr (has_reward_terms<Model>::value)
+          std::fill_n(&reward_terms_[i * terms_], terms_, 0.0);
       } else {
         auto out = m.step(actions + i * ad);
         rewards_[i] = static_cast<float>(out.reward);
         terminated_[i] = out.terminated;
         truncated_[i] = ++elapsed_[i] >= max_steps_;
         autoreset_[i] = 0;
+        if constexpr (has_reward_terms<Model>::value)
+          m.reward_terms(&reward_terms_[i * terms_]);
       }
       m.observe(&observations_[i * od]);
     }
@@ -221,6 +281,7 @@ private:
   std::vector<rng> rngs_;
   std::vector<int> elapsed_;
   int max_steps_;
+  size_t terms_; // reward terms per environment
 };
 
 /// The registration of a model: its spec and both adapters (see

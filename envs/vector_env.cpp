@@ -23,6 +23,7 @@ vector_env::vector_env(env_spec spec, size_t num_envs, size_t threads,
   terminated_.assign(num_envs, 0);
   truncated_.assign(num_envs, 0);
   autoreset_.assign(num_envs, 0);
+  reward_terms_.assign(num_envs * spec_.reward_terms.size(), 0.0);
   size_t useful = std::max<size_t>(1, num_envs / std::max<size_t>(1, min_per_thread));
   chunks_ = std::max<size_t>(1, std::min(threads, useful));
   if (chunks_ > 1)
@@ -30,6 +31,10 @@ vector_env::vector_env(env_spec spec, size_t num_envs, size_t threads,
 }
 
 vector_env::~vector_env() = default;
+
+void vector_env::counters(uint64_t* out) const {
+  std::fill(out, out + spec_.counters.size(), uint64_t{0});
+}
 
 namespace {
 
@@ -45,6 +50,7 @@ void vector_env::reset(uint64_t seed) {
   std::fill(terminated_.begin(), terminated_.end(), 0);
   std::fill(truncated_.begin(), truncated_.end(), 0);
   std::fill(autoreset_.begin(), autoreset_.end(), 0);
+  std::fill(reward_terms_.begin(), reward_terms_.end(), 0.0);
   // Resets draw few numbers: one thread is enough.
   reset_range(0, num_envs_, seed);
   ready_ = true;
@@ -255,6 +261,8 @@ status vector_env::restore_state(const vector_env_state& s) {
   terminated_ = s.terminated;
   truncated_ = s.truncated;
   autoreset_ = s.autoreset;
+  // Not part of a state: the restored step's terms are unknown.
+  std::fill(reward_terms_.begin(), reward_terms_.end(), 0.0);
   ready_ = true;
   return {};
 }

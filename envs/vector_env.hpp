@@ -116,6 +116,13 @@ public:
   const uint8_t* truncated() const noexcept { return truncated_.data(); }
   /// Whether the last step reset each environment [num_envs].
   const uint8_t* autoreset() const noexcept { return autoreset_.data(); }
+  /// The last step's reward terms [num_envs x spec().reward_terms.size()]
+  /// (float64, 0 after a reset and on an autoreset step).
+  const double* reward_terms() const noexcept { return reward_terms_.data(); }
+
+  /// Writes the trouble counters (spec().counters.size() values), each the
+  /// sum over the environments since this vector env was made; they only grow.
+  virtual void counters(uint64_t* out) const;
 
   /// Whether step() accepts finite Box actions outside the bounds and lets
   /// the environments clip them (see env::set_clip_box_actions).
@@ -176,6 +183,7 @@ protected:
   std::vector<uint8_t> terminated_;
   std::vector<uint8_t> truncated_;
   std::vector<uint8_t> autoreset_;
+  std::vector<double> reward_terms_;
 
 private:
   status check_actions(const float* actions) const;

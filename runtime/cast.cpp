@@ -198,6 +198,8 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
   plan.server.log = log;
   plan.metrics.log = log;
   plan.metrics.progress_line = options.progress_line;
+  plan.metrics.reward_terms = env.reward_terms;
+  plan.metrics.env_counters = env.counters;
 
   // -- learners ---------------------------------------------------------------
   // Runner slot i (over all learners) has num_envs * spread^i environments.

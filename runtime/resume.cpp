@@ -80,11 +80,12 @@ result<resume_point> read_resume_point(const std::string& resume_dir,
   return point;
 }
 
-status prepare_resumed_folder(const std::string& run_dir, const resume_point& point) {
+status prepare_resumed_folder(const std::string& run_dir, const resume_point& point,
+                              const std::vector<std::string>& metrics_columns) {
   if (point.checkpoint.empty())
     if (auto ok = ensure_checkpoints_folder(run_dir); !ok)
       return ok;
-  trim_metrics(run_dir, point.start.updates);
+  trim_metrics(run_dir, point.start.updates, metrics_columns);
   return {};
 }
 

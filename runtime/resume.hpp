@@ -49,7 +49,9 @@ result<resume_point> read_resume_point(const std::string& resume_dir,
                                        const actors::log_sink& log = {});
 
 /// Prepares a resumed run folder to continue from `point`: checkpoints/
-/// exists, and the metrics rows after its update count are dropped.
-status prepare_resumed_folder(const std::string& run_dir, const resume_point& point);
+/// exists, and the metrics rows after its update count are dropped
+/// (metrics.csv kept under `metrics_columns`, see trim_metrics).
+status prepare_resumed_folder(const std::string& run_dir, const resume_point& point,
+                              const std::vector<std::string>& metrics_columns);
 
 } // namespace troupe::runtime

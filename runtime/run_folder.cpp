@@ -47,7 +47,8 @@ std::vector<std::string> split_csv_line(const std::string& line) {
 // not measured does), and columns
 // troupe no longer writes are dropped (the rows the resumed run appends then
 // line up with the header).
-void keep_rows_up_to(const std::string& path, uint64_t updates, bool csv) {
+void keep_rows_up_to(const std::string& path, uint64_t updates, bool csv,
+                     const std::vector<std::string>& columns) {
   std::ifstream in(path);
   if (!in)
     return;
@@ -64,9 +65,9 @@ void keep_rows_up_to(const std::string& path, uint64_t updates, bool csv) {
       header = false;
       const auto names = split_csv_line(line);
       std::string current;
-      for (size_t i = 0; i < actors::metrics_column_count; ++i) {
-        current += fmt::format("{}{}", i ? "," : "", actors::metrics_columns[i]);
-        auto at = std::find(names.begin(), names.end(), actors::metrics_columns[i]);
+      for (size_t i = 0; i < columns.size(); ++i) {
+        current += fmt::format("{}{}", i ? "," : "", columns[i]);
+        auto at = std::find(names.begin(), names.end(), columns[i]);
         source_of.push_back(at == names.end() ? -1 : at - names.begin());
       }
       auto at = std::find(names.begin(), names.end(), "updates");
@@ -144,9 +145,11 @@ status ensure_checkpoints_folder(const std::string& run_dir) {
   return {};
 }
 
-void trim_metrics(const std::string& run_dir, uint64_t updates) {
-  keep_rows_up_to((fs::path(run_dir) / "metrics.csv").string(), updates, true);
-  keep_rows_up_to((fs::path(run_dir) / "metrics.jsonl").string(), updates, false);
+void trim_metrics(const std::string& run_dir, uint64_t updates,
+                  const std::vector<std::string>& columns) {
+  keep_rows_up_to((fs::path(run_dir) / "metrics.csv").string(), updates, true, columns);
+  keep_rows_up_to((fs::path(run_dir) / "metrics.jsonl").string(), updates, false,
+                  columns);
 }
 
 } // namespace troupe::runtime

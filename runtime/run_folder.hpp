@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/error.hpp"
 #include "runtime/config.hpp"
@@ -19,7 +20,10 @@ result<std::string> create_run_folder(const config& cfg);
 status ensure_checkpoints_folder(const std::string& run_dir);
 
 /// Drops the rows of <run_dir>/metrics.csv and metrics.jsonl written after
-/// update `updates` (a killed run's last moments), so that both stay monotonic.
-void trim_metrics(const std::string& run_dir, uint64_t updates);
+/// update `updates` (a killed run's last moments), so that both stay monotonic;
+/// metrics.csv is rewritten under `columns` (actors::metrics_column_names of
+/// the run's environment) when its header differs.
+void trim_metrics(const std::string& run_dir, uint64_t updates,
+                  const std::vector<std::string>& columns);
 
 } // namespace troupe::runtime

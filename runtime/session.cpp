@@ -223,7 +223,10 @@ status session::start() {
       if (!dir)
         return dir.err();
       s.run_dir = *dir;
-    } else if (auto ok = prepare_resumed_folder(s.run_dir, s.resume); !ok) {
+    } else if (auto ok = prepare_resumed_folder(
+                 s.run_dir, s.resume,
+                 actors::metrics_column_names(s.env->reward_terms, s.env->counters));
+               !ok) {
       return ok;
     }
     if (s.node) {

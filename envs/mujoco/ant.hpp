@@ -80,6 +80,18 @@ struct ant : mujoco_task {
     y_position = in[nq + 2 * nv + 1];
   }
 
+  /// The reward terms of reward_terms(), in order.
+  static std::vector<std::string> reward_term_names() {
+    return {"reward_forward", "reward_ctrl", "reward_survive"};
+  }
+
+  /// Writes the last step's reward terms (reward_forward, reward_ctrl, reward_survive).
+  void reward_terms(double* out) const noexcept {
+    out[0] = reward_forward;
+    out[1] = reward_ctrl;
+    out[2] = reward_survive;
+  }
+
   /// One step: forward velocity plus the healthy reward minus the control
   /// cost; terminated when unhealthy.
   model_step step(const float* action) noexcept {

@@ -51,6 +51,17 @@ struct half_cheetah : mujoco_task {
     reset_to(qpos_noise, qvel_noise);
   }
 
+  /// The reward terms of reward_terms(), in order.
+  static std::vector<std::string> reward_term_names() {
+    return {"reward_run", "reward_ctrl"};
+  }
+
+  /// Writes the last step's reward terms (reward_run, reward_ctrl).
+  void reward_terms(double* out) const noexcept {
+    out[0] = reward_run;
+    out[1] = reward_ctrl;
+  }
+
   /// One step: the run reward minus the control cost.
   model_step step(const float* action) noexcept {
     const double x_before = data().qpos[0];

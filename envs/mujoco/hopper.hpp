@@ -33,6 +33,11 @@ struct hopper : mujoco_task {
   /// The last step's terms, as v4's info names them.
   double x_position = 0; ///< rootx after the step
   double x_velocity = 0; ///< (rootx after - rootx before) / dt
+  /// The last step's reward terms, under v5's info names (v4's info has
+  /// none).
+  double reward_forward = 0; ///< forward_reward_weight * x_velocity
+  double reward_ctrl = 0;    ///< -ctrl_cost_weight * sum(action^2)
+  double reward_survive = 0; ///< healthy_reward (paid on every step)
 
   hopper() : mujoco_task("hopper.xml", frame_skip) {}
 
@@ -71,6 +76,18 @@ struct hopper : mujoco_task {
     return healthy_state && healthy_z && healthy_angle;
   }
 
+  /// The reward terms of reward_terms(), in order.
+  static std::vector<std::string> reward_term_names() {
+    return {"reward_forward", "reward_ctrl", "reward_survive"};
+  }
+
+  /// Writes the last step's reward terms (reward_forward, reward_ctrl, reward_survive).
+  void reward_terms(double* out) const noexcept {
+    out[0] = reward_forward;
+    out[1] = reward_ctrl;
+    out[2] = reward_survive;
+  }
+
   /// One step: the forward reward plus the healthy reward minus the control
   /// cost; terminated when unhealthy.
   model_step step(const float* action) noexcept {
@@ -85,6 +102,9 @@ struct hopper : mujoco_task {
     const float ctrl_cost = static_cast<float>(ctrl_cost_weight) * sum_of_squares;
     // v4: (forward_reward + healthy_reward) - ctrl_cost, in that order.
     const double rewards = forward_reward_weight * x_velocity + healthy_reward;
+    reward_forward = forward_reward_weight * x_velocity;
+    reward_ctrl = -static_cast<double>(ctrl_cost);
+    reward_survive = healthy_reward;
     return {rewards - static_cast<double>(ctrl_cost), !finite || !is_healthy()};
   }
 

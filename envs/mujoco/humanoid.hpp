@@ -128,6 +128,18 @@ struct humanoid : mujoco_task {
     }
   }
 
+  /// The reward terms of reward_terms(), in order.
+  static std::vector<std::string> reward_term_names() {
+    return {"reward_linvel", "reward_quadctrl", "reward_alive"};
+  }
+
+  /// Writes the last step's reward terms (reward_linvel, reward_quadctrl, reward_alive).
+  void reward_terms(double* out) const noexcept {
+    out[0] = reward_linvel;
+    out[1] = reward_quadctrl;
+    out[2] = reward_alive;
+  }
+
   /// One step: the mass centre's forward velocity plus the healthy reward
   /// minus the control cost; terminated when unhealthy.
   model_step step(const float* action) noexcept {

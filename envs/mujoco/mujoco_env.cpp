@@ -270,6 +270,11 @@ task_physics detail::take_last_task_made() noexcept {
 
 // -- the task base ---------------------------------------------------------------------
 
+std::vector<std::string> mujoco_task::counter_names() {
+  return {"mujoco_instability_warnings", "mujoco_other_warnings",
+          "mujoco_non_finite_states"};
+}
+
 mujoco_task::mujoco_task(const char* model_file, int frame_skip)
   : frame_skip_(frame_skip) {
   auto m = builtin_model(model_file);
@@ -336,6 +341,8 @@ bool mujoco_task::simulate(const float* action) noexcept {
       w == mjWARN_BADQPOS || w == mjWARN_BADQVEL || w == mjWARN_BADQACC;
     (instability ? instabilities : others) += d.warning[w].number;
   }
+  counts_.instability_warnings += static_cast<uint64_t>(instabilities);
+  counts_.other_warnings += static_cast<uint64_t>(others);
   if (instabilities)
     instability_warnings.fetch_add(static_cast<uint64_t>(instabilities),
                                    std::memory_order_relaxed);
@@ -346,8 +353,10 @@ bool mujoco_task::simulate(const float* action) noexcept {
     finite &= std::isfinite(d.qpos[i]);
   for (int i = 0; i < m.nv; ++i)
     finite &= std::isfinite(d.qvel[i]);
-  if (!finite)
+  if (!finite) {
+    counts_.non_finite_observations += 1;
     non_finite_observations.fetch_add(1, std::memory_order_relaxed);
+  }
   return finite;
 }
 

@@ -170,6 +170,22 @@ public:
   /// quaternions in place) and qacc_warmstart, which mj_forward replaces.
   void set_state(const double* in) noexcept;
 
+  /// The names of this instance's trouble counters, in add_counters' order:
+  /// mujoco_instability_warnings, mujoco_other_warnings,
+  /// mujoco_non_finite_states (trouble_counts' fields).
+  static std::vector<std::string> counter_names();
+
+  /// Adds this instance's trouble counts since it was made to out[0..3).
+  void add_counters(uint64_t* out) const noexcept {
+    out[0] += counts_.instability_warnings;
+    out[1] += counts_.other_warnings;
+    out[2] += counts_.non_finite_observations;
+  }
+
+  /// This instance's trouble counts since it was made (trouble() adds up
+  /// every instance's of the process).
+  const trouble_counts& counts() const noexcept { return counts_; }
+
 protected:
   /// v4's reset: mj_resetData (done by reset_data), then qpos0 + qpos_noise and qvel0 +
   /// qvel_noise (nq and nv values, drawn by the task), then mj_forward (whose solution is
@@ -196,6 +212,7 @@ private:
   model_ptr model_;
   std::unique_ptr<mjData, data_deleter> data_;
   int frame_skip_;
+  trouble_counts counts_;
 };
 
 } // namespace troupe::envs::mujoco

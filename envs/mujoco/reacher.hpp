@@ -95,6 +95,17 @@ struct reacher : mujoco_task {
     read_bodies();
   }
 
+  /// The reward terms of reward_terms(), in order.
+  static std::vector<std::string> reward_term_names() {
+    return {"reward_dist", "reward_ctrl"};
+  }
+
+  /// Writes the last step's reward terms (reward_dist, reward_ctrl).
+  void reward_terms(double* out) const noexcept {
+    out[0] = reward_dist;
+    out[1] = reward_ctrl;
+  }
+
   /// One step: the distance and control rewards of the state before it.
   model_step step(const float* action) noexcept {
     double distance_sq = 0;

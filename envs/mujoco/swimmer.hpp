@@ -53,6 +53,17 @@ struct swimmer : mujoco_task {
     reset_to(qpos_noise, qvel_noise);
   }
 
+  /// The reward terms of reward_terms(), in order.
+  static std::vector<std::string> reward_term_names() {
+    return {"reward_fwd", "reward_ctrl"};
+  }
+
+  /// Writes the last step's reward terms (reward_fwd, reward_ctrl).
+  void reward_terms(double* out) const noexcept {
+    out[0] = reward_fwd;
+    out[1] = reward_ctrl;
+  }
+
   /// One step: the forward reward minus the control cost.
   model_step step(const float* action) noexcept {
     const double x_before = data().qpos[0], y_before = data().qpos[1];

@@ -179,6 +179,8 @@ TEST_CASE("the env runner streams fixed-length batches that replay in scalar env
       CHECK(b.policy_version == 100 + k * steps); // oldest version used in the batch
       CHECK(b.stats_version == 0);
       CHECK_FALSE(b.normalized);
+      CHECK(b.episode_reward_terms.empty()); // classic control: no terms, no counters
+      CHECK(b.env_counters.empty());
       CHECK(std::equal(b.observations.begin() + steps * n * b.obs_dim, b.observations.end(),
                        k + 1 < 3 ? batches[k + 1].observations.begin()
                                  : b.observations.begin() + steps * n * b.obs_dim));
@@ -1064,4 +1066,115 @@ TEST_CASE("with clip_box_actions the environments get Box actions clipped to the
       }
   CHECK(outside > 0); // the batch kept draws outside the bounds
   self->send_exit(runner, caf::exit_reason::user_shutdown);
+}
+
+// -- reward terms and trouble counters ----------------------------------------
+
+TEST_CASE("the env runner reports each finished episode's reward-term sums, equal to "
+          "the terms of a vector env stepped by hand with the batches' actions") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  // Reacher-v4: 50-step episodes, two terms (reward_dist, reward_ctrl).
+  const std::string id = "Reacher-v4";
+  const size_t n = 3, steps = 40, batches_wanted = 4;
+  std::shared_ptr<envs::vector_env> vec = envs::make_vector_env(id, n).value();
+  const size_t k = vec->spec().reward_terms.size();
+  REQUIRE(k == 2);
+  env_runner_options opts;
+  opts.seed = seed;
+  opts.steps_per_batch = steps;
+  opts.log = fx.logger();
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space),
+                     caf::actor_cast<caf::actor>(self));
+  auto batches = collect(self, runner, batches_wanted);
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+  REQUIRE(batches.size() == batches_wanted);
+
+  auto replay = envs::make_vector_env(id, n).value();
+  replay->reset(seed);
+  std::vector<double> sums(n * k, 0.0);
+  size_t episodes = 0;
+  for (auto& b : batches) {
+    CAPTURE(b.sequence);
+    std::vector<double> expected;
+    for (size_t t = 0; t < b.steps; ++t) {
+      REQUIRE(replay->step(&b.actions[t * n * b.action_dim]));
+      for (size_t i = 0; i < n; ++i) {
+        if (replay->autoreset()[i])
+          continue;
+        for (size_t j = 0; j < k; ++j)
+          sums[i * k + j] += replay->reward_terms()[i * k + j];
+        if (replay->terminated()[i] || replay->truncated()[i]) {
+          expected.insert(expected.end(), &sums[i * k], &sums[i * k] + k);
+          std::fill_n(&sums[i * k], k, 0.0);
+        }
+      }
+    }
+    REQUIRE(b.episode_reward_terms.size() == b.episode_returns.size() * k);
+    REQUIRE(expected.size() == b.episode_reward_terms.size());
+    for (size_t e = 0; e < b.episode_returns.size(); ++e) {
+      CAPTURE(e);
+      double total = 0;
+      for (size_t j = 0; j < k; ++j) {
+        const double got = b.episode_reward_terms[e * k + j];
+        CHECK(got == doctest::Approx(expected[e * k + j]).epsilon(1e-12));
+        total += got;
+      }
+      // The return adds float32 rewards; the terms are float64.
+      CHECK(total == doctest::Approx(b.episode_returns[e]).epsilon(1e-5));
+    }
+    episodes += b.episode_returns.size();
+    CHECK(b.env_counters == std::vector<uint64_t>{0, 0, 0});
+  }
+  CHECK(episodes >= n * 2);
+}
+
+TEST_CASE("a runner over a MuJoCo task reports the instability warnings its "
+          "environments met in the batch that met them") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  const std::string id = "HalfCheetah-v4";
+  const size_t n = 2, steps = 8;
+  std::shared_ptr<envs::vector_env> vec_a = envs::make_vector_env(id, n).value();
+  env_runner_options opts;
+  opts.name = "runner-a";
+  opts.seed = seed;
+  opts.steps_per_batch = steps;
+  opts.log = fx.logger();
+  auto policy = make_random_policy(vec_a->spec().action_space);
+  auto a =
+    spawn_env_runner(*fx.sys, opts, vec_a, policy, caf::actor_cast<caf::actor>(self));
+  auto calm = collect(self, a, 1);
+  auto state = ask<env_runner_state>(self, a, state_atom::value);
+  self->send_exit(a, caf::exit_reason::user_shutdown);
+  REQUIRE(calm.size() == 1);
+  CHECK(calm[0].env_counters == std::vector<uint64_t>{0, 0, 0});
+  CHECK(calm[0].episode_reward_terms.empty()); // no episode ended yet
+
+  // Environment 1's rootx velocity beyond MuJoCo's 1e10 bound: its first
+  // step warns of a bad state and MuJoCo resets it.
+  const size_t sd = vec_a->spec().state_dim();
+  state.env.state[1 * sd + 9] = 1e11;
+  std::shared_ptr<envs::vector_env> vec_b = envs::make_vector_env(id, n).value();
+  opts.name = "runner-b";
+  opts.start_state = state;
+  auto b =
+    spawn_env_runner(*fx.sys, opts, vec_b, policy, caf::actor_cast<caf::actor>(self));
+  auto met = collect(self, b, 2);
+  self->send_exit(b, caf::exit_reason::user_shutdown);
+  REQUIRE(met.size() == 2);
+  std::vector<uint64_t> total(3, 0);
+  vec_b->counters(total.data());
+  CHECK(total[0] >= 1);
+  REQUIRE(met[0].env_counters.size() == 3);
+  CHECK(met[0].env_counters == total); // all in the first batch
+  CHECK(met[1].env_counters == std::vector<uint64_t>{0, 0, 0});
+  for (auto& batch : met)
+    for (float x : batch.observations)
+      REQUIRE(std::isfinite(x));
 }

@@ -423,3 +423,122 @@ TEST_CASE("an events file the system refuses to write to is reported with its pa
   CHECK(fs::file_size(files.front()) == size);
   self->send_exit(metrics, caf::exit_reason::user_shutdown);
 }
+
+// -- reward terms and trouble counters ----------------------------------------
+
+TEST_CASE("metrics.csv gets the environment's reward-term means over each row's "
+          "episodes and its trouble counts since the start, after the other columns") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self(sys);
+  troupe::test::temp_folder dir("troupe-metrics");
+  const uint64_t seed = troupe::test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(-3.0, 10.0);
+  std::uniform_int_distribution<uint64_t> small(0, 5);
+  const std::vector<std::string> terms = {"reward_run", "reward_ctrl"};
+  const std::vector<std::string> counters = {
+    "mujoco_instability_warnings", "mujoco_other_warnings", "mujoco_non_finite_states"};
+  metrics_options mo;
+  mo.csv_path = (dir.path / "metrics.csv").string();
+  mo.quiet = true;
+  mo.log_every_updates = 2;
+  mo.reward_terms = terms;
+  mo.env_counters = counters;
+  auto metrics = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+
+  std::vector<uint64_t> counted(3, 0);
+  auto report = [&](size_t episodes, bool whole, bool skipped) {
+    learner_report r;
+    r.learner = "learner0";
+    r.env_steps = 64;
+    r.skipped = skipped;
+    for (size_t e = 0; e < episodes; ++e) {
+      r.episode_returns.push_back(normal(rng));
+      r.episode_lengths.push_back(10);
+      for (size_t j = 0; j < terms.size(); ++j)
+        r.episode_reward_terms.push_back(whole ? normal(rng) : NAN);
+    }
+    for (size_t j = 0; j < 3; ++j) {
+      r.env_counters.push_back(small(rng));
+      counted[j] += r.env_counters[j];
+    }
+    return r;
+  };
+  // Row 1 (updates 1 and 2, a skipped batch between them): 3 + 2 whole
+  // episodes and one the runner did not see whole (NaN terms).
+  auto r1 = report(3, true, false);
+  auto skipped = report(0, true, true);
+  auto r2 = report(2, true, false);
+  std::vector<double> sum(2, 0.0);
+  for (auto* r : {&r1, &r2})
+    for (size_t k = 0; k < r->episode_reward_terms.size(); ++k)
+      sum[k % 2] += r->episode_reward_terms[k];
+  self->send(metrics, r1);
+  self->send(metrics, skipped);
+  self->send(metrics, r2);
+  ask<metrics_counters>(self, metrics, state_atom::value);
+  const auto counted_row1 = counted;
+  // Row 2 (updates 3 and 4): only an episode without whole terms: nan.
+  self->send(metrics, report(1, false, false));
+  self->send(metrics, report(0, true, false));
+  ask<metrics_counters>(self, metrics, state_atom::value);
+  self->send_exit(metrics, caf::exit_reason::user_shutdown);
+
+  auto lines = csv_lines(mo.csv_path);
+  REQUIRE(lines.size() == 3);
+  std::vector<std::string> header(metrics_columns,
+                                  metrics_columns + metrics_column_count);
+  header.insert(header.end(), {"episode.reward_run_mean", "episode.reward_ctrl_mean"});
+  header.insert(header.end(), counters.begin(), counters.end());
+  CHECK(lines[0] == header);
+  CHECK(metrics_column_names(terms, counters) == header);
+  auto cell = [&](size_t row, const std::string& name) {
+    const size_t at =
+      static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+    REQUIRE(lines[row].size() == header.size());
+    return lines[row][at];
+  };
+  for (size_t j = 0; j < 2; ++j) {
+    const std::string name = "episode." + terms[j] + "_mean";
+    CAPTURE(name);
+    CHECK(std::strtod(cell(1, name).c_str(), nullptr) ==
+          doctest::Approx(sum[j] / 5.0).epsilon(1e-8));
+    CHECK(cell(2, name) == "nan");
+  }
+  for (size_t j = 0; j < 3; ++j) {
+    CAPTURE(counters[j]);
+    CHECK(cell(1, counters[j]) == std::to_string(counted_row1[j]));
+    CHECK(cell(2, counters[j]) == std::to_string(counted[j]));
+  }
+}
+
+TEST_CASE("without reward terms or counters metrics.csv has exactly metrics_columns") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self(sys);
+  troupe::test::temp_folder dir("troupe-metrics");
+  metrics_options mo;
+  mo.csv_path = (dir.path / "metrics.csv").string();
+  mo.quiet = true;
+  auto metrics = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  learner_report r;
+  r.learner = "learner0";
+  r.env_steps = 8;
+  r.env_counters = {4, 5, 6}; // of no declared counter: left out
+  r.episode_returns = {1.5};
+  r.episode_lengths = {3};
+  r.episode_reward_terms = {1.0, 0.5};
+  self->send(metrics, r);
+  ask<metrics_counters>(self, metrics, row_atom::value);
+  self->send_exit(metrics, caf::exit_reason::user_shutdown);
+  auto lines = csv_lines(mo.csv_path);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0] == std::vector<std::string>(metrics_columns,
+                                             metrics_columns + metrics_column_count));
+  CHECK(lines[1].size() == metrics_column_count);
+  CHECK(metrics_column_names({}, {}) == lines[0]);
+}

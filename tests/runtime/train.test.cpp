@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/metrics.hpp"
 #include "actors/runner_state_file.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/safetensors.hpp"
@@ -1210,4 +1211,53 @@ TEST_CASE("runs killed with SIGKILL at random moments each resume from the newes
   CHECK(last.env_steps == before.env_steps + 4 * 512);
   CHECK(last.version >= before.version);
   CHECK(last.episodes >= before.episodes);
+}
+
+TEST_CASE("a MuJoCo run's metrics.csv ends with its reward terms' episode means and its "
+          "MuJoCo counters, and keeps them across --resume") {
+  temp_folder dir("train-mujoco-columns");
+  const std::string config =
+    std::string(TROUPE_SOURCE_DIR) + "/config/mujoco/inverted_pendulum_ppo.toml";
+  // Reacher-v4: 50-step episodes, so that episodes end within each row.
+  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
+                                      "--set env.id='\"Reacher-v4\"' "
+                                      "--set algo.total_env_steps=1024 "
+                                      "--set algo.num_steps=256 "
+                                      "--set run.checkpoint_every_updates=2",
+                                      config),
+                          dir);
+  INFO(first.err);
+  REQUIRE(first.status == 0);
+  auto run = only_run(dir.path / "out");
+  const auto header = split(lines_of(read_file(run / "metrics.csv"))[0], ',');
+  const std::vector<std::string> extra = {
+    "episode.reward_dist_mean", "episode.reward_ctrl_mean", "mujoco_instability_warnings",
+    "mujoco_other_warnings", "mujoco_non_finite_states"};
+  REQUIRE(header.size() == troupe::actors::metrics_column_count + extra.size());
+  for (size_t k = 0; k < troupe::actors::metrics_column_count; ++k)
+    CHECK(header[k] == troupe::actors::metrics_columns[k]);
+  for (size_t k = 0; k < extra.size(); ++k)
+    CHECK(header[troupe::actors::metrics_column_count + k] == extra[k]);
+  auto rows = read_metrics(run);
+  REQUIRE(rows.size() >= 4);
+  for (auto& r : rows) {
+    // 256 steps of one environment finish at least four 51-step episodes.
+    const double dist = std::stod(r.at("episode.reward_dist_mean"));
+    const double ctrl = std::stod(r.at("episode.reward_ctrl_mean"));
+    CHECK(dist < 0);
+    CHECK(ctrl < 0);
+    CHECK(r.at("mujoco_instability_warnings") == "0");
+  }
+  check_jsonl_matches_csv(run);
+
+  auto again = run_troupe(
+    fmt::format("train --resume '{}' --set algo.total_env_steps=2048", run.string()),
+    dir);
+  INFO(again.err);
+  REQUIRE(again.status == 0);
+  CHECK(split(lines_of(read_file(run / "metrics.csv"))[0], ',') == header);
+  auto resumed = read_metrics(run); // every row has the header's cell count
+  REQUIRE(resumed.size() > rows.size());
+  CHECK(std::stoull(resumed.back().at("env_steps")) == 2048);
+  check_jsonl_matches_csv(run);
 }
