@@ -12,33 +12,16 @@
 #include <algorithm>
 #include <limits>
 
-#include "envs/mujoco/mujoco_env.hpp"
+#include "envs/mujoco/planar_walker.hpp"
 
 namespace troupe::envs::mujoco {
 
 /// The Walker2d-v4 task, with v4's default weights and healthy ranges.
-struct walker2d : mujoco_task {
-  static constexpr int frame_skip = 4;
-  static constexpr double forward_reward_weight = 1.0;
-  static constexpr double ctrl_cost_weight = 1e-3;
-  static constexpr double healthy_reward = 1.0;
+struct walker2d : planar_walker<walker2d, 9, 9, 6> {
   static constexpr double healthy_z_min = 0.8, healthy_z_max = 2.0;
   static constexpr double healthy_angle_min = -1.0, healthy_angle_max = 1.0;
-  static constexpr double reset_noise_scale = 5e-3;
-  /// Observed velocities are clipped to [-velocity_clip, velocity_clip].
-  static constexpr double velocity_clip = 10.0;
-  static constexpr int nq = 9, nv = 9, nu = 6;
 
-  /// The last step's terms, as v4's info names them.
-  double x_position = 0; ///< rootx after the step
-  double x_velocity = 0; ///< (rootx after - rootx before) / dt
-  /// The last step's reward terms, under v5's info names (v4's info has
-  /// none).
-  double reward_forward = 0; ///< forward_reward_weight * x_velocity
-  double reward_ctrl = 0;    ///< -ctrl_cost_weight * sum(action^2)
-  double reward_survive = 0; ///< healthy_reward (paid on every step)
-
-  walker2d() : mujoco_task("walker2d.xml", frame_skip) {}
+  walker2d() : planar_walker("walker2d.xml") {}
 
   /// Id, spaces (Box(-inf, inf, (17,)); Box(-1, 1, (6,))) and time limit 1000.
   static env_spec make_spec() {
@@ -50,63 +33,11 @@ struct walker2d : mujoco_task {
                                          "leg_left_joint", "foot_left_joint"})};
   }
 
-  /// qpos0 + U(-0.005, 0.005) per position, then U(-0.005, 0.005) per velocity.
-  void reset(rng& r) noexcept {
-    double qpos_noise[nq], qvel_noise[nv];
-    for (double& x : qpos_noise)
-      x = r.uniform(-reset_noise_scale, reset_noise_scale);
-    for (double& x : qvel_noise)
-      x = r.uniform(-reset_noise_scale, reset_noise_scale);
-    reset_to(qpos_noise, qvel_noise);
-  }
-
   /// v4's is_healthy: rootz in (0.8, 2.0) and rooty in (-1, 1).
   bool is_healthy() const noexcept {
     const double z = data().qpos[1], angle = data().qpos[2];
     return healthy_z_min < z && z < healthy_z_max && healthy_angle_min < angle &&
            angle < healthy_angle_max;
-  }
-
-  /// The reward terms of reward_terms(), in order.
-  static std::vector<std::string> reward_term_names() {
-    return {"reward_forward", "reward_ctrl", "reward_survive"};
-  }
-
-  /// Writes the last step's reward terms (reward_forward, reward_ctrl, reward_survive).
-  void reward_terms(double* out) const noexcept {
-    out[0] = reward_forward;
-    out[1] = reward_ctrl;
-    out[2] = reward_survive;
-  }
-
-  /// One step: the forward reward plus the healthy reward minus the control
-  /// cost; terminated when unhealthy.
-  model_step step(const float* action) noexcept {
-    const double x_before = data().qpos[0];
-    const bool finite = simulate(action);
-    x_position = data().qpos[0];
-    x_velocity = (x_position - x_before) / dt();
-    // As HalfCheetah: the cost in float32 from the float32 action (NumPy 2).
-    float sum_of_squares = 0.0f;
-    for (int i = 0; i < nu; ++i)
-      sum_of_squares += action[i] * action[i];
-    const float ctrl_cost = static_cast<float>(ctrl_cost_weight) * sum_of_squares;
-    // v4: (forward_reward + healthy_reward) - ctrl_cost, in that order.
-    const double rewards = forward_reward_weight * x_velocity + healthy_reward;
-    reward_forward = forward_reward_weight * x_velocity;
-    reward_ctrl = -static_cast<double>(ctrl_cost);
-    reward_survive = healthy_reward;
-    return {rewards - static_cast<double>(ctrl_cost), !finite || !is_healthy()};
-  }
-
-  /// qpos[1:], then qvel clipped to [-10, 10], as float32.
-  void observe(float* obs) const noexcept {
-    const mjData& d = data();
-    for (int i = 1; i < nq; ++i)
-      obs[i - 1] = static_cast<float>(d.qpos[i]);
-    for (int i = 0; i < nv; ++i)
-      obs[nq - 1 + i] =
-        static_cast<float>(std::clamp(d.qvel[i], -velocity_clip, velocity_clip));
   }
 };
 
