@@ -1,5 +1,5 @@
 # The layers and what each may include (docs/architecture.md):
-#   kernels < envs < learners < actors < runtime < cli
+#   base < kernels < envs < learners < actors < edge < runtime < cli
 # Each layer folder has a CMakeLists.txt that makes its library with
 # troupe_layer() and names the folders it may include with troupe_layer_view().
 # A layer's sources see the repository only through that view, so an include

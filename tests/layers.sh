@@ -39,15 +39,17 @@ check() {
   done < <(find "$folder" "${prune[@]}" -type f \( -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' \) -print)
 }
 
-check kernels "kernels" ""
-check envs "kernels envs" ""
-check learners "kernels envs learners" ""
-check actors "kernels envs learners actors" ""
-check runtime "kernels envs learners actors runtime" "runtime/cli runtime/embed" cli embed
-check runtime/embed "kernels envs learners actors runtime" "runtime/cli"
+check base "base" ""
+check kernels "base kernels" ""
+check envs "base kernels envs" ""
+check learners "base kernels envs learners" ""
+check actors "base kernels envs learners actors" ""
+check edge "base kernels envs learners actors edge" ""
+check runtime "base kernels envs learners actors edge runtime" "runtime/cli runtime/embed" cli embed
+check runtime/embed "base kernels envs learners actors edge runtime" "runtime/cli"
 
 # Below actors nothing knows CAF.
-if caf=$(grep -rlE '^\s*#\s*include\s+<caf/' kernels envs learners); then
+if caf=$(grep -rlE '^\s*#\s*include\s+<caf/' base kernels envs learners); then
   echo "layers: CAF included below actors/: $caf"
   failed=1
 fi
