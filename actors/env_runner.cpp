@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "kernels/moments.hpp"
 #include "learners/model.hpp"
 
@@ -24,7 +24,7 @@ policy_fn make_random_policy(const envs::space& action_space) {
   else
     for (size_t j = 0; j < action_space.size(); ++j)
       lp -= std::log(static_cast<double>(action_space.high[j]) - action_space.low[j]);
-  return [space = action_space, lp](const float*, size_t num_envs, kernels::rng& gen,
+  return [space = action_space, lp](const float*, size_t num_envs, base::rng& gen,
                                     float* actions, float* logp) {
     const size_t ad = space.size();
     for (size_t i = 0; i < num_envs; ++i) {
@@ -52,15 +52,12 @@ float normalize_reward(float reward, double var, double epsilon, double clip) no
 
 namespace {
 
-// The runner's message to itself between two batches, so that status
-// requests are answered while a long collection is under way. Local only.
-using next_atom = caf::atom_constant<caf::atom("next_batch")>;
 
 struct runner_state {
   env_runner_options opts;
   std::shared_ptr<envs::vector_env> env;
   policy_fn policy;
-  kernels::rng gen; // the policy's randomness
+  base::rng gen; // the policy's randomness
   caf::actor consumer;
   caf::actor keeper;
   std::shared_ptr<learners::stats_view> view;
@@ -517,7 +514,7 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
 } // namespace
 
 uint64_t resume_seed(uint64_t runner_seed, uint64_t batch) noexcept {
-  return kernels::rng(runner_seed ^ (batch * 0x9e3779b97f4a7c15ull)).next();
+  return base::rng(runner_seed ^ (batch * 0x9e3779b97f4a7c15ull)).next();
 }
 
 result<bool> continue_envs(envs::vector_env& env, const env_runner_state& state,
@@ -552,7 +549,7 @@ status check_runner_state(const env_runner_state& state, const envs::vector_env&
   if (state.env.with_state && env.can_save_state())
     if (auto ok = env.check_state(state.env); !ok)
       return fail(ok.err());
-  if (!kernels::rng::valid_state(state.gen))
+  if (!base::rng::valid_state(state.gen))
     return fail(make_error(errc::invalid_argument,
                            "gen (the policy's generator) must not be all zero, got 0, 0, "
                            "0, 0"));

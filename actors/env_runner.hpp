@@ -60,7 +60,7 @@
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "envs/vector_env.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "learners/stats_view.hpp"
 
 namespace troupe::actors {
@@ -74,7 +74,7 @@ namespace troupe::actors {
 /// (which ends the runner with that error, naming it).
 using policy_fn =
   std::function<result<uint64_t>(const float* observations, size_t num_envs,
-                                 kernels::rng& gen, float* actions, float* logp)>;
+                                 base::rng& gen, float* actions, float* logp)>;
 
 /// A policy that draws uniformly random valid actions (version 0).
 policy_fn make_random_policy(const envs::space& action_space);
@@ -145,7 +145,7 @@ status check_runner_state(const env_runner_state& state, const envs::vector_env&
 
 /// The seed of the fresh episodes a runner with seed `runner_seed` starts
 /// when it resumes, at batch `batch`, over environments that saved no state:
-/// the first draw of kernels::rng(runner_seed ^ (batch * 0x9e3779b97f4a7c15)).
+/// the first draw of base::rng(runner_seed ^ (batch * 0x9e3779b97f4a7c15)).
 uint64_t resume_seed(uint64_t runner_seed, uint64_t batch) noexcept;
 
 /// Puts `env` where `state` (checked by check_runner_state) left it: restores

@@ -12,10 +12,10 @@
 #include <boost/lockfree/queue.hpp>
 #include <fmt/format.h>
 
-#include "kernels/latest_value.hpp"
+#include "base/latest_value.hpp"
 #include "kernels/moments.hpp"
-#include "kernels/mutex.hpp"
-#include "kernels/rng.hpp"
+#include "base/mutex.hpp"
+#include "base/rng.hpp"
 #include "learners/mlp.hpp"
 #include "learners/rollout.hpp"
 
@@ -65,9 +65,9 @@ struct counter {
 // One slot's state, on cache lines of its own.
 struct alignas(64) slot_state {
   explicit slot_state(std::shared_ptr<const policy_snapshot> initial) : policy(initial) {}
-  kernels::latest_value<std::shared_ptr<const policy_snapshot>> policy;
+  base::latest_value<std::shared_ptr<const policy_snapshot>> policy;
   std::shared_ptr<learners::stats_view> view;
-  kernels::rng gen;
+  base::rng gen;
   segment* seg = nullptr;
   bool acted = false; // act done, report pending
   size_t row = 0;     // the row act began
@@ -113,7 +113,7 @@ struct game_agent::impl {
   std::shared_ptr<slot_array> slots;
   segment_queue ready;     // complete segments, oldest first
   segment_queue free_list; // segments to fill
-  kernels::mutex pool_mtx;
+  base::mutex pool_mtx;
   // Owns every segment.
   std::vector<std::unique_ptr<segment>> pool TROUPE_GUARDED_BY(pool_mtx);
   std::atomic<size_t> queued{0};              // segments in `ready` (reserved)
@@ -122,11 +122,11 @@ struct game_agent::impl {
   std::atomic<size_t> waker_count{0};
   // Serializes add_waker; the wakers are read without it, up to the
   // waker_count it publishes.
-  kernels::mutex waker_mtx;
-  kernels::mutex space_mtx; // block_when_full: space_cv's (the counts are atomic)
+  base::mutex waker_mtx;
+  base::mutex space_mtx; // block_when_full: space_cv's (the counts are atomic)
   std::condition_variable space_cv;
   std::atomic<int> blocked{0};
-  kernels::mutex returns_mtx;
+  base::mutex returns_mtx;
   std::array<double, 100> recent TROUPE_GUARDED_BY(returns_mtx) = {};
   size_t recent_count TROUPE_GUARDED_BY(returns_mtx) = 0;
   size_t recent_next TROUPE_GUARDED_BY(returns_mtx) = 0;
@@ -134,7 +134,7 @@ struct game_agent::impl {
   segment* new_segment() {
     auto s = std::make_unique<segment>(opts.steps_per_segment, od, ad);
     segment* p = s.get();
-    kernels::mutex_lock guard(pool_mtx);
+    base::mutex_lock guard(pool_mtx);
     pool.push_back(std::move(s));
     return p;
   }
@@ -230,7 +230,7 @@ struct game_agent::impl {
     if (!room && opts.block_when_full) {
       const auto deadline = std::chrono::steady_clock::now() + opts.block_timeout;
       blocked.fetch_add(1);
-      kernels::mutex_lock lock(space_mtx);
+      base::mutex_lock lock(space_mtx);
       while (!(room = reserve_space()) && !is_closed.load())
         if (lock.wait_until(space_cv, deadline) == std::cv_status::timeout) {
           room = reserve_space();
@@ -275,7 +275,7 @@ struct game_agent::impl {
   }
 
   void note_return(double r) {
-    kernels::mutex_lock guard(returns_mtx);
+    base::mutex_lock guard(returns_mtx);
     recent[recent_next] = r;
     recent_next = (recent_next + 1) % recent.size();
     recent_count = std::min(recent_count + 1, recent.size());
@@ -528,7 +528,7 @@ uint64_t game_agent::policy_version() const noexcept {
 void game_agent::close() {
   auto& m = *impl_;
   m.is_closed.store(true, std::memory_order_release);
-  kernels::mutex_lock lock(m.space_mtx);
+  base::mutex_lock lock(m.space_mtx);
   m.space_cv.notify_all();
 }
 
@@ -572,7 +572,7 @@ game_agent_counters game_agent::counters() const {
     c.abandoned_episodes += s->abandoned_episodes.get();
   }
   c.policy_version = m.slots->version.load(std::memory_order_relaxed);
-  kernels::mutex_lock guard(m.returns_mtx);
+  base::mutex_lock guard(m.returns_mtx);
   if (m.recent_count > 0) {
     double sum = 0;
     for (size_t i = 0; i < m.recent_count; ++i)
@@ -613,7 +613,7 @@ bool game_agent::take_segment(trajectory_batch& b, size_t column,
   g->reset();
   m.free_list.push(g);
   if (m.blocked.load() > 0) {
-    kernels::mutex_lock lock(m.space_mtx);
+    base::mutex_lock lock(m.space_mtx);
     m.space_cv.notify_all();
   }
   return true;
@@ -621,7 +621,7 @@ bool game_agent::take_segment(trajectory_batch& b, size_t column,
 
 size_t game_agent::add_waker(std::function<void()> wake) {
   auto& m = *impl_;
-  kernels::mutex_lock guard(m.waker_mtx);
+  base::mutex_lock guard(m.waker_mtx);
   const size_t id = m.waker_count.load();
   if (id >= max_wakers)
     return SIZE_MAX;

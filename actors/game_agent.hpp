@@ -11,7 +11,7 @@
 //                                completes the slot's transition
 //
 // What act reads. Each slot keeps its own latest-value slot
-// (kernels/latest_value.hpp) of the policy, filled by the policy store when
+// (base/latest_value.hpp) of the policy, filled by the policy store when
 // the parameter server publishes a version, and its own statistics view
 // (learners/stats_view.hpp) fed by the statistics keeper. Both are read
 // wait-free: no lock, no message, no allocation once the slot's buffers have
@@ -93,7 +93,7 @@
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy_store.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "learners/stats_view.hpp"
 
 namespace troupe::actors {

@@ -18,7 +18,7 @@
 #include "actors/policy_store.hpp"
 #include "actors/stats_keeper.hpp"
 #include "envs/registry.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 
 namespace troupe::actors {
 
@@ -68,7 +68,7 @@ class plain_network {
 public:
   plain_network(size_t in, const std::vector<int64_t>& hidden, size_t out,
                 uint64_t seed) {
-    kernels::rng gen(seed);
+    base::rng gen(seed);
     size_t width = in;
     auto add = [&](size_t next) {
       layer l{width, next, std::vector<float>(width * next), std::vector<float>(next)};

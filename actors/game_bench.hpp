@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <cstddef>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::actors {
 

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "learners/algorithm.hpp"
 #include "learners/backend.hpp"
 #include "learners/optimizer.hpp"
@@ -45,7 +45,7 @@ struct learner_work {
   learners::actor_critic current; // the weights of the last reply
   uint64_t version = 0;
   std::vector<float> buffers;
-  kernels::rng gen;
+  base::rng gen;
   uint64_t env_steps_learned = 0;
   uint64_t restarts = 0;
   // The batch being learned: its environment steps go with its last gradient,
@@ -334,7 +334,7 @@ public:
   learner_host(caf::blocking_actor* self, learner_work& w, double lr)
     : self_(self), w_(w), lr_(lr) {}
   learners::learner_backend& backend() override { return *w_.backend; }
-  kernels::rng& generator() override { return w_.gen; }
+  base::rng& generator() override { return w_.gen; }
   status load_weights() override {
     if (!actors::load_weights(w_))
       return make_error(errc::device_error, "cannot load the weights into the backend");

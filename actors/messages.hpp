@@ -12,28 +12,13 @@
 #include <caf/all.hpp>
 
 #include "envs/vector_env.hpp"
+#include "actors/atoms.hpp"
 #include "actors/raw_array.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "learners/stats_view.hpp"
 
 namespace troupe::actors {
 
-// -- atoms (CAF 0.17: at most 10 characters) ---------------------------------
-
-using declare_atom = caf::atom_constant<caf::atom("declare")>;
-using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
-using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
-using status_atom = caf::atom_constant<caf::atom("status")>;
-using save_atom = caf::atom_constant<caf::atom("save")>;
-using load_atom = caf::atom_constant<caf::atom("load")>;
-using publish_atom = caf::atom_constant<caf::atom("publish")>;
-using sync_atom = caf::atom_constant<caf::atom("sync")>;
-using ack_atom = caf::atom_constant<caf::atom("ack")>;
-using fence_atom = caf::atom_constant<caf::atom("fence")>;
-using leave_atom = caf::atom_constant<caf::atom("leave")>;
-using join_atom = caf::atom_constant<caf::atom("join")>;
-using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
-using flush_atom = caf::atom_constant<caf::atom("flush")>;
 
 // -- statistics --------------------------------------------------------------
 
@@ -153,7 +138,6 @@ typename Inspector::result_type inspect(Inspector& f, stream_status& x) {
 
 // -- environment runner ------------------------------------------------------
 
-using collect_atom = caf::atom_constant<caf::atom("collect")>;
 
 /// A fixed-length batch of experience from one environment runner: T steps of
 /// N environments, time-major ([t][env][...]). With next-step autoreset, a
@@ -258,19 +242,6 @@ inline bool nothing_to_restore(const env_runner_state& s) {
 
 // -- training: parameter server, learner, metrics ----------------------------
 
-using gradient_atom = caf::atom_constant<caf::atom("gradient")>;
-using weights_atom = caf::atom_constant<caf::atom("weights")>;
-using state_atom = caf::atom_constant<caf::atom("state")>;
-using stop_atom = caf::atom_constant<caf::atom("stop")>;
-using done_atom = caf::atom_constant<caf::atom("done")>;
-using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;
-using row_atom = caf::atom_constant<caf::atom("row")>;
-using ready_atom = caf::atom_constant<caf::atom("ready")>;
-using runner_atom = caf::atom_constant<caf::atom("runner")>;
-/// A checkpoint's consistent cut: runners stop between batches, learners
-/// learn what they were sent, then (release_atom) lets the cast go on.
-using hold_atom = caf::atom_constant<caf::atom("hold")>;
-using release_atom = caf::atom_constant<caf::atom("release")>;
 
 /// One learner's gradient for the parameter server. With incarnation != 0 the
 /// server applies it at most once per (worker, incarnation, learner, sequence)

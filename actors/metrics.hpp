@@ -37,8 +37,6 @@
 
 namespace troupe::actors {
 
-using hosts_atom = caf::atom_constant<caf::atom("hosts")>;
-using tally_atom = caf::atom_constant<caf::atom("tally")>;
 
 /// The columns of metrics.csv, in order.
 extern const char* const metrics_columns[];

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "learners/mlp.hpp"
 #include "learners/rollout.hpp"
 
@@ -22,9 +22,9 @@ void policy_store::publish(uint64_t version, const float* params, const float* b
   if (buffers)
     std::copy(buffers, buffers + next->model.buffer_count(), next->model.buffers());
   std::shared_ptr<const policy_snapshot> published = next;
-  kernels::mutex_lock listening(listeners_mtx_);
+  base::mutex_lock listening(listeners_mtx_);
   {
-    kernels::mutex_lock guard(mtx_);
+    base::mutex_lock guard(mtx_);
     if (!versions_.empty() && versions_.back()->version >= version && version != 0)
       return;
     versions_.push_back(std::move(next));
@@ -37,18 +37,18 @@ void policy_store::publish(uint64_t version, const float* params, const float* b
 }
 
 void policy_store::subscribe(listener l) {
-  kernels::mutex_lock listening(listeners_mtx_);
+  base::mutex_lock listening(listeners_mtx_);
   if (l(latest()))
     listeners_.push_back(std::move(l));
 }
 
 std::shared_ptr<const policy_snapshot> policy_store::latest() const {
-  kernels::mutex_lock guard(mtx_);
+  base::mutex_lock guard(mtx_);
   return versions_.back();
 }
 
 std::shared_ptr<const policy_snapshot> policy_store::at(uint64_t version) const {
-  kernels::mutex_lock guard(mtx_);
+  base::mutex_lock guard(mtx_);
   for (auto i = versions_.rbegin(); i != versions_.rend(); ++i)
     if ((*i)->version == version)
       return *i;
@@ -95,7 +95,7 @@ policy_fn make_store_policy(std::shared_ptr<policy_store> store, size_t steps_pe
   st->store = std::move(store);
   st->steps_per_batch = std::max<size_t>(steps_per_batch, 1);
   st->deterministic = deterministic;
-  return [st](const float* obs, size_t num_envs, kernels::rng& gen, float* actions,
+  return [st](const float* obs, size_t num_envs, base::rng& gen, float* actions,
               float* logp) -> result<uint64_t> {
     ++st->calls;
     if (!st->current || (st->calls - 1) % st->steps_per_batch == 0)

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "actors/env_runner.hpp"
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 #include "learners/model.hpp"
 
 namespace troupe::actors {
@@ -53,9 +53,9 @@ public:
   void subscribe(listener l) TROUPE_EXCLUDES(listeners_mtx_, mtx_);
 
 private:
-  mutable kernels::mutex mtx_;
+  mutable base::mutex mtx_;
   // Serializes listener calls.
-  kernels::mutex listeners_mtx_ TROUPE_ACQUIRED_BEFORE(mtx_);
+  base::mutex listeners_mtx_ TROUPE_ACQUIRED_BEFORE(mtx_);
   std::vector<listener> listeners_ TROUPE_GUARDED_BY(listeners_mtx_);
   // Oldest first.
   std::deque<std::shared_ptr<const policy_snapshot>> versions_ TROUPE_GUARDED_BY(mtx_);

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "actors/stats_streams.hpp"
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace troupe::actors {
 
@@ -240,14 +240,14 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
 // The subscriber's side of the first answer: set once by the feeder, waited
 // on (bounded) by subscribe_view.
 struct first_answer {
-  kernels::mutex mtx;
+  base::mutex mtx;
   std::condition_variable cv;
   bool done TROUPE_GUARDED_BY(mtx) = false;
   // Empty: the view holds the keeper's snapshot.
   std::string problem TROUPE_GUARDED_BY(mtx);
   void settle(std::string why) {
     {
-      kernels::mutex_lock guard(mtx);
+      base::mutex_lock guard(mtx);
       done = true;
       problem = std::move(why);
     }
@@ -307,7 +307,7 @@ subscribe_view(caf::actor_system& sys, const caf::actor& keeper,
   auto first = std::make_shared<first_answer>();
   sys.spawn(view_feeder, keeper, stream, std::weak_ptr<learners::stats_view>(view),
             first);
-  kernels::mutex_lock guard(first->mtx);
+  base::mutex_lock guard(first->mtx);
   if (!guard.wait_for(first->cv, timeout,
                       [&]() TROUPE_REQUIRES(first->mtx) { return first->done; }))
     return make_error(errc::unavailable,

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "kernels/moments.hpp"
 #include "learners/stats_view.hpp"
 

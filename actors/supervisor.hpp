@@ -82,7 +82,6 @@ struct runner_request {
 /// before the runner's first step.
 using runner_factory = std::function<caf::actor(const runner_request&)>;
 
-using learners_atom = caf::atom_constant<caf::atom("learners")>;
 
 /// One learner of the cast.
 struct learner_plan {

@@ -39,7 +39,7 @@ const char* __tsan_default_suppressions() {
   // lock-free pipes (ypipe_t over atomic_ptr_t), whose atomic operations are
   // then invisible to TSan: the I/O thread's memcpy of a message that the
   // sender's thread allocated in libzmq is reported as a race (the remote
-  // environment server's tests, actors/remote_server.cpp). Only races with
+  // environment server's tests, edge/remote_server.cpp). Only races with
   // a frame in libzmq are suppressed. With CURVE (bench remote's encrypted
   // rows) libzmq's I/O thread encrypts and decrypts those messages in Debian's
   // libsodium23, not instrumented either, so a report can hold only

@@ -43,7 +43,7 @@
 
 #include "envs/env.hpp"
 #include "envs/registry.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 
 namespace troupe::envs {
 
@@ -100,7 +100,7 @@ private:
 
   env_spec spec_;
   env_callbacks callbacks_;
-  kernels::rng seeds_;
+  base::rng seeds_;
   std::vector<float> scratch_;       // clipped actions, set_state's observation
   std::optional<error> reset_error_; // a failed reset, reported by the next step
   uint64_t episode_ = 0;             // episodes started (1 after the first reset)

@@ -6,7 +6,7 @@
 
 #include "envs/cartpole.hpp"
 #include "envs/fast_math.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 
 namespace troupe::envs {
 

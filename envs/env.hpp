@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "envs/space.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::envs {
 
@@ -95,7 +95,7 @@ public:
   /// Sets the time-limit counter, as if `steps` steps had been taken.
   virtual void set_elapsed_steps(int steps) noexcept = 0;
 
-  /// The four words of the environment's generator (kernels::rng::state):
+  /// The four words of the environment's generator (base::rng::state):
   /// restoring them continues the stream the next reset draws from.
   virtual std::array<uint64_t, 4> rng_state() const noexcept = 0;
 

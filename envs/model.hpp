@@ -50,12 +50,12 @@
 #include "envs/env.hpp"
 #include "envs/registry.hpp"
 #include "envs/vector_env.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 
 namespace troupe::envs {
 
-/// The environments' generator (kernels/rng.hpp).
-using kernels::rng;
+/// The environments' generator (base/rng.hpp).
+using base::rng;
 
 /// What a model's step returns.
 struct model_step {

@@ -17,7 +17,7 @@
 #include "envs/mountain_car_continuous.hpp"
 #include "envs/mujoco/tasks.hpp"
 #include "envs/pendulum.hpp"
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace troupe::envs {
 
@@ -155,7 +155,7 @@ registration cartpole_registration() {
 }
 
 struct table {
-  kernels::shared_mutex mutex;
+  base::shared_mutex mutex;
   // In registration order.
   std::vector<std::shared_ptr<const registration>> entries TROUPE_GUARDED_BY(mutex);
   size_t builtins TROUPE_GUARDED_BY(mutex) = 0; // the first entries
@@ -192,7 +192,7 @@ table& the_table() {
     auto* made = new table;
     // No other thread sees the table yet; locked so that the analysis sees
     // every entry written under its lock.
-    kernels::writer_lock lock(made->mutex);
+    base::writer_lock lock(made->mutex);
     std::vector<registration> builtins = {
       cartpole_registration(), model_registration<pendulum>(),
       model_registration<mountain_car>(), model_registration<mountain_car_continuous>(),
@@ -219,7 +219,7 @@ std::vector<std::string> ids_locked(const table& t) TROUPE_REQUIRES_SHARED(t.mut
 
 result<std::shared_ptr<const registration>> find_registration(const std::string& id) {
   table& t = the_table();
-  kernels::reader_lock lock(t.mutex);
+  base::reader_lock lock(t.mutex);
   for (auto& r : t.entries)
     if (r->spec.id == id)
       return r;
@@ -241,13 +241,13 @@ error no_instances(const std::string& id) {
 
 status register_env(registration r) {
   table& t = the_table();
-  kernels::writer_lock lock(t.mutex);
+  base::writer_lock lock(t.mutex);
   return add_locked(t, std::move(r));
 }
 
 status unregister_env(const std::string& id) {
   table& t = the_table();
-  kernels::writer_lock lock(t.mutex);
+  base::writer_lock lock(t.mutex);
   auto it = std::find_if(t.entries.begin(), t.entries.end(),
                          [&](auto& r) { return r->spec.id == id; });
   if (it == t.entries.end())
@@ -264,7 +264,7 @@ status unregister_env(const std::string& id) {
 
 std::vector<registration> registry() {
   table& t = the_table();
-  kernels::reader_lock lock(t.mutex);
+  base::reader_lock lock(t.mutex);
   std::vector<registration> out;
   for (auto& r : t.entries)
     out.push_back(*r);
@@ -273,7 +273,7 @@ std::vector<registration> registry() {
 
 std::vector<std::string> registered_ids() {
   table& t = the_table();
-  kernels::reader_lock lock(t.mutex);
+  base::reader_lock lock(t.mutex);
   return ids_locked(t);
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::envs {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/worker_pool.hpp"
+#include "base/worker_pool.hpp"
 
 namespace troupe::envs {
 
@@ -27,7 +27,7 @@ vector_env::vector_env(env_spec spec, size_t num_envs, size_t threads,
   size_t useful = std::max<size_t>(1, num_envs / std::max<size_t>(1, min_per_thread));
   chunks_ = std::max<size_t>(1, std::min(threads, useful));
   if (chunks_ > 1)
-    pool_ = std::make_unique<kernels::worker_pool>(chunks_ - 1);
+    pool_ = std::make_unique<base::worker_pool>(chunks_ - 1);
 }
 
 vector_env::~vector_env() = default;

@@ -37,9 +37,9 @@
 
 #include "envs/env.hpp"
 
-namespace troupe::kernels {
+namespace troupe::base {
 class worker_pool;
-} // namespace troupe::kernels
+} // namespace troupe::base
 
 namespace troupe::envs {
 
@@ -139,7 +139,7 @@ public:
   /// Time-limit counter of environment i.
   virtual int elapsed_steps(size_t i) const = 0;
 
-  /// The four generator words of environment i (kernels::rng::state).
+  /// The four generator words of environment i (base::rng::state).
   virtual std::array<uint64_t, 4> rng_state(size_t i) const = 0;
 
   /// Everything the next steps depend on (see vector_env_state).
@@ -195,7 +195,7 @@ private:
   size_t chunks_;
   bool ready_ = false;
   bool clip_box_actions_ = false;
-  std::unique_ptr<kernels::worker_pool> pool_;
+  std::unique_ptr<base::worker_pool> pool_;
 };
 
 } // namespace troupe::envs

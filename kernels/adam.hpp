@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::kernels {
 

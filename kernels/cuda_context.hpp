@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::kernels {
 

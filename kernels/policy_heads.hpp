@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::kernels {
 

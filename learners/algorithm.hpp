@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.hpp"
-#include "kernels/rng.hpp"
+#include "base/error.hpp"
+#include "base/rng.hpp"
 #include "learners/backend.hpp"
 #include "learners/hyperparameters.hpp"
 #include "learners/losses.hpp"
@@ -92,7 +92,7 @@ public:
   /// The compute the losses run on.
   virtual learner_backend& backend() = 0;
   /// The generator minibatches are shuffled with.
-  virtual kernels::rng& generator() = 0;
+  virtual base::rng& generator() = 0;
   /// Loads the latest weights into the backend; call before every gradient.
   virtual status load_weights() = 0;
   /// Sends the backend's last gradient (of `samples` rows) and takes the

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "kernels/moments.hpp"
 #include "learners/losses.hpp"
 #include "learners/model.hpp"

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "learners/model.hpp"
 #include "learners/safetensors.hpp"
 #include "learners/stats_view.hpp"

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "kernels/moments.hpp"
-#include "kernels/worker_pool.hpp"
+#include "base/worker_pool.hpp"
 #include "learners/backend.hpp"
 
 namespace troupe::learners {
@@ -180,7 +180,7 @@ private:
   adam_optimizer optimizer_;
   std::vector<kernels::moments> moments_;
   std::vector<shard_state> shards_;
-  kernels::worker_pool pool_;
+  base::worker_pool pool_;
 };
 
 } // namespace

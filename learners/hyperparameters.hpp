@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::learners {
 

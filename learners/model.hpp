@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "learners/stats_view.hpp"
 
 namespace troupe::learners {

@@ -44,7 +44,7 @@ void vtrace_inputs(size_t rows, const uint8_t* terminated, const uint8_t* autore
   }
 }
 
-void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
+void sample_categorical(const float* logits, size_t rows, size_t n, base::rng& gen,
                         float* actions, float* logp, std::vector<double>& scratch) {
   scratch.resize(n); // each exp is computed once, for the sum and the draw
   double* e = scratch.data();
@@ -71,7 +71,7 @@ void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng
   }
 }
 
-void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
+void sample_categorical(const float* logits, size_t rows, size_t n, base::rng& gen,
                         float* actions, float* logp) {
   std::vector<double> scratch;
   sample_categorical(logits, rows, n, gen, actions, logp, scratch);
@@ -84,7 +84,7 @@ void most_likely_categorical(const float* logits, size_t rows, size_t n, float* 
   }
 }
 
-double standard_normal(kernels::rng& gen) {
+double standard_normal(base::rng& gen) {
   constexpr double two_pi = 6.283185307179586;
   double u1 = gen.unit();
   while (u1 <= 0)
@@ -94,7 +94,7 @@ double standard_normal(kernels::rng& gen) {
 }
 
 void sample_gaussian(const float* mean, const float* log_std, size_t rows, size_t d,
-                     kernels::rng& gen, float* actions, float* logp) {
+                     base::rng& gen, float* actions, float* logp) {
   constexpr double half_log_two_pi = 0.91893853320467274;
   for (size_t r = 0; r < rows; ++r) {
     double lp = 0;

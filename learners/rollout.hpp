@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "learners/model.hpp"
 
 namespace troupe::learners {
@@ -53,12 +53,12 @@ void vtrace_inputs(size_t rows, const uint8_t* terminated, const uint8_t* autore
 /// Draws one action per row from a categorical policy with `logits`
 /// [rows x n] into `actions` (as floats, the vector env's format) and writes
 /// the log-probability of each draw into `logp` (may be null).
-void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
+void sample_categorical(const float* logits, size_t rows, size_t n, base::rng& gen,
                         float* actions, float* logp);
 
 /// As above, with `scratch` (resized to n) instead of an allocation per call:
 /// the game agent's per-slot draws.
-void sample_categorical(const float* logits, size_t rows, size_t n, kernels::rng& gen,
+void sample_categorical(const float* logits, size_t rows, size_t n, base::rng& gen,
                         float* actions, float* logp, std::vector<double>& scratch);
 
 /// The most likely action of each row of a categorical policy's `logits`
@@ -69,9 +69,9 @@ void most_likely_categorical(const float* logits, size_t rows, size_t n, float* 
 /// log_std [d]) and writes the log-density of each draw into `logp` (may be
 /// null).
 void sample_gaussian(const float* mean, const float* log_std, size_t rows, size_t d,
-                     kernels::rng& gen, float* actions, float* logp);
+                     base::rng& gen, float* actions, float* logp);
 
 /// A standard normal draw (Box-Muller on two uniforms of `gen`).
-double standard_normal(kernels::rng& gen);
+double standard_normal(base::rng& gen);
 
 } // namespace troupe::learners

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::learners {
 

@@ -1,5 +1,5 @@
 // A statistics view: the latest published snapshot of one statistics stream,
-// readable without ever waiting. The buffer is kernels::latest_value (a
+// readable without ever waiting. The buffer is base::latest_value (a
 // triple buffer: the reader is wait-free, publishers take a mutex the reader
 // never touches), filled in place so that a publication allocates nothing
 // once the buffers have grown. One reader thread at a time: give every reader
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.hpp"
-#include "kernels/latest_value.hpp"
+#include "base/error.hpp"
+#include "base/latest_value.hpp"
 
 namespace troupe::learners {
 
@@ -69,7 +69,7 @@ private:
 
   size_t dim_;
   std::string stream_; // name given at construction, for messages
-  kernels::latest_value<stats_snapshot> buffer_;
+  base::latest_value<stats_snapshot> buffer_;
   std::atomic<uint64_t> published_version_{0};
 };
 

@@ -9,7 +9,7 @@
 #include <caf/all.hpp>
 
 #include "actors/messages.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::runtime {
 

@@ -8,7 +8,7 @@
 
 #include "actors/env_runner.hpp"
 #include "actors/learner.hpp"
-#include "actors/runner_state_file.hpp"
+#include "edge/runner_state_file.hpp"
 #include "actors/stats_keeper.hpp"
 
 namespace fs = std::filesystem;

@@ -18,7 +18,7 @@
 #include "actors/policy_store.hpp"
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "learners/algorithm.hpp"
 #include "learners/backend.hpp"
 #include "learners/model.hpp"

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "actors/messages.hpp"
-#include "actors/runner_state_file.hpp"
+#include "edge/runner_state_file.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/safetensors.hpp"
 #include "learners/stats_view.hpp"
@@ -118,7 +118,7 @@ result<std::string> write_checkpoint(caf::scoped_actor& self, const cast_handles
     return saved.err();
   // Every runner's state (environments, generators, episodes under way).
   if (auto ok =
-        actors::save_runner_states((tmp / "runners.safetensors").string(), snap.runners);
+        edge::save_runner_states((tmp / "runners.safetensors").string(), snap.runners);
       !ok)
     return ok.err();
   // Counters, the run seed and the learners' generators.

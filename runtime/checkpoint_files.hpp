@@ -14,7 +14,7 @@
 #include "actors/metrics.hpp"
 #include "actors/parameter_server.hpp"
 #include "actors/supervisor.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "learners/model.hpp"
 
 namespace troupe::runtime {

@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::runtime {
 

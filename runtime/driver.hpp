@@ -20,7 +20,7 @@
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "actors/supervisor.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "runtime/checkpoint_files.hpp"
 #include "runtime/system_shutdown.hpp"
 

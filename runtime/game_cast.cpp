@@ -8,7 +8,7 @@ namespace troupe::runtime {
 
 result<std::shared_ptr<actors::game_agent>>
 game_agent_source::wait(std::chrono::milliseconds timeout) {
-  kernels::mutex_lock lock(mutex);
+  base::mutex_lock lock(mutex);
   const bool made = lock.wait_for(ready, timeout, [&]() TROUPE_REQUIRES(mutex) {
     return held != nullptr || !failure.empty();
   });
@@ -21,7 +21,7 @@ game_agent_source::wait(std::chrono::milliseconds timeout) {
 }
 
 std::shared_ptr<actors::game_agent> game_agent_source::agent() {
-  kernels::mutex_lock lock(mutex);
+  base::mutex_lock lock(mutex);
   return held;
 }
 
@@ -29,7 +29,7 @@ runner_slot_factory game_feeder_factory(std::shared_ptr<game_agent_source> g) {
   return [g](caf::actor_system& sys, const runner_slot& slot) -> caf::actor {
     std::shared_ptr<actors::game_agent> made;
     {
-      kernels::mutex_lock lock(g->mutex);
+      base::mutex_lock lock(g->mutex);
       if (!g->held) {
         std::vector<std::shared_ptr<learners::stats_view>> views;
         if (slot.obs_norm) {

@@ -43,7 +43,7 @@ result<std::vector<std::string>> read_keys(const config& cfg, const std::string&
     if (b == std::string::npos)
       continue;
     const std::string word = line.substr(b, line.find_first_of(" \t\r", b) - b);
-    if (auto ok = actors::check_z85_key(word, fmt::format("{}:{}", path, number)); !ok)
+    if (auto ok = edge::check_z85_key(word, fmt::format("{}:{}", path, number)); !ok)
       return at_key(cfg, key, ok.err().message);
     if (one && !keys.empty())
       return at_key(cfg, key,
@@ -60,7 +60,7 @@ result<std::vector<std::string>> read_keys(const config& cfg, const std::string&
 }
 
 // remote.curve_*: both files or neither, read and checked before anything starts.
-status curve_settings(const config& cfg, actors::remote_server_options& so) {
+status curve_settings(const config& cfg, edge::remote_server_options& so) {
   const auto& secret_file = cfg.get_string("remote.curve_secret_key_file");
   const auto& allowed_file = cfg.get_string("remote.curve_allowed_clients_file");
   if (secret_file.empty() && allowed_file.empty())
@@ -113,8 +113,8 @@ bool is_remote(const config& cfg) {
   return cfg.get_string("env.id") == remote_env_id;
 }
 
-actors::remote::env_shape remote_shape(const config& cfg) {
-  actors::remote::env_shape s;
+edge::remote::env_shape remote_shape(const config& cfg) {
+  edge::remote::env_shape s;
   s.num_envs = static_cast<uint32_t>(cfg.get_int("remote.max_envs"));
   s.obs_dim = static_cast<uint32_t>(cfg.get_int("remote.obs_dim"));
   const auto n = cfg.get_int("remote.num_actions");
@@ -144,7 +144,7 @@ status register_remote_env(const config& cfg) {
 struct remote_run::impl {
   config cfg;
   std::shared_ptr<game_agent_source> source = std::make_shared<game_agent_source>();
-  std::unique_ptr<actors::remote_server> server;
+  std::unique_ptr<edge::remote_server> server;
   std::optional<session> inner;
   actors::log_sink log;
   bool started = false, closed = false;
@@ -193,7 +193,7 @@ remote_run::open(const config& cfg, std::string resume_dir, session_options opts
   p->source->name = "remote";
   p->source->env_id = remote_env_id;
   // The address first: a port in use stops the run before anything starts.
-  actors::remote_server_options so;
+  edge::remote_server_options so;
   so.bind = cfg.get_string("remote.bind");
   so.shape = remote_shape(cfg);
   so.min_envs = static_cast<uint32_t>(min_envs);
@@ -203,7 +203,7 @@ remote_run::open(const config& cfg, std::string resume_dir, session_options opts
   so.log = opts.log;
   if (auto ok = curve_settings(cfg, so); !ok)
     return ok.err();
-  auto server = actors::remote_server::bind(so, p->source->slots);
+  auto server = edge::remote_server::bind(so, p->source->slots);
   if (!server)
     return at_key(cfg, "remote.bind", server.err().message);
   p->server = std::move(*server);
@@ -243,8 +243,8 @@ session& remote_run::training() {
   return *impl_->inner;
 }
 
-actors::remote_server_counters remote_run::server_counters() const {
-  return impl_->server ? impl_->server->counters() : actors::remote_server_counters{};
+edge::remote_server_counters remote_run::server_counters() const {
+  return impl_->server ? impl_->server->counters() : edge::remote_server_counters{};
 }
 
 std::string remote_run::endpoint() const {

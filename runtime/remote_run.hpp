@@ -2,15 +2,15 @@
 // of docs/protocol.md): the [remote] section gives the spaces and the
 // server's settings; the run is the game-driven cast of the embedding API
 // (runtime/game_cast.hpp: game feeders in every runner slot, one game agent of
-// remote.max_envs slots) with a remote server (actors/remote_server.hpp)
+// remote.max_envs slots) with a remote server (edge/remote_server.hpp)
 // driving the agent.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "actors/remote_server.hpp"
-#include "kernels/error.hpp"
+#include "edge/remote_server.hpp"
+#include "base/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/session.hpp"
 
@@ -23,7 +23,7 @@ inline constexpr const char* remote_env_id = "remote";
 bool is_remote(const config& cfg);
 
 /// The spaces [remote] gives (obs_dim, num_actions or action_dim).
-actors::remote::env_shape remote_shape(const config& cfg);
+edge::remote::env_shape remote_shape(const config& cfg);
 
 /// Registers the environment "remote" with the spaces of cfg's [remote]
 /// section (replacing an earlier registration with other spaces), so that
@@ -54,7 +54,7 @@ public:
   session& training();
 
   /// The server's counters (zero before start()).
-  actors::remote_server_counters server_counters() const;
+  edge::remote_server_counters server_counters() const;
 
   /// The endpoint the server is bound to.
   std::string endpoint() const;

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "actors/runner_state_file.hpp"
+#include "edge/runner_state_file.hpp"
 #include "actors/stats_streams.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/model.hpp"
@@ -32,7 +32,7 @@ result<resume_point> read_resume_point(const std::string& resume_dir,
     // Checkpoints written before runner states were saved have no file.
     const auto runners_file = fs::path(folder) / "runners.safetensors";
     if (fs::exists(runners_file)) {
-      auto states = actors::load_runner_states(runners_file.string());
+      auto states = edge::load_runner_states(runners_file.string());
       if (!states)
         return states.err();
       for (auto& st : *states)

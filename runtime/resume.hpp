@@ -15,7 +15,7 @@
 #include "actors/log.hpp"
 #include "actors/metrics.hpp"
 #include "actors/parameter_server.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "learners/model.hpp"
 
 namespace troupe::runtime {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "runtime/config.hpp"
 
 namespace troupe::runtime {

@@ -17,7 +17,7 @@
 #include "actors/metrics.hpp"
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 #include "learners/backend.hpp"
 #include "learners/stats_view.hpp"
 #include "runtime/ask.hpp"
@@ -85,7 +85,7 @@ struct session::state {
   // The supervisor polls it; nonzero stops the run.
   std::shared_ptr<std::atomic<int>> stop_flag = std::make_shared<std::atomic<int>>(0);
 
-  mutable kernels::mutex mtx; // guards everything below
+  mutable base::mutex mtx; // guards everything below
   std::condition_variable changed;
   // Set by start() under mtx before the driver thread begins, and fixed
   // after: read without the lock.
@@ -104,9 +104,9 @@ struct session::state {
   std::optional<result<training_result>> outcome;
 
   // One checkpoint written at a time.
-  kernels::mutex checkpoint_mtx TROUPE_ACQUIRED_BEFORE(mtx);
+  base::mutex checkpoint_mtx TROUPE_ACQUIRED_BEFORE(mtx);
   // Held by save_checkpoint while it uses the system.
-  kernels::mutex call_mtx TROUPE_ACQUIRED_BEFORE(checkpoint_mtx, mtx);
+  base::mutex call_mtx TROUPE_ACQUIRED_BEFORE(checkpoint_mtx, mtx);
 
   /// Hands a line to the caller's sink (session_options::log), if any.
   void log(actors::log_level level, const std::string& line) const {
@@ -192,7 +192,7 @@ session::~session() {
   if (st_) {
     bool closed;
     {
-      kernels::mutex_lock lock(st_->mtx);
+      base::mutex_lock lock(st_->mtx);
       closed = st_->closed;
     }
     if (!closed)
@@ -211,7 +211,7 @@ status session::start() {
   if (!st_)
     return moved_from("start");
   auto& s = *st_;
-  kernels::mutex_lock lock(s.mtx);
+  base::mutex_lock lock(s.mtx);
   if (s.closed)
     return make_error(errc::invalid_argument, "session::start: the session is closed");
   if (s.started)
@@ -306,7 +306,7 @@ void session::state::drive(actors::cast_plan plan) {
     run_settings rs;
     rs.plan = std::move(plan);
     {
-      kernels::mutex_lock lock(mtx);
+      base::mutex_lock lock(mtx);
       rs.handles = handles;
     }
     rs.stop_flag = stop_flag;
@@ -321,10 +321,10 @@ void session::state::drive(actors::cast_plan plan) {
 
 result<std::string> session::state::checkpoint_with(caf::scoped_actor& self,
                                                     const actors::cast_snapshot& snap) {
-  kernels::mutex_lock lock(checkpoint_mtx);
+  base::mutex_lock lock(checkpoint_mtx);
   cast_handles h;
   {
-    kernels::mutex_lock l(mtx);
+    base::mutex_lock l(mtx);
     h = handles;
   }
   auto dir = write_checkpoint(self, h, run_dir,
@@ -375,7 +375,7 @@ std::string session::state::open_gate(const cast_handles& h,
 std::string session_events::on_ready(caf::scoped_actor&, const caf::actor& supervisor,
                                      const cast_handles& handles) {
   {
-    kernels::mutex_lock lock(s_.mtx);
+    base::mutex_lock lock(s_.mtx);
     s_.handles = handles;
     s_.supervisor = supervisor;
     s_.ready = true;
@@ -399,7 +399,7 @@ void session_events::on_log(actors::log_level level, const std::string& line) {
 }
 
 void session_events::on_progress(const run_progress& p) {
-  kernels::mutex_lock lock(s_.mtx);
+  base::mutex_lock lock(s_.mtx);
   if (p.counters) {
     s_.progress.env_steps = p.counters->env_steps;
     s_.progress.updates = p.counters->updates;
@@ -423,7 +423,7 @@ void session_events::on_done(const run_end&, const status& outcome) {
     out = std::move(*result_);
   else if (!outcome)
     out = outcome.err();
-  kernels::mutex_lock lock(s_.mtx);
+  base::mutex_lock lock(s_.mtx);
   s_.outcome = std::move(out);
   s_.finished = true;
   s_.progress.running = false;
@@ -499,7 +499,7 @@ result<training_result> session::state::finish(caf::scoped_actor& self, run_end&
     out.env_steps = final_counters->env_steps;
     out.updates = final_counters->updates;
     out.return_mean_100 = mean_of(final_counters->recent_returns);
-    kernels::mutex_lock lock(mtx);
+    base::mutex_lock lock(mtx);
     progress.env_steps = final_counters->env_steps;
     progress.updates = final_counters->updates;
     progress.episodes = final_counters->episodes;
@@ -543,7 +543,7 @@ progress_info session::progress() const {
   std::shared_ptr<actors::policy_store> store;
   progress_info out;
   {
-    kernels::mutex_lock lock(st_->mtx);
+    base::mutex_lock lock(st_->mtx);
     out = st_->progress;
     store = st_->store;
   }
@@ -559,10 +559,10 @@ result<std::string> session::save_checkpoint() {
   if (!st_)
     return moved_from("save_checkpoint");
   auto& s = *st_;
-  kernels::mutex_lock call(s.call_mtx);
+  base::mutex_lock call(s.call_mtx);
   caf::actor sup;
   {
-    kernels::mutex_lock lock(s.mtx);
+    base::mutex_lock lock(s.mtx);
     if (s.closed || !s.started)
       return make_error(errc::invalid_argument,
                         "session::save_checkpoint: the session {}",
@@ -589,7 +589,7 @@ result<std::string> session::save_checkpoint() {
       // The run may have reached its end between the check above and the
       // ask (its supervisor is then gone): wait for the session to see it
       // (bounded) and say so as above, not as a failure of the cast.
-      kernels::mutex_lock lock(s.mtx);
+      base::mutex_lock lock(s.mtx);
       if (lock.wait_for(s.changed, ready_timeout,
                         [&]() TROUPE_REQUIRES(s.mtx) { return s.finished; }))
         return make_error(errc::invalid_argument,
@@ -615,7 +615,7 @@ void session::request_stop() {
 result<bool> session::wait(std::chrono::milliseconds timeout) {
   if (!st_)
     return moved_from("wait");
-  kernels::mutex_lock lock(st_->mtx);
+  base::mutex_lock lock(st_->mtx);
   if (st_->closed)
     return make_error(errc::invalid_argument, "session::wait: the session is closed");
   if (!st_->started)
@@ -630,7 +630,7 @@ result<training_result> session::close() {
     return moved_from("close");
   auto& s = *st_;
   {
-    kernels::mutex_lock lock(s.mtx);
+    base::mutex_lock lock(s.mtx);
     if (s.closed)
       return make_error(errc::invalid_argument, "session::close: closed already");
     s.closed = true;
@@ -647,10 +647,10 @@ result<training_result> session::close() {
     s.driver_thread.join();
   {
     // A save_checkpoint under way on another thread ends before the system goes.
-    kernels::mutex_lock call(s.call_mtx);
+    base::mutex_lock call(s.call_mtx);
     {
       // Actor handles go before the system they belong to.
-      kernels::mutex_lock lock(s.mtx);
+      base::mutex_lock lock(s.mtx);
       s.handles.keeper = s.handles.server = s.handles.metrics = caf::actor{};
       s.supervisor = caf::actor{};
       s.gate = caf::actor{};
@@ -673,7 +673,7 @@ result<training_result> session::close() {
         (*s.outcome)->actor_system_left = true;
     }
   }
-  kernels::mutex_lock lock(s.mtx);
+  base::mutex_lock lock(s.mtx);
   s.progress.running = false;
   return std::move(*s.outcome);
 }
@@ -681,7 +681,7 @@ result<training_result> session::close() {
 std::string session::run_dir() const {
   if (!st_)
     return {};
-  kernels::mutex_lock lock(st_->mtx);
+  base::mutex_lock lock(st_->mtx);
   return st_->run_dir;
 }
 

@@ -19,7 +19,7 @@
 #include <string>
 
 #include "actors/log.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "runtime/cast.hpp"
 #include "runtime/config.hpp"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/session.hpp"
 

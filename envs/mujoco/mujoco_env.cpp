@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "envs/mujoco/model_files.hpp"
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace troupe::envs::mujoco {
 
@@ -38,8 +38,8 @@ void quiet_warnings() {
 }
 
 // MuJoCo's XML compiler keeps global state: one compile at a time.
-kernels::mutex& compile_mutex() {
-  static kernels::mutex m;
+base::mutex& compile_mutex() {
+  static base::mutex m;
   return m;
 }
 
@@ -88,7 +88,7 @@ result<model_ptr> compile_model(std::string_view xml, const std::string& name) {
   char error[1024] = "";
   mjModel* m = nullptr;
   {
-    kernels::mutex_lock lock(compile_mutex());
+    base::mutex_lock lock(compile_mutex());
     m = mj_loadXML(file_name.c_str(), vfs.get(), error, sizeof error);
   }
   mj_deleteVFS(vfs.get());
@@ -113,13 +113,13 @@ result<model_ptr> load_model_file(const std::string& path) {
 
 // The built-in models compiled so far, one per name, shared by every instance.
 struct compiled_models {
-  kernels::mutex mutex;
+  base::mutex mutex;
   std::map<std::string, model_ptr> by_name TROUPE_GUARDED_BY(mutex);
 };
 
 result<model_ptr> builtin_model(const std::string& name) {
   static compiled_models models;
-  kernels::mutex_lock lock(models.mutex);
+  base::mutex_lock lock(models.mutex);
   auto& compiled = models.by_name;
   if (auto it = compiled.find(name); it != compiled.end())
     return it->second;

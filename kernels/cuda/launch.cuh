@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::kernels::cuda_detail {
 

@@ -34,7 +34,7 @@
 
 #include "envs/mujoco/tasks.hpp"
 #include "envs/registry.hpp"
-#include "kernels/worker_pool.hpp"
+#include "base/worker_pool.hpp"
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/json.hpp"
@@ -125,7 +125,7 @@ public:
       mj_forward(m, data_.back().get());
     }
     if (threads_ > 1)
-      pool_ = std::make_unique<kernels::worker_pool>(threads_ - 1);
+      pool_ = std::make_unique<base::worker_pool>(threads_ - 1);
   }
 
   // One call: environment i resets (mj_resetData, mj_forward) where
@@ -167,7 +167,7 @@ private:
   envs::mujoco::task_physics physics_;
   size_t threads_;
   std::vector<std::unique_ptr<mjData, data_deleter>> data_;
-  std::unique_ptr<kernels::worker_pool> pool_;
+  std::unique_ptr<base::worker_pool> pool_;
 };
 
 // Steps per second of floor `f` replaying `pattern` (or never resetting),

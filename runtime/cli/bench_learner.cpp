@@ -20,7 +20,7 @@
 
 #include "actors/policy_store.hpp"
 #include "kernels/cuda_context.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "learners/backend.hpp"
 #include "learners/mlp.hpp"
 #include "runtime/cli/args.hpp"
@@ -248,7 +248,7 @@ bench_row time_acting(std::vector<int64_t> hidden, size_t rows, double min_secon
   auto policy = actors::make_store_policy(store, size_t{1} << 30);
   synthetic_batch data(rows);
   std::vector<float> actions(rows), logp(rows);
-  kernels::rng gen(7);
+  base::rng gen(7);
   for (int i = 0; i < 10; ++i) {
     auto acted = policy(data.obs.data(), rows, gen, actions.data(), logp.data());
     TROUPE_CHECK(acted.ok(), "the bench model acts: {}",

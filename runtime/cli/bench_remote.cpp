@@ -32,7 +32,7 @@
 
 #include "actors/game_agent.hpp"
 #include "actors/policy_store.hpp"
-#include "actors/remote_server.hpp"
+#include "edge/remote_server.hpp"
 #include "clients/cpp/troupe_remote.hpp"
 #include "envs/registry.hpp"
 #include "learners/model.hpp"
@@ -205,7 +205,7 @@ result<remote_figures> measure(size_t clients, size_t envs, double seconds,
     auto agent = actors::game_agent::create(o, store);
     if (!agent)
       return agent.err();
-    actors::remote_server_options so;
+    edge::remote_server_options so;
     so.bind = "tcp://127.0.0.1:*";
     so.shape.obs_dim = 4;
     so.shape.num_actions = 2;
@@ -214,7 +214,7 @@ result<remote_figures> measure(size_t clients, size_t envs, double seconds,
       so.curve_secret_key = curve->server_secret;
       so.curve_allowed_clients = {curve->client_public};
     }
-    auto server = actors::remote_server::bind(so, o.slots);
+    auto server = edge::remote_server::bind(so, o.slots);
     if (!server)
       return server.err();
     if (auto ok = (*server)->start(*agent); !ok)
@@ -306,12 +306,12 @@ int serve_only(size_t envs, int64_t seconds, uint64_t seed) {
   auto agent = actors::game_agent::create(o, store);
   if (!agent)
     return fail(exit_failure, fmt::format("bench remote: {}", agent.err().message));
-  actors::remote_server_options so;
+  edge::remote_server_options so;
   so.bind = "tcp://127.0.0.1:*";
   so.shape.obs_dim = 4;
   so.shape.num_actions = 2;
   so.log = [](const std::string&) {};
-  auto server = actors::remote_server::bind(so, o.slots);
+  auto server = edge::remote_server::bind(so, o.slots);
   if (!server)
     return fail(exit_failure, fmt::format("bench remote: {}", server.err().message));
   if (auto ok = (*server)->start(*agent); !ok)

@@ -23,6 +23,7 @@
 #include "actors/messages.hpp"
 #include "actors/stats_keeper.hpp"
 #include "runtime/cli/args.hpp"
+#include "runtime/cli/atoms.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/json.hpp"
 
@@ -31,9 +32,7 @@ namespace troupe::runtime {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-using run_atom = caf::atom_constant<caf::atom("run")>;
-using tick_atom = caf::atom_constant<caf::atom("tick")>;
-using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using actors::stop_atom;
 
 constexpr size_t bench_dim = 64;
 const std::string stream = "bench";

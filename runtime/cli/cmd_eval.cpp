@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "envs/registry.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/rollout.hpp"
 #include "runtime/cli/args.hpp"
@@ -77,7 +77,7 @@ result<episode_stats> run_episodes(const learners::policy_checkpoint& policy,
   const auto& action_space = env.spec().action_space;
   const size_t head = static_cast<size_t>(spec.head_dim());
   // The sampling stream is apart from the environments' seeds.
-  kernels::rng gen(options.seed ^ 0x5eed0fa11c7ull);
+  base::rng gen(options.seed ^ 0x5eed0fa11c7ull);
 
   std::vector<float> obs(env.spec().observation_space.size());
   std::vector<float> next_obs(obs.size());

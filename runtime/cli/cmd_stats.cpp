@@ -24,7 +24,7 @@ namespace troupe::runtime {
 
 namespace {
 
-using done_atom = caf::atom_constant<caf::atom("done")>;
+using actors::done_atom;
 
 const char* stream_name = "data";
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace troupe::runtime {
 
@@ -12,7 +12,7 @@ namespace {
 // One console for the whole process: lines from every thread in turn, and
 // whether a progress line waits for its newline.
 struct console {
-  kernels::mutex mtx;
+  base::mutex mtx;
   bool progress_open TROUPE_GUARDED_BY(mtx) = false;
 };
 
@@ -34,7 +34,7 @@ void end_progress_line_locked(console& c) TROUPE_REQUIRES(c.mtx) {
 actors::log_sink console_log() {
   return [](actors::log_level level, const std::string& line) {
     auto& c = the_console();
-    kernels::mutex_lock lock(c.mtx);
+    base::mutex_lock lock(c.mtx);
     if (level == actors::log_level::progress) {
       std::fputs("\r\033[K", stdout);
       std::fputs(line.c_str(), stdout);
@@ -52,7 +52,7 @@ actors::log_sink console_log() {
 
 void end_console_progress_line() {
   auto& c = the_console();
-  kernels::mutex_lock lock(c.mtx);
+  base::mutex_lock lock(c.mtx);
   end_progress_line_locked(c);
 }
 

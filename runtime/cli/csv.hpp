@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::runtime {
 

@@ -17,8 +17,6 @@ namespace troupe::cluster {
 /// Version of the join protocol; a worker of another version is refused.
 constexpr uint32_t protocol_version = 4;
 
-using join_atom = caf::atom_constant<caf::atom("join")>;
-
 /// A worker's request to join a run (sent to the coordinator's gate).
 struct join_request {
   uint32_t protocol = 0;            ///< protocol_version of the worker

@@ -9,7 +9,7 @@
 
 #include <caf/all.hpp>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "runtime/config.hpp"
 
 namespace troupe::cluster {

@@ -15,7 +15,7 @@
 #include "actors/messages.hpp"
 #include "actors/supervisor.hpp"
 #include "envs/registry.hpp"
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 #include "learners/backend.hpp"
 #include "runtime/cast.hpp"
 #include "runtime/cluster/messages.hpp"
@@ -45,7 +45,7 @@ constexpr auto unreached_end_limit = std::chrono::seconds(10);
 // The host's policy store, set once the welcome has told the model's shape;
 // versions pushed before that are kept (the newest) and published then.
 struct host_cache {
-  kernels::mutex mtx;
+  base::mutex mtx;
   std::shared_ptr<actors::policy_store> store TROUPE_GUARDED_BY(mtx);
   std::optional<policy_push> pending TROUPE_GUARDED_BY(mtx);
   std::string problem TROUPE_GUARDED_BY(mtx); // the first push that did not fit the model
@@ -65,14 +65,14 @@ struct host_cache {
       store->publish(p.version, p.params.data(), p.buffers.data());
   }
   void take(policy_push p) {
-    kernels::mutex_lock lock(mtx);
+    base::mutex_lock lock(mtx);
     if (store)
       publish(p);
     else if (!pending || pending->version < p.version)
       pending = std::move(p);
   }
   void set_store(std::shared_ptr<actors::policy_store> s) {
-    kernels::mutex_lock lock(mtx);
+    base::mutex_lock lock(mtx);
     store = std::move(s);
     if (pending)
       publish(*pending);
@@ -531,7 +531,7 @@ status join_run(worker::state& s) {
   s.cache->take(std::move(w->weights));
   s.cache->set_store(plan.store);
   {
-    kernels::mutex_lock lock(s.cache->mtx);
+    base::mutex_lock lock(s.cache->mtx);
     if (!s.cache->problem.empty())
       return worker_error(s.cache->problem);
   }

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "actors/log.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "runtime/cluster/node.hpp"
 
 namespace troupe::cluster {

@@ -15,7 +15,7 @@
 
 #include <troupe/troupe.hpp>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 #include "runtime/embed/guard.hpp"
 #include "runtime/embed/log.hpp"
 

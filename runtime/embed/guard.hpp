@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe::embed {
 

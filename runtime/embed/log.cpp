@@ -1,6 +1,6 @@
 #include "runtime/embed/log.hpp"
 
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 
 namespace troupe::embed {
 
@@ -10,7 +10,7 @@ namespace {
 // never overlap and a callback replaced is never called again; recursive, so
 // that a callback may set another.
 struct process_log {
-  kernels::recursive_mutex mtx;
+  base::recursive_mutex mtx;
   troupe_log_callback callback TROUPE_GUARDED_BY(mtx) = nullptr;
   void* user TROUPE_GUARDED_BY(mtx) = nullptr;
 };
@@ -34,7 +34,7 @@ static_assert(static_cast<int>(log_level::progress) == TROUPE_LOG_PROGRESS &&
 
 void set_process_log(troupe_log_callback callback, void* user) noexcept {
   auto& log = the_process_log();
-  kernels::recursive_mutex_lock lock(log.mtx);
+  base::recursive_mutex_lock lock(log.mtx);
   log.callback = callback;
   log.user = user;
 }
@@ -49,7 +49,7 @@ actors::log_sink session_log(const log_sink& own) {
     };
   return [](actors::log_level level, const std::string& line) {
     auto& log = the_process_log();
-    kernels::recursive_mutex_lock lock(log.mtx);
+    base::recursive_mutex_lock lock(log.mtx);
     if (log.callback)
       log.callback(static_cast<int>(level), line.c_str(), log.user);
   };

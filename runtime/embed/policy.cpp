@@ -8,8 +8,8 @@
 
 #include <troupe/troupe.hpp>
 
-#include "kernels/error.hpp"
-#include "kernels/rng.hpp"
+#include "base/error.hpp"
+#include "base/rng.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/rollout.hpp"
 #include "runtime/embed/guard.hpp"
@@ -92,13 +92,13 @@ status policy::act(const float* obs, size_t obs_size, float* action, bool determ
       if (deterministic) {
         learners::most_likely_categorical(out.logits.data(), 1, head, action);
       } else {
-        kernels::rng gen(seed);
+        base::rng gen(seed);
         learners::sample_categorical(out.logits.data(), 1, head, gen, action, nullptr);
       }
     } else if (deterministic) {
       std::copy(out.mean.begin(), out.mean.begin() + head, action);
     } else {
-      kernels::rng gen(seed);
+      base::rng gen(seed);
       learners::sample_gaussian(out.mean.data(), out.log_std.data(), 1, head, gen, action,
                                 nullptr);
     }

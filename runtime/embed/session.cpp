@@ -20,8 +20,8 @@
 
 #include "actors/game_agent.hpp"
 #include "envs/registry.hpp"
-#include "kernels/error.hpp"
-#include "kernels/mutex.hpp"
+#include "base/error.hpp"
+#include "base/mutex.hpp"
 #include "runtime/config.hpp"
 #include "runtime/embed/guard.hpp"
 #include "runtime/embed/log.hpp"
@@ -143,7 +143,7 @@ struct session::impl {
   // One call at a time on the session's state (not progress). `inner` and
   // `game` are set under it, and read without it by progress(), wait() and
   // the other calls on a started session.
-  kernels::mutex mutex;
+  base::mutex mutex;
   std::optional<runtime::session> inner; // from start() on
   std::shared_ptr<agent::impl> game;     // make_agent's, or null
   bool closed TROUPE_GUARDED_BY(mutex) = false;
@@ -259,7 +259,7 @@ result<agent> session::make_agent(size_t slots, agent_options options) {
   return embed::guarded<agent>("session::make_agent", [&]() -> result<agent> {
     if (!impl_)
       return moved_from("session::make_agent");
-    kernels::mutex_lock lock(impl_->mutex);
+    base::mutex_lock lock(impl_->mutex);
     if (impl_->closed)
       return make_error(errc::invalid_argument, "session::make_agent: the session is closed");
     if (impl_->inner)
@@ -303,7 +303,7 @@ status session::start() {
   return embed::guarded_status("session::start", [&]() -> status {
     if (!impl_)
       return moved_from("session::start");
-    kernels::mutex_lock lock(impl_->mutex);
+    base::mutex_lock lock(impl_->mutex);
     if (impl_->closed)
       return make_error(errc::invalid_argument, "session::start: the session is closed");
     if (impl_->inner)
@@ -402,7 +402,7 @@ result<troupe::progress> session::close() {
     "session::close", [&]() -> result<troupe::progress> {
       if (!impl_)
         return moved_from("session::close");
-      kernels::mutex_lock lock(impl_->mutex);
+      base::mutex_lock lock(impl_->mutex);
       if (impl_->closed)
         return make_error(errc::invalid_argument, "session::close: already closed");
       impl_->closed = true;

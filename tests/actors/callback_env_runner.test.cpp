@@ -16,7 +16,7 @@
 #include "actors/env_runner.hpp"
 #include "actors/messages.hpp"
 #include "envs/registry.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "tests/actors/ask.hpp"
 #include "tests/envs/drift_game.hpp"
 #include "tests/seed.hpp"
@@ -83,7 +83,7 @@ caf::actor spawn_runner(fixture& fx, caf::scoped_actor& self, const std::string&
 
 // The first observation of the drift game for episode seed `s`, in float64.
 std::pair<double, double> drift_start(uint64_t episode_seed) {
-  kernels::rng g(episode_seed);
+  base::rng g(episode_seed);
   const double x = g.uniform(-0.5, 0.5);
   return {x, g.uniform(-0.05, 0.05)};
 }
@@ -125,11 +125,11 @@ TEST_CASE("a runner over a callback env without state resumes with fresh episode
   // Fresh episodes: environment i reset with resume_seed + i, whose first
   // episode seed is the first draw of rng(that seed), as documented.
   const uint64_t base =
-    kernels::rng(resumed_seed ^ (uint64_t{2} * 0x9e3779b97f4a7c15ull)).next();
+    base::rng(resumed_seed ^ (uint64_t{2} * 0x9e3779b97f4a7c15ull)).next();
   CHECK(resume_seed(resumed_seed, 2) == base);
   for (size_t i = 0; i < n; ++i) {
     CAPTURE(i);
-    auto [x, v] = drift_start(kernels::rng(base + i).next());
+    auto [x, v] = drift_start(base::rng(base + i).next());
     CHECK(more[0].observations[i * 2] == static_cast<float>(x));
     CHECK(more[0].observations[i * 2 + 1] == static_cast<float>(v));
   }

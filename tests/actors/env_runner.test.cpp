@@ -73,7 +73,7 @@ using test::ask;
 policy_fn versioned_random_policy(const envs::space& space) {
   auto inner = make_random_policy(space);
   auto calls = std::make_shared<uint64_t>(100);
-  return [inner, calls](const float* obs, size_t n, kernels::rng& gen, float* actions,
+  return [inner, calls](const float* obs, size_t n, base::rng& gen, float* actions,
                         float* logp) -> result<uint64_t> {
     if (auto acted = inner(obs, n, gen, actions, logp); !acted)
       return acted.err();
@@ -368,7 +368,7 @@ TEST_CASE("a random policy draws only actions inside the action space") {
     CAPTURE(id);
     const auto& space = envs::find_spec(id).value()->action_space;
     auto policy = make_random_policy(space);
-    kernels::rng gen(seed);
+    base::rng gen(seed);
     std::vector<float> actions(1000 * space.size());
     std::vector<float> logp(1000);
     auto acted = policy(nullptr, 1000, gen, actions.data(), logp.data());
@@ -567,7 +567,7 @@ TEST_CASE("a runner started from another runner's state continues its batches ex
     CHECK(state.status.env_steps == 2 * steps * n);
     CHECK(state.episode_return.size() == n);
     CHECK(state.env.num_envs == n);
-    CHECK(state.gen != kernels::rng(seed ^ policy_salt).state()); // the policy drew
+    CHECK(state.gen != base::rng(seed ^ policy_salt).state()); // the policy drew
     // The state crosses processes unchanged (CAF's binary serialization).
     {
       std::vector<char> buf;
@@ -1021,7 +1021,7 @@ TEST_CASE("with clip_box_actions the environments get Box actions clipped to the
   const size_t n = 4, steps = 30;
   std::shared_ptr<envs::vector_env> vec = envs::make_vector_env(id, n).value();
   vec->set_clip_box_actions(true);
-  policy_fn wide = [](const float*, size_t rows, kernels::rng& gen, float* actions,
+  policy_fn wide = [](const float*, size_t rows, base::rng& gen, float* actions,
                       float* logp) -> result<uint64_t> {
     for (size_t i = 0; i < rows; ++i) {
       actions[i] = static_cast<float>(gen.uniform(-3.0, 3.0));

@@ -122,7 +122,7 @@ TEST_CASE("an environment runner whose policy throws answers the collect request
   ro.name = "r7";
   ro.steps_per_batch = 4;
   ro.log = [](const std::string&) {};
-  policy_fn policy = [](const float*, size_t, kernels::rng&, float*,
+  policy_fn policy = [](const float*, size_t, base::rng&, float*,
                         float*) -> result<uint64_t> {
     throw std::logic_error("policy exploded");
   };

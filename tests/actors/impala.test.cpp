@@ -17,7 +17,7 @@
 #include "actors/messages.hpp"
 #include "actors/parameter_server.hpp"
 #include "actors/policy_store.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "learners/impala.hpp"
 #include "learners/backend.hpp"
 #include "learners/losses.hpp"
@@ -115,7 +115,7 @@ TEST_CASE("V-trace with the log-probabilities the store policy recorded equals V
     const size_t steps = 12, envs = 9, n = steps * envs;
     const size_t ad = box ? static_cast<size_t>(spec.act_dim) : 1;
     auto policy = actors::make_store_policy(store, steps);
-    kernels::rng gen(rng());
+    base::rng gen(rng());
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     std::vector<float> obs((n + envs) * 4), actions(n * ad), recorded(n);
@@ -216,7 +216,7 @@ TEST_CASE("an IMPALA learner learns an on-policy batch with its recorded log-pro
   b.behavior_logp.resize(n);
   auto store = std::make_shared<actors::policy_store>(initial, 2);
   auto policy = actors::make_store_policy(store, steps);
-  kernels::rng gen(rng());
+  base::rng gen(rng());
   for (size_t t = 0; t < steps; ++t)
     REQUIRE(policy(&b.observations[t * envs * 4], envs, gen, &b.actions[t * envs],
                    &b.behavior_logp[t * envs])

@@ -17,7 +17,7 @@
 #include "actors/messages.hpp"
 #include "actors/parameter_server.hpp"
 #include "actors/policy_store.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "learners/ppo.hpp"
 #include "learners/rollout.hpp"
 #include "tests/actors/ask.hpp"
@@ -91,7 +91,7 @@ TEST_CASE("categorical sampling reports the log-softmax of the drawn action and 
           "with the softmax frequencies") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
-  kernels::rng gen(seed);
+  base::rng gen(seed);
   const float logits[3] = {0.3f, -1.2f, 1.1f};
   double total = 0;
   for (float l : logits)
@@ -116,7 +116,7 @@ TEST_CASE("categorical sampling reports the log-softmax of the drawn action and 
 TEST_CASE("Gaussian sampling reports the log-density of the drawn action") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
-  kernels::rng gen(seed);
+  base::rng gen(seed);
   const float mean[2] = {0.5f, -1.5f}, log_std[2] = {-0.3f, 0.4f};
   for (int i = 0; i < 100; ++i) {
     float a[2], logp = 0;

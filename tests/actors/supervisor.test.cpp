@@ -34,7 +34,7 @@ namespace {
 policy_fn throwing_on_call(policy_fn inner, uint64_t fail_on) {
   auto calls = std::make_shared<uint64_t>(0);
   return [inner = std::move(inner), calls, fail_on](const float* obs, size_t n,
-                                                    kernels::rng& gen, float* actions,
+                                                    base::rng& gen, float* actions,
                                                     float* logp) -> result<uint64_t> {
     if (++*calls == fail_on)
       throw std::runtime_error("policy failure thrown on purpose by the test");

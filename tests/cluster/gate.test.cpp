@@ -18,7 +18,7 @@
 #include "runtime/cluster/gate.hpp"
 #include "runtime/cluster/messages.hpp"
 #include "actors/metrics.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "tests/seed.hpp"
 
 using namespace troupe;
@@ -94,7 +94,7 @@ TEST_CASE("gate: a lost host's steps collected and not finished at its last answ
   auto gate = cluster::spawn_gate(sys, std::move(go));
 
   // A host whose counters move on between its two answers: the second counts.
-  kernels::rng gen(troupe::test::fresh_seed());
+  base::rng gen(troupe::test::fresh_seed());
   std::vector<cluster::host_progress> answers(2);
   answers[0].collected = 1000 + gen.next() % 100000;
   answers[0].finished = gen.next() % answers[0].collected;

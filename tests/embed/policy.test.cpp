@@ -13,7 +13,7 @@
 
 #include <troupe/troupe.hpp>
 
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/rollout.hpp"
 #include "tests/learners/policy_reference.hpp"
@@ -122,7 +122,7 @@ TEST_CASE("a loaded policy acts as the float64 reference and the internal model"
           internal_drawn(p->action_dim());
         REQUIRE(p->act(obs.data(), obs.size(), drawn.data(), false, draw_seed).ok());
         REQUIRE(p->act(obs.data(), obs.size(), again.data(), false, draw_seed).ok());
-        troupe::kernels::rng gen(draw_seed);
+        troupe::base::rng gen(draw_seed);
         if (a.discrete)
           troupe::learners::sample_categorical(out.logits.data(), 1,
                                                static_cast<size_t>(a.action_dim), gen,

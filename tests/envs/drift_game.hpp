@@ -11,7 +11,7 @@
 #include <string>
 
 #include "envs/callback_env.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 
 namespace troupe::test {
 
@@ -23,7 +23,7 @@ struct drift_game {
   int nan_reward_at_step = -1; // this instance's step whose reward is NaN
 
   void start(uint64_t seed) {
-    kernels::rng g(seed);
+    base::rng g(seed);
     x = g.uniform(-0.5, 0.5);
     v = g.uniform(-0.05, 0.05);
   }

@@ -16,7 +16,7 @@
 
 #include "envs/callback_env.hpp"
 #include "envs/registry.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "tests/envs/drift_game.hpp"
 #include "tests/seed.hpp"
 
@@ -42,14 +42,14 @@ bool contains(const std::string& text, const std::string& word) {
 }
 
 // The drift game in float64, written out again as the reference: the
-// episode seeds come from kernels::rng(seed) as callback_env documents.
+// episode seeds come from base::rng(seed) as callback_env documents.
 struct drift_reference {
-  kernels::rng seeds;
+  base::rng seeds;
   double x = 0, v = 0;
   int elapsed = 0;
 
   void reset() {
-    kernels::rng g(seeds.next());
+    base::rng g(seeds.next());
     x = g.uniform(-0.5, 0.5);
     v = g.uniform(-0.05, 0.05);
     elapsed = 0;

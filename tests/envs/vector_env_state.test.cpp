@@ -14,7 +14,7 @@
 
 #include "envs/mujoco/tasks.hpp"
 #include "envs/registry.hpp"
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "tests/seed.hpp"
 
 using namespace troupe;
@@ -163,7 +163,7 @@ TEST_CASE("a saved state holds each environment's generator, state and counter")
       std::vector<float> obs(v->obs_dim());
       one->reset(seed + i, obs.data());
       CHECK(v->rng_state(i) == one->rng_state());
-      CHECK(v->rng_state(i) != kernels::rng(seed + i).state());
+      CHECK(v->rng_state(i) != base::rng(seed + i).state());
     }
     std::mt19937_64 gen(seed);
     run_steps(*v, 3 + static_cast<int>(seed % 40), gen);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/remote_wire.hpp"
+#include "edge/remote_wire.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 #include "tests/fuzz/remote_wire_input.hpp"
 

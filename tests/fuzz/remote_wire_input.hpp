@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "actors/remote_wire.hpp"
+#include "edge/remote_wire.hpp"
 
 namespace troupe::fuzz {
 
 /// A decoded fuzz input: the session's shape and the message's frames.
 struct remote_wire_input {
-  actors::remote::env_shape shape;           ///< what the handshake agreed
-  std::vector<actors::remote::frame> frames; ///< the message
+  edge::remote::env_shape shape;           ///< what the handshake agreed
+  std::vector<edge::remote::frame> frames; ///< the message
 };
 
 /// Splits `data` as the file comment says.
@@ -45,7 +45,7 @@ inline remote_wire_input read_remote_wire_input(const uint8_t* data, size_t size
 /// from b0, b1, b2) and `frames`.
 inline std::string
 write_remote_wire_input(uint8_t b0, uint8_t b1, uint8_t b2,
-                        const std::vector<actors::remote::frame>& frames) {
+                        const std::vector<edge::remote::frame>& frames) {
   std::string out{static_cast<char>(b0), static_cast<char>(b1), static_cast<char>(b2)};
   for (auto& f : frames) {
     out.push_back(static_cast<char>(f.size() & 0xff));

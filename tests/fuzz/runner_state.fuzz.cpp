@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "actors/env_runner.hpp"
-#include "actors/runner_state_file.hpp"
+#include "edge/runner_state_file.hpp"
 #include "envs/registry.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/remote_wire.hpp"
-#include "actors/runner_state_file.hpp"
+#include "edge/remote_wire.hpp"
+#include "edge/runner_state_file.hpp"
 #include "actors/stats_streams.hpp"
 #include "envs/registry.hpp"
 #include "learners/safetensors.hpp"
@@ -112,9 +112,9 @@ void runner_state_seeds(const fs::path& out, const fs::path& tmp) {
     states.push_back(std::move(s));
   }
   const auto path = tmp / "runners.safetensors";
-  must(actors::save_runner_states(path.string(), states), "save runner states");
+  must(edge::save_runner_states(path.string(), states), "save runner states");
   write(out / "two_runners.safetensors", read(path));
-  must(actors::save_runner_states(path.string(), {states[0]}), "save runner state");
+  must(edge::save_runner_states(path.string(), {states[0]}), "save runner state");
   write(out / "one_runner.safetensors", read(path));
   // A runner whose environments saved no state (env_state = none).
   auto stateless = states[0];
@@ -122,7 +122,7 @@ void runner_state_seeds(const fs::path& out, const fs::path& tmp) {
   stateless.env.rng.clear();
   stateless.env.state.clear();
   stateless.env.elapsed_steps.clear();
-  must(actors::save_runner_states(path.string(), {stateless, states[1]}),
+  must(edge::save_runner_states(path.string(), {stateless, states[1]}),
        "save runner states without env state");
   write(out / "stateless_runner.safetensors", read(path));
 }

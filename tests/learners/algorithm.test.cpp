@@ -113,7 +113,7 @@ public:
   recording_host(uint64_t seed, std::unique_ptr<learner_backend> backend)
     : backend_(std::move(backend)), gen_(seed) {}
   learner_backend& backend() override { return *backend_; }
-  kernels::rng& generator() override { return gen_; }
+  base::rng& generator() override { return gen_; }
   status load_weights() override {
     loads += 1;
     return backend_->load(weights->params(), weights->buffers());
@@ -128,7 +128,7 @@ public:
 
 private:
   std::unique_ptr<learner_backend> backend_;
-  kernels::rng gen_;
+  base::rng gen_;
 };
 
 // A CPU backend that keeps what the first gradient's loss divides by: the

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "actors/runner_state_file.hpp"
+#include "edge/runner_state_file.hpp"
 #include "learners/safetensors.hpp"
 #include "runtime/config.hpp"
 #include "runtime/train.hpp"
@@ -52,7 +52,7 @@ TEST_CASE(
   REQUIRE(raw.ok());
   CHECK(raw->metadata.at("runner.0.env_state") == "none");
   auto runners =
-    troupe::actors::load_runner_states((newest / "runners.safetensors").string());
+    troupe::edge::load_runner_states((newest / "runners.safetensors").string());
   REQUIRE(runners.ok());
   REQUIRE(runners->size() == 1);
   const uint64_t saved_batches = (*runners)[0].status.batches;
@@ -72,7 +72,7 @@ TEST_CASE(
     if (e.path() > last)
       last = e.path();
   auto after =
-    troupe::actors::load_runner_states((last / "runners.safetensors").string());
+    troupe::edge::load_runner_states((last / "runners.safetensors").string());
   REQUIRE(after.ok());
   REQUIRE(after->size() == 1);
   CHECK((*after)[0].status.batches == 4096 / (128 * 4));

@@ -29,7 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/metrics.hpp"
-#include "actors/runner_state_file.hpp"
+#include "edge/runner_state_file.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/safetensors.hpp"
 #include "runtime/config.hpp"
@@ -776,7 +776,7 @@ TEST_CASE("with reward normalization a run resumed mid-run learns exactly what t
   const auto run = only_run(dir.path / "whole");
   const auto ckpt = run / "checkpoints" / fmt::format("{:010d}", 12);
   auto runners =
-    troupe::actors::load_runner_states((ckpt / "runners.safetensors").string());
+    troupe::edge::load_runner_states((ckpt / "runners.safetensors").string());
   REQUIRE_MESSAGE(runners, (runners ? std::string{} : runners.err().message));
   REQUIRE(!runners->empty());
   for (auto& r : *runners) {

@@ -7,12 +7,12 @@
 namespace troupe::test {
 
 long read_balance(account& a) {
-  kernels::mutex_lock lock(a.mtx);
+  base::mutex_lock lock(a.mtx);
   return a.balance;
 }
 
 void unlock_early(account& a) {
-  kernels::mutex_lock lock(a.mtx);
+  base::mutex_lock lock(a.mtx);
   a.balance = 1;
   lock.unlock();
   lock.lock();
@@ -20,30 +20,30 @@ void unlock_early(account& a) {
 }
 
 void leave_unlocked(account& a) {
-  kernels::mutex_lock lock(a.mtx);
+  base::mutex_lock lock(a.mtx);
   a.balance = 3;
   lock.unlock();
 }
 
 bool wait_positive(account& a) {
-  kernels::mutex_lock lock(a.mtx);
+  base::mutex_lock lock(a.mtx);
   return lock.wait_for(a.changed, std::chrono::milliseconds(1),
                        [&]() TROUPE_REQUIRES(a.mtx) { return a.balance > 0; });
 }
 
 void write_ledger(account& a) {
-  kernels::mutex_lock lock(a.mtx);
+  base::mutex_lock lock(a.mtx);
   if (a.ledger)
     *a.ledger = a.balance;
 }
 
 int read_names(account& a) {
-  kernels::reader_lock lock(a.names_mtx);
+  base::reader_lock lock(a.names_mtx);
   return a.names;
 }
 
 void write_names(account& a) {
-  kernels::writer_lock lock(a.names_mtx);
+  base::writer_lock lock(a.names_mtx);
   a.names += 1;
 }
 

@@ -18,7 +18,7 @@ void add_unlocked(account& a) {
 #elif TROUPE_VIOLATION == 3
 // Writes a guarded member after unlocking early.
 void unlock_early(account& a) {
-  kernels::mutex_lock lock(a.mtx);
+  base::mutex_lock lock(a.mtx);
   lock.unlock();
   a.balance = 1;
 }
@@ -30,19 +30,19 @@ void write_ledger(account& a) {
 #elif TROUPE_VIOLATION == 5
 // Writes under a shared (reader) lock.
 void write_names(account& a) {
-  kernels::reader_lock lock(a.names_mtx);
+  base::reader_lock lock(a.names_mtx);
   a.names += 1;
 }
 #elif TROUPE_VIOLATION == 6
 // Calls a function that takes the lock while holding it.
 void add_twice(account& a) {
-  kernels::mutex_lock lock(a.mtx);
+  base::mutex_lock lock(a.mtx);
   a.add(1);
 }
 #elif TROUPE_VIOLATION == 7
 // A predicate that reads a guarded member without saying it holds the lock.
 bool wait_positive(account& a) {
-  kernels::mutex_lock lock(a.mtx);
+  base::mutex_lock lock(a.mtx);
   return lock.wait_for(a.changed, std::chrono::milliseconds(1),
                        [&] { return a.balance > 0; });
 }

@@ -1,7 +1,7 @@
 // Locks that clang's thread-safety analysis can follow (libstdc++'s carry no
 // annotations): a mutex and a shared mutex over the standard ones, and their
 // scoped locks. A member the lock protects says so with TROUPE_GUARDED_BY;
-// see kernels/thread_annotations.hpp and docs/architecture.md.
+// see base/thread_annotations.hpp and docs/architecture.md.
 #pragma once
 
 #include <chrono>
@@ -9,9 +9,9 @@
 #include <mutex>
 #include <shared_mutex>
 
-#include "kernels/thread_annotations.hpp"
+#include "base/thread_annotations.hpp"
 
-namespace troupe::kernels {
+namespace troupe::base {
 
 /// std::mutex, annotated as a capability. Lock it with mutex_lock.
 class TROUPE_CAPABILITY("mutex") mutex {
@@ -166,4 +166,4 @@ private:
   shared_mutex& m_;
 };
 
-} // namespace troupe::kernels
+} // namespace troupe::base

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "actors/messages.hpp"
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
-namespace troupe::actors {
+namespace troupe::edge {
 
 /// The "format" metadata value of a runner-state file.
 inline constexpr const char* runner_states_format = "troupe.runner_states";
@@ -35,7 +35,7 @@ inline constexpr int runner_states_version = 3;
 /// arrays do not match its number of environments, naming the runner and the
 /// field.
 status save_runner_states(const std::string& path,
-                          const std::vector<env_runner_state>& states);
+                          const std::vector<actors::env_runner_state>& states);
 
 /// Reads the states written by save_runner_states. Checks the format name and
 /// version, every tensor's presence, dtype and shape (against the runner's
@@ -43,6 +43,6 @@ status save_runner_states(const std::string& path,
 /// is unknown, flags 0/1 and counters >= 0; the message names the file, the
 /// runner, the tensor and the problem. Values are checked again when a state
 /// is restored (vector_env::check_state, check_runner_state).
-result<std::vector<env_runner_state>> load_runner_states(const std::string& path);
+result<std::vector<actors::env_runner_state>> load_runner_states(const std::string& path);
 
-} // namespace troupe::actors
+} // namespace troupe::edge

@@ -1,4 +1,4 @@
-// The remote environment server (actors/remote_server.hpp) driven by DEALER
+// The remote environment server (edge/remote_server.hpp) driven by DEALER
 // clients written here over cppzmq on loopback: sessions step and get
 // actions, their transitions reach the game agent, malformed messages get
 // ERROR with their code while the other clients are served, a client over
@@ -31,8 +31,8 @@
 
 #include "actors/game_agent.hpp"
 #include "actors/policy_store.hpp"
-#include "actors/remote_server.hpp"
-#include "actors/remote_wire.hpp"
+#include "edge/remote_server.hpp"
+#include "edge/remote_wire.hpp"
 #include "clients/cpp/troupe_remote.hpp"
 #include "learners/model.hpp"
 #include "tests/actors/ask.hpp"
@@ -42,7 +42,8 @@
 
 using namespace troupe;
 using namespace troupe::actors;
-using namespace troupe::actors::remote;
+using namespace troupe::edge;
+using namespace troupe::edge::remote;
 using troupe::test::fresh_seed;
 
 namespace {

@@ -17,9 +17,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 
-namespace troupe::kernels {
+namespace troupe::base {
 
 /// Latest-value buffer: publishers write, one reader reads the newest value.
 template <class T>
@@ -93,4 +93,4 @@ private:
   mutex writer_mutex_;
 };
 
-} // namespace troupe::kernels
+} // namespace troupe::base

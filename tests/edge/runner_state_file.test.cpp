@@ -13,13 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "actors/runner_state_file.hpp"
+#include "edge/runner_state_file.hpp"
 #include "envs/registry.hpp"
 #include "learners/safetensors.hpp"
 #include "tests/temp_folder.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
+using namespace troupe::edge;
 
 namespace {
 

@@ -32,10 +32,10 @@
 
 #include "actors/game_agent.hpp"
 #include "actors/log.hpp"
-#include "actors/remote_wire.hpp"
-#include "kernels/error.hpp"
+#include "edge/remote_wire.hpp"
+#include "base/error.hpp"
 
-namespace troupe::actors {
+namespace troupe::edge {
 
 /// Settings of a remote environment server.
 struct remote_server_options {
@@ -50,7 +50,7 @@ struct remote_server_options {
   std::string curve_secret_key;
   /// With CURVE: the Z85 public keys of the clients let in (any other is refused).
   std::vector<std::string> curve_allowed_clients;
-  log_sink log; ///< empty: nowhere
+  actors::log_sink log; ///< empty: nowhere
 };
 
 /// What a server has done (totals since it started).
@@ -91,7 +91,7 @@ public:
 
   /// Starts serving with `agent` (its slots must be the `slots` of bind, its
   /// spaces the shape's) on a thread of its own. Once only.
-  status start(std::shared_ptr<game_agent> agent);
+  status start(std::shared_ptr<actors::game_agent> agent);
 
   /// Tells every session the server is closing (CLOSE), stops the thread and
   /// closes the socket. Idempotent; also done by the destructor.
@@ -107,4 +107,4 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-} // namespace troupe::actors
+} // namespace troupe::edge

@@ -1,8 +1,8 @@
-#include "kernels/worker_pool.hpp"
+#include "base/worker_pool.hpp"
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
-namespace troupe::kernels {
+namespace troupe::base {
 
 namespace {
 constexpr int spin_limit = 4000;
@@ -82,4 +82,4 @@ void worker_pool::work(size_t task) {
   }
 }
 
-} // namespace troupe::kernels
+} // namespace troupe::base

@@ -1,4 +1,4 @@
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
 namespace troupe {
 

@@ -9,7 +9,7 @@
 #include <array>
 #include <cstdint>
 
-namespace troupe::kernels {
+namespace troupe::base {
 
 /// xoshiro256++ (Blackman and Vigna): 256 bits of state, period 2^256 - 1.
 class rng {
@@ -75,4 +75,4 @@ private:
   uint64_t s_[4];
 };
 
-} // namespace troupe::kernels
+} // namespace troupe::base

@@ -1,5 +1,5 @@
 // The worker pool shared by the vector env and the CPU learner backend.
-#include "kernels/worker_pool.hpp"
+#include "base/worker_pool.hpp"
 
 #include <atomic>
 #include <random>
@@ -9,7 +9,7 @@
 
 #include "tests/seed.hpp"
 
-using troupe::kernels::worker_pool;
+using troupe::base::worker_pool;
 
 TEST_CASE(
   "a worker pool runs every task of every step exactly once, on distinct threads") {

@@ -1,4 +1,4 @@
-#include "actors/remote_server.hpp"
+#include "edge/remote_server.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -14,9 +14,11 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 
-namespace troupe::actors {
+namespace troupe::edge {
+
+using actors::game_agent;
 
 using namespace remote;
 using clock_type = std::chrono::steady_clock;
@@ -95,7 +97,7 @@ struct remote_server::impl {
   uint64_t requested_envs = 0; // over sessions welcomed or waiting
   bool min_reached = false;
 
-  mutable kernels::mutex counters_mtx;
+  mutable base::mutex counters_mtx;
   remote_server_counters totals TROUPE_GUARDED_BY(counters_mtx);
 
   // Scratch of on_step.
@@ -111,7 +113,7 @@ struct remote_server::impl {
   }
 
   void count(uint64_t remote_server_counters::*field, uint64_t k = 1) {
-    kernels::mutex_lock lock(counters_mtx);
+    base::mutex_lock lock(counters_mtx);
     totals.*field += k;
   }
 
@@ -161,7 +163,7 @@ struct remote_server::impl {
     const uint64_t discarded = agent ? agent->abandoned() - before : 0;
     requested_envs -= c.shape.num_envs;
     if (c.welcomed) {
-      kernels::mutex_lock lock(counters_mtx);
+      base::mutex_lock lock(counters_mtx);
       totals.envs_connected -= c.shape.num_envs;
     }
     log(fmt::format("{} ended ({}): {} environments left, {} transitions of unfinished "
@@ -185,7 +187,7 @@ struct remote_server::impl {
     c.welcomed = true;
     c.last_heard = clock_type::now(); // the wait for min_envs is not silence
     {
-      kernels::mutex_lock lock(counters_mtx);
+      base::mutex_lock lock(counters_mtx);
       totals.sessions += 1;
       totals.envs_connected += c.shape.num_envs;
     }
@@ -336,7 +338,7 @@ struct remote_server::impl {
     reply.policy_version = agent->policy_version();
     {
       // Counted before the reply: a client that has its ACT sees it counted.
-      kernels::mutex_lock lock(counters_mtx);
+      base::mutex_lock lock(counters_mtx);
       totals.steps += 1;
       totals.env_steps += k;
     }
@@ -738,8 +740,8 @@ void remote_server::stop() {
 }
 
 remote_server_counters remote_server::counters() const {
-  kernels::mutex_lock lock(impl_->counters_mtx);
+  base::mutex_lock lock(impl_->counters_mtx);
   return impl_->totals;
 }
 
-} // namespace troupe::actors
+} // namespace troupe::edge

@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/mutex.hpp"
+#include "base/mutex.hpp"
 
-namespace troupe::kernels {
+namespace troupe::base {
 
 /// Runs task k of a step on worker k - 1 while the caller runs task 0. A step
 /// of a vector env takes tens of microseconds, about as long as waking a
@@ -52,4 +52,4 @@ private:
   size_t tasks_ = 0;
 };
 
-} // namespace troupe::kernels
+} // namespace troupe::base

@@ -1,7 +1,7 @@
 // Clang's thread-safety attributes under short names, checked by
 // -Wthread-safety (on in clang builds; see the root CMakeLists.txt). With any
 // other compiler every macro expands to nothing. The annotated lock types
-// these attributes need are in kernels/mutex.hpp; docs/architecture.md says
+// these attributes need are in base/mutex.hpp; docs/architecture.md says
 // how the check is used. Modelled on abseil's absl/base/thread_annotations.h.
 #pragma once
 

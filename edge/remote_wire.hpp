@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.hpp"
+#include "base/error.hpp"
 
-namespace troupe::actors::remote {
+namespace troupe::edge::remote {
 
 /// The protocol's major version (must match).
 constexpr uint8_t protocol_major = 1;
@@ -221,4 +221,4 @@ status check_shape(const env_shape& shape);
 /// space_mismatch naming the first difference.
 status check_same_spaces(const env_shape& offered, const env_shape& trained);
 
-} // namespace troupe::actors::remote
+} // namespace troupe::edge::remote

@@ -6,14 +6,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/rng.hpp"
+#include "base/rng.hpp"
 #include "tests/seed.hpp"
 
-using troupe::kernels::rng;
+using troupe::base::rng;
 
 namespace {
 
-// xoshiro256++ written from the paper, independent of kernels/rng.hpp.
+// xoshiro256++ written from the paper, independent of base/rng.hpp.
 uint64_t reference_next(std::array<uint64_t, 4>& s) {
   auto rotl = [](uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
   const uint64_t result = rotl(s[0] + s[3], 23) + s[0];

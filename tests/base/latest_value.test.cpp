@@ -1,4 +1,4 @@
-// kernels/latest_value.hpp: the reader sees each value once published, never
+// base/latest_value.hpp: the reader sees each value once published, never
 // an older one after a newer one, and the newest once publishing stops; the
 // values it gives up are released on the writer's side.
 #include <doctest/doctest.h>
@@ -7,9 +7,9 @@
 #include <memory>
 #include <thread>
 
-#include "kernels/latest_value.hpp"
+#include "base/latest_value.hpp"
 
-using troupe::kernels::latest_value;
+using troupe::base::latest_value;
 
 TEST_CASE("latest_value gives its reader the newest published value") {
   latest_value<int> v(7);

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/remote_wire.hpp"
+#include "edge/remote_wire.hpp"
 #include "tests/seed.hpp"
 
 using namespace troupe;
-using namespace troupe::actors::remote;
+using namespace troupe::edge::remote;
 using troupe::test::fresh_seed;
 
 namespace {

@@ -1,4 +1,4 @@
-#include "actors/runner_state_file.hpp"
+#include "edge/runner_state_file.hpp"
 
 #include <charconv>
 #include <cstring>
@@ -10,7 +10,9 @@
 #include "envs/registry.hpp"
 #include "learners/safetensors.hpp"
 
-namespace troupe::actors {
+namespace troupe::edge {
+
+using actors::env_runner_state;
 
 namespace {
 
@@ -113,7 +115,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 } // namespace
 
 status save_runner_states(const std::string& path,
-                          const std::vector<env_runner_state>& states) {
+                          const std::vector<actors::env_runner_state>& states) {
   st_file file;
   file.metadata["format"] = runner_states_format;
   file.metadata["version"] = std::to_string(runner_states_version);
@@ -159,7 +161,7 @@ status save_runner_states(const std::string& path,
   return learners::write_safetensors(path, file);
 }
 
-result<std::vector<env_runner_state>> load_runner_states(const std::string& path) {
+result<std::vector<actors::env_runner_state>> load_runner_states(const std::string& path) {
   auto read = learners::read_safetensors(path);
   if (!read)
     return read.err();
@@ -196,7 +198,7 @@ result<std::vector<env_runner_state>> load_runner_states(const std::string& path
                       "runners (at most one per tensor), got '{}'",
                       path, runners_text ? *runners_text : std::string("(missing)"));
 
-  std::vector<env_runner_state> out;
+  std::vector<actors::env_runner_state> out;
   std::set<std::string> known;
   for (size_t k = 0; k < *runners; ++k) {
     const std::string p = prefix(k);
@@ -351,4 +353,4 @@ result<std::vector<env_runner_state>> load_runner_states(const std::string& path
   return out;
 }
 
-} // namespace troupe::actors
+} // namespace troupe::edge

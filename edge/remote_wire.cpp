@@ -1,4 +1,4 @@
-#include "actors/remote_wire.hpp"
+#include "edge/remote_wire.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -11,7 +11,7 @@
 #error "remote_wire copies arrays as they are in memory: it needs a little-endian host"
 #endif
 
-namespace troupe::actors::remote {
+namespace troupe::edge::remote {
 
 using json = nlohmann::json;
 
@@ -683,4 +683,4 @@ status check_same_spaces(const env_shape& offered, const env_shape& trained) {
   return ok_status();
 }
 
-} // namespace troupe::actors::remote
+} // namespace troupe::edge::remote
