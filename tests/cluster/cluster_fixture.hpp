@@ -462,7 +462,9 @@ public:
     const bool held = poll_until([&] { return any_ended() || cond(); }, limit);
     for (auto* c : watched)
       REQUIRE_MESSAGE(c->running(), label_of(c) << " ended (status " << c->status()
-                                                << ") while waiting for: " << what);
+                                                << ") before the wait was over; the "
+                                                   "wait's failure: "
+                                                << what);
     REQUIRE_MESSAGE(held, what << " within " << limit.count() << " s");
   }
 
