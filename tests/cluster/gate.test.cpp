@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,11 +13,11 @@
 
 #include "actors/messages.hpp"
 #include "actors/policy_store.hpp"
-#include "learners/model.hpp"
 #include "runtime/cluster/gate.hpp"
 #include "runtime/cluster/messages.hpp"
 #include "actors/metrics.hpp"
 #include "base/rng.hpp"
+#include "tests/cluster/gate_fixture.hpp"
 #include "tests/seed.hpp"
 
 using namespace troupe;
@@ -29,20 +28,13 @@ TEST_CASE("gate: a host that spent the step budget on its own count ends the run
   cluster::register_cluster_messages(cfg);
   cfg.set("scheduler.max-threads", 1);
   caf::actor_system sys{cfg};
-  auto log = std::make_shared<std::vector<std::string>>();
-  auto mtx = std::make_shared<std::mutex>();
+  test::gate_log log;
   caf::scoped_actor supervisor{sys};
   cluster::gate_options go;
   go.token = "t";
-  learners::model_spec spec;
-  spec.obs_dim = 4;
-  spec.n = 2;
-  go.store = std::make_shared<actors::policy_store>(learners::actor_critic(spec, 1), 4);
+  go.store = test::cartpole_policy_store();
   go.supervisor = caf::actor_cast<caf::actor>(supervisor);
-  go.log = [log, mtx](const std::string& line) {
-    std::lock_guard<std::mutex> g(*mtx);
-    log->push_back(line);
-  };
+  go.log = log.sink();
   auto gate = cluster::spawn_gate(sys, std::move(go));
   // Twice (two hosts, or a resend): the supervisor hears it once.
   supervisor->send(gate, actors::done_atom::value, std::string{"w1"});
@@ -58,9 +50,9 @@ TEST_CASE("gate: a host that spent the step budget on its own count ends the run
              [](caf::error& e) { FAIL("no status from the gate: " << to_string(e)); });
   CHECK(supervisor->mailbox().empty());
   {
-    std::lock_guard<std::mutex> g(*mtx);
-    REQUIRE(log->size() == 1);
-    CHECK(log->front() ==
+    const auto lines = log.lines();
+    REQUIRE(lines.size() == 1);
+    CHECK(lines.front() ==
           "cluster: host w1 spent the step budget (algo.total_env_steps) on its own count; "
           "the run ends");
   }
@@ -75,22 +67,15 @@ TEST_CASE("gate: a lost host's steps collected and not finished at its last answ
   cfg.load<caf::io::middleman>(); // the gate asks it for a host's address
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
-  auto log = std::make_shared<std::vector<std::string>>();
-  auto mtx = std::make_shared<std::mutex>();
+  test::gate_log log;
   caf::scoped_actor metrics{sys};
   caf::scoped_actor self{sys};
   cluster::gate_options go;
   go.token = "t";
   go.cast.metrics = caf::actor_cast<caf::actor>(metrics);
-  learners::model_spec spec;
-  spec.obs_dim = 4;
-  spec.n = 2;
-  auto store = std::make_shared<actors::policy_store>(learners::actor_critic(spec, 1), 4);
+  auto store = test::cartpole_policy_store();
   go.store = store;
-  go.log = [log, mtx](const std::string& line) {
-    std::lock_guard<std::mutex> g(*mtx);
-    log->push_back(line);
-  };
+  go.log = log.sink();
   auto gate = cluster::spawn_gate(sys, std::move(go));
 
   // A host whose counters move on between its two answers: the second counts.
@@ -174,10 +159,10 @@ TEST_CASE("gate: a lost host's steps collected and not finished at its last answ
   CHECK(lost == 1);
   CHECK(steps == answers[1].collected - answers[1].finished);
   {
-    std::lock_guard<std::mutex> g(*mtx);
-    REQUIRE(log->size() == 2);
+    const auto lines = log.lines();
+    REQUIRE(lines.size() == 2);
     CHECK(
-      log->back().find(fmt::format(
+      lines.back().find(fmt::format(
         "cluster: lost host h1 (unknown): it hosted learners h1.learner0 (2 runners "
         "each); {} env steps it had collected were not learned (its count at its last "
         "answer to a weights push: {} collected, {} learned or sent on)",

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,12 +22,12 @@
 
 #include "actors/messages.hpp"
 #include "actors/policy_store.hpp"
-#include "learners/model.hpp"
 #include "runtime/cluster/gate.hpp"
 #include "runtime/cluster/messages.hpp"
 #include "runtime/cluster/node.hpp"
 #include "runtime/cluster/worker.hpp"
 #include "runtime/system_shutdown.hpp"
+#include "tests/cluster/gate_fixture.hpp"
 #include "tests/temp_folder.hpp"
 
 using namespace troupe;
@@ -146,22 +145,15 @@ TEST_CASE("worker join refused for a wrong token is an error naming the coordina
   sys_cfg->set("scheduler.max-threads", 2);
   sys_cfg->set("logger.verbosity", caf::atom("quiet"));
   auto sys = std::make_unique<caf::actor_system>(*sys_cfg);
-  auto refusals = std::make_shared<std::vector<std::string>>();
-  auto mtx = std::make_shared<std::mutex>();
+  test::gate_log refusals;
   std::optional<uint16_t> port;
   {
     caf::scoped_actor supervisor{*sys};
     cluster::gate_options go;
     go.token = fmt::format("right-{:x}", test::fresh_seed());
-    learners::model_spec spec;
-    spec.obs_dim = 4;
-    spec.n = 2;
-    go.store = std::make_shared<actors::policy_store>(learners::actor_critic(spec, 1), 4);
+    go.store = test::cartpole_policy_store();
     go.supervisor = caf::actor_cast<caf::actor>(supervisor);
-    go.log = [refusals, mtx](const std::string& line) {
-      std::lock_guard<std::mutex> g(*mtx);
-      refusals->push_back(line);
-    };
+    go.log = refusals.sink();
     auto gate = cluster::spawn_gate(*sys, std::move(go));
     auto published = cluster::publish_gate(gate, cluster::endpoint{"127.0.0.1", 0}, ns);
     REQUIRE_MESSAGE(published, "cannot publish the gate: " << to_string(published.error()));
@@ -189,9 +181,9 @@ TEST_CASE("worker join refused for a wrong token is an error naming the coordina
       CHECK(ran.err().code == errc::invalid_argument);
     }
     {
-      std::lock_guard<std::mutex> g(*mtx);
-      REQUIRE(refusals->size() == 1);
-      CHECK(refusals->front().find("(worker 'w-test'): wrong token") != std::string::npos);
+      const auto lines = refusals.lines();
+      REQUIRE(lines.size() == 1);
+      CHECK(lines.front().find("(worker 'w-test'): wrong token") != std::string::npos);
     }
     (void)sys->middleman().unpublish(gate);
     supervisor->send_exit(gate, caf::exit_reason::user_shutdown);

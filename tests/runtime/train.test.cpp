@@ -140,6 +140,32 @@ std::string config_path() {
   return std::string(TROUPE_SOURCE_DIR) + "/config/cartpole_ppo.toml";
 }
 
+/// A `troupe train` run that ended with exit status 0.
+struct finished_train {
+  troupe::test::run_result result; ///< its exit status, stdout and stderr
+  fs::path run;                    ///< its run folder
+};
+
+// Trains config/cartpole_ppo.toml into `dir`/`output` with the --set options
+// `sets`; fails with its stderr unless it exits 0.
+finished_train train_cartpole(const temp_folder& dir, const std::string& sets,
+                              const std::string& output = "out") {
+  finished_train t;
+  t.result = run_troupe(fmt::format("train '{}' --set run.output_dir='\"{}\"' {}",
+                                    config_path(), output, sets),
+                        dir);
+  REQUIRE_MESSAGE(t.result.status == 0, "troupe train exited with status "
+                                          << t.result.status << "; its stderr:\n"
+                                          << t.result.err);
+  t.run = only_run(dir.path / output);
+  return t;
+}
+
+// A finished run of ten batches (checkpoints 0 and 10) in `dir`/out.
+fs::path finished_run(const temp_folder& dir) {
+  return train_cartpole(dir, "--set algo.total_env_steps=5120").run;
+}
+
 // Starts `troupe train` on CartPole with a budget far beyond the test's
 // patience and returns its pid once its first complete checkpoint exists
 // (polled; the child is not waited for a fixed time).
@@ -195,13 +221,10 @@ pid_t start_until_first_checkpoint(const std::string& out, uint64_t seed) {
 TEST_CASE("training CartPole with PPO and a fixed seed lifts the 100-episode mean return "
           "above 200") {
   temp_folder dir("train-learn");
-  auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
-                                  "--set algo.total_env_steps=100000 --set run.seed=3",
-                                  config_path()),
-                      dir);
-  INFO(r.err);
-  REQUIRE(r.status == 0);
-  auto run = only_run(dir.path / "out");
+  const auto trained =
+    train_cartpole(dir, "--set algo.total_env_steps=100000 --set run.seed=3");
+  INFO(trained.result.err);
+  const auto& run = trained.run;
   // The run folder holds what ARCHITECTURE.md promises.
   CHECK(fs::exists(run / "config.toml"));
   CHECK(fs::exists(run / "metrics.jsonl"));
@@ -297,14 +320,10 @@ TEST_CASE("a run killed with SIGKILL after its first checkpoint resumes at the "
 TEST_CASE("a run folder whose metrics.csv has an older troupe's columns resumes "
           "under today's header with each old value in its named column") {
   temp_folder dir("train-old-columns");
-  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
-                                      "--set algo.total_env_steps=5120 "
-                                      "--set run.log_every_updates=1",
-                                      config_path()),
-                          dir);
-  INFO(first.err);
-  REQUIRE(first.status == 0);
-  auto run = only_run(dir.path / "out");
+  const auto first =
+    train_cartpole(dir, "--set algo.total_env_steps=5120 --set run.log_every_updates=1");
+  INFO(first.result.err);
+  const auto& run = first.run;
   const auto today = lines_of(read_file(run / "metrics.csv"));
   REQUIRE(today.size() >= 3);
   const auto names = split(today[0], ',');
@@ -440,15 +459,11 @@ TEST_CASE("SIGTERM stops a run cleanly with a final row and a final checkpoint")
 TEST_CASE("with observation normalization every view subscribes to a declared stream "
           "and the statistics advance") {
   temp_folder dir("train-obsnorm");
-  auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
-                                  "--set algo.total_env_steps=20480 "
-                                  "--set model.obs_norm=true",
-                                  config_path()),
-                      dir);
-  INFO(r.err);
-  REQUIRE(r.status == 0);
-  CHECK(r.err.find("cannot subscribe") == std::string::npos);
-  auto rows = read_metrics(only_run(dir.path / "out"));
+  const auto r =
+    train_cartpole(dir, "--set algo.total_env_steps=20480 --set model.obs_norm=true");
+  INFO(r.result.err);
+  CHECK(r.result.err.find("cannot subscribe") == std::string::npos);
+  auto rows = read_metrics(r.run);
   REQUIRE(!rows.empty());
   // One observation delta per runner batch: 20480 steps of 4 envs x 128 steps.
   CHECK(std::stoull(rows.back().at("stats_version")) > 0);
@@ -457,15 +472,11 @@ TEST_CASE("with observation normalization every view subscribes to a declared st
 TEST_CASE("a run with a non-default observation epsilon normalizes, checkpoints and "
           "evaluates with that one epsilon") {
   temp_folder dir("train-obs-eps");
-  auto r =
-    run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
-                           "--set algo.total_env_steps=2048 "
-                           "--set model.obs_norm=true --set model.obs_norm_eps=0.25",
-                           config_path()),
-               dir);
-  INFO(r.err);
-  REQUIRE(r.status == 0);
-  auto run = only_run(dir.path / "out");
+  const auto r =
+    train_cartpole(dir, "--set algo.total_env_steps=2048 --set model.obs_norm=true "
+                        "--set model.obs_norm_eps=0.25");
+  INFO(r.result.err);
+  const auto& run = r.run;
   // The resolved config holds one epsilon of observation normalization.
   const auto resolved = read_file(run / "config.toml");
   CHECK(resolved.find("obs_norm_eps = 0.25") != std::string::npos);
@@ -488,17 +499,13 @@ TEST_CASE("a checkpoint due as the run ends fails nothing and leaves no partial 
   // to fail asking the ended supervisor for the runners' states and leave its
   // .tmp folder behind (every run of this config did).
   temp_folder dir("train-ckpt-every-update");
-  auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
-                                  "--set algo.total_env_steps=10240 "
-                                  "--set run.checkpoint_every_updates=1 "
-                                  "--set run.keep_checkpoints=2",
-                                  config_path()),
-                      dir);
-  INFO(r.err);
-  REQUIRE(r.status == 0);
-  CHECK(r.err.find("checkpoint failed") == std::string::npos);
-  CHECK(r.err.find("no runner or learner states") == std::string::npos);
-  auto run = only_run(dir.path / "out");
+  const auto r = train_cartpole(dir, "--set algo.total_env_steps=10240 "
+                                     "--set run.checkpoint_every_updates=1 "
+                                     "--set run.keep_checkpoints=2");
+  INFO(r.result.err);
+  CHECK(r.result.err.find("checkpoint failed") == std::string::npos);
+  CHECK(r.result.err.find("no runner or learner states") == std::string::npos);
+  const auto& run = r.run;
   std::vector<std::string> entries;
   for (auto& e : fs::directory_iterator(run / "checkpoints"))
     entries.push_back(e.path().filename().string());
@@ -514,16 +521,12 @@ TEST_CASE("a checkpoint due as the run ends fails nothing and leaves no partial 
 TEST_CASE("a run folder killed before its first complete checkpoint starts over on "
           "--resume, and only the newest keep_checkpoints checkpoints are kept") {
   temp_folder dir("train-startover");
-  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
-                                      "--set algo.total_env_steps=10240 "
-                                      "--set run.checkpoint_every_updates=3 "
-                                      "--set run.keep_checkpoints=2 "
-                                      "--set run.log_every_updates=1",
-                                      config_path()),
-                          dir);
-  INFO(first.err);
-  REQUIRE(first.status == 0);
-  auto run = only_run(dir.path / "out");
+  const auto first = train_cartpole(dir, "--set algo.total_env_steps=10240 "
+                                         "--set run.checkpoint_every_updates=3 "
+                                         "--set run.keep_checkpoints=2 "
+                                         "--set run.log_every_updates=1");
+  INFO(first.result.err);
+  const auto& run = first.run;
   std::vector<std::string> kept;
   for (auto& e : fs::directory_iterator(run / "checkpoints"))
     kept.push_back(e.path().filename().string());
@@ -588,25 +591,19 @@ fs::path check_exact_resume(const temp_folder& dir, const std::string& extra) {
     "--set run.seed={} --set algo.anneal_lr=false --set run.checkpoint_every_updates=0 "
     "--set run.log_every_updates=1 {}",
     seed, extra);
-  auto whole = run_troupe(fmt::format("train '{}' --set run.output_dir='\"whole\"' "
-                                      "--set algo.total_env_steps=10240 {}",
-                                      config_path(), common),
-                          dir);
-  INFO(whole.err);
-  REQUIRE(whole.status == 0);
-  auto half = run_troupe(fmt::format("train '{}' --set run.output_dir='\"parts\"' "
-                                     "--set algo.total_env_steps=5120 {}",
-                                     config_path(), common),
-                         dir);
-  INFO(half.err);
-  REQUIRE(half.status == 0);
-  auto parts = only_run(dir.path / "parts");
+  const auto whole =
+    train_cartpole(dir, "--set algo.total_env_steps=10240 " + common, "whole");
+  INFO(whole.result.err);
+  const auto half =
+    train_cartpole(dir, "--set algo.total_env_steps=5120 " + common, "parts");
+  INFO(half.result.err);
+  const auto& parts = half.run;
   auto rest = run_troupe(
     fmt::format("train --resume '{}' --set algo.total_env_steps=10240", parts.string()),
     dir);
   INFO(rest.err);
   REQUIRE(rest.status == 0);
-  auto rows_whole = read_metrics(only_run(dir.path / "whole"));
+  auto rows_whole = read_metrics(whole.run);
   auto rows_parts = read_metrics(parts);
   REQUIRE(rows_parts.size() == rows_whole.size());
   // Which statistics each batch saw depends on when the keeper's publication
@@ -620,7 +617,7 @@ fs::path check_exact_resume(const temp_folder& dir, const std::string& extra) {
     return parts;
   }
   const auto final_ckpt = fmt::format("{:010d}", 20);
-  check_same_optimizer(only_run(dir.path / "whole") / "checkpoints" / final_ckpt,
+  check_same_optimizer(whole.run / "checkpoints" / final_ckpt,
                        parts / "checkpoints" / final_ckpt);
   // The same episodes ended: episodes under way went on across the resume.
   CHECK(rows_parts.back().at("episodes") == rows_whole.back().at("episodes"));
@@ -819,13 +816,7 @@ fs::path copy_run(const fs::path& run, const fs::path& copy) {
 TEST_CASE("a damaged newest checkpoint is named with what is wrong and --resume falls "
           "back to the one before it, and a mismatched model stops it with exit status 2") {
   temp_folder dir("train-damaged");
-  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
-                                      "--set algo.total_env_steps=5120",
-                                      config_path()),
-                          dir);
-  INFO(first.err);
-  REQUIRE(first.status == 0);
-  auto run = only_run(dir.path / "out");
+  const auto run = finished_run(dir);
   const auto names = checkpoint_names(run);
   REQUIRE(names.size() >= 2);
   const auto newest = names.back(), older = names[names.size() - 2];
@@ -893,13 +884,7 @@ TEST_CASE("a damaged newest checkpoint is named with what is wrong and --resume 
 TEST_CASE("--resume with no checkpoint left whole stops with exit status 2 naming each "
           "bad file, and leaves the run folder as it was") {
   temp_folder dir("train-all-damaged");
-  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
-                                      "--set algo.total_env_steps=5120",
-                                      config_path()),
-                          dir);
-  INFO(first.err);
-  REQUIRE(first.status == 0);
-  auto run = only_run(dir.path / "out");
+  const auto run = finished_run(dir);
   const auto names = checkpoint_names(run);
   REQUIRE(names.size() >= 2);
   const auto newest = run / "checkpoints" / names.back();
@@ -934,17 +919,6 @@ std::map<std::string, std::string> folder_contents(const fs::path& folder) {
   return out;
 }
 
-// A finished run of ten batches (checkpoints 0 and 10) in `dir`/out.
-fs::path finished_run(const temp_folder& dir) {
-  auto first = run_troupe(fmt::format("train '{}' --set run.output_dir='\"out\"' "
-                                      "--set algo.total_env_steps=5120",
-                                      config_path()),
-                          dir);
-  INFO(first.err);
-  REQUIRE(first.status == 0);
-  return only_run(dir.path / "out");
-}
-
 // The largest file of a checkpoint folder, in bytes.
 uint64_t largest_file(const fs::path& folder) {
   uint64_t out = 0;
@@ -958,14 +932,10 @@ uint64_t largest_file(const fs::path& folder) {
 TEST_CASE("a finished run's events file holds metrics.csv's rows as TensorBoard scalars, "
           "and run.tensorboard = false writes none") {
   temp_folder dir("train-tensorboard");
-  auto on = run_troupe(
-    fmt::format("train '{}' --set run.output_dir='\"on\"' "
-                "--set algo.total_env_steps=5120 --set run.log_every_updates=1",
-                config_path()),
-    dir);
-  INFO(on.err);
-  REQUIRE(on.status == 0);
-  const auto run = only_run(dir.path / "on");
+  const auto on = train_cartpole(
+    dir, "--set algo.total_env_steps=5120 --set run.log_every_updates=1", "on");
+  INFO(on.result.err);
+  const auto& run = on.run;
   const auto files = troupe::test::tb_event_files(run);
   REQUIRE(files.size() == 1);
   const auto read = troupe::test::read_tb_events_file(files.front());
@@ -997,14 +967,10 @@ TEST_CASE("a finished run's events file holds metrics.csv's rows as TensorBoard 
     CHECK(cells == scalars.size());
   }
 
-  auto off =
-    run_troupe(fmt::format("train '{}' --set run.output_dir='\"off\"' "
-                           "--set algo.total_env_steps=2048 --set run.tensorboard=false",
-                           config_path()),
-               dir);
-  INFO(off.err);
-  REQUIRE(off.status == 0);
-  const auto off_run = only_run(dir.path / "off");
+  const auto off = train_cartpole(
+    dir, "--set algo.total_env_steps=2048 --set run.tensorboard=false", "off");
+  INFO(off.result.err);
+  const auto& off_run = off.run;
   CHECK(fs::exists(off_run / "metrics.csv"));
   CHECK(troupe::test::tb_event_files(off_run).empty());
 }
