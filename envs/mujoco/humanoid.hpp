@@ -40,9 +40,10 @@ struct humanoid : mujoco_task {
   static constexpr int nq = 24, nv = 23, nu = 17, nbody = 14;
   /// The model's bodies in model order, the world body first.
   static constexpr const char* body_names[nbody] = {
-    "world",     "torso",      "lwaist",          "pelvis",          "right_thigh",
-    "right_shin", "right_foot", "left_thigh",      "left_shin",       "left_foot",
-    "right_upper_arm", "right_lower_arm", "left_upper_arm", "left_lower_arm"};
+    "world",          "torso",         "lwaist",          "pelvis",
+    "right_thigh",    "right_shin",    "right_foot",      "left_thigh",
+    "left_shin",      "left_foot",     "right_upper_arm", "right_lower_arm",
+    "left_upper_arm", "left_lower_arm"};
   static constexpr int observation_size =
     (nq - 2) + nv + nbody * 10 + nbody * 6 + nv + nbody * 6;
 

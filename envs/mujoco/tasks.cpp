@@ -16,11 +16,11 @@ namespace troupe::envs::mujoco {
 
 namespace {
 
-/// A task's registration and its physics, both read from the task's type.
+/// A task's spec, registration and physics, each read from the task's type.
 struct task_entry {
-  const env_spec& (*spec)();
-  registration (*make_registration)();
-  result<task_physics> (*physics)();
+  const env_spec& (*spec)();           ///< the spec, built once
+  registration (*make_registration)(); ///< the spec and both adapters
+  result<task_physics> (*physics)();   ///< its model (compiled on first use), frame skip
 };
 
 /// The built-in model and frame skip of Task, compiled on first use.
@@ -32,18 +32,22 @@ result<task_physics> physics_of_task() {
   return task_physics{*model, Task::frame_skip};
 }
 
+/// The entry of Task.
 template <class Task>
 constexpr task_entry entry() {
   return {&model_spec<Task>, &model_registration<Task>, &physics_of_task<Task>};
 }
 
 // One line per task, in the order `troupe env list` prints them.
-constexpr task_entry tasks[] = {
-  entry<inverted_pendulum>(), entry<half_cheetah>(),
-  entry<hopper>(),            entry<walker2d>(),
-  entry<swimmer>(),           entry<reacher>(),
-  entry<inverted_double_pendulum>(), entry<ant>(),
-  entry<humanoid>()};
+constexpr task_entry tasks[] = {entry<inverted_pendulum>(),
+                                entry<half_cheetah>(),
+                                entry<hopper>(),
+                                entry<walker2d>(),
+                                entry<swimmer>(),
+                                entry<reacher>(),
+                                entry<inverted_double_pendulum>(),
+                                entry<ant>(),
+                                entry<humanoid>()};
 
 } // namespace
 

@@ -169,8 +169,9 @@ TEST_CASE("a MuJoCo fatal error in a vector env fails the step naming the enviro
     stepped = envs.step(actions);
   REQUIRE_FALSE(stepped);
   CHECK(stepped.err().code == errc::invalid_argument);
-  CHECK(stepped.err().message.find("StarvedBoxes-v0: environment 0: MuJoCo error in step: "
-                                   "Stack overflow") != std::string::npos);
+  CHECK(
+    stepped.err().message.find("StarvedBoxes-v0: environment 0: MuJoCo error in step: "
+                               "Stack overflow") != std::string::npos);
   CHECK(envs.terminated()[0] == 1);
   CHECK(envs.terminated()[1] == 1);
   // The next step resets them, and the boxes fall again.

@@ -68,7 +68,8 @@ TEST_CASE("a fresh process registers and lists the environments without compilin
   // a child, where the registry is built from nothing.
   test::temp_folder dir("mujoco-startup");
   const auto out_path = dir.path / "child.txt";
-  std::string self = "/proc/self/exe", filter = std::string("--test-case=") + in_process_case;
+  std::string self = "/proc/self/exe",
+              filter = std::string("--test-case=") + in_process_case;
   std::vector<char*> argv = {self.data(), filter.data(), nullptr};
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -98,16 +99,15 @@ TEST_CASE("physics_of gives a task's built-in model and frame skip without makin
     const char* file;
     int frame_skip;
   };
-  for (const auto& want : {expected{"InvertedPendulum-v4", "inverted_pendulum.xml", 2},
-                           expected{"HalfCheetah-v4", "half_cheetah.xml", 5},
-                           expected{"Hopper-v4", "hopper.xml", 4},
-                           expected{"Walker2d-v4", "walker2d.xml", 4},
-                           expected{"Swimmer-v4", "swimmer.xml", 4},
-                           expected{"Reacher-v4", "reacher.xml", 2},
-                           expected{"InvertedDoublePendulum-v4",
-                                    "inverted_double_pendulum.xml", 5},
-                           expected{"Ant-v4", "ant.xml", 5},
-                           expected{"Humanoid-v4", "humanoid.xml", 5}}) {
+  for (const auto& want :
+       {expected{"InvertedPendulum-v4", "inverted_pendulum.xml", 2},
+        expected{"HalfCheetah-v4", "half_cheetah.xml", 5},
+        expected{"Hopper-v4", "hopper.xml", 4},
+        expected{"Walker2d-v4", "walker2d.xml", 4},
+        expected{"Swimmer-v4", "swimmer.xml", 4},
+        expected{"Reacher-v4", "reacher.xml", 2},
+        expected{"InvertedDoublePendulum-v4", "inverted_double_pendulum.xml", 5},
+        expected{"Ant-v4", "ant.xml", 5}, expected{"Humanoid-v4", "humanoid.xml", 5}}) {
     CAPTURE(want.id);
     auto physics = mujoco::physics_of(want.id);
     REQUIRE(physics);
