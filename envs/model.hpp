@@ -33,6 +33,15 @@
 // model_spec puts the names into the spec; model_vector_env fills
 // vector_env::reward_terms() after each step and sums the counters.
 //
+// A model whose simulator can fail beneath it (MuJoCo's fatal errors) adds
+//
+//     bool failed() const noexcept;      // a reset, step or set_state failed
+//     std::string take_failure() noexcept; // the message, then forgotten
+//
+// and the adapters return the failure as an error value: step() and
+// set_state() of the instance that failed (a failed reset is returned by
+// the next step), the environment then needing a reset.
+//
 // The adapters add what every environment shares: action checks, the time
 // limit, seeding and autoreset. The model's member functions are inline, so
 // the batch loop of model_vector_env has no virtual call per environment.
@@ -102,6 +111,15 @@ struct has_counters<
                      decltype(std::declval<const Model&>().add_counters(nullptr))>>
   : std::true_type {};
 
+/// Whether Model has failed() and take_failure().
+template <class Model, class = void>
+struct has_failure : std::false_type {};
+
+template <class Model>
+struct has_failure<Model, std::void_t<decltype(std::declval<const Model&>().failed()),
+                                      decltype(std::declval<Model&>().take_failure())>>
+  : std::true_type {};
+
 /// Model::make_spec() with the model's reward term and counter names.
 template <class Model>
 env_spec make_model_spec() {
@@ -144,7 +162,11 @@ public:
                         "{}: step() before reset() or set_state()", spec().id);
     if (auto ok = spec().action_space.check_action(action, clip_box_actions()); !ok)
       return make_error(ok.err().code, "{}: {}", spec().id, ok.err().message);
+    if (auto failed = take_failure(); !failed) // a failed reset
+      return failed.err();
     auto out = model_.step(action);
+    if (auto failed = take_failure(); !failed)
+      return failed.err();
     ++elapsed_;
     model_.observe(obs);
     return step_result{out.reward, out.terminated,
@@ -169,6 +191,8 @@ public:
                           s.state_names[i], values[i]);
     model_.set_state(values.data());
     ready_ = true;
+    if (auto failed = take_failure(); !failed)
+      return failed;
     if (obs)
       model_.observe(obs);
     return {};
@@ -189,6 +213,18 @@ public:
   }
 
 private:
+  // The model's failure as an error naming the environment, after which it
+  // needs a reset; nothing for a model that cannot fail.
+  status take_failure() {
+    if constexpr (has_failure<Model>::value)
+      if (model_.failed()) {
+        ready_ = false;
+        return make_error(errc::invalid_argument, "{}: {}; reset the environment",
+                          spec().id, model_.take_failure());
+      }
+    return {};
+  }
+
   Model model_{};
   rng rng_;
   int elapsed_ = 0;
@@ -231,6 +267,10 @@ protected:
     TROUPE_CHECK(rngs_[i].set_state(words), "{}: environment {}: all-zero generator",
                  spec().id, i);
     models_[i].set_state(state);
+    if constexpr (has_failure<Model>::value)
+      if (models_[i].failed())
+        return make_error(errc::invalid_argument, "{}: environment {}: {}", spec().id, i,
+                          models_[i].take_failure());
     if constexpr (has_resume<Model>::value)
       models_[i].resume(elapsed_steps);
     elapsed_[i] = elapsed_steps;
@@ -251,6 +291,7 @@ protected:
   status step_range(size_t begin, size_t end, const float* actions) override {
     const size_t od = obs_dim();
     const size_t ad = action_dim();
+    status first_failure;
     for (size_t i = begin; i < end; ++i) {
       auto& m = models_[i];
       if (terminated_[i] | truncated_[i]) {
@@ -271,9 +312,19 @@ protected:
         if constexpr (has_reward_terms<Model>::value)
           m.reward_terms(&reward_terms_[i * terms_]);
       }
+      if constexpr (has_failure<Model>::value)
+        if (m.failed()) {
+          // This step's or the last reset's: the episode ends here, and the
+          // next step resets the environment.
+          auto message = m.take_failure();
+          terminated_[i] = 1;
+          if (first_failure)
+            first_failure = make_error(errc::invalid_argument, "{}: environment {}: {}",
+                                       spec().id, i, message);
+        }
       m.observe(&observations_[i * od]);
     }
-    return {};
+    return first_failure;
   }
 
 private:

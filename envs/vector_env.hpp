@@ -168,8 +168,9 @@ protected:
   virtual void reset_range(size_t begin, size_t end, uint64_t seed) = 0;
 
   /// Steps environments [begin, end) (autoreset included), writing every
-  /// buffer for them. The built-in models cannot fail; an environment of
-  /// its own code (a callback env) returns the first failure of the range.
+  /// buffer for them. The built-in models fail only when MuJoCo does (a
+  /// fatal error, envs/mujoco/mujoco_env.hpp); they, and an environment of
+  /// its own code (a callback env), return the first failure of the range.
   virtual status step_range(size_t begin, size_t end, const float* actions) = 0;
 
   /// Sets environment i's generator words (not all zero), float64 state

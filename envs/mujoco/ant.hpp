@@ -22,6 +22,8 @@ namespace troupe::envs::mujoco {
 
 /// The Ant-v4 task, with v4's default arguments.
 struct ant : mujoco_task {
+  /// The model file, in envs/mujoco/models/.
+  static constexpr const char* model_file = "ant.xml";
   static constexpr int frame_skip = 5;
   static constexpr double ctrl_cost_weight = 0.5;
   static constexpr double healthy_reward = 1.0;
@@ -41,13 +43,21 @@ struct ant : mujoco_task {
   double y_velocity = 0;           ///< (y after - y before) / dt
   double forward_reward = 0;       ///< the same as reward_forward
 
-  ant() : mujoco_task("ant.xml", frame_skip) {}
+  ant() : mujoco_task(model_file, frame_skip) {}
 
   /// Id, spaces (Box(-inf, inf, (27,)); Box(-1, 1, (8,))), time limit 1000
   /// and state names.
   static env_spec make_spec() {
     constexpr float inf = std::numeric_limits<float>::infinity();
-    auto names = builtin_state_names("ant.xml");
+    auto names = joint_state_names({{"root", mjJNT_FREE},
+                                    {"hip_1", mjJNT_HINGE},
+                                    {"ankle_1", mjJNT_HINGE},
+                                    {"hip_2", mjJNT_HINGE},
+                                    {"ankle_2", mjJNT_HINGE},
+                                    {"hip_3", mjJNT_HINGE},
+                                    {"ankle_3", mjJNT_HINGE},
+                                    {"hip_4", mjJNT_HINGE},
+                                    {"ankle_4", mjJNT_HINGE}});
     names.push_back("x_position");
     names.push_back("y_position");
     return {"Ant-v4", space::box(nq - 2 + nv, -inf, inf), space::box(nu, -1.0f, 1.0f),
@@ -111,10 +121,7 @@ struct ant : mujoco_task {
     reward_survive = healthy_reward; // terminate_when_unhealthy: paid even when unhealthy
     // v4 computes the cost from the float32 action in float32 (NumPy 2:
     // np.sum of eight float32 squares, pairwise, times 0.5 as float32).
-    float squares[nu];
-    for (int i = 0; i < nu; ++i)
-      squares[i] = action[i] * action[i];
-    const float ctrl_cost = static_cast<float>(ctrl_cost_weight) * numpy_sum(squares, nu);
+    const float ctrl_cost = float32_control_cost<nu>(ctrl_cost_weight, action);
     reward_ctrl = -static_cast<double>(ctrl_cost);
     return {(forward_reward + reward_survive) - static_cast<double>(ctrl_cost),
             !is_healthy()};

@@ -18,6 +18,8 @@ namespace troupe::envs::mujoco {
 
 /// The HalfCheetah-v4 task, with v4's default weights.
 struct half_cheetah : mujoco_task {
+  /// The model file, in envs/mujoco/models/.
+  static constexpr const char* model_file = "half_cheetah.xml";
   static constexpr int frame_skip = 5;
   static constexpr double forward_reward_weight = 1.0;
   static constexpr double ctrl_cost_weight = 0.1;
@@ -30,7 +32,7 @@ struct half_cheetah : mujoco_task {
   double reward_run = 0;  ///< forward_reward_weight * x_velocity
   double reward_ctrl = 0; ///< -ctrl_cost_weight * sum(action^2)
 
-  half_cheetah() : mujoco_task("half_cheetah.xml", frame_skip) {}
+  half_cheetah() : mujoco_task(model_file, frame_skip) {}
 
   /// Id, spaces (Box(-inf, inf, (17,)); Box(-1, 1, (6,))) and time limit 1000.
   static env_spec make_spec() {
@@ -68,12 +70,8 @@ struct half_cheetah : mujoco_task {
     const bool finite = simulate(action);
     x_position = data().qpos[0];
     x_velocity = (x_position - x_before) / dt();
-    // v4 computes the cost from the float32 action in float32 (NumPy 2:
-    // np.sum(np.square(a)) of six float32 values, times 0.1 as float32).
-    float sum_of_squares = 0.0f;
-    for (int i = 0; i < nu; ++i)
-      sum_of_squares += action[i] * action[i];
-    const float ctrl_cost = static_cast<float>(ctrl_cost_weight) * sum_of_squares;
+    // v4 computes the cost from the float32 action in float32 (NumPy 2).
+    const float ctrl_cost = float32_control_cost<nu>(ctrl_cost_weight, action);
     reward_run = forward_reward_weight * x_velocity;
     reward_ctrl = -static_cast<double>(ctrl_cost);
     return {reward_run - static_cast<double>(ctrl_cost), !finite};

@@ -22,7 +22,10 @@ struct hopper : planar_walker<hopper, 6, 6, 3> {
   static constexpr double healthy_z_min = 0.7;
   static constexpr double healthy_angle_min = -0.2, healthy_angle_max = 0.2;
 
-  hopper() : planar_walker("hopper.xml") {}
+  /// The model file, in envs/mujoco/models/.
+  static constexpr const char* model_file = "hopper.xml";
+
+  hopper() : planar_walker(model_file) {}
 
   /// Id, spaces (Box(-inf, inf, (11,)); Box(-1, 1, (3,))) and time limit 1000.
   static env_spec make_spec() {

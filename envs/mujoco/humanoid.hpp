@@ -29,6 +29,8 @@ namespace troupe::envs::mujoco {
 
 /// The Humanoid-v4 task, with v4's default arguments.
 struct humanoid : mujoco_task {
+  /// The model file, in envs/mujoco/models/.
+  static constexpr const char* model_file = "humanoid.xml";
   static constexpr int frame_skip = 5;
   static constexpr double forward_reward_weight = 1.25;
   static constexpr double ctrl_cost_weight = 0.1;
@@ -36,6 +38,12 @@ struct humanoid : mujoco_task {
   static constexpr double healthy_z_min = 1.0, healthy_z_max = 2.0;
   static constexpr double reset_noise_scale = 1e-2;
   static constexpr int nq = 24, nv = 23, nu = 17, nbody = 14;
+  /// The model's bodies in model order, the world body first.
+  static constexpr const char* body_names[nbody] = {
+    "world",          "torso",         "lwaist",          "pelvis",
+    "right_thigh",    "right_shin",    "right_foot",      "left_thigh",
+    "left_shin",      "left_foot",     "right_upper_arm", "right_lower_arm",
+    "left_upper_arm", "left_lower_arm"};
   static constexpr int observation_size =
     (nq - 2) + nv + nbody * 10 + nbody * 6 + nv + nbody * 6;
 
@@ -50,7 +58,7 @@ struct humanoid : mujoco_task {
   double y_velocity = 0;           ///< (y after - y before) / dt
   double forward_reward = 0;       ///< the same as reward_linvel
 
-  humanoid() : mujoco_task("humanoid.xml", frame_skip) {}
+  humanoid() : mujoco_task(model_file, frame_skip) {}
 
   /// Id, spaces (Box(-inf, inf, (376,)); Box(-0.4, 0.4, (17,))), time limit
   /// 1000 and state names.
@@ -62,19 +70,26 @@ struct humanoid : mujoco_task {
 
   /// qpos, qvel and qacc_warmstart by joint, x_position, y_position, then
   /// "cinert.<body>.<k>", "cvel.<body>.<k>", "qfrc_actuator.<dof>" and
-  /// "cfrc_ext.<body>.<k>".
+  /// "cfrc_ext.<body>.<k>": from the model's joints and bodies listed by
+  /// hand, no model compiled.
   static std::vector<std::string> state_names() {
-    auto names = builtin_state_names("humanoid.xml"); // stops if it does not load
-    const mjModel& m = *builtin_model("humanoid.xml").value();
+    std::vector<named_joint> joints = {{"root", mjJNT_FREE}};
+    for (const char* hinge :
+         {"abdomen_z", "abdomen_y", "abdomen_x", "right_hip_x", "right_hip_z",
+          "right_hip_y", "right_knee", "left_hip_x", "left_hip_z", "left_hip_y",
+          "left_knee", "right_shoulder1", "right_shoulder2", "right_elbow",
+          "left_shoulder1", "left_shoulder2", "left_elbow"})
+      joints.push_back({hinge, mjJNT_HINGE});
+    auto names = joint_state_names(joints);
     std::vector<std::string> dofs;
     for (int i = 0; i < nv; ++i) // "qvel.<dof>"
       dofs.push_back(names[static_cast<size_t>(nq + i)].substr(5));
     names.push_back("x_position");
     names.push_back("y_position");
     auto per_body = [&](const char* field, int size) {
-      for (int b = 0; b < nbody; ++b)
+      for (const char* body : body_names)
         for (int k = 0; k < size; ++k)
-          names.push_back(fmt::format("{}.{}.{}", field, m.names + m.name_bodyadr[b], k));
+          names.push_back(fmt::format("{}.{}.{}", field, body, k));
     };
     per_body("cinert", 10);
     per_body("cvel", 6);

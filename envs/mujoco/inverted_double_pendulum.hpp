@@ -23,6 +23,8 @@ namespace troupe::envs::mujoco {
 
 /// The InvertedDoublePendulum-v4 task. v4's info is empty: no reward terms kept.
 struct inverted_double_pendulum : mujoco_task {
+  /// The model file, in envs/mujoco/models/.
+  static constexpr const char* model_file = "inverted_double_pendulum.xml";
   static constexpr int frame_skip = 5;
   static constexpr double alive_bonus = 10.0;
   static constexpr double min_tip_height = 1.0; ///< terminated when the tip's z <= this
@@ -37,7 +39,7 @@ struct inverted_double_pendulum : mujoco_task {
   /// episode observes bit for bit what the saved one did.
   double constraint_force[nv] = {};
 
-  inverted_double_pendulum() : mujoco_task("inverted_double_pendulum.xml", frame_skip) {}
+  inverted_double_pendulum() : mujoco_task(model_file, frame_skip) {}
 
   /// Id, spaces (Box(-inf, inf, (11,)); Box(-1, 1, (1,))) and time limit 1000.
   static env_spec make_spec() {

@@ -16,11 +16,13 @@ namespace troupe::envs::mujoco {
 
 /// The InvertedPendulum-v4 task. State: qpos, qvel, qacc_warmstart of (slider, hinge).
 struct inverted_pendulum : mujoco_task {
+  /// The model file, in envs/mujoco/models/.
+  static constexpr const char* model_file = "inverted_pendulum.xml";
   static constexpr int frame_skip = 2;
   static constexpr double reset_noise = 0.01;   ///< half-width of the uniform reset noise
   static constexpr double max_pole_angle = 0.2; ///< rad; beyond it the episode terminates
 
-  inverted_pendulum() : mujoco_task("inverted_pendulum.xml", frame_skip) {}
+  inverted_pendulum() : mujoco_task(model_file, frame_skip) {}
 
   /// Id, spaces (Box(-inf, inf, (4,)); the actuator's ctrlrange Box(-3, 3, (1,)))
   /// and time limit 1000.

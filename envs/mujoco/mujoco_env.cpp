@@ -2,10 +2,12 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 
 #include <mujoco/mjxmacro.h>
@@ -24,17 +26,59 @@ namespace {
 std::atomic<uint64_t> instability_warnings{0};
 std::atomic<uint64_t> other_warnings{0};
 std::atomic<uint64_t> non_finite_observations{0};
+std::atomic<uint64_t> compiles{0};
+
+// What troupe's mju_user_error handler throws: MuJoCo's message.
+class mujoco_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+// MuJoCo 2.2.2's mju_error calls the compiler's thread-local handler while a
+// model compiles (mj_loadXML turns it into its error text), else
+// mju_user_error, else prints, waits for Enter on stdin and exit(1)s; a
+// handler that returns lets MuJoCo go on past an error it does not survive.
+// This one throws: libmujoco.so has unwind tables for all of its code
+// (.eh_frame), so the exception crosses its C frames, without cleanup, to
+// the nearest catch, which run_guarded below puts around every call of a
+// task (docs/environments.md, "Bad input and trouble").
+[[noreturn]] void throw_mujoco_error(const char* message) {
+  throw mujoco_error(message && *message ? message : "no message");
+}
 
 // MuJoCo prints its warnings and appends them to MUJOCO_LOG.TXT unless a
 // handler is set. The library never prints: each warning is also counted in
-// mjData::warning, which simulate() reads, so the handler has nothing to do.
-// A handler the embedding program set first is left in place.
-void quiet_warnings() {
+// mjData::warning, which simulate() reads, so the warning handler has nothing
+// to do. Installed once, where models are loaded or tasks made; handlers the
+// embedding program set first are left in place.
+void install_handlers() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (!mju_user_warning)
       mju_user_warning = [](const char*) {};
+    if (!mju_user_error)
+      mju_user_error = throw_mujoco_error;
   });
+}
+
+// Runs `calls` (MuJoCo functions on `d`); when MuJoCo fails among them,
+// resets `d` as mj_resetData does (its stack mark included, which the
+// unwound frames left taken) and keeps the message in `failure`. Returns
+// whether MuJoCo did not fail.
+template <class Calls>
+bool run_guarded(const mjModel& m, mjData& d, const char* what, std::string& failure,
+                 Calls&& calls) noexcept {
+  try {
+    calls();
+    return true;
+  } catch (const mujoco_error& x) {
+    mj_resetData(&m, &d);
+    if (failure.empty())
+      failure = fmt::format("MuJoCo error in {}: {} (the simulation was reset to the "
+                            "model's initial state)",
+                            what, x.what());
+    return false;
+  }
 }
 
 // MuJoCo's XML compiler keeps global state: one compile at a time.
@@ -59,8 +103,6 @@ std::string mujoco_message(const char* buffer) {
 
 std::atomic<bool> full_resets{false};
 
-thread_local task_physics last_task_made;
-
 } // namespace
 
 trouble_counts trouble() noexcept {
@@ -69,10 +111,14 @@ trouble_counts trouble() noexcept {
           non_finite_observations.load(std::memory_order_relaxed)};
 }
 
+uint64_t models_compiled() noexcept {
+  return compiles.load(std::memory_order_relaxed);
+}
+
 // -- loading ----------------------------------------------------------------------
 
 result<model_ptr> compile_model(std::string_view xml, const std::string& name) {
-  quiet_warnings();
+  install_handlers();
   // mjVFS holds 2000 file names of 1000 characters: on the heap.
   auto vfs = std::make_unique<mjVFS>();
   mj_defaultVFS(vfs.get());
@@ -87,9 +133,14 @@ result<model_ptr> compile_model(std::string_view xml, const std::string& name) {
   std::memcpy(vfs->filedata[index], xml.data(), xml.size());
   char error[1024] = "";
   mjModel* m = nullptr;
-  {
+  compiles.fetch_add(1, std::memory_order_relaxed);
+  try {
     base::mutex_lock lock(compile_mutex());
     m = mj_loadXML(file_name.c_str(), vfs.get(), error, sizeof error);
+  } catch (const mujoco_error& x) {
+    // The compiler turns its own errors into `error`; one beside it fails here.
+    m = nullptr;
+    std::snprintf(error, sizeof error, "%s", x.what());
   }
   mj_deleteVFS(vfs.get());
   if (!m)
@@ -158,16 +209,15 @@ hinge_and_slide_state_names(const std::vector<std::string>& joints) {
   return names;
 }
 
-std::vector<std::string> joint_state_names(const mjModel& m) {
+std::vector<std::string> joint_state_names(const std::vector<named_joint>& joints) {
   static const char* const free_positions[] = {"x", "y", "z", "qw", "qx", "qy", "qz"};
   static const char* const free_velocities[] = {"vx", "vy", "vz", "wx", "wy", "wz"};
   // A ball joint's are a free joint's rotational ones.
   const char* const* ball_positions = free_positions + 3;
   const char* const* ball_velocities = free_velocities + 3;
   std::vector<std::string> positions, velocities;
-  for (int j = 0; j < m.njnt; ++j) {
-    const std::string joint = m.names + m.name_jntadr[j];
-    switch (m.jnt_type[j]) {
+  for (const auto& [joint, type] : joints) {
+    switch (type) {
     case mjJNT_FREE:
       for (int k = 0; k < 7; ++k)
         positions.push_back(fmt::format("{}.{}", joint, free_positions[k]));
@@ -194,11 +244,11 @@ std::vector<std::string> joint_state_names(const mjModel& m) {
   return names;
 }
 
-std::vector<std::string> builtin_state_names(const char* model_file) {
-  auto m = builtin_model(model_file);
-  TROUPE_CHECK(m.ok(), "a built-in MuJoCo model does not load: {}",
-               m ? std::string() : m.err().message);
-  return joint_state_names(**m);
+std::vector<std::string> joint_state_names(const mjModel& m) {
+  std::vector<named_joint> joints;
+  for (int j = 0; j < m.njnt; ++j)
+    joints.push_back({m.names + m.name_jntadr[j], static_cast<mjtJoint>(m.jnt_type[j])});
+  return joint_state_names(joints);
 }
 
 // -- reset ------------------------------------------------------------------------
@@ -264,10 +314,6 @@ void reset_with_mj_resetData(bool on) noexcept {
   full_resets.store(on, std::memory_order_relaxed);
 }
 
-task_physics detail::take_last_task_made() noexcept {
-  return std::exchange(last_task_made, {});
-}
-
 // -- the task base ---------------------------------------------------------------------
 
 std::vector<std::string> mujoco_task::counter_names() {
@@ -275,16 +321,28 @@ std::vector<std::string> mujoco_task::counter_names() {
           "mujoco_non_finite_states"};
 }
 
-mujoco_task::mujoco_task(const char* model_file, int frame_skip)
-  : frame_skip_(frame_skip) {
+namespace {
+
+model_ptr builtin_or_stop(const char* model_file) {
   auto m = builtin_model(model_file);
   TROUPE_CHECK(m.ok(), "a built-in MuJoCo model does not load: {}",
                m ? std::string() : m.err().message);
-  model_ = *m;
+  return *m;
+}
+
+} // namespace
+
+mujoco_task::mujoco_task(const char* model_file, int frame_skip)
+  : mujoco_task(builtin_or_stop(model_file), frame_skip) {}
+
+mujoco_task::mujoco_task(model_ptr model, int frame_skip)
+  : model_(std::move(model)), frame_skip_(frame_skip) {
+  TROUPE_CHECK(model_ != nullptr, "a MuJoCo task needs a model");
+  install_handlers();
+  // MuJoCo fails (throw_mujoco_error) when it cannot allocate the data: the
+  // exception leaves the constructor, and make_env reports it.
   data_.reset(mj_makeData(model_.get()));
-  TROUPE_CHECK(data_ != nullptr, "MuJoCo cannot allocate the data of model '{}'",
-               model_file);
-  last_task_made = physics();
+  TROUPE_CHECK(data_ != nullptr, "MuJoCo cannot allocate the data of a model");
 }
 
 void mujoco_task::get_state(double* out) const noexcept {
@@ -300,7 +358,8 @@ void mujoco_task::set_state(const double* in) noexcept {
   mjData& d = *data_;
   std::copy(in, in + m.nq, d.qpos);
   std::copy(in + m.nq, in + m.nq + m.nv, d.qvel);
-  mj_forward(&m, &d);
+  if (!run_guarded(m, d, "set_state", failure_, [&] { mj_forward(&m, &d); }))
+    return;
   // MuJoCo 2.2's mj_forward renormalizes the quaternions of free and ball
   // joints in qpos, changing the last bits of a saved one: qpos is put back
   // as given, so that the next mj_step starts from the saved episode's qpos.
@@ -320,7 +379,7 @@ void mujoco_task::reset_to(const double* qpos_noise, const double* qvel_noise) n
     d.qpos[i] = m.qpos0[i] + qpos_noise[i];
   for (int i = 0; i < m.nv; ++i)
     d.qvel[i] = 0.0 + qvel_noise[i];
-  mj_forward(&m, &d);
+  run_guarded(m, d, "reset", failure_, [&] { mj_forward(&m, &d); });
 }
 
 bool mujoco_task::simulate(const float* action) noexcept {
@@ -330,11 +389,15 @@ bool mujoco_task::simulate(const float* action) noexcept {
     d.ctrl[i] = static_cast<double>(action[i]);
   // Counted per step: MuJoCo's own reset after a bad qacc keeps the count.
   std::memset(d.warning, 0, sizeof d.warning);
-  for (int k = 0; k < frame_skip_; ++k)
-    mj_step(&m, &d);
-  // Force-related quantities (cacc, cfrc_int, cfrc_ext), which v4's
-  // observations of Ant and Humanoid read.
-  mj_rnePostConstraint(&m, &d);
+  const bool ran = run_guarded(m, d, "step", failure_, [&] {
+    for (int k = 0; k < frame_skip_; ++k)
+      mj_step(&m, &d);
+    // Force-related quantities (cacc, cfrc_int, cfrc_ext), which v4's
+    // observations of Ant and Humanoid read.
+    mj_rnePostConstraint(&m, &d);
+  });
+  if (!ran)
+    return false;
   int instabilities = 0, others = 0;
   for (int w = 0; w < mjNWARNING; ++w) {
     const bool instability =

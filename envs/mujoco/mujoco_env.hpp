@@ -7,7 +7,9 @@
 //
 // Models are compiled once per process and shared read-only by every
 // instance of a task; each instance owns its mjData. MuJoCo's warnings
-// (instabilities, full contact buffers) are counted here, never printed.
+// (instabilities, full contact buffers) are counted here, never printed;
+// its fatal errors become the instance's failure, which the adapters of
+// envs/model.hpp return as an error value.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <mujoco/mujoco.h>
@@ -64,18 +67,30 @@ double standard_normal(rng& r) noexcept;
 std::vector<std::string>
 hinge_and_slide_state_names(const std::vector<std::string>& joints);
 
-/// The state names of any model, from its compiled joints, in the order of
-/// mujoco_task::get_state: "qpos.<joint>" per position, "qvel.<joint>" then
+/// A joint as the state names see it: its name and its type.
+struct named_joint {
+  std::string name; ///< the joint's name in the model file
+  mjtJoint type;    ///< free, ball, slide or hinge
+};
+
+/// The state names of joints in model order, as mujoco_task::get_state
+/// writes them: "qpos.<joint>" per position, "qvel.<joint>" then
 /// "qacc_warmstart.<joint>" per degree of freedom. A hinge or slide has one
 /// of each (the names hinge_and_slide_state_names gives); a free joint has
 /// positions <joint>.x, .y, .z, .qw, .qx, .qy, .qz and velocities .vx, .vy,
 /// .vz, .wx, .wy, .wz; a ball joint .qw, .qx, .qy, .qz and .wx, .wy, .wz.
+/// A task's make_spec() lists its joints by hand, so that no model is
+/// compiled to register it (tests/envs/mujoco_models.test.cpp compares each
+/// list with the compiled model's joints).
+std::vector<std::string> joint_state_names(const std::vector<named_joint>& joints);
+
+/// joint_state_names of a compiled model's joints.
 std::vector<std::string> joint_state_names(const mjModel& m);
 
-/// joint_state_names of the built-in model file `model_file`, for a task's
-/// make_spec(); a built-in file that did not compile would stop the process
-/// as mujoco_task's constructor does.
-std::vector<std::string> builtin_state_names(const char* model_file);
+/// The number of models MuJoCo's compiler was asked to compile so far in
+/// this process (compile_model calls, built-in files included): what tells
+/// that registering and listing the environments compiles none.
+uint64_t models_compiled() noexcept;
 
 /// The sum of x[0..n), in the order of NumPy's pairwise summation
 /// (np.sum of a contiguous array: sequential below 8 values; up to 128,
@@ -107,6 +122,18 @@ T numpy_sum(const T* x, int n) noexcept {
   return sum;
 }
 
+/// v4's float32 control cost of `NU` float32 actions:
+/// float32(weight) * np.sum(np.square(action)), with NumPy 2's rules (a
+/// Python float times a float32 scalar is float32) and NumPy's summation
+/// order, so that it equals Gymnasium's to the last bit.
+template <int NU>
+float float32_control_cost(double weight, const float* action) noexcept {
+  float squares[NU];
+  for (int i = 0; i < NU; ++i)
+    squares[i] = action[i] * action[i];
+  return static_cast<float>(weight) * numpy_sum(squares, NU);
+}
+
 /// Leaves `d` byte for byte as mj_resetData would (MuJoCo 2.2.2) without
 /// zeroing the contact and constraint rows that no step since the last reset
 /// wrote (docs/environments.md, "Reset without zeroing 3.2 MB").
@@ -124,13 +151,6 @@ struct task_physics {
   int frame_skip = 0; ///< mj_step calls per env step
 };
 
-namespace detail {
-/// The physics of the last mujoco_task constructed on this thread, which it
-/// forgets (null model when none was made since): how mujoco::physics_of
-/// learns a registered task's physics.
-task_physics take_last_task_made() noexcept;
-} // namespace detail
-
 /// What every task shares: the compiled model, an mjData, the frame skip.
 /// Move-only. A task's state is (qpos, qvel, qacc_warmstart): Gymnasium's
 /// state_vector() followed by the constraint solver's warm start, without
@@ -146,6 +166,10 @@ public:
   /// one that did not would stop the process with the file's name and
   /// MuJoCo's message.
   mujoco_task(const char* model_file, int frame_skip);
+
+  /// An instance of the compiled model `model` stepped `frame_skip` times a
+  /// step (a model of the caller's own: load_model_file, compile_model).
+  mujoco_task(model_ptr model, int frame_skip);
 
   mujoco_task(mujoco_task&&) noexcept = default;
   mujoco_task& operator=(mujoco_task&&) noexcept = default;
@@ -168,6 +192,7 @@ public:
   /// Sets (qpos, qvel), recomputes the derived quantities (mj_forward) as
   /// v4's set_state does, then sets qpos again (mj_forward renormalizes
   /// quaternions in place) and qacc_warmstart, which mj_forward replaces.
+  /// A fatal MuJoCo error sets failed().
   void set_state(const double* in) noexcept;
 
   /// The names of this instance's trouble counters, in add_counters' order:
@@ -186,16 +211,27 @@ public:
   /// every instance's of the process).
   const trouble_counts& counts() const noexcept { return counts_; }
 
+  /// Whether MuJoCo stopped with a fatal error (mju_error: its stack
+  /// exhausted, say) in a reset, step or set_state of this instance since
+  /// the failure was last taken; the simulation was then reset as
+  /// mj_resetData leaves it (see docs/environments.md, "Bad input and trouble").
+  bool failed() const noexcept { return !failure_.empty(); }
+
+  /// The failure's message (empty when none), which the instance then forgets.
+  std::string take_failure() noexcept { return std::exchange(failure_, std::string()); }
+
 protected:
-  /// v4's reset: mj_resetData (done by reset_data), then qpos0 + qpos_noise and qvel0 +
-  /// qvel_noise (nq and nv values, drawn by the task), then mj_forward (whose solution is
-  /// the first step's warm start, as in v4).
+  /// v4's reset: mj_resetData (done by reset_data), then qpos0 + qpos_noise
+  /// and qvel0 + qvel_noise (nq and nv values, drawn by the task), then
+  /// mj_forward (whose solution is the first step's warm start, as in v4).
+  /// A fatal MuJoCo error sets failed().
   void reset_to(const double* qpos_noise, const double* qvel_noise) noexcept;
 
   /// v4's do_simulation: `action` (nu values, unclipped: MuJoCo clamps the
   /// control to ctrlrange itself) written to ctrl, frame_skip calls of
   /// mj_step, then mj_rnePostConstraint. Counts MuJoCo's warnings; returns
-  /// whether qpos and qvel are finite, counting it when they are not.
+  /// whether qpos and qvel are finite, counting it when they are not, and
+  /// false when MuJoCo failed (failed() is then set).
   /// (MuJoCo itself resets the simulation to qpos0 when a position, velocity
   /// or acceleration is NaN or beyond 1e10 at the start of an mj_step, with
   /// a warning; the finiteness check is the safety net behind it.)
@@ -213,6 +249,7 @@ private:
   std::unique_ptr<mjData, data_deleter> data_;
   int frame_skip_;
   trouble_counts counts_;
+  std::string failure_; // MuJoCo's fatal error not yet taken; empty: none
 };
 
 } // namespace troupe::envs::mujoco

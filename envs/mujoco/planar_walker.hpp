@@ -70,10 +70,7 @@ struct planar_walker : mujoco_task {
     x_position = data().qpos[0];
     x_velocity = (x_position - x_before) / dt();
     // As HalfCheetah: the cost in float32 from the float32 action (NumPy 2).
-    float sum_of_squares = 0.0f;
-    for (int i = 0; i < nu; ++i)
-      sum_of_squares += action[i] * action[i];
-    const float ctrl_cost = static_cast<float>(ctrl_cost_weight) * sum_of_squares;
+    const float ctrl_cost = float32_control_cost<nu>(ctrl_cost_weight, action);
     // v4: (forward_reward + healthy_reward) - ctrl_cost, in that order.
     const double rewards = forward_reward_weight * x_velocity + healthy_reward;
     reward_forward = forward_reward_weight * x_velocity;

@@ -23,6 +23,8 @@ namespace troupe::envs::mujoco {
 
 /// The Reacher-v4 task.
 struct reacher : mujoco_task {
+  /// The model file, in envs/mujoco/models/.
+  static constexpr const char* model_file = "reacher.xml";
   static constexpr int frame_skip = 2;
   static constexpr double arm_reset_noise = 0.1; ///< half-width of the arm angles' noise
   static constexpr double arm_velocity_noise = 0.005; ///< the arm velocities' half-width
@@ -42,7 +44,7 @@ struct reacher : mujoco_task {
   /// continues bit for bit.
   double fingertip_minus_target[3] = {};
 
-  reacher() : mujoco_task("reacher.xml", frame_skip) {}
+  reacher() : mujoco_task(model_file, frame_skip) {}
 
   /// Id, spaces (Box(-inf, inf, (11,)); Box(-1, 1, (2,))), time limit 50; the
   /// state is (qpos, qvel, qacc_warmstart, fingertip_minus_target).
@@ -112,11 +114,8 @@ struct reacher : mujoco_task {
     for (double v : fingertip_minus_target)
       distance_sq += v * v;
     reward_dist = -std::sqrt(distance_sq);
-    // -np.square(a).sum(): float32 from the float32 action.
-    float sum_of_squares = 0.0f;
-    for (int i = 0; i < nu; ++i)
-      sum_of_squares += action[i] * action[i];
-    reward_ctrl = -static_cast<double>(sum_of_squares);
+    // -np.square(a).sum(): float32 from the float32 action (weight 1).
+    reward_ctrl = -static_cast<double>(float32_control_cost<nu>(1.0, action));
     const bool finite = simulate(action);
     read_bodies();
     return {reward_dist + reward_ctrl, !finite};

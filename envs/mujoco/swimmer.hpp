@@ -16,6 +16,8 @@ namespace troupe::envs::mujoco {
 
 /// The Swimmer-v4 task, with v4's default weights.
 struct swimmer : mujoco_task {
+  /// The model file, in envs/mujoco/models/.
+  static constexpr const char* model_file = "swimmer.xml";
   static constexpr int frame_skip = 4;
   static constexpr double forward_reward_weight = 1.0;
   static constexpr double ctrl_cost_weight = 1e-4;
@@ -32,7 +34,7 @@ struct swimmer : mujoco_task {
   double y_velocity = 0;           ///< (y after - y before) / dt
   double forward_reward = 0;       ///< the same as reward_fwd, as v4 reports it twice
 
-  swimmer() : mujoco_task("swimmer.xml", frame_skip) {}
+  swimmer() : mujoco_task(model_file, frame_skip) {}
 
   /// Id, spaces (Box(-inf, inf, (8,)); Box(-1, 1, (2,))) and time limit 1000.
   static env_spec make_spec() {
@@ -75,10 +77,7 @@ struct swimmer : mujoco_task {
     // np.linalg.norm of a vector: sqrt(x . x).
     distance_from_origin = std::sqrt(x_position * x_position + y_position * y_position);
     // As HalfCheetah: the cost in float32 from the float32 action (NumPy 2).
-    float sum_of_squares = 0.0f;
-    for (int i = 0; i < nu; ++i)
-      sum_of_squares += action[i] * action[i];
-    const float ctrl_cost = static_cast<float>(ctrl_cost_weight) * sum_of_squares;
+    const float ctrl_cost = float32_control_cost<nu>(ctrl_cost_weight, action);
     forward_reward = reward_fwd = forward_reward_weight * x_velocity;
     reward_ctrl = -static_cast<double>(ctrl_cost);
     return {reward_fwd - static_cast<double>(ctrl_cost), !finite};

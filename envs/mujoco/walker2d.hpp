@@ -21,7 +21,10 @@ struct walker2d : planar_walker<walker2d, 9, 9, 6> {
   static constexpr double healthy_z_min = 0.8, healthy_z_max = 2.0;
   static constexpr double healthy_angle_min = -1.0, healthy_angle_max = 1.0;
 
-  walker2d() : planar_walker("walker2d.xml") {}
+  /// The model file, in envs/mujoco/models/.
+  static constexpr const char* model_file = "walker2d.xml";
+
+  walker2d() : planar_walker(model_file) {}
 
   /// Id, spaces (Box(-inf, inf, (17,)); Box(-1, 1, (6,))) and time limit 1000.
   static env_spec make_spec() {

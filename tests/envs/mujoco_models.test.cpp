@@ -44,6 +44,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -406,6 +407,13 @@ TEST_CASE("each MuJoCo task's spec agrees with its compiled model") {
     for (int j = 0; j < m.njnt; ++j)
       CHECK(spec->state_names[static_cast<size_t>(m.jnt_qposadr[j])].rfind(
               std::string("qpos.") + (m.names + m.name_jntadr[j]), 0) == 0);
+    // The tasks list their joints by hand (no model compiled to register
+    // them): the names are the compiled model's, one for one.
+    const auto from_model = mujoco::joint_state_names(m);
+    const std::vector<std::string> from_spec(
+      spec->state_names.begin(),
+      spec->state_names.begin() + static_cast<std::ptrdiff_t>(from_model.size()));
+    CHECK(from_spec == from_model);
     // The action space is the actuators' ctrlrange, as v4's _set_action_space makes it.
     const auto& actions = spec->action_space;
     REQUIRE(actions.kind == space_kind::box);
@@ -454,6 +462,16 @@ TEST_CASE(
   CHECK(humanoid[72 + 224 + 6] == "qfrc_actuator.abdomen_z");
   CHECK(humanoid[72 + 247] == "cfrc_ext.world.0");
   CHECK(humanoid.back() == "cfrc_ext.left_lower_arm.5");
+  // Its body names, listed by hand, are the compiled model's.
+  const mjModel& humanoid_model = *mujoco::builtin_model("humanoid.xml").value();
+  REQUIRE(humanoid_model.nbody == 14);
+  for (int b = 0; b < humanoid_model.nbody; ++b) {
+    const std::string body = humanoid_model.names + humanoid_model.name_bodyadr[b];
+    CAPTURE(body);
+    CHECK(humanoid[static_cast<size_t>(72 + 10 * b)] == "cinert." + body + ".0");
+    CHECK(humanoid[static_cast<size_t>(72 + 140 + 6 * b)] == "cvel." + body + ".0");
+    CHECK(humanoid[static_cast<size_t>(72 + 247 + 6 * b + 5)] == "cfrc_ext." + body + ".5");
+  }
 
   auto ball = mujoco::compile_model(
     "<mujoco><worldbody><body><joint name=\"neck\" type=\"ball\"/><geom size=\".1\"/>"

@@ -1395,6 +1395,39 @@ TEST_CASE("numpy_sum adds in NumPy's pairwise order") {
   }
 }
 
+TEST_CASE("the float32 control cost is v4's: float32 squares summed in NumPy's order") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  // Beyond the bounds too: v4 takes the cost from the action as given.
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int trial = 0; trial < 1000; ++trial) {
+    float a[8];
+    for (float& x : a)
+      x = u(gen);
+    float sq[8];
+    for (int i = 0; i < 8; ++i)
+      sq[i] = a[i] * a[i]; // np.square of a float32 array: float32
+    // Below eight values np.sum adds in sequence, in float32.
+    const float six = ((((sq[0] + sq[1]) + sq[2]) + sq[3]) + sq[4]) + sq[5];
+    CHECK(mujoco::float32_control_cost<6>(0.1, a) == 0.1f * six);
+    const float three = (sq[0] + sq[1]) + sq[2];
+    CHECK(mujoco::float32_control_cost<3>(1e-3, a) == 1e-3f * three);
+    const float two = sq[0] + sq[1];
+    CHECK(mujoco::float32_control_cost<2>(1e-4, a) == 1e-4f * two);
+    CHECK(mujoco::float32_control_cost<2>(1.0, a) == two);
+    // Eight: the eight partial sums added as a tree.
+    const float eight = ((sq[0] + sq[1]) + (sq[2] + sq[3])) + ((sq[4] + sq[5]) + (sq[6] + sq[7]));
+    CHECK(mujoco::float32_control_cost<8>(0.5, a) == 0.5f * eight);
+    // And within float32 rounding of the float64 cost.
+    double exact = 0;
+    for (int i = 0; i < 8; ++i)
+      exact += static_cast<double>(a[i]) * static_cast<double>(a[i]);
+    CHECK(std::fabs(mujoco::float32_control_cost<8>(0.5, a) - 0.5 * exact) <=
+          1e-6 * 0.5 * exact);
+  }
+}
+
 // -- bad input and MuJoCo's warnings ----------------------------------------------------
 
 TEST_CASE(
