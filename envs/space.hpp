@@ -1,8 +1,6 @@
-// Observation and action spaces, as Gymnasium defines them: Box (float32
-// bounds per element) and Discrete (integers 0..n-1).
-//
-// Actions travel as float32 values, `size()` of them per environment; a
-// Discrete action is one float holding the integer index (exact up to 2^24).
+// Observation and action spaces as Gymnasium defines them, Box and Discrete;
+// actions travel as `size()` float32 values per environment, a Discrete one
+// as one float holding the index (exact up to 2^24).
 #pragma once
 
 #include <cstddef>
