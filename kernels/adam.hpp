@@ -1,8 +1,6 @@
-// Adam with PyTorch's semantics (torch.optim.Adam, single-tensor path):
-//   m = beta1 m + (1 - beta1) g
-//   v = beta2 v + (1 - beta2) g^2
-//   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-// Bias correction on both moments; eps added after the square root.
+// Adam with PyTorch's semantics (torch.optim.Adam, single-tensor path: bias
+// correction on both moments, eps after the square root; docs/learners.md,
+// "Optimizer").
 #pragma once
 
 #include <cstddef>

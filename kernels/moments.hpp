@@ -1,9 +1,5 @@
-// Moments of batches of samples, and their exact parallel merge.
-//
-// Moments are (count, mean[d], m2[d]) in float64, where m2 is the sum of
-// squared deviations from the mean. Two sets of moments merge with the
-// count-weighted update of Chan, Golub and LeVeque, so that merging shards in
-// any order and grouping gives the single-pass result up to float64 rounding.
+// Moments of batches of samples, (count, mean[d], m2[d]) in float64, and
+// their exact parallel merge (docs/statistics.md, "Moments and the merge").
 #pragma once
 
 #include <cstddef>
@@ -61,12 +57,10 @@ void compute_moments_into(const float* x, size_t rows, size_t dim, moments& out)
 /// Bytes of device workspace that cuda_moments_async needs for [rows x dim].
 size_t cuda_moments_workspace_bytes(size_t rows, size_t dim) noexcept;
 
-/// Computes the moments of a row-major float32 device buffer [rows x dim] on
-/// `stream` (a cudaStream_t) in one pass: per-thread Welford, Chan merge
-/// across threads and blocks. Writes 2*dim+1 doubles to device memory at
-/// `d_out`: count, mean[dim], m2[dim]. Allocates nothing: `d_workspace` must
-/// hold cuda_moments_workspace_bytes(rows, dim). Asynchronous; returns
-/// errc::unavailable in a build without CUDA.
+/// Computes, asynchronously on `stream` (a cudaStream_t) and without
+/// allocating, the moments of a row-major float32 device buffer [rows x dim]
+/// as 2*dim+1 doubles (count, mean, m2) at `d_out`, with `d_workspace` of
+/// cuda_moments_workspace_bytes(rows, dim) (errc::unavailable without CUDA).
 status cuda_moments_async(const float* d_x, size_t rows, size_t dim,
                           double* d_out, void* d_workspace,
                           size_t workspace_bytes, void* stream) noexcept;

@@ -1,7 +1,6 @@
-// Locks that clang's thread-safety analysis can follow (libstdc++'s carry no
-// annotations): a mutex and a shared mutex over the standard ones, and their
-// scoped locks. A member the lock protects says so with TROUPE_GUARDED_BY;
-// see kernels/thread_annotations.hpp and docs/architecture.md.
+// Locks that clang's thread-safety analysis can follow: a mutex and a shared
+// mutex over the standard ones, and their scoped locks (docs/architecture.md,
+// "Locks and the thread-safety check").
 #pragma once
 
 #include <chrono>

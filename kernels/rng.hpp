@@ -1,9 +1,6 @@
-// The project's random number generator (environments, action sampling):
-// xoshiro256++ seeded
-// through splitmix64. Environment i of a run with seed s is seeded with s + i;
-// uniform draws are low + (high - low) * u with u = (next() >> 11) * 2^-53, the
-// same form as numpy's Generator.uniform (the streams themselves differ from
-// Gymnasium's PCG64: only the distributions are reproduced).
+// The project's random number generator, xoshiro256++ seeded through
+// splitmix64, with NumPy's form of uniform draws (docs/environments.md,
+// "Seeding and the random number generator").
 #pragma once
 
 #include <array>

@@ -1,13 +1,6 @@
-// The learner's compute backend: one interface, a CPU implementation (Eigen
-// GEMM, the batch split across worker threads) and a CUDA implementation
-// (cuBLAS GEMM, kernels in kernels/cuda/, a device context that owns the
-// stream, the cuBLAS handle and the workspace).
-//
-// A backend holds its own copy of the parameters, the optimizer state and
-// the scratch memory of one learner. The learner (actor) loads parameters,
-// computes a loss and its gradient on a host batch, reads the gradient or
-// applies it with Adam, and reads the batch-norm moments to send to the
-// statistics keeper.
+// The learner's compute backend: one interface over a CPU implementation
+// (Eigen, worker threads) and a CUDA one (cuBLAS, kernels/cuda/), each holding
+// one learner's parameters, optimizer state and scratch (docs/learners.md, "Backends").
 #pragma once
 
 #include <cstdint>
@@ -81,15 +74,12 @@ public:
   virtual status read_gradient(float* grad) = 0;
 
   /// Clips the last gradient to `max_grad_norm` (<= 0: no clipping) and
-  /// applies one Adam step with learning rate `lr`. Returns the norm before
-  /// clipping. A gradient whose norm is not finite (it holds a NaN or an
-  /// infinity) is not applied: the weights and Adam's state stay as they were.
+  /// applies one Adam step with learning rate `lr`, returning the norm before
+  /// clipping and applying nothing when that norm is not finite.
   virtual result<double> apply_gradient(double lr, double max_grad_norm) = 0;
 
-  /// Adam's state as apply_gradient keeps it: its first and second moments
-  /// (param_count floats each) and its step counter, copied out. A learner
-  /// that takes its own optimizer steps hands them to the parameter server
-  /// with the weights. errc::unavailable where the backend does not support it.
+  /// Copies out Adam's first and second moments (param_count floats each)
+  /// and its step counter, or errc::unavailable where the backend cannot.
   virtual status read_optimizer(float* m, float* v, int64_t* steps) = 0;
 
   /// Replaces Adam's state (see read_optimizer).

@@ -57,12 +57,7 @@ status save_checkpoint(const std::string& path, const actor_critic& model,
 /// Reads and checks the checkpoint at `path`.
 result<policy_checkpoint> load_checkpoint(const std::string& path);
 
-// -- checkpoint folders of a run -------------------------------------------
-// A run folder keeps its checkpoints in checkpoints/<NNNNNNNNNN>/ (the update
-// count, zero-padded), each written as <NNNNNNNNNN>.tmp/ and renamed when
-// complete; manifest.txt, written last, lists every other file of the folder
-// with its size and CRC-32, so that a file cut short, missing or with a bit
-// flipped is found before it is used.
+// -- checkpoint folders of a run (docs/checkpoints.md, "Training checkpoint folders")
 
 /// File name of a checkpoint folder's manifest.
 inline constexpr const char* checkpoint_manifest_name = "manifest.txt";
