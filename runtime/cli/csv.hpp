@@ -1,7 +1,6 @@
-// A strict streaming reader of numeric CSV files: one sample per row,
-// comma-separated numbers, parsed to float32 (troupe's observation type). A
-// first line that is not numeric is a header and is skipped; blank lines are
-// skipped. Every error names FILE:LINE, the rule and the value.
+// A strict streaming reader of numeric CSV files parsed to float32, one
+// sample per row (header and blank lines skipped), every error naming
+// FILE:LINE, the rule and the value.
 #pragma once
 
 #include <cstdint>
