@@ -20,11 +20,11 @@ namespace troupe::envs {
 /// The callbacks of one instance of a game's environment; the game's objects
 /// they refer to must outlive the environment that owns them.
 struct env_callbacks {
-  /// Required. Starts an episode drawn from `seed` and writes its first
+  /// Required: starts an episode drawn from `seed` and writes its first
   /// observation (spec.observation_space.size() floats) into `obs`.
   std::function<status(uint64_t seed, float* obs)> reset;
 
-  /// Required. Applies `action` (spec.action_space.size() floats, inside the
+  /// Required: applies `action` (spec.action_space.size() floats, inside the
   /// space) and writes the next observation into `obs`; returns the reward
   /// and whether the episode terminated (or truncated on the game's own).
   std::function<result<step_result>(const float* action, float* obs)> step;

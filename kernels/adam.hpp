@@ -35,7 +35,7 @@ void adam_step(float* param, const float* grad, float* m, float* v, size_t n,
                const adam_hyper& hyper) noexcept;
 
 /// The same step on device buffers, asynchronous on `stream` (a
-/// cudaStream_t). Returns errc::unavailable in a build without CUDA.
+/// cudaStream_t), or errc::unavailable in a build without CUDA.
 status cuda_adam_step_async(float* d_param, const float* d_grad, float* d_m, float* d_v,
                             size_t n, const adam_hyper& hyper, void* stream) noexcept;
 

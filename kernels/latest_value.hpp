@@ -25,8 +25,8 @@ public:
   latest_value(const latest_value&) = delete;
   latest_value& operator=(const latest_value&) = delete;
 
-  /// The newest value. Wait-free; the reference stays valid and unchanged
-  /// until this reader's next read(). Never call from two threads at once.
+  /// The newest value, wait-free, valid and unchanged until this reader's
+  /// next read() (never call from two threads at once).
   const T& read() noexcept {
     if (middle_.load(std::memory_order_relaxed) & fresh_bit) {
       auto prev = middle_.exchange(front_, std::memory_order_acq_rel);

@@ -33,8 +33,8 @@ struct moments {
   bool well_formed() const noexcept;
 };
 
-/// Merges b into a (Chan et al.): a becomes the moments of both sample sets.
-/// Both must have the same dimension, unless a is empty (count 0, any dim).
+/// Merges b into a (Chan et al.), so that a becomes the moments of both
+/// sample sets (same dimension, unless a is empty: count 0, any dim).
 void merge(moments& a, const moments& b);
 
 /// Raw-buffer form of merge for hot paths: (na, mean_a, m2_a) += (nb, mean_b, m2_b).
@@ -44,8 +44,8 @@ void merge(uint64_t& na, double* mean_a, double* m2_a, uint64_t nb,
 // -- CPU ---------------------------------------------------------------------
 
 /// Moments of a row-major float32 batch [rows x dim], computed on the CPU with
-/// a corrected two-pass over cache-sized blocks of rows, merged with Chan's
-/// update. Never uses E[x^2] - E[x]^2.
+/// a corrected two-pass over cache-sized blocks of rows merged with Chan's
+/// update (never E[x^2] - E[x]^2).
 moments compute_moments(const float* x, size_t rows, size_t dim);
 
 /// Same as compute_moments, writing into `out` (resized to dim) so that a
@@ -65,9 +65,9 @@ status cuda_moments_async(const float* d_x, size_t rows, size_t dim,
                           double* d_out, void* d_workspace,
                           size_t workspace_bytes, void* stream) noexcept;
 
-/// Convenience wrapper: copies host rows to the device, runs
-/// cuda_moments_async on the default stream and copies the result back.
-/// For tests and tools; hot paths keep their data on the device.
+/// For tests and tools (hot paths keep their data on the device): copies
+/// host rows to the device, runs cuda_moments_async on the default stream
+/// and copies the result back.
 result<moments> cuda_compute_moments(const float* x, size_t rows, size_t dim);
 
 /// Number of CUDA devices the runtime sees; 0 when none, when the driver is

@@ -43,8 +43,8 @@ public:
   /// from this point.
   std::array<uint64_t, 4> state() const noexcept { return {s_[0], s_[1], s_[2], s_[3]}; }
 
-  /// Replaces the four state words. An all-zero state is refused (xoshiro
-  /// would return zeros forever): returns false and changes nothing.
+  /// Replaces the four state words, or returns false and changes nothing for
+  /// the all-zero state (from which xoshiro would return zeros forever).
   [[nodiscard]] bool set_state(const std::array<uint64_t, 4>& words) noexcept {
     if (!valid_state(words))
       return false;

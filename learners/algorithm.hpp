@@ -30,9 +30,9 @@ struct algorithm_settings {
   std::any settings;         ///< the algorithm's struct (ppo_settings, ...); empty: its defaults
 };
 
-/// The `S` that `s` holds, made S{} first when it holds none (tests and
-/// programs set fields by name: settings_of<ppo_settings>(s).update_epochs = 1).
-/// Settings of another type are replaced.
+/// The `S` that `s` holds, made S{} first when it holds none or settings of
+/// another type (tests and programs set fields by name:
+/// settings_of<ppo_settings>(s).update_epochs = 1).
 template <class S>
 S& settings_of(algorithm_settings& s) {
   if (!std::any_cast<S>(&s.settings))
@@ -42,9 +42,9 @@ S& settings_of(algorithm_settings& s) {
 
 // -- batches -----------------------------------------------------------------
 
-/// A trajectory batch as an algorithm sees it: `steps` x `envs` transitions
-/// stored time-major ([t * envs + e]) with Gymnasium's next-step autoreset
-/// (actors/messages.hpp, trajectory_batch). Not owned.
+/// A trajectory batch as an algorithm sees it, not owned: `steps` x `envs`
+/// transitions stored time-major ([t * envs + e]) with Gymnasium's next-step
+/// autoreset (actors/messages.hpp, trajectory_batch).
 struct rollout_view {
   size_t steps = 0;              ///< steps per environment
   size_t envs = 0;               ///< environments
@@ -86,9 +86,9 @@ public:
   virtual kernels::rng& generator() = 0;
   /// Loads the latest weights into the backend; call before every gradient.
   virtual status load_weights() = 0;
-  /// Sends the backend's last gradient (of `samples` rows) and takes the
-  /// weights answered. `last`: the batch's last gradient (it carries the
-  /// batch's environment steps).
+  /// Sends the backend's last gradient (of `samples` rows; `last` for the
+  /// batch's last, which carries its environment steps) and takes the
+  /// weights answered.
   virtual status push_gradient(size_t samples, bool last) = 0;
 };
 
@@ -116,8 +116,8 @@ public:
   /// weights it was acted with (true) or from the current weights (false).
   virtual bool uses_acting_weights() const noexcept = 0;
 
-  /// Checks a run's batches before anything starts: `rows` transitions per
-  /// batch. The error names the algorithm, the rule and the numbers.
+  /// Checks a run's batches of `rows` transitions before anything starts,
+  /// the error naming the algorithm, the rule and the numbers.
   virtual status check_batch_size(size_t rows) const = 0;
 
   /// Checks that `batch` meets the algorithm's requirements; the error names

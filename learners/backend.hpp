@@ -56,8 +56,8 @@ public:
   virtual status store(float* params, float* buffers) = 0;
 
   /// Global batch norm: copies the latest snapshot of each view (one per
-  /// layer of actor_critic::batch_norm_layers(), in order) into the running
-  /// statistics the next steps normalize with. Wait-free on the views.
+  /// layer of actor_critic::batch_norm_layers(), in order), wait-free, into
+  /// the running statistics the next steps normalize with.
   virtual status read_global_stats(const std::vector<stats_view*>& views) = 0;
 
   /// PPO loss of a host minibatch; the gradient stays in the backend.
@@ -65,8 +65,8 @@ public:
                                            const ppo_config& config) = 0;
 
   /// IMPALA's V-trace loss of a host batch ((steps + 1) * envs observation
-  /// rows, time-major); the targets are computed from this forward pass and
-  /// held constant. The gradient stays in the backend.
+  /// rows, time-major), with targets from this forward pass held constant and
+  /// the gradient kept in the backend.
   virtual result<loss_report> vtrace_gradient(const vtrace_batch<float>& batch,
                                               const vtrace_config& config) = 0;
 

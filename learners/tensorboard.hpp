@@ -35,9 +35,9 @@ struct tb_scalar {
 /// {wall_time, file_version: "brain.Event:2"}.
 std::string tb_file_version_event(double wall_time);
 
-/// A serialized Event {wall_time, step, session_log {status: START}}: a run that
-/// starts again at `step` (a resume). TensorBoard then drops the points of
-/// earlier files at `step` and after, which the resumed run writes anew.
+/// A serialized Event {wall_time, step, session_log {status: START}} for a
+/// run that starts again at `step`, after which TensorBoard drops the points
+/// of earlier files at `step` and later.
 std::string tb_session_start_event(double wall_time, int64_t step);
 
 /// A serialized Event {wall_time, step, summary {value {tag, simple_value}...}}.
