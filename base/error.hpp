@@ -1,8 +1,6 @@
-// Project-wide error helpers and invariant checks. The error values
-// themselves (errc, error, result, status) are public, in
-// include/troupe/error.hpp; this header adds the fmt-based make_error and
-// TROUPE_CHECK. Lives in the lowest layer so that every folder (including
-// the CAF-free ones) can use it; actors/ maps it onto caf::error.
+// The fmt-based make_error and the TROUPE_CHECK invariant check, over the
+// public error values of include/troupe/error.hpp (docs/architecture.md,
+// "Errors").
 #pragma once
 
 #include <cstdint>
@@ -33,9 +31,8 @@ namespace detail {
 } // namespace troupe
 
 /// Aborts with the condition, file:line and a formatted message when an
-/// internal invariant does not hold. Never use it for user input. The
-/// condition must be a `bool` expression: a status or result is checked with
-/// its `ok()`, so a check can never test a temporary made on the spot.
+/// internal invariant (never user input) does not hold; `cond` must be a
+/// `bool`, so a status or result is checked with its `ok()`.
 #define TROUPE_CHECK(cond, ...)                                                \
   do {                                                                         \
     static_assert(std::is_same_v<decltype(cond), bool>,                        \

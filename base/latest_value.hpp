@@ -1,15 +1,6 @@
-// A latest-value slot between publishers and one reader: the one triple
-// buffer of the project, for any value (a std::shared_ptr<const T> to an
-// immutable snapshot, or a statistics snapshot filled in place as
-// learners/stats_view.hpp does).
-//
-// The reader is wait-free: read() is one relaxed load and, when something new
-// was published, one atomic exchange; no lock, no retry, no allocation, no
-// destructor of a value runs on the reader's thread (a value the reader gives
-// up is released by the next publish that overwrites it). The writer takes a
-// mutex (publishers are serialized by it; the reader never touches it).
-//
-// One reader thread at a time: give every reader its own slot.
+// A latest-value slot between publishers and one reader thread: the one
+// triple buffer of the project, wait-free for the reader (docs/design-notes.md,
+// "kernels/").
 #pragma once
 
 #include <array>
@@ -34,8 +25,8 @@ public:
   latest_value(const latest_value&) = delete;
   latest_value& operator=(const latest_value&) = delete;
 
-  /// The newest value. Wait-free; the reference stays valid and unchanged
-  /// until this reader's next read(). Never call from two threads at once.
+  /// The newest value, wait-free, valid and unchanged until this reader's
+  /// next read() (never call from two threads at once).
   const T& read() noexcept {
     if (middle_.load(std::memory_order_relaxed) & fresh_bit) {
       auto prev = middle_.exchange(front_, std::memory_order_acq_rel);
@@ -54,10 +45,9 @@ public:
     });
   }
 
-  /// Publishes by filling the back buffer in place: `fill(T&)` runs under the
-  /// writer mutex on a buffer holding an older value (so its storage is
-  /// reused) and returns whether to publish it; then `after()` runs, still
-  /// under the mutex, when it did. Returns whether it published.
+  /// Publishes by filling the back buffer (an older value, whose storage is
+  /// reused) with `fill(T&)` under the writer mutex, then `after()` when
+  /// `fill` returned true, and returns whether it published.
   template <class Fill, class After>
   bool publish_with(Fill&& fill, After&& after) {
     mutex_lock guard(writer_mutex_);

@@ -1,7 +1,6 @@
-// Locks that clang's thread-safety analysis can follow (libstdc++'s carry no
-// annotations): a mutex and a shared mutex over the standard ones, and their
-// scoped locks. A member the lock protects says so with TROUPE_GUARDED_BY;
-// see base/thread_annotations.hpp and docs/architecture.md.
+// Locks that clang's thread-safety analysis can follow: a mutex and a shared
+// mutex over the standard ones, and their scoped locks (docs/architecture.md,
+// "Locks and the thread-safety check").
 #pragma once
 
 #include <chrono>
@@ -83,9 +82,9 @@ private:
   std::unique_lock<std::mutex> lock_;
 };
 
-/// std::recursive_mutex, annotated as a capability: the thread that holds it
-/// may take it again (the analysis sees one hold). Lock it with
-/// recursive_mutex_lock.
+/// std::recursive_mutex annotated as a capability, locked with
+/// recursive_mutex_lock, which the holding thread may take again (the
+/// analysis sees one hold).
 class TROUPE_CAPABILITY("mutex") recursive_mutex {
 public:
   recursive_mutex() = default;
@@ -115,7 +114,7 @@ private:
   recursive_mutex& m_;
 };
 
-/// std::shared_mutex, annotated as a capability. Lock it with reader_lock
+/// std::shared_mutex annotated as a capability, locked with reader_lock
 /// (shared) or writer_lock (exclusive).
 class TROUPE_CAPABILITY("shared_mutex") shared_mutex {
 public:

@@ -1,9 +1,6 @@
-// The project's random number generator (environments, action sampling):
-// xoshiro256++ seeded
-// through splitmix64. Environment i of a run with seed s is seeded with s + i;
-// uniform draws are low + (high - low) * u with u = (next() >> 11) * 2^-53, the
-// same form as numpy's Generator.uniform (the streams themselves differ from
-// Gymnasium's PCG64: only the distributions are reproduced).
+// The project's random number generator, xoshiro256++ seeded through
+// splitmix64, with NumPy's form of uniform draws (docs/environments.md,
+// "Seeding and the random number generator").
 #pragma once
 
 #include <array>
@@ -46,8 +43,8 @@ public:
   /// from this point.
   std::array<uint64_t, 4> state() const noexcept { return {s_[0], s_[1], s_[2], s_[3]}; }
 
-  /// Replaces the four state words. An all-zero state is refused (xoshiro
-  /// would return zeros forever): returns false and changes nothing.
+  /// Replaces the four state words, or returns false and changes nothing for
+  /// the all-zero state (from which xoshiro would return zeros forever).
   [[nodiscard]] bool set_state(const std::array<uint64_t, 4>& words) noexcept {
     if (!valid_state(words))
       return false;

@@ -1,8 +1,6 @@
-// Clang's thread-safety attributes under short names, checked by
-// -Wthread-safety (on in clang builds; see the root CMakeLists.txt). With any
-// other compiler every macro expands to nothing. The annotated lock types
-// these attributes need are in base/mutex.hpp; docs/architecture.md says
-// how the check is used. Modelled on abseil's absl/base/thread_annotations.h.
+// Clang's thread-safety attributes under short names (after abseil's
+// absl/base/thread_annotations.h), empty under other compilers
+// (docs/architecture.md, "Locks and the thread-safety check").
 #pragma once
 
 #if defined(__clang__)

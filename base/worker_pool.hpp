@@ -15,10 +15,8 @@
 
 namespace troupe::base {
 
-/// Runs task k of a step on worker k - 1 while the caller runs task 0. A step
-/// of a vector env takes tens of microseconds, about as long as waking a
-/// sleeping thread, so workers (and the caller, waiting for them) spin
-/// briefly before they sleep; a learner step of milliseconds sleeps.
+/// Runs task k of a step on worker k - 1 while the caller runs task 0, the
+/// threads spinning briefly before they sleep (docs/design-notes.md, "kernels/").
 class worker_pool {
 public:
   /// A pool of `workers` threads besides the caller.
@@ -31,8 +29,8 @@ public:
   /// Threads that run tasks, the caller's included.
   size_t size() const noexcept { return threads_.size() + 1; }
 
-  /// Runs fn(k) for k in [0, tasks) and returns when every call returned;
-  /// tasks must not exceed size(). Not reentrant: one run at a time.
+  /// Runs fn(k) for k in [0, tasks <= size()) and returns when every call
+  /// returned (not reentrant: one run at a time).
   void run(size_t tasks, const std::function<void(size_t)>& fn);
 
 private:

@@ -1,10 +1,5 @@
-// Acrobot-v1 (Sutton 1996) with Gymnasium 1.x's dynamics: the book's
-// equations (book_or_nips = "book"), one RK4 step of dt = 0.2 s, torques
-// (-1, 0, +1), angles wrapped to [-pi, pi], angular velocities bounded to
-// +-4 pi and +-9 pi, reward -1 per step and 0 on the terminating step,
-// terminates when -cos(theta1) - cos(theta2 + theta1) > 1, truncated at 500
-// steps. Initial state uniform in [-0.1, 0.1)^4, rounded to float32 as
-// Gymnasium's reset does.
+// Acrobot-v1 (Sutton 1996) with Gymnasium 1.x's book dynamics and one RK4 step
+// of 0.2 s (docs/environments.md, "Semantics").
 #pragma once
 
 #include <algorithm>

@@ -1,37 +1,7 @@
-// An environment implemented by a game or simulator through callbacks: the
-// adapter that the C++ embedding API and the C API (a function table plus
-// `void* user_data`) both build on.
-//
-// Ownership: a callback_env owns its env_callbacks (and so whatever the
-// std::functions capture); the game's objects they refer to must outlive
-// the environment. Buffers passed to a callback belong to the caller and are
-// valid only during the call.
-//
-// Threads: one callback_env (one instance of the game's environment) is
-// called by one thread at a time, never concurrently; different instances
-// may be called at the same time from different threads (a vector env with
-// threads > 1, several environment runners), so instances must not share
-// unsynchronized state. Callbacks are never called with the registry's lock
-// held.
-//
-// What the adapter adds, as for the built-in environments: the action check
-// against the action space (Box actions clipped to the bounds when
-// set_clip_box_actions is on, so the game only sees actions inside them), the
-// time limit (truncated once spec.max_episode_steps steps are taken; a game
-// may also truncate earlier on its own), and seeding: reset(seed) seeds the
-// adapter's generator, and every episode starts with reset callback of the
-// next 64-bit draw from it, so episodes are reproducible from the seed and
-// rng_state() is that generator (always saved).
-//
-// Validation: a callback that fails, or writes a non-finite observation or
-// returns a non-finite reward, makes step() fail with errc::non_finite (or
-// the callback's code) naming the environment id, the step and the value;
-// nothing crashes. A failed reset cannot be reported by env::reset (which
-// returns nothing): the next step() fails with its error instead.
-//
-// State: with both get_state and set_state, can_save_state() is true and a
-// resumed run continues the game's episodes mid-way; without them a resumed
-// run starts fresh episodes (docs/environments.md, "Resume").
+// An environment implemented by a game or simulator through callbacks, the
+// adapter that the C++ embedding API and the C API both build on (ownership,
+// threads, validation and state: docs/environments.md, "Registering your own
+// environment").
 #pragma once
 
 #include <array>
@@ -47,13 +17,14 @@
 
 namespace troupe::envs {
 
-/// The callbacks of one instance of a game's environment.
+/// The callbacks of one instance of a game's environment; the game's objects
+/// they refer to must outlive the environment that owns them.
 struct env_callbacks {
-  /// Required. Starts an episode drawn from `seed` and writes its first
+  /// Required: starts an episode drawn from `seed` and writes its first
   /// observation (spec.observation_space.size() floats) into `obs`.
   std::function<status(uint64_t seed, float* obs)> reset;
 
-  /// Required. Applies `action` (spec.action_space.size() floats, inside the
+  /// Required: applies `action` (spec.action_space.size() floats, inside the
   /// space) and writes the next observation into `obs`; returns the reward
   /// and whether the episode terminated (or truncated on the game's own).
   std::function<result<step_result>(const float* action, float* obs)> step;
@@ -68,13 +39,14 @@ struct env_callbacks {
   std::function<status(const double* values, float* obs)> set_state;
 };
 
-/// An `env` whose dynamics are a game's callbacks (see the file comment).
+/// An `env` whose dynamics are a game's callbacks, called by one thread at a
+/// time (different instances may run concurrently and must not share
+/// unsynchronized state).
 class callback_env final : public env {
 public:
-  /// An environment of `spec` over `callbacks`. errc::invalid_argument naming
-  /// the id when the spec is invalid (check_spec), reset or step is missing,
-  /// only one of get_state and set_state is given, or state callbacks come
-  /// without spec.state_names (or state_names without them).
+  /// An environment of `spec` over `callbacks`, or errc::invalid_argument
+  /// naming the id for an invalid spec, a missing reset or step, or state
+  /// callbacks without their pair or without spec.state_names.
   static result<std::unique_ptr<callback_env>> make(env_spec spec,
                                                     env_callbacks callbacks);
 
@@ -112,8 +84,7 @@ private:
 
 /// A registration for register_env whose environments are callback_envs of
 /// `spec` over the callbacks `make_callbacks` returns, called once per
-/// instance (each instance gets its own game state). make_env reports an
-/// invalid set of callbacks as an error naming the id.
+/// instance so that each instance gets its own game state.
 registration callback_registration(env_spec spec,
                                    std::function<env_callbacks()> make_callbacks);
 

@@ -1,13 +1,6 @@
-// CartPole-v1 (Barto, Sutton and Anderson 1983) with Gymnasium 1.x's
-// dynamics: Euler integration, tau = 0.02 s, force +-10 N, reward 1 on every
-// step including the terminating one (sutton_barto_reward=False), 0 on steps
-// taken after termination without a reset. Terminates when |x| > 2.4 or
-// |theta| > 12 degrees; truncated at 500 steps. Initial state uniform in
-// [-0.05, 0.05)^4.
-//
-// This header is the template for adding an environment: a model struct with
-// make_spec, reset, step, observe, get_state and set_state, then one line in
-// envs/registry.cpp.
+// CartPole-v1 (Barto, Sutton and Anderson 1983) with Gymnasium 1.x's dynamics
+// (docs/environments.md, "Semantics"), and the template for adding an
+// environment (docs/environments.md, "Adding an environment").
 #pragma once
 
 #include <cmath>

@@ -1,11 +1,6 @@
-// CartPole-v1's batch kernel: the state in structure-of-arrays float64
-// buffers, the dynamics in one branch-free loop the compiler vectorizes, sine
-// and cosine from envs/fast_math.hpp (pole angles beyond pi/4, reachable only
-// through custom states, fall back to libm for their block), random numbers
-// only at resets. Same dynamics, time limit and autoreset rule as
-// model_vector_env<cartpole>; sin and cos can differ from libm's in the last
-// bit, so trajectories agree with the scalar environment to float32
-// precision rather than bit for bit.
+// CartPole-v1's batch kernel: model_vector_env<cartpole>'s dynamics in one
+// branch-free loop over float64 arrays, equal to the scalar environment to
+// float32 precision (docs/environments.md, "Vector environments").
 #pragma once
 
 #include <cstddef>

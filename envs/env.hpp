@@ -1,10 +1,6 @@
-// The environment interface, with Gymnasium's semantics.
-//
-// An environment has an observation space and an action space, a float64
-// internal state in the order of Gymnasium's `env.unwrapped.state`, and the
-// time limit Gymnasium registers for its id. `reset(seed)` returns the first
-// observation; `step(action)` returns (obs, reward, terminated, truncated),
-// where `truncated` means the time limit was reached (TimeLimit wrapper).
+// The environment interface, with Gymnasium's semantics: spaces, a float64
+// internal state in `env.unwrapped.state`'s order and the registered time
+// limit (docs/environments.md, "The interface").
 #pragma once
 
 #include <array>
@@ -71,22 +67,20 @@ public:
   virtual void reset(float* obs) = 0;
 
   /// Applies `action` (action_space.size() floats) and writes the next
-  /// observation. Fails, changing nothing, when the action is outside the
-  /// space or when neither reset nor set_state has been called yet.
+  /// observation, failing without a change for an action outside the space
+  /// or before the first reset or set_state.
   virtual result<step_result> step(const float* action, float* obs) = 0;
 
   /// Whether state(), set_state(), rng_state() and set_rng_state() work, so
-  /// that a saved run continues this environment mid-episode. True for the
-  /// built-in environments; an environment without it starts a fresh episode
-  /// on resume (docs/environments.md, "Resume").
+  /// that a resumed run continues this environment mid-episode.
   virtual bool can_save_state() const noexcept { return true; }
 
   /// The internal state, float64, in Gymnasium's `env.unwrapped.state` order.
   virtual std::vector<double> state() const = 0;
 
-  /// Replaces the internal state (spec().state_dim() finite values) and
-  /// writes the observation of the new state into `obs` when not null. The
-  /// time-limit counter is left as it is.
+  /// Replaces the internal state (spec().state_dim() finite values), leaving
+  /// the time-limit counter as it is, and writes the new observation into
+  /// `obs` when not null.
   virtual status set_state(const std::vector<double>& values, float* obs = nullptr) = 0;
 
   /// Steps taken since the last reset, as the TimeLimit wrapper counts them.
@@ -104,9 +98,7 @@ public:
   virtual status set_rng_state(const std::array<uint64_t, 4>& words) = 0;
 
   /// Whether step() accepts finite Box actions outside the bounds and lets
-  /// the environment clip them, as Gymnasium's Pendulum and
-  /// MountainCarContinuous do (default false: such actions are rejected).
-  /// Policies with unbounded distributions (Gaussian heads) need it on.
+  /// the environment clip them (default false: such actions are rejected).
   void set_clip_box_actions(bool on) noexcept { clip_box_actions_ = on; }
 
   /// See set_clip_box_actions.

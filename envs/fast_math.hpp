@@ -1,9 +1,6 @@
-// Branch-free sine and cosine for |x| <= pi/4, for batch kernels that the
-// compiler vectorizes. The polynomials are the minimax kernels of fdlibm
-// (k_sin.c, k_cos.c; coefficients from the public-domain Sun sources), with
-// an error below one ulp on that interval; outside it callers must use libm.
-// They are not bit-identical to glibc's sin and cos: a result can differ in
-// the last bit.
+// Branch-free sine and cosine for |x| <= pi/4 (fdlibm's minimax kernels,
+// within one ulp there, not bit-identical to libm) for batch kernels that the
+// compiler vectorizes; outside that interval callers must use libm.
 #pragma once
 
 namespace troupe::envs::fast {

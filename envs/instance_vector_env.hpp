@@ -1,13 +1,6 @@
-// A batch of separately made `env` instances behind the vector_env
-// interface: the batch make_vector_env builds for an environment registered
-// without a batch of its own (a game's callback env, envs/callback_env.hpp).
-//
-// Environment i is reset with seed + i; an environment that finished is
-// reset on the next step from its own stream (env::reset(obs)), as every
-// vector env does. With threads > 1 and enough environments (see
-// vector_env::min_envs_per_thread), disjoint ranges of instances are stepped
-// on worker threads: each instance is only ever called by one thread at a
-// time, but different instances may be called at the same time.
+// A batch of separately made `env` instances behind the vector_env interface,
+// the batch make_vector_env builds for an environment registered without one
+// of its own; each instance is called by one thread at a time.
 #pragma once
 
 #include <cstddef>

@@ -1,50 +1,7 @@
-// Adapters that turn an environment model into the `env` and `vector_env`
-// interfaces. A model is a small struct with the dynamics of one environment
-// (see envs/cartpole.hpp for the template to copy):
-//
-//   struct my_env {
-//     static env_spec make_spec();                   // id, spaces, time limit
-//     void reset(rng& r) noexcept;                   // initial-state distribution
-//     model_step step(const float* action) noexcept; // a validated action
-//     void observe(float* obs) const noexcept;       // float32 observation
-//     void get_state(double* out) const noexcept;    // Gymnasium's state order
-//     void set_state(const double* in) noexcept;
-//   };
-//
-// A model whose step depends on more than its float64 state may add
-//
-//     void resume(int elapsed_steps) noexcept;       // after set_state
-//
-// which model_vector_env calls when it restores a saved state, telling the
-// model how many steps its episode has taken (MountainCarContinuous keeps
-// its state as float32 after the first step).
-//
-// A model with reward terms (the parts its reward sums, as Gymnasium's `info`
-// reports them) adds
-//
-//     static std::vector<std::string> reward_term_names();
-//     void reward_terms(double* out) const noexcept; // the last step's, in order
-//
-// and a model that counts trouble (MuJoCo's warnings) adds
-//
-//     static std::vector<std::string> counter_names();
-//     void add_counters(uint64_t* out) const noexcept; // adds its counts so far
-//
-// model_spec puts the names into the spec; model_vector_env fills
-// vector_env::reward_terms() after each step and sums the counters.
-//
-// A model whose simulator can fail beneath it (MuJoCo's fatal errors) adds
-//
-//     bool failed() const noexcept;      // a reset, step or set_state failed
-//     std::string take_failure() noexcept; // the message, then forgotten
-//
-// and the adapters return the failure as an error value: step() and
-// set_state() of the instance that failed (a failed reset is returned by
-// the next step), the environment then needing a reset.
-//
-// The adapters add what every environment shares: action checks, the time
-// limit, seeding and autoreset. The model's member functions are inline, so
-// the batch loop of model_vector_env has no virtual call per environment.
+// Adapters that turn an environment model, a small struct with the dynamics
+// of one environment (envs/cartpole.hpp is the template to copy), into the
+// `env` and `vector_env` interfaces (what a model provides:
+// docs/environments.md, "Adding an environment").
 #pragma once
 
 #include <algorithm>

@@ -1,9 +1,5 @@
-// MountainCar-v0 (Moore 1990) with Gymnasium 1.x's dynamics: force 0.001,
-// gravity 0.0025, velocity clipped to [-0.07, 0.07], position clipped to
-// [-1.2, 0.6] with an inelastic left wall (velocity set to 0 when the car is
-// at -1.2 moving left), reward -1 per step, terminates when position >= 0.5
-// and velocity >= 0, truncated at 200 steps. Initial position uniform in
-// [-0.6, -0.4), velocity 0.
+// MountainCar-v0 (Moore 1990) with Gymnasium 1.x's dynamics
+// (docs/environments.md, "Semantics").
 #pragma once
 
 #include <algorithm>

@@ -1,13 +1,5 @@
-// MountainCarContinuous-v0 with Gymnasium 1.x's dynamics: force = action
-// clipped to [-1, 1] times power 0.0015, gravity term 0.0025 cos(3 x),
-// velocity clipped to [-0.07, 0.07], position clipped to [-1.2, 0.6] with the
-// inelastic left wall, terminates when position >= 0.45 and velocity >= 0,
-// reward -0.1 action^2 (the unclipped action) plus 100 at the goal, truncated
-// at 999 steps. Initial position uniform in [-0.6, -0.4), velocity 0.
-//
-// Gymnasium stores this environment's state as a float32 array after every
-// step (but as float64 after reset), so arithmetic on it is float32 where
-// NumPy 2's promotion rules make it so; `narrow` tracks which case holds.
+// MountainCarContinuous-v0 with Gymnasium 1.x's dynamics (docs/environments.md,
+// "Semantics"), including its float32 state after a step, which `narrow` tracks.
 #pragma once
 
 #include <cmath>

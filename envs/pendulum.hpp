@@ -1,8 +1,4 @@
-// Pendulum-v1 with Gymnasium 1.x's dynamics: g = 10, m = l = 1, dt = 0.05,
-// torque clipped to [-2, 2], angular velocity clipped to [-8, 8], reward
-// -(angle_normalize(th)^2 + 0.1 thdot^2 + 0.001 u^2), never terminates,
-// truncated at 200 steps. Initial state uniform: th in [-pi, pi), thdot in
-// [-1, 1).
+// Pendulum-v1 with Gymnasium 1.x's dynamics (docs/environments.md, "Semantics").
 #pragma once
 
 #include <algorithm>

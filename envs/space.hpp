@@ -1,8 +1,6 @@
-// Observation and action spaces, as Gymnasium defines them: Box (float32
-// bounds per element) and Discrete (integers 0..n-1).
-//
-// Actions travel as float32 values, `size()` of them per environment; a
-// Discrete action is one float holding the integer index (exact up to 2^24).
+// Observation and action spaces as Gymnasium defines them, Box and Discrete;
+// actions travel as `size()` float32 values per environment, a Discrete one
+// as one float holding the index (exact up to 2^24).
 #pragma once
 
 #include <cstddef>
@@ -41,19 +39,18 @@ struct space {
   /// bounds for a Box, an integer in [0, n) for a Discrete.
   bool contains(const float* x) const noexcept;
 
-  /// Checks an action: a Discrete action must be an integer in [0, n); a Box
-  /// action must be finite and, unless `clip_box` is set, inside the bounds
-  /// (with `clip_box` the environment clips it, as Gymnasium's continuous
-  /// environments do). The error names the element, the rule and the value.
+  /// Checks an action (a Discrete one an integer in [0, n), a Box one finite
+  /// and, unless `clip_box` lets the environment clip it, inside the bounds),
+  /// the error naming the element, the rule and the value.
   status check_action(const float* x, bool clip_box = false) const;
 
   /// Gymnasium-style description: "Discrete(2)", "Box(-2.0, 2.0, (1,), float32)".
   std::string describe() const;
 };
 
-/// `count` actions drawn uniformly from `s`, row-major (`s.size()` floats
-/// each): integers 0..n-1 for a Discrete space, values within the (finite)
-/// bounds for a Box. `gen` is a standard random bit generator.
+/// `count` actions drawn uniformly from `s` with the standard random bit
+/// generator `gen`, row-major (`s.size()` floats each): integers 0..n-1 for a
+/// Discrete space, values within the (finite) bounds for a Box.
 template <class Generator>
 std::vector<float> random_actions(const space& s, size_t count, Generator& gen) {
   std::vector<float> actions(count * s.size());

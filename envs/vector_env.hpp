@@ -1,31 +1,7 @@
 // N copies of one environment stepped as a batch, with structure-of-arrays
-// float32 buffers and Gymnasium 1.x's default autoreset rule (next-step).
-//
-// Buffers (owned by the vector env, valid until the next reset or step):
-//   observations [num_envs x obs_dim], row-major float32
-//   rewards      [num_envs] float32
-//   terminated   [num_envs] 0/1
-//   truncated    [num_envs] 0/1
-//   autoreset    [num_envs] 0/1: this step reset the environment
-//
-// Autoreset (next-step, as gymnasium.vector's AutoresetMode.NEXT_STEP): when
-// environment i reports terminated or truncated, the following step() ignores
-// its action, resets it from its own random stream and reports the reset
-// observation with reward 0, terminated = truncated = 0 and autoreset = 1.
-//
-// Seeding: reset(seed) seeds environment i with seed + i. Each environment
-// keeps its own generator, so results do not depend on the thread count.
-//
-// State: save_state() captures everything a later step depends on (each
-// environment's generator, float64 state, time-limit counter and the flags
-// of the last step, which decide whether the next step is an autoreset);
-// restore_state() of it, into this or a fresh vector env of the same id and
-// size (any thread count), continues bit for bit as if never stopped.
-// Environments that cannot save their state (env::can_save_state() false,
-// e.g. a game's callback env without state callbacks) give a state with
-// with_state = false: the flags of the last step only, no generators, states
-// or counters. Such a state cannot be restored; the caller starts fresh
-// episodes instead (reset, see actors/env_runner.hpp).
+// float32 buffers (owned by the vector env, valid until the next reset or
+// step) and Gymnasium 1.x's next-step autoreset (docs/environments.md,
+// "Vector environments").
 #pragma once
 
 #include <array>
@@ -99,11 +75,9 @@ public:
   void reset(uint64_t seed);
 
   /// Steps every environment with its action (actions [num_envs x
-  /// action_dim]). Fails, stepping nothing, when an action is outside the
-  /// action space (the message names the environment), or before reset().
-  /// An environment whose own step fails (a callback env: a game's error or
-  /// a non-finite value) fails the whole step with the error of the lowest
-  /// such environment; the others of the batch may have been stepped.
+  /// action_dim]), failing before reset(), on an action outside the action
+  /// space (stepping nothing) or with the error of the lowest environment
+  /// whose own step fails (the others may have been stepped).
   status step(const float* actions);
 
   /// Observations [num_envs x obs_dim].
@@ -121,16 +95,15 @@ public:
   const double* reward_terms() const noexcept { return reward_terms_.data(); }
 
   /// Writes the trouble counters (spec().counters.size() values), each the
-  /// sum over the environments since this vector env was made; they only grow.
+  /// sum over the environments since this vector env was made.
   virtual void counters(uint64_t* out) const;
 
   /// Whether step() accepts finite Box actions outside the bounds and lets
   /// the environments clip them (see env::set_clip_box_actions).
   void set_clip_box_actions(bool on) noexcept { clip_box_actions_ = on; }
 
-  /// Whether the environments can save their state (env::can_save_state):
-  /// when false, save_state() records with_state = false and state(i),
-  /// elapsed_steps(i) and rng_state(i) are not called.
+  /// Whether the environments can save their state (env::can_save_state);
+  /// when false, state(i), elapsed_steps(i) and rng_state(i) are not called.
   virtual bool can_save_state() const noexcept { return true; }
 
   /// Internal float64 state of environment i.
@@ -145,37 +118,26 @@ public:
   /// Everything the next steps depend on (see vector_env_state).
   vector_env_state save_state() const;
 
-  /// Whether restore_state(s) would succeed: the id, the number of
-  /// environments, a state with with_state = true for environments that can
-  /// save theirs, array sizes, finite values, flags 0/1 and consistent with
-  /// the counters, generators not all zero, counters within the time limit.
-  /// The message names the environment, the field, the rule and the value.
+  /// Whether restore_state(s) would succeed, with a message naming the
+  /// environment, the field, the rule and the value when it would not.
   status check_state(const vector_env_state& s) const;
 
-  /// A state with with_state = false passes check_state when the environments
-  /// cannot save theirs, but restore_state refuses it: reset(seed) instead.
-  ///
-  /// Checks `s` (check_state), then replaces every environment's state, the
-  /// last step's buffers and the observations with those of `s`. On a failed
-  /// check nothing changes; an environment that refuses its values (a
-  /// callback env's set_state) fails the restore after the environments
-  /// before it were restored: reset() before stepping again.
+  /// Replaces every environment's state, the last step's buffers and the
+  /// observations with those of `s` after check_state, changing nothing when
+  /// the check fails (reset() before stepping again after any failure).
   status restore_state(const vector_env_state& s);
 
 protected:
-  /// Resets environments [begin, end) from seed + index, writing their
-  /// observations.
+  /// Resets environments [begin, end) from seed + index, writing their observations.
   virtual void reset_range(size_t begin, size_t end, uint64_t seed) = 0;
 
   /// Steps environments [begin, end) (autoreset included), writing every
-  /// buffer for them. The built-in models fail only when MuJoCo does (a
-  /// fatal error, envs/mujoco/mujoco_env.hpp); they, and an environment of
-  /// its own code (a callback env), return the first failure of the range.
+  /// buffer for them and returning the first failure of the range (a built-in
+  /// model fails only when MuJoCo does, envs/mujoco/mujoco_env.hpp).
   virtual status step_range(size_t begin, size_t end, const float* actions) = 0;
 
-  /// Sets environment i's generator words (not all zero), float64 state
-  /// (state_dim finite values) and time-limit counter, all validated by the
-  /// caller, and writes its observation row.
+  /// Sets environment i's generator words, float64 state and time-limit
+  /// counter, already validated by the caller, and writes its observation row.
   virtual status restore_env(size_t i, const std::array<uint64_t, 4>& rng,
                              const double* state, int elapsed_steps) = 0;
 

@@ -1,8 +1,6 @@
-// Adam with PyTorch's semantics (torch.optim.Adam, single-tensor path):
-//   m = beta1 m + (1 - beta1) g
-//   v = beta2 v + (1 - beta2) g^2
-//   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-// Bias correction on both moments; eps added after the square root.
+// Adam with PyTorch's semantics (torch.optim.Adam, single-tensor path: bias
+// correction on both moments, eps after the square root; docs/learners.md,
+// "Optimizer").
 #pragma once
 
 #include <cstddef>
@@ -37,7 +35,7 @@ void adam_step(float* param, const float* grad, float* m, float* v, size_t n,
                const adam_hyper& hyper) noexcept;
 
 /// The same step on device buffers, asynchronous on `stream` (a
-/// cudaStream_t). Returns errc::unavailable in a build without CUDA.
+/// cudaStream_t), or errc::unavailable in a build without CUDA.
 status cuda_adam_step_async(float* d_param, const float* d_grad, float* d_m, float* d_v,
                             size_t n, const adam_hyper& hyper, void* stream) noexcept;
 

@@ -1,7 +1,6 @@
-// The GPU resources of one learner: a CUDA stream, a cuBLAS handle bound to
-// it, and a workspace that grows on demand. Passed down explicitly, never a
-// global. The GEMM helpers take row-major float32 matrices (the layout of
-// PyTorch's Linear weights) and map them onto column-major cuBLAS calls.
+// The GPU resources of one learner (a CUDA stream, a cuBLAS handle bound to
+// it, a workspace that grows on demand), passed down explicitly, never a
+// global; its GEMM helpers take row-major float32 matrices.
 #pragma once
 
 #include <cstddef>

@@ -1,9 +1,5 @@
-// Moments of batches of samples, and their exact parallel merge.
-//
-// Moments are (count, mean[d], m2[d]) in float64, where m2 is the sum of
-// squared deviations from the mean. Two sets of moments merge with the
-// count-weighted update of Chan, Golub and LeVeque, so that merging shards in
-// any order and grouping gives the single-pass result up to float64 rounding.
+// Moments of batches of samples, (count, mean[d], m2[d]) in float64, and
+// their exact parallel merge (docs/statistics.md, "Moments and the merge").
 #pragma once
 
 #include <cstddef>
@@ -37,8 +33,8 @@ struct moments {
   bool well_formed() const noexcept;
 };
 
-/// Merges b into a (Chan et al.): a becomes the moments of both sample sets.
-/// Both must have the same dimension, unless a is empty (count 0, any dim).
+/// Merges b into a (Chan et al.), so that a becomes the moments of both
+/// sample sets (same dimension, unless a is empty: count 0, any dim).
 void merge(moments& a, const moments& b);
 
 /// Raw-buffer form of merge for hot paths: (na, mean_a, m2_a) += (nb, mean_b, m2_b).
@@ -48,8 +44,8 @@ void merge(uint64_t& na, double* mean_a, double* m2_a, uint64_t nb,
 // -- CPU ---------------------------------------------------------------------
 
 /// Moments of a row-major float32 batch [rows x dim], computed on the CPU with
-/// a corrected two-pass over cache-sized blocks of rows, merged with Chan's
-/// update. Never uses E[x^2] - E[x]^2.
+/// a corrected two-pass over cache-sized blocks of rows merged with Chan's
+/// update (never E[x^2] - E[x]^2).
 moments compute_moments(const float* x, size_t rows, size_t dim);
 
 /// Same as compute_moments, writing into `out` (resized to dim) so that a
@@ -61,19 +57,17 @@ void compute_moments_into(const float* x, size_t rows, size_t dim, moments& out)
 /// Bytes of device workspace that cuda_moments_async needs for [rows x dim].
 size_t cuda_moments_workspace_bytes(size_t rows, size_t dim) noexcept;
 
-/// Computes the moments of a row-major float32 device buffer [rows x dim] on
-/// `stream` (a cudaStream_t) in one pass: per-thread Welford, Chan merge
-/// across threads and blocks. Writes 2*dim+1 doubles to device memory at
-/// `d_out`: count, mean[dim], m2[dim]. Allocates nothing: `d_workspace` must
-/// hold cuda_moments_workspace_bytes(rows, dim). Asynchronous; returns
-/// errc::unavailable in a build without CUDA.
+/// Computes, asynchronously on `stream` (a cudaStream_t) and without
+/// allocating, the moments of a row-major float32 device buffer [rows x dim]
+/// as 2*dim+1 doubles (count, mean, m2) at `d_out`, with `d_workspace` of
+/// cuda_moments_workspace_bytes(rows, dim) (errc::unavailable without CUDA).
 status cuda_moments_async(const float* d_x, size_t rows, size_t dim,
                           double* d_out, void* d_workspace,
                           size_t workspace_bytes, void* stream) noexcept;
 
-/// Convenience wrapper: copies host rows to the device, runs
-/// cuda_moments_async on the default stream and copies the result back.
-/// For tests and tools; hot paths keep their data on the device.
+/// For tests and tools (hot paths keep their data on the device): copies
+/// host rows to the device, runs cuda_moments_async on the default stream
+/// and copies the result back.
 result<moments> cuda_compute_moments(const float* x, size_t rows, size_t dim);
 
 /// Number of CUDA devices the runtime sees; 0 when none, when the driver is

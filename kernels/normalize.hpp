@@ -1,7 +1,6 @@
 // Normalization on row-major float32 [rows x cols] buffers: the observation
-// normalizer clip((x - mean) / sqrt(var + eps), -clip, clip) and the batch
-// norm affine transform with its backward pass. CPU twins here, CUDA twins in
-// kernels/cuda/normalize.cu.
+// normalizer and batch norm with its backward pass (CPU twins; the CUDA ones
+// are in kernels/cuda/normalize.cu).
 #pragma once
 
 #include <cstddef>
@@ -21,10 +20,9 @@ void batch_norm_forward(const float* z, const float* mean, const float* inv_std,
                         const float* gamma, const float* beta, size_t rows, size_t cols,
                         float* zhat, float* y) noexcept;
 
-/// Batch norm backward given column sums sum_dy[j] and sum_dy_zhat[j] of
-/// dL/dy and dL/dy * zhat: with batch statistics (local mode)
-/// dz = gamma inv_std (dy - sum_dy / rows - zhat sum_dy_zhat / rows);
-/// with fixed statistics (global or eval) dz = gamma inv_std dy.
+/// Batch norm backward from the column sums sum_dy and sum_dy_zhat of dL/dy
+/// and dL/dy * zhat, through the batch's statistics or fixed ones
+/// (docs/design-notes.md, "kernels/").
 void batch_norm_backward(const float* dy, const float* zhat, const float* gamma,
                          const float* inv_std, const float* sum_dy,
                          const float* sum_dy_zhat, size_t rows, size_t cols,
@@ -33,10 +31,8 @@ void batch_norm_backward(const float* dy, const float* zhat, const float* gamma,
 /// inv_std[j] = 1 / sqrt(var[j] + eps).
 void inverse_std(const float* var, size_t cols, double eps, float* inv_std) noexcept;
 
-/// Local batch norm's running statistics, moved toward a batch with moments
-/// (count, mean[cols], m2[cols]) in float64 (PyTorch's update):
-/// running_mean = (1 - momentum) running_mean + momentum mean,
-/// running_var = (1 - momentum) running_var + momentum m2 / (count - 1).
+/// Local batch norm's running statistics moved toward a batch's float64
+/// moments (count, mean[cols], m2[cols]) with PyTorch's momentum update.
 void running_stats_update(const double* moments, size_t cols, double momentum,
                           float* running_mean, float* running_var) noexcept;
 

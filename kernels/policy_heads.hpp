@@ -1,7 +1,6 @@
-// Policy heads on float32 buffers: log-softmax with entropy (categorical)
-// and the diagonal-Gaussian log-probability, with their backward passes, and
-// PPO's per-row loss terms. CPU twins here, CUDA twins in
-// kernels/cuda/policy_heads.cu.
+// Policy heads on float32 buffers (categorical and diagonal Gaussian, with
+// backward passes) and PPO's per-row loss terms (CPU twins; the CUDA ones are
+// in kernels/cuda/policy_heads.cu).
 #pragma once
 
 #include <cstddef>

@@ -1,14 +1,6 @@
-// A learning algorithm as one module: its hyperparameters (the config
-// section [algo.<name>], with defaults, ranges and descriptions), what it
-// requires of a trajectory batch, its update from a batch (the losses and
-// gradients it computes, over the minibatches and epochs it wants) and the
-// metrics it reports. The learner actor (actors/learner.cpp) drives any
-// algorithm through this interface and names none.
-//
-// The algorithms are learners/ppo.cpp, learners/impala.cpp and
-// learners/a3c.cpp; algorithms() below lists them. Adding one is a
-// learners/<name>.{hpp,cpp} pair and one line in algorithms()
-// (learners/algorithm.cpp); docs/training.md says how.
+// A learning algorithm as one module (hyperparameters, batch requirements,
+// update, metrics) that the learner actor drives without naming it; adding
+// one is described in docs/training.md, "Adding an algorithm".
 #pragma once
 
 #include <any>
@@ -38,9 +30,9 @@ struct algorithm_settings {
   std::any settings;         ///< the algorithm's struct (ppo_settings, ...); empty: its defaults
 };
 
-/// The `S` that `s` holds, made S{} first when it holds none (tests and
-/// programs set fields by name: settings_of<ppo_settings>(s).update_epochs = 1).
-/// Settings of another type are replaced.
+/// The `S` that `s` holds, made S{} first when it holds none or settings of
+/// another type (tests and programs set fields by name:
+/// settings_of<ppo_settings>(s).update_epochs = 1).
 template <class S>
 S& settings_of(algorithm_settings& s) {
   if (!std::any_cast<S>(&s.settings))
@@ -50,9 +42,9 @@ S& settings_of(algorithm_settings& s) {
 
 // -- batches -----------------------------------------------------------------
 
-/// A trajectory batch as an algorithm sees it: `steps` x `envs` transitions
-/// stored time-major ([t * envs + e]) with Gymnasium's next-step autoreset
-/// (actors/messages.hpp, trajectory_batch). Not owned.
+/// A trajectory batch as an algorithm sees it, not owned: `steps` x `envs`
+/// transitions stored time-major ([t * envs + e]) with Gymnasium's next-step
+/// autoreset (actors/messages.hpp, trajectory_batch).
 struct rollout_view {
   size_t steps = 0;              ///< steps per environment
   size_t envs = 0;               ///< environments
@@ -68,13 +60,12 @@ struct rollout_view {
   /// Log-probability of each action when it was chosen; may be null.
   const float* behavior_logp = nullptr;
   size_t behavior_logp_count = 0; ///< how many behavior_logp holds (0 or rows())
-  /// The rows were acted with several policy versions (a game-driven batch):
-  /// behavior_logp is the only record of the acting policy.
+  /// The rows were acted with several policy versions (a game-driven batch),
+  /// so behavior_logp is the only record of the acting policy.
   bool behavior_recorded = false;
   /// The acting weights handed to algorithm::update are the version the
-  /// batch was acted with (false: the learner's current weights, that version
-  /// being no longer kept). Algorithms with a record of the acting policy
-  /// (behavior_logp) keep it rather than recompute it from other weights.
+  /// batch was acted with (false: the learner's current ones, so a recorded
+  /// behavior_logp is kept rather than recomputed).
   bool acting_version_kept = true;
 
   /// steps * envs.
@@ -95,9 +86,9 @@ public:
   virtual base::rng& generator() = 0;
   /// Loads the latest weights into the backend; call before every gradient.
   virtual status load_weights() = 0;
-  /// Sends the backend's last gradient (of `samples` rows) and takes the
-  /// weights answered. `last`: the batch's last gradient (it carries the
-  /// batch's environment steps).
+  /// Sends the backend's last gradient (of `samples` rows; `last` for the
+  /// batch's last, which carries its environment steps) and takes the
+  /// weights answered.
   virtual status push_gradient(size_t samples, bool last) = 0;
 };
 
@@ -125,18 +116,17 @@ public:
   /// weights it was acted with (true) or from the current weights (false).
   virtual bool uses_acting_weights() const noexcept = 0;
 
-  /// Checks a run's batches before anything starts: `rows` transitions per
-  /// batch. The error names the algorithm, the rule and the numbers.
+  /// Checks a run's batches of `rows` transitions before anything starts,
+  /// the error naming the algorithm, the rule and the numbers.
   virtual status check_batch_size(size_t rows) const = 0;
 
   /// Checks that `batch` meets the algorithm's requirements; the error names
   /// the algorithm, the rule and the numbers (the learner skips the batch).
   virtual status check_batch(const rollout_view& batch) const = 0;
 
-  /// Learns `batch`: computes its losses and gradients on host.backend() and
-  /// sends each with host.push_gradient. `acting` holds the weights the
-  /// batch's old log-probabilities and values are computed with (see
-  /// uses_acting_weights). An error means the learner cannot go on.
+  /// Learns `batch` on host.backend(), sending each gradient with
+  /// host.push_gradient, with `acting` the weights of the old
+  /// log-probabilities and values; an error means the learner cannot go on.
   virtual result<update_metrics> update(const rollout_view& batch,
                                         const actor_critic& acting,
                                         update_host& host) = 0;
@@ -217,17 +207,15 @@ struct behavior_outputs {
   std::vector<float> values;       ///< [(steps + 1) * envs] V(x_t) and bootstrap
   std::vector<float> logp;         ///< [steps * envs] log pi(a_t | x_t)
 
-  /// Evaluates `model` on every row of `batch` (values of the bootstrap rows
-  /// too) and the log-probability of each action. With `batch_statistics`,
-  /// batch-norm layers normalize with the statistics of all these rows,
-  /// bootstrap rows included (local batch norm's V-trace learning pass).
+  /// Evaluates `model` on every row of `batch` (the bootstrap rows' values
+  /// too) and each action's log-probability, batch norm normalizing with all
+  /// these rows' statistics when `batch_statistics` is set.
   status compute(const actor_critic& model, const rollout_view& batch,
                  bool batch_statistics = false);
 
-  /// Evaluates `model` on `rows` rows of observations taken `discrete_actions`
-  /// (indices) or `box_actions` (the other null): `values` and `logp` get
-  /// `rows` entries. With `batch_statistics`, batch-norm layers normalize
-  /// with these rows' own statistics (local batch norm's learning pass).
+  /// Evaluates `model` on `rows` observations with `discrete_actions` or
+  /// `box_actions` (the other null) into `rows` values and logp, batch norm
+  /// normalizing with these rows' statistics when `batch_statistics` is set.
   status compute_rows(const actor_critic& model, const float* observations, size_t rows,
                       const int64_t* discrete_actions, const float* box_actions,
                       bool batch_statistics);

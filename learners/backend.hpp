@@ -1,13 +1,6 @@
-// The learner's compute backend: one interface, a CPU implementation (Eigen
-// GEMM, the batch split across worker threads) and a CUDA implementation
-// (cuBLAS GEMM, kernels in kernels/cuda/, a device context that owns the
-// stream, the cuBLAS handle and the workspace).
-//
-// A backend holds its own copy of the parameters, the optimizer state and
-// the scratch memory of one learner. The learner (actor) loads parameters,
-// computes a loss and its gradient on a host batch, reads the gradient or
-// applies it with Adam, and reads the batch-norm moments to send to the
-// statistics keeper.
+// The learner's compute backend: one interface over a CPU implementation
+// (Eigen, worker threads) and a CUDA one (cuBLAS, kernels/cuda/), each holding
+// one learner's parameters, optimizer state and scratch (docs/learners.md, "Backends").
 #pragma once
 
 #include <cstdint>
@@ -63,8 +56,8 @@ public:
   virtual status store(float* params, float* buffers) = 0;
 
   /// Global batch norm: copies the latest snapshot of each view (one per
-  /// layer of actor_critic::batch_norm_layers(), in order) into the running
-  /// statistics the next steps normalize with. Wait-free on the views.
+  /// layer of actor_critic::batch_norm_layers(), in order), wait-free, into
+  /// the running statistics the next steps normalize with.
   virtual status read_global_stats(const std::vector<stats_view*>& views) = 0;
 
   /// PPO loss of a host minibatch; the gradient stays in the backend.
@@ -72,8 +65,8 @@ public:
                                            const ppo_config& config) = 0;
 
   /// IMPALA's V-trace loss of a host batch ((steps + 1) * envs observation
-  /// rows, time-major); the targets are computed from this forward pass and
-  /// held constant. The gradient stays in the backend.
+  /// rows, time-major), with targets from this forward pass held constant and
+  /// the gradient kept in the backend.
   virtual result<loss_report> vtrace_gradient(const vtrace_batch<float>& batch,
                                               const vtrace_config& config) = 0;
 
@@ -81,15 +74,12 @@ public:
   virtual status read_gradient(float* grad) = 0;
 
   /// Clips the last gradient to `max_grad_norm` (<= 0: no clipping) and
-  /// applies one Adam step with learning rate `lr`. Returns the norm before
-  /// clipping. A gradient whose norm is not finite (it holds a NaN or an
-  /// infinity) is not applied: the weights and Adam's state stay as they were.
+  /// applies one Adam step with learning rate `lr`, returning the norm before
+  /// clipping and applying nothing when that norm is not finite.
   virtual result<double> apply_gradient(double lr, double max_grad_norm) = 0;
 
-  /// Adam's state as apply_gradient keeps it: its first and second moments
-  /// (param_count floats each) and its step counter, copied out. A learner
-  /// that takes its own optimizer steps hands them to the parameter server
-  /// with the weights. errc::unavailable where the backend does not support it.
+  /// Copies out Adam's first and second moments (param_count floats each)
+  /// and its step counter, or errc::unavailable where the backend cannot.
   virtual status read_optimizer(float* m, float* v, int64_t* steps) = 0;
 
   /// Replaces Adam's state (see read_optimizer).

@@ -1,21 +1,6 @@
 // Policy checkpoints: an actor_critic and its observation-normalizer
-// statistics in one safetensors file, under PyTorch's names, with the
-// architecture in "__metadata__" so that the file alone rebuilds the policy.
-// docs/checkpoints.md describes the format and the PyTorch module that loads
-// it with load_state_dict.
-//
-// Tensors (all required; nothing else is accepted):
-//   every tensor of actor_critic::tensors()                 F32, its shape
-//   <batch-norm prefix>.num_batches_tracked, per layer      I64, []
-//   obs_rms.mean, obs_rms.var (only when obs_norm = true)   F64, [obs_dim]
-//   obs_rms.count             (only when obs_norm = true)   F64, []
-//
-// Metadata (all values are strings, as the format requires):
-//   format "troupe.policy", format_version "1", obs_dim, action_space
-//   ("discrete" | "box"), action_dim (n or act_dim), hidden (JSON list, "[64, 64]"),
-//   activation, obs_norm ("true" | "false"), obs_norm_eps, obs_norm_clip,
-//   batch_norm ("none" | "global" | "local"), batch_norm_eps, batch_norm_momentum.
-// Other metadata keys are kept and ignored.
+// statistics in one safetensors file under PyTorch's names, with the
+// architecture in "__metadata__" (format: docs/checkpoints.md).
 #pragma once
 
 #include <functional>
@@ -46,21 +31,20 @@ struct policy_checkpoint {
 /// The "__metadata__" entries that describe `spec` (format keys included).
 std::map<std::string, std::string> spec_metadata(const model_spec& spec);
 
-/// Rebuilds a spec from metadata; `source` names the file in errors, which
-/// name the key, the expected value and the value found.
+/// Rebuilds a spec from metadata, with errors naming `source`, the key, the
+/// expected value and the value found.
 result<model_spec> spec_from_metadata(const std::map<std::string, std::string>& metadata,
                                       const std::string& source);
 
-/// The safetensors contents of a checkpoint. `obs_stats` is required (mean
-/// and var of size obs_dim, finite, var >= 0) when the spec normalizes
-/// observations and ignored otherwise. `extra` adds metadata keys; it may not
-/// redefine the keys of spec_metadata().
+/// The safetensors contents of a checkpoint, with `obs_stats` (mean and var
+/// of size obs_dim, finite, var >= 0) required when the spec normalizes
+/// observations and `extra` metadata keys that may not redefine spec_metadata()'s.
 result<st_file> make_checkpoint(const actor_critic& model,
                                 const stats_snapshot* obs_stats,
                                 const std::map<std::string, std::string>& extra = {});
 
 /// Checks a safetensors file against the checkpoint format and builds the
-/// policy from it; every error names `source`, the tensor or key and what
+/// policy from it, every error naming `source`, the tensor or key and what
 /// was expected.
 result<policy_checkpoint> checkpoint_from_file(const st_file& file,
                                                const std::string& source);
@@ -73,12 +57,7 @@ status save_checkpoint(const std::string& path, const actor_critic& model,
 /// Reads and checks the checkpoint at `path`.
 result<policy_checkpoint> load_checkpoint(const std::string& path);
 
-// -- checkpoint folders of a run -------------------------------------------
-// A run folder keeps its checkpoints in checkpoints/<NNNNNNNNNN>/ (the update
-// count, zero-padded), each written as <NNNNNNNNNN>.tmp/ and renamed when
-// complete; manifest.txt, written last, lists every other file of the folder
-// with its size and CRC-32, so that a file cut short, missing or with a bit
-// flipped is found before it is used.
+// -- checkpoint folders of a run (docs/checkpoints.md, "Training checkpoint folders")
 
 /// File name of a checkpoint folder's manifest.
 inline constexpr const char* checkpoint_manifest_name = "manifest.txt";
@@ -92,26 +71,22 @@ std::vector<std::string> checkpoint_folders(const std::string& run_dir);
 status write_checkpoint_manifest(const std::string& folder,
                                  const std::vector<std::string>& files);
 
-/// Checks `folder` against its manifest: every listed file present, of its
-/// size and checksum; the error names the file and what is wrong. A folder
-/// without a manifest (written before manifests existed) passes.
+/// Checks that every file `folder`'s manifest lists is present with its size
+/// and checksum (a folder without a manifest passes), naming the file and
+/// what is wrong otherwise.
 status verify_checkpoint_manifest(const std::string& folder);
 
-/// The newest checkpoint folder of `run_dir` that `check` accepts, walking back
-/// from the newest: each rejected one is told to `report` (its message names
-/// the file and why) before the one before it is tried. not_found when there
-/// is none at all; corrupt_file when every one was rejected (the message then
-/// lists them). `check` may be empty (manifest only).
+/// The newest checkpoint folder of `run_dir` that `check` (empty: manifest
+/// only) accepts, telling each rejected one to `report`, or not_found when
+/// there is none and corrupt_file when every one was rejected.
 result<std::string>
 newest_good_checkpoint(const std::string& run_dir,
                        const std::function<status(const std::string&)>& check,
                        const std::function<void(const std::string&)>& report);
 
-/// The policy file that `given` names: a policy file itself, a checkpoint
-/// folder (its policy.safetensors) or a run folder (the newest checkpoint
-/// whose manifest and policy file read back whole, as newest_good_checkpoint;
-/// each one passed over goes to `report`, which may be empty). errc::not_found
-/// naming `given` when it is none of these.
+/// The policy file that `given` names (a policy file, a checkpoint folder or
+/// a run folder's newest good checkpoint, each one passed over told to
+/// `report`), or errc::not_found naming `given`.
 result<std::string> resolve_policy_file(const std::string& given,
                                         const std::function<void(const std::string&)>& report);
 

@@ -1,8 +1,6 @@
-// Typed hyperparameters: each algorithm's settings are a struct, whose fields
-// are declared once (key, place in the struct, range, meaning). The config
-// schema, `troupe config describe`, validation and the struct the algorithm
-// is made from all come from that declaration; no value is looked up by a
-// hand-written string. docs/training.md shows how an algorithm declares them.
+// Typed hyperparameters: each algorithm's settings struct declares its fields
+// once, and the schema, `troupe config describe` and validation all come
+// from that declaration (docs/training.md, "Adding an algorithm").
 #pragma once
 
 #include <any>
@@ -40,9 +38,8 @@ bool in_range(const hyperparameter& h, double x) noexcept;
 /// "[0, 1]", "(0, 1]": h's range as errors write it.
 std::string range_text(const hyperparameter& h);
 
-/// One field of the settings struct S, declared once: its key, where it lives
-/// in S (a function returning a reference to it; its type gives the
-/// hyperparameter's), its range and its meaning. The default is S{}'s.
+/// One field of the settings struct S, declared once with its key, its place
+/// in S (whose type gives the hyperparameter's), its range and its meaning.
 template <class S>
 struct field {
   const char* key;                                                    ///< key in [algo.<name>]
@@ -101,13 +98,11 @@ hyperparameter describe_field(const field<S>& f) {
   return h;
 }
 
-/// Reads one hyperparameter's value (a config's, a test's); the declaration
-/// says which and of what type.
+/// Reads one hyperparameter's value (a config's, a test's) as the declaration describes it.
 using hyperparameter_reader = std::function<double(const hyperparameter&)>;
 
-/// Settings built from `fields` and `read`: S{} with every field set to what
-/// `read` gives. errc::invalid_argument naming `algorithm`, the key, the value
-/// and the range when a value is out of range.
+/// S{} with every field of `fields` set to what `read` gives, or
+/// errc::invalid_argument naming `algorithm`, the key, the value and the range.
 template <class S>
 result<S> read_settings(const char* algorithm, const std::vector<field<S>>& fields,
                         const hyperparameter_reader& read) {
@@ -123,7 +118,7 @@ result<S> read_settings(const char* algorithm, const std::vector<field<S>>& fiel
   return s;
 }
 
-/// Checks every field of `s` against its range; the error names `algorithm`,
+/// Checks every field of `s` against its range, the error naming `algorithm`,
 /// the key, the value and the range.
 template <class S>
 status check_settings(const char* algorithm, const std::vector<field<S>>& fields,

@@ -1,19 +1,7 @@
-// The losses of the learners and their exact, hand-written gradients: PPO's
-// clipped surrogate with an (optionally clipped) value loss and an entropy
-// bonus, and IMPALA's V-trace actor-critic loss. Templated on the scalar
-// type: float for training, double for the gradient checks.
-//
-// Formulas (N rows, means over rows; docs/learners.md derives the
-// gradients):
-//   PPO:     ratio = exp(logp - old_logp)
-//            L_pi  = mean(max(-A ratio, -A clip(ratio, 1-c, 1+c)))
-//            L_v   = 0.5 mean((V - R)^2), or with clipping
-//                    0.5 mean(max((V - R)^2, (old_V + clip(V - old_V, -c, c) - R)^2))
-//            L     = L_pi + vf_coef L_v - ent_coef mean(H)
-//   V-trace: targets v_s and advantages as in the IMPALA paper (see
-//            vtrace_targets), treated as constants (stop-gradient):
-//            L = -mean(logp pg_adv) + baseline_coef 0.5 mean((v_s - V)^2)
-//                - ent_coef mean(H)
+// The losses of the learners and their exact, hand-written gradients (PPO's
+// clipped surrogate and IMPALA's V-trace; formulas and derivations in
+// docs/learners.md), templated on the scalar type: float for training,
+// double for the gradient checks.
 #pragma once
 
 #include <cstddef>
@@ -45,8 +33,7 @@ struct train_options {
   std::vector<kernels::moments>* batch_moments = nullptr;
 };
 
-/// Everything a loss evaluation reuses between calls (no allocation once
-/// grown).
+/// Everything a loss evaluation reuses between calls (no allocation once grown).
 template <class T>
 struct loss_workspace {
   network_cache<T> actor;  ///< actor forward state
@@ -71,9 +58,9 @@ struct ppo_config {
   bool normalize_advantages = true; ///< (A - mean) / (std + 1e-8) per batch
 };
 
-/// PPO's advantage normalization over a whole batch, in float64:
-/// out = (in - mean) / (std + 1e-8) with the unbiased std (torch.std); a
-/// batch of fewer than two rows is copied unchanged. `out` may equal `in`.
+/// PPO's advantage normalization over a whole batch in float64, (in - mean) /
+/// (std + 1e-8) with the unbiased std (fewer than two rows are copied
+/// unchanged; `out` may equal `in`).
 template <class T>
 void normalize_advantages(const T* in, size_t rows, T* out);
 
@@ -91,8 +78,8 @@ struct ppo_batch {
 };
 
 /// PPO's loss on `batch` and its gradient with respect to every parameter
-/// (written to `grad`, param_count numbers). `buffers` holds the batch-norm
-/// running statistics.
+/// (written to `grad`, param_count numbers), with the batch-norm running
+/// statistics in `buffers`.
 template <class T>
 loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout,
                               const T* params, T* buffers, const ppo_batch<T>& batch,
@@ -110,12 +97,9 @@ struct vtrace_config {
   double ent_coef = 0.01;      ///< weight of the entropy bonus
 };
 
-/// V-trace targets for `steps` x `envs` transitions stored time-major
-/// ([t * envs + e]): rho_t = exp(log_rhos), delta_t = min(rho_bar, rho_t)
-/// (r_t + discount_t V(x_{t+1}) - V(x_t)),
-/// v_t - V(x_t) = delta_t + discount_t min(c_bar, rho_t) (v_{t+1} - V(x_{t+1})),
-/// pg_adv_t = min(pg_rho_bar, rho_t) (r_t + discount_t v_{t+1} - V(x_t)),
-/// with v_steps = V(x_steps) = bootstrap.
+/// V-trace targets v_t and policy-gradient advantages for `steps` x `envs`
+/// transitions stored time-major ([t * envs + e]), bootstrapped from
+/// `bootstrap` (the recursion: docs/learners.md).
 template <class T>
 void vtrace_targets(size_t steps, size_t envs, const T* log_rhos, const T* discounts,
                     const T* rewards, const T* values, const T* bootstrap,
@@ -135,8 +119,7 @@ struct vtrace_batch {
   const T* discounts = nullptr;          ///< [steps * envs] gamma (1 - done)
 };
 
-/// V-trace targets of one evaluation, kept so a caller can inspect them or
-/// hold them fixed.
+/// V-trace targets of one evaluation, kept so a caller can inspect them or hold them fixed.
 template <class T>
 struct vtrace_targets_buffer {
   bool fixed = false;          ///< use vs and pg_advantages as given
@@ -144,7 +127,7 @@ struct vtrace_targets_buffer {
   std::vector<T> pg_advantages; ///< [steps * envs]
 };
 
-/// IMPALA's loss and its gradient. The targets are computed from this
+/// IMPALA's loss and its gradient, with the targets computed from this
 /// forward pass (unless targets.fixed) and treated as constants.
 template <class T>
 loss_report vtrace_loss_and_grad(const model_spec& spec, const model_layout& layout,

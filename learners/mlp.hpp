@@ -1,10 +1,6 @@
-// The MLP math of the actor-critic on the CPU, templated on the scalar type:
-// float for training, double for the reference path that gradient checks
-// and parity tests compare against. Float runs the kernels' CPU twins
-// (kernels/cpu: heads, bias + activation, batch norm, normalization) between
-// its Eigen GEMMs, the same code the CUDA twins are tested against; double
-// writes the same formulas out in float64. Every backward pass here is
-// written by hand from the forward formulas (docs/learners.md lists them).
+// The MLP math of the actor-critic on the CPU with hand-written backward
+// passes, templated on the scalar type: float for training (the kernels' CPU
+// twins between Eigen GEMMs), double for the reference path (docs/learners.md).
 #pragma once
 
 #include <cstddef>
@@ -46,17 +42,15 @@ void network_forward(const network_layout& net, const model_spec& spec,
                      const T* params, const T* buffers, const T* input,
                      size_t rows, forward_mode mode, network_cache<T>& cache);
 
-/// Backward pass of one network: given dL/d(output) [rows x out], writes the
-/// gradient of every parameter of this network into `grad` (overwriting
-/// those slots; other slots are left alone).
+/// Backward pass of one network from dL/d(output) [rows x out], overwriting
+/// this network's slots of `grad` and leaving the others alone.
 template <class T>
 void network_backward(const network_layout& net, const model_spec& spec,
                       const T* params, network_cache<T>& cache,
                       const T* d_output, T* grad);
 
-/// Local mode: moves the running statistics toward the batch's (PyTorch's
-/// update: running = (1 - momentum) running + momentum batch, with the
-/// unbiased variance).
+/// Local mode: moves the running statistics toward the batch's, as PyTorch
+/// does (momentum, unbiased variance).
 template <class T>
 void update_running_stats(const network_layout& net, const model_spec& spec,
                           const network_cache<T>& cache, T* buffers);
@@ -67,18 +61,16 @@ template <class T>
 void batch_norm_moments(const network_layout& net, const network_cache<T>& cache,
                         std::vector<kernels::moments>& out);
 
-/// Whether the float forward and backward passes run the AVX-512 copy: it was
-/// built (x86-64), the CPU has AVX-512, TROUPE_NO_AVX512 is unset and
-/// set_avx512_enabled did not turn it off.
+/// Whether the float passes run the AVX-512 copy (built for x86-64, on a CPU
+/// with AVX-512, without TROUPE_NO_AVX512 or set_avx512_enabled(false)).
 bool avx512_in_use() noexcept;
 
-/// Turns the AVX-512 copy off (or back on where the CPU has it), so that one
-/// process can compare both copies. Not for use while passes run.
+/// Turns the AVX-512 copy off (or back on where the CPU has it) so that one
+/// process can compare both copies, never while passes run.
 void set_avx512_enabled(bool enabled) noexcept;
 
-/// One-thread rate (GFLOP/s) of the float GEMM the forward pass runs, for
-/// [rows x k] * [k x n], in the copy (portable or AVX-512) this CPU uses:
-/// the floor `troupe bench learner` compares with.
+/// One-thread rate (GFLOP/s) of the forward pass's float GEMM for [rows x k]
+/// * [k x n] in the copy this CPU uses, the floor of `troupe bench learner`.
 double gemm_gflops(size_t rows, size_t k, size_t n, double min_seconds);
 
 // -- heads -------------------------------------------------------------------

@@ -1,23 +1,6 @@
 // The MLP actor-critic: its specification, the layout of its tensors under
-// PyTorch's names, orthogonal initialization and the deterministic
-// evaluation forward pass.
-//
-// Module order inside each nn.Sequential (actor, critic, actor_mean), the
-// index counting every module:
-//
-//   without batch norm: Linear(0), Act(1), Linear(2), Act(3), ..., Linear(2L)
-//   with batch norm:    Linear(0), BatchNorm1d(1), Act(2), Linear(3), ...,
-//                       Linear(3L)
-//
-// where L is the number of hidden layers and Act is nn.Tanh or nn.ReLU. So a
-// [64, 64] discrete policy has actor.0, actor.2, actor.4 (CleanRL's names),
-// and with batch norm actor.0, actor.1 (BatchNorm1d), actor.3, actor.4,
-// actor.6. The continuous actor is named actor_mean and has the extra
-// parameter actor_logstd of shape [1, act_dim].
-//
-// Parameters (trainable) and buffers (batch-norm running statistics) are
-// float32, kept in two flat vectors in the order tensors() lists them, so
-// that optimizers and gradient messages work on one contiguous span.
+// PyTorch's names (docs/checkpoints.md, "Tensors"), orthogonal
+// initialization and the deterministic evaluation forward pass.
 #pragma once
 
 #include <cstddef>
@@ -161,9 +144,8 @@ model_layout make_layout(const model_spec& spec);
 // -- evaluation output -------------------------------------------------------
 
 /// The arrays actor_critic::evaluate() works in, kept from call to call so
-/// that a caller evaluating batches of the same size allocates nothing after
-/// the first (fresh arrays of a few hundred kilobytes come from mmap and cost
-/// a page fault per 4 KiB at every call). A copy starts empty.
+/// that batches of the same size allocate nothing after the first (a copy
+/// starts empty).
 class evaluate_scratch {
 public:
   struct arrays;
@@ -197,9 +179,7 @@ struct policy_output {
 class actor_critic {
 public:
   /// A model for `spec` (which must validate()), orthogonally initialized
-  /// with CleanRL's gains from `seed`: sqrt(2) hidden, 0.01 policy output,
-  /// 1.0 value output, zero biases, zero log-std, batch norm scale 1,
-  /// shift 0, running mean 0 and running variance 1.
+  /// from `seed` with CleanRL's gains.
   actor_critic(const model_spec& spec, uint64_t seed);
 
   /// Validates `spec`, then constructs; the error names the bad field.
@@ -231,8 +211,7 @@ public:
   size_t buffer_count() const noexcept { return buffers_.size(); }
 
   /// Number of local-mode training steps that updated the running statistics
-  /// (PyTorch's BatchNorm1d.num_batches_tracked; an I64 scalar, not listed by
-  /// tensors()).
+  /// (PyTorch's BatchNorm1d.num_batches_tracked, not listed by tensors()).
   int64_t num_batches_tracked() const noexcept { return num_batches_tracked_; }
   /// Restores num_batches_tracked (from a checkpoint).
   void set_num_batches_tracked(int64_t n) noexcept { num_batches_tracked_ = n; }
@@ -241,17 +220,14 @@ public:
   std::vector<batch_norm_slot> batch_norm_layers() const;
 
   /// Global mode: copies the latest snapshot of each view (one per layer of
-  /// batch_norm_layers(), in order) into the running statistics. Wait-free.
+  /// batch_norm_layers(), in order) into the running statistics, wait-free.
   status read_global_stats(const std::vector<stats_view*>& views);
 
-  /// Deterministic evaluation forward pass for observations [rows x obs_dim]
-  /// (raw, not yet normalized). When spec().obs_norm is set, they are
-  /// normalized here with `obs_stats` (required then: mean and var of size
-  /// obs_dim): clip((x - mean) / sqrt(var + eps), -clip, clip). Batch norm
-  /// uses the running statistics (eval mode), or with `batch_statistics` in
-  /// local mode the statistics of these `rows` themselves (training mode, as
-  /// the local learning pass normalizes; the running statistics are left as
-  /// they are). Fills logits or mean and log_std, and value.
+  /// Deterministic evaluation forward pass for raw observations [rows x
+  /// obs_dim], normalized here with `obs_stats` (required when
+  /// spec().obs_norm is set), with batch norm on the running statistics (or,
+  /// with `batch_statistics` in local mode, on these rows' own), filling
+  /// logits or mean and log_std, and value.
   status evaluate(const float* obs, size_t rows, const stats_snapshot* obs_stats,
                   policy_output& out, bool batch_statistics = false) const;
 

@@ -58,7 +58,7 @@ double global_norm(const float* grad, size_t n) noexcept;
 void scale_to_norm(float* grad, size_t n, double norm, double max_norm) noexcept;
 
 /// torch.nn.utils.clip_grad_norm_: scales `grad` by max_norm / (norm + 1e-6)
-/// when that is below 1. Returns the norm before clipping.
+/// when that is below 1 and returns the norm before clipping.
 double clip_grad_norm(float* grad, size_t n, double max_norm) noexcept;
 
 /// CleanRL's annealing: lr0 (1 - (update - 1) / total_updates) for the

@@ -1,8 +1,6 @@
-// PPO (Schulman et al. 2017, CleanRL's ppo.py): generalized advantage
-// estimation over the batch, then update_epochs passes over it in
-// num_minibatches shuffled minibatches, one gradient of the clipped
-// surrogate, the (optionally clipped) value loss and the entropy bonus per
-// minibatch (learners/losses.hpp, ppo_loss_and_grad). Config: [algo.ppo].
+// PPO (Schulman et al. 2017, CleanRL's ppo.py): GAE over the batch, then
+// update_epochs passes of num_minibatches shuffled minibatches, one gradient
+// each (docs/training.md, "Algorithms"). Config: [algo.ppo].
 #pragma once
 
 #include <cstddef>
@@ -19,11 +17,9 @@ struct ppo_settings {
   double gae_lambda = 0.95;    ///< GAE lambda
   size_t num_minibatches = 4;  ///< minibatches per epoch
   size_t update_epochs = 4;    ///< passes over each batch
-  /// Local batch norm: the ratio's old log-probability and the value clip's
-  /// old value are taken over each minibatch with the acting weights and the
-  /// minibatch's own statistics, as the learning pass normalizes (true), or
-  /// from the acting pass with running statistics (false: the two sides of
-  /// the ratio then normalize differently). No effect in other modes.
+  /// Local batch norm only: take the ratio's old log-probabilities and the
+  /// value clip's old values over each minibatch with the acting weights and
+  /// its own statistics, as the learning pass normalizes.
   bool local_bn_same_pass = true;
 };
 
@@ -31,12 +27,11 @@ struct ppo_settings {
 algorithm_info ppo_info();
 
 /// A batch's GAE advantages and returns over its valid rows (reset steps are
-/// none), gathered row by row into PPO minibatches. PPO and A3C learn from it.
+/// none), gathered row by row into the minibatches PPO and A3C learn from.
 class advantage_rows {
 public:
-  /// GAE of `batch` with the values of `acting` (acting.values: steps + 1
-  /// rows); `old_logp` [rows] are the log-probabilities the ratio is taken
-  /// against. Fills index() with the valid rows in order.
+  /// GAE of `batch` with the values of `acting` (steps + 1 rows), keeping
+  /// `old_logp` [rows] for the ratio and filling index() with the valid rows.
   void compute(const rollout_view& batch, const behavior_outputs& acting,
                const float* old_logp, double gamma, double lambda);
 

@@ -1,7 +1,6 @@
-// What a learner does to a trajectory batch before a loss sees it: the
-// advantages of generalized advantage estimation (GAE) over time-major
-// batches with next-step autoreset, and the sampling of actions from a
-// policy's outputs.
+// What a learner does to a trajectory batch before a loss sees it: GAE and
+// V-trace's inputs over time-major batches with next-step autoreset
+// (docs/design-notes.md, "learners/"), and action sampling.
 #pragma once
 
 #include <cstddef>
@@ -13,21 +12,10 @@
 
 namespace troupe::learners {
 
-/// GAE over `steps` x `envs` transitions stored time-major ([t * envs + e]),
-/// with Gymnasium's next-step autoreset (actors/messages.hpp,
-/// trajectory_batch). `values` holds V(x_t) for t in [0, steps], the last
-/// `envs` entries being the bootstrap values.
-///
-/// For a transition (autoreset = 0):
-///   delta_t = r_t + gamma (1 - terminated_t) V(x_{t+1}) - V(x_t)
-///   A_t     = delta_t + gamma lambda (1 - done_t) A_{t+1}
-/// where done_t = terminated_t or truncated_t: a truncated episode is
-/// bootstrapped with the value of its last observation (x_{t+1}, which
-/// next-step autoreset keeps), a terminated one is not, and neither carries
-/// the trace into the next episode; one both terminated and truncated is
-/// terminated (Gymnasium's rule). A reset step (autoreset = 1) is no
-/// transition: its advantage and return are 0 and `valid` is 0.
-/// returns_t = A_t + V(x_t).
+/// GAE advantages and returns over `steps` x `envs` transitions stored
+/// time-major ([t * envs + e]) with next-step autoreset, `values` holding
+/// V(x_t) for t in [0, steps] (the last `envs` the bootstrap values) and
+/// `valid` 0 on reset steps.
 void compute_gae(size_t steps, size_t envs, const float* rewards,
                  const uint8_t* terminated, const uint8_t* truncated,
                  const uint8_t* autoreset, const float* values, double gamma,
@@ -37,15 +25,8 @@ void compute_gae(size_t steps, size_t envs, const float* rewards,
 /// large enough that pi/mu underflows to 0 for any policy.
 inline constexpr float vtrace_reset_logprob = 100.0f;
 
-/// IMPALA's per-step inputs from `rows` steps of a batch with next-step
-/// autoreset (actors/messages.hpp, trajectory_batch):
-///   discounts_t = 0 where terminated_t or autoreset_t, else gamma: a
-///     truncated step is bootstrapped with V(x_{t+1}), the last observation
-///     of its episode, which next-step autoreset keeps;
-///   masked_logp_t = behavior_logp_t, except on a reset step (no transition:
-///     its action was ignored), where it is vtrace_reset_logprob, so that
-///     rho_t = c_t = 0: no policy gradient, a value target equal to the
-///     current value, and no trace through it.
+/// IMPALA's per-step discounts and masked behavior log-probabilities from
+/// `rows` steps of a batch with next-step autoreset.
 void vtrace_inputs(size_t rows, const uint8_t* terminated, const uint8_t* autoreset,
                    const float* behavior_logp, double gamma, float* discounts,
                    float* masked_logp);

@@ -1,18 +1,5 @@
-// A strict reader and writer of the safetensors format
-// (https://github.com/huggingface/safetensors):
-//
-//   8 bytes   N, the header length, unsigned little-endian
-//   N bytes   a JSON object: one entry per tensor,
-//             "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},
-//             plus an optional "__metadata__" object of string values; the header
-//             may end with spaces (writers pad it so that the data is 8-aligned)
-//   rest      the byte buffer; offsets are relative to its start, little-endian,
-//             row-major, and the tensors tile it without gaps or overlaps
-//
-// Reading never trusts the file: every length, offset, shape and dtype is
-// checked, and a malformed file yields an error that names the file, the
-// tensor and what was expected. Writing goes to a temporary file that is
-// renamed over the destination, so a crash never leaves half a file.
+// A strict reader and writer of the safetensors format that never trusts the
+// file and never leaves half of one (docs/checkpoints.md, "The container").
 #pragma once
 
 #include <cstddef>
@@ -90,18 +77,16 @@ struct st_file {
 /// Largest header troupe accepts (as the reference implementation: 100 MB).
 constexpr uint64_t st_max_header_bytes = 100'000'000;
 
-/// Parses a whole safetensors image held in memory; `source` names it in
-/// error messages (usually the file path). An image whose ninth byte does
-/// not open a JSON object, or whose header length exceeds
-/// st_max_header_bytes, is reported as "not a safetensors file".
+/// Parses a whole safetensors image held in memory, with `source` (usually
+/// the file path) naming it in error messages.
 result<st_file> parse_safetensors(const std::byte* data, size_t size,
                                   const std::string& source);
 
 /// Reads and parses the safetensors file at `path`.
 result<st_file> read_safetensors(const std::string& path);
 
-/// The bytes of a safetensors image of `file` (header padded to 8 bytes).
-/// Fails on duplicate or empty names, a name "__metadata__", or a tensor
+/// The bytes of a safetensors image of `file` (header padded to 8 bytes),
+/// failing on duplicate or empty names, a name "__metadata__", or a tensor
 /// whose byte count does not match its shape and dtype.
 result<std::vector<std::byte>> serialize_safetensors(const st_file& file);
 
@@ -109,9 +94,7 @@ result<std::vector<std::byte>> serialize_safetensors(const st_file& file);
 status write_safetensors(const std::string& path, const st_file& file);
 
 /// Writes `size` bytes to `path` so that a crash leaves the old file or the
-/// whole new one: a uniquely named temporary file in the same folder, flushed
-/// to disk and renamed over `path` (then the folder is flushed). On failure
-/// the temporary file is removed and `path` is untouched.
+/// whole new one, and a failure leaves `path` untouched.
 status write_file_atomically(const std::string& path, const void* data, size_t size);
 
 } // namespace troupe::learners

@@ -1,9 +1,6 @@
 // A statistics view: the latest published snapshot of one statistics stream,
-// readable without ever waiting. The buffer is base::latest_value (a
-// triple buffer: the reader is wait-free, publishers take a mutex the reader
-// never touches), filled in place so that a publication allocates nothing
-// once the buffers have grown. One reader thread at a time: give every reader
-// (learner, env runner) its own view.
+// read wait-free from a triple buffer (base::latest_value) by one reader
+// thread at a time, so every reader gets its own view (docs/statistics.md).
 #pragma once
 
 #include <array>
@@ -36,15 +33,13 @@ public:
   stats_view(const stats_view&) = delete;
   stats_view& operator=(const stats_view&) = delete;
 
-  /// The latest snapshot. Wait-free; the reference stays valid and unchanged
-  /// until this reader's next read(). Never call from two threads at once.
+  /// The latest snapshot, wait-free, valid and unchanged until this reader's
+  /// next read() (never call from two threads at once).
   const stats_snapshot& read() noexcept { return buffer_.read(); }
 
-  /// Publishes a snapshot (copied into the back buffer under the writer
-  /// mutex; no allocation once the buffers have grown to the dimension).
-  /// Snapshots older than the latest published version are ignored; a
-  /// snapshot whose mean or variance does not have the view's dimension is
-  /// refused with errc::dimension_mismatch and nothing is published.
+  /// Publishes a snapshot unless it is older than the latest, copying it
+  /// under the writer mutex without allocating once grown, or refuses one of
+  /// another dimension with errc::dimension_mismatch.
   status publish(const stats_snapshot& snapshot);
 
   /// Publishes from raw parts, for publishers that do not hold a snapshot;

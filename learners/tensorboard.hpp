@@ -35,9 +35,9 @@ struct tb_scalar {
 /// {wall_time, file_version: "brain.Event:2"}.
 std::string tb_file_version_event(double wall_time);
 
-/// A serialized Event {wall_time, step, session_log {status: START}}: a run that
-/// starts again at `step` (a resume). TensorBoard then drops the points of
-/// earlier files at `step` and after, which the resumed run writes anew.
+/// A serialized Event {wall_time, step, session_log {status: START}} for a
+/// run that starts again at `step`, after which TensorBoard drops the points
+/// of earlier files at `step` and later.
 std::string tb_session_start_event(double wall_time, int64_t step);
 
 /// A serialized Event {wall_time, step, summary {value {tag, simple_value}...}}.
@@ -48,16 +48,13 @@ std::string tb_scalars_event(double wall_time, int64_t step,
 /// events file ('/' in the host name becomes '_').
 std::string tb_events_file_name(int64_t unix_seconds, std::string_view host);
 
-/// An events file open for appending records. Each record is handed to the
-/// system in one write as it comes (no buffer of our own), so a killed
-/// process leaves whole records, at most the last one cut short, which
-/// TensorBoard's readers skip.
+/// An events file open for appending records, each handed to the system in
+/// one write so that a killed process leaves at most the last one cut short.
 class tb_event_file {
 public:
   /// Creates a new events file in `folder`, named for `wall_time` (unix
-  /// seconds) and this machine's host name, and writes the file_version
-  /// record. An existing file is never touched: when the name is taken (two
-  /// files in one second) a suffix `.1`, `.2`, ... is added.
+  /// seconds) and the host name with a suffix `.1`, `.2`, ... when taken, and
+  /// writes the file_version record.
   static result<tb_event_file> create(const std::string& folder, double wall_time);
 
   tb_event_file(tb_event_file&& other) noexcept;

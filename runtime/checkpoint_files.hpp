@@ -1,7 +1,5 @@
 // Checkpoint files of a run: writing checkpoints/<updates>/ from the live
-// cast (policy, optimizer, statistics, runner states, counters, manifest last)
-// and reading back the parts a resume needs (counters.txt, the optimizer).
-// The folder format is described in docs/checkpoints.md.
+// cast and reading back the parts a resume needs (docs/checkpoints.md).
 #pragma once
 
 #include <array>
@@ -30,9 +28,8 @@ struct cast_handles {
   bool obs_norm = false;     ///< the checkpoint's model normalizes observations
 };
 
-/// Writes <run_dir>/checkpoints/<updates>/ through a ".tmp" folder renamed
-/// when complete, and returns the folder; on failure nothing half written
-/// stays. `snap`: the cast's random states (runners, learners) to save with it.
+/// Writes <run_dir>/checkpoints/<updates>/, with the random states of `snap`,
+/// through a ".tmp" folder renamed when complete (nothing half written stays).
 result<std::string> write_checkpoint(caf::scoped_actor& self, const cast_handles& c,
                                      const std::string& run_dir, uint64_t run_seed,
                                      const actors::cast_snapshot& snap);

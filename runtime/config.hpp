@@ -94,19 +94,16 @@ private:
   std::string source_path_;
 };
 
-/// Loads and validates FILE, then applies `--set section.key=value`
-/// overrides. On failure, the error message lists every problem, one per
-/// line, each naming file:line (or the override), the key, what was expected
-/// and what was given (errc::bad_config). errc::not_found when FILE does not
-/// exist, errc::io_error when it exists but cannot be read.
+/// Loads and validates FILE with `--set section.key=value` overrides applied,
+/// or errc::bad_config listing every problem by file:line (or override), key,
+/// expectation and value, errc::not_found or errc::io_error for the file.
 result<config> load_config(const std::string& path,
                            const std::vector<std::string>& overrides = {});
 
-/// Loads a run folder's own config.toml: as load_config, except that the
-/// flat [algo] keys of an older troupe are migrated (the run's algorithm's
-/// keys move to [algo.<name>], another algorithm's, which that troupe ignored,
-/// are dropped) instead of refused; `migrated` (may be null) receives one
-/// "algo.key -> algo.<name>.key" line per moved key.
+/// Loads a run folder's own config.toml as load_config does, migrating an
+/// older troupe's flat [algo] keys instead of refusing them and telling each
+/// move to `migrated`, which may be null (docs/training.md, "Hyperparameters,
+/// defaults and sources").
 result<config> load_run_config(const std::string& path,
                                const std::vector<std::string>& overrides,
                                std::vector<std::string>* migrated);

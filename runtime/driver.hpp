@@ -1,9 +1,7 @@
 // The one driver of a run: it owns the actor system, spawns the supervisor of
-// a cast and runs the loop of the supervisor's messages (ready, checkpoints,
-// the final snapshot, done, its end) with a periodic progress refresh,
-// reporting through run_events. Its clients are the session (troupe train, the
-// remote run, the embedding API) and the worker of a run across processes;
-// docs/architecture.md describes the events.
+// a cast and runs the loop of its messages, reporting through run_events to
+// its clients, the session and the cluster worker (docs/architecture.md,
+// "The run driver and its events").
 #pragma once
 
 #include <atomic>
@@ -83,8 +81,8 @@ struct run_end {
 /// not start, the run failed, a checkpoint could not be written, or fine.
 status end_status(const run_end& end);
 
-/// What a run reports, on the thread that runs the driver's loop. Every
-/// event has a default that does nothing (on_end: end_status).
+/// What a run reports, on the thread that runs the driver's loop, each event
+/// doing nothing by default (on_end: end_status).
 class run_events {
 public:
   virtual ~run_events() = default;
@@ -122,11 +120,9 @@ public:
   /// The actor system (valid until end_system()).
   caf::actor_system& system();
 
-  /// Spawns the supervisor of `settings.plan` and runs the loop on this
-  /// thread (with `self` made on it) until the run ends; then on_end, the
-  /// end of the cast's keeper, server and metrics actor (unless the plan
-  /// uses existing ones) and on_done. Returns the outcome given to on_done.
-  /// Never throws.
+  /// Spawns the supervisor of `settings.plan`, runs the loop on this thread
+  /// (`self` made on it) until the run ends, then on_end, the end of the
+  /// cast's shared actors and on_done, returning on_done's outcome (never throws).
   status run(caf::scoped_actor& self, run_settings settings, run_events& events);
 
   /// Changes how the system will end (a worker's, once it has reached a

@@ -12,9 +12,8 @@
 namespace troupe::runtime {
 
 /// A JSON value whose objects keep their keys in the order they were set,
-/// as the commands document them. Numbers print as the shortest decimal
-/// that reads back as the same float64; a non-finite one prints as null,
-/// since JSON has no NaN.
+/// with numbers printed as the shortest decimal that reads back (null for a
+/// non-finite one).
 using json = nlohmann::ordered_json;
 
 /// The same for float32 numbers (policy outputs): the shortest decimal that

@@ -1,9 +1,6 @@
-// Training environments served over ZeroMQ (env.id = "remote", the protocol
-// of docs/protocol.md): the [remote] section gives the spaces and the
-// server's settings; the run is the game-driven cast of the embedding API
-// (runtime/game_cast.hpp: game feeders in every runner slot, one game agent of
-// remote.max_envs slots) with a remote server (edge/remote_server.hpp)
-// driving the agent.
+// Training environments served over ZeroMQ (env.id = "remote"): the
+// game-driven cast of the embedding API with a remote server driving its
+// agent (docs/protocol.md, "troupe's side").
 #pragma once
 
 #include <memory>
@@ -25,20 +22,17 @@ bool is_remote(const config& cfg);
 /// The spaces [remote] gives (obs_dim, num_actions or action_dim).
 edge::remote::env_shape remote_shape(const config& cfg);
 
-/// Registers the environment "remote" with the spaces of cfg's [remote]
-/// section (replacing an earlier registration with other spaces), so that
-/// the session finds its spec. Its environments cannot be made in-process.
+/// Registers the environment "remote" (which cannot be made in-process) with
+/// the spaces of cfg's [remote] section, replacing an earlier one, so that
+/// the session finds its spec.
 status register_remote_env(const config& cfg);
 
 /// A training run of remote environments (see the file comment).
 class remote_run {
 public:
   /// Checks the [remote] section, registers the environment, binds
-  /// remote.bind and opens the session: nothing trains yet. An address in
-  /// use or a bad value is errc::bad_config naming FILE:LINE and the key.
-  /// The session's log (and the server's, and the serving and closing
-  /// lines at info level) goes to `options.log`; its runner factories are
-  /// the remote run's own.
+  /// remote.bind and opens the session without training yet, or
+  /// errc::bad_config naming FILE:LINE and the key.
   static result<std::unique_ptr<remote_run>>
   open(const config& cfg, std::string resume_dir = {}, session_options options = {});
 

@@ -1,7 +1,6 @@
 // Resume: finding the newest checkpoint of a run folder that reads back whole
-// and loading what the cast continues from (counters, the learners'
-// generators, the runners' states, the parameter server's state). Everything
-// is read and checked before anything in the folder changes.
+// and loading what the cast continues from, all read and checked before
+// anything in the folder changes (docs/training.md, "Resume").
 #pragma once
 
 #include <array>
@@ -37,12 +36,9 @@ struct resume_point {
 };
 
 /// Reads the newest complete checkpoint of `resume_dir` for a model like
-/// `spec`; a damaged one is reported and the one before it tried. A folder
-/// with no complete checkpoint yields a fresh start point (reported); one
-/// whose checkpoints all fail, or whose model differs from `spec` (`env_id`
-/// names the config's environment), is an error. The checkpoint it resumes
-/// from and a fresh start are logged at notice level, a damaged checkpoint
-/// at warning level, to `log`.
+/// `spec` (a fresh start when there is none, an error when all fail or the
+/// model differs), logging each damaged one to `log` (docs/design-notes.md,
+/// "runtime/").
 result<resume_point> read_resume_point(const std::string& resume_dir,
                                        const learners::model_spec& spec,
                                        const std::string& env_id,

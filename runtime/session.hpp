@@ -1,14 +1,6 @@
-// A training session: one run of the runtime, driven from the caller's code.
-// open() checks the config (and, when resuming, reads the checkpoint) without
-// creating anything; start() creates the run folder and the actor system and
-// trains on the runtime's own threads, returning at once; progress(),
-// save_checkpoint(), request_stop() and wait() may be called from any thread
-// while it runs; close() stops it if needed, writes the final checkpoint and
-// joins everything. Errors are values; nothing throws out of a session.
-//
-// The library installs no signal handler: a program that wants Ctrl-C to stop
-// training cleanly installs its own and calls request_stop() (the `troupe
-// train` command does so).
+// A training session: one run of the runtime, driven from the caller's code,
+// whose errors are values and which installs no signal handler
+// (docs/architecture.md, "The runtime library: a training session").
 #pragma once
 
 #include <atomic>
@@ -32,11 +24,9 @@ struct training_result {
   uint64_t updates = 0;       ///< batches learned
   double return_mean_100 = 0; ///< mean of the last 100 episode returns (NaN: none)
   bool interrupted = false;   ///< stopped before its budget (request_stop, a signal)
-  /// A coordinator's actor system (cluster.listen) did not shut down within
-  /// its limit after the final checkpoint and was left to a thread of its own
-  /// (an ended actor of the run still referenced, most likely by CAF 0.17's
-  /// network layer); the run's files are complete. A program should then end with std::_Exit
-  /// rather than wait on that thread at exit.
+  /// A coordinator's actor system did not shut down within its limit after
+  /// the final checkpoint (the files are complete), so the program should end
+  /// with std::_Exit rather than wait for it at exit.
   bool actor_system_left = false;
 };
 
@@ -58,19 +48,16 @@ struct session_options {
   cast_options cast; ///< e.g. actors of its own in the runner slots (cast.hpp)
   /// Transitions a game fed that were dropped (read by progress()); null: 0.
   std::shared_ptr<const std::atomic<uint64_t>> transitions_dropped;
-  /// Where the session's log lines go (the run folder, the metrics rows,
-  /// resuming, restarts, failures; actors/log.hpp gives the levels), called
-  /// from the runtime's threads and the thread that calls open(), start() or
-  /// close(); empty: nowhere, the library prints nothing. `troupe train`
-  /// sets one that writes to stdout and stderr.
+  /// Where the session's log lines go, called from the runtime's threads and
+  /// the thread that calls open(), start() or close() (empty: nowhere).
   actors::log_sink log;
   /// A progress line (log_level::progress) about once a second instead of an
   /// info line per metrics row (`troupe train` on a terminal).
   bool progress_line = false;
 };
 
-/// One training run (see the file comment). Movable, not copyable; a
-/// moved-from session answers every call with an error.
+/// One training run, movable and not copyable (a moved-from session answers
+/// every call with an error).
 class session {
 public:
   /// Checks `cfg` and, with `resume_dir`, reads the run folder's newest
@@ -87,30 +74,28 @@ public:
   ~session();
 
   /// Creates the run folder and the actor system and starts training on the
-  /// runtime's threads; returns at once. Once only.
+  /// runtime's threads, returning at once (once only).
   status start();
 
-  /// The counters now (refreshed by the runtime a few times per second; the
-  /// policy version and the dropped transitions read at the call). Never
-  /// blocks on the actors.
+  /// The counters now (refreshed a few times per second), never blocking on
+  /// the actors; callable from any thread.
   progress_info progress() const;
 
   /// Writes a checkpoint now (the periodic ones' format) and returns its
-  /// folder; an error when the session is not running.
+  /// folder, or an error when the session is not running.
   result<std::string> save_checkpoint();
 
-  /// Asks training to stop after the batches under way; returns at once.
-  /// Callable from any thread; a no-op when not running.
+  /// Asks training to stop after the batches under way, returning at once
+  /// (callable from any thread; a no-op when not running).
   void request_stop();
 
-  /// Waits at most `timeout` for training to end: true once it has ended.
-  /// An error before start() and after close().
+  /// Waits at most `timeout` for training to end and says whether it has
+  /// (an error before start() and after close()).
   result<bool> wait(std::chrono::milliseconds timeout);
 
   /// Stops training if it runs, writes the final checkpoint, joins the
-  /// runtime's threads and returns what the run did. A session never started
-  /// returns an empty result (nothing trained, nothing written). A second
-  /// close is an error.
+  /// runtime's threads and returns what the run did (empty for a session
+  /// never started; a second close is an error).
   result<training_result> close();
 
   /// The run folder: known once started (a resumed run's from the start).

@@ -41,8 +41,8 @@ private:
   std::multimap<std::string, std::string> values_;
 };
 
-/// Parses `args` for command `command` (used in messages). Accepts
-/// `--name value` and `--name=value`; `--` ends options.
+/// Parses `args` for command `command` (used in messages), accepting
+/// `--name value` and `--name=value`, with `--` ending the options.
 result<parsed_args> parse_args(const std::string& command,
                                const std::vector<std::string>& args,
                                const std::vector<arg_spec>& specs);

@@ -6,10 +6,9 @@
 
 namespace troupe::runtime {
 
-/// A sink writing each line with a newline to stdout (info) or stderr
-/// (notice, warning, error); a progress line rewrites the current terminal
-/// line ("\r\033[K" and the line, no newline) until another line comes.
-/// Safe to call from several threads at once (lines never interleave).
+/// A sink writing info lines to stdout and the others to stderr, a progress
+/// line rewriting the terminal's current line, safe to call from several
+/// threads at once (lines never interleave).
 actors::log_sink console_log();
 
 /// Ends a progress line left open (a newline on stdout); nothing otherwise.

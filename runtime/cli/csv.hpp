@@ -1,7 +1,6 @@
-// A strict streaming reader of numeric CSV files: one sample per row,
-// comma-separated numbers, parsed to float32 (troupe's observation type). A
-// first line that is not numeric is a header and is skipped; blank lines are
-// skipped. Every error names FILE:LINE, the rule and the value.
+// A strict streaming reader of numeric CSV files parsed to float32, one
+// sample per row (header and blank lines skipped), every error naming
+// FILE:LINE, the rule and the value.
 #pragma once
 
 #include <cstdint>
@@ -17,13 +16,13 @@ namespace troupe::runtime {
 /// Reads rows of float32 values from a CSV file, batch by batch.
 class csv_reader {
 public:
-  /// Opens `path` and reads up to its first data row to learn the width. An
-  /// unreadable file or a file without data rows is an error.
+  /// Opens `path` and reads up to its first data row to learn the width,
+  /// failing for an unreadable file or one without data rows.
   static result<csv_reader> open(const std::string& path);
 
   /// Appends up to `max_rows` rows to `out` (row-major) and returns how many
-  /// were read (0 at the end). A ragged row, a non-number, NaN, infinity or
-  /// a value outside float32's range is an error naming FILE:LINE.
+  /// were read (0 at the end), or an error naming FILE:LINE for a ragged row,
+  /// a non-number, NaN, infinity or a value outside float32's range.
   result<size_t> read_rows(size_t max_rows, std::vector<float>& out);
 
   /// Values per row (the width of the first data row).

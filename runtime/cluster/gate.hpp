@@ -1,29 +1,6 @@
-// The coordinator's gate of a run across processes (docs/cluster.md): the
-// one actor a worker reaches over the network. It checks a worker's join
-// (protocol version, token in constant time, a name no live host uses),
-// answers with the welcome (the resolved config, the keeper, server and
-// metrics handles, the learner names, the newest weights; for an
-// environment-only host, the coordinator's learners its runners feed),
-// monitors the
-// worker's host actor, and pushes each new policy version to every host (one
-// push in flight per host; a host that is behind gets the newest version,
-// never the ones in between). In sync mode a joining host's learners are
-// announced to the parameter server (join_atom: they take part from the next
-// step). A lost host is logged ("lost host NAME (ADDRESS): it hosted ..."),
-// counted and handed to on_host_lost.
-//
-// Messages it handles:
-//   join_request -> welcome, or an error that says why it was refused
-//   (actors::publish_atom, uint64_t version)  a new version in the store
-//   (actors::stop_atom) -> caf::ok_atom   tells every host the run ends;
-//                          answers once every host has gone (the caller
-//                          bounds the wait)
-//   (actors::status_atom) -> (uint64_t hosts, uint64_t hosts_lost)
-// Every host answers a push with its host_progress (the environment steps its
-// runners collected and those that left its hands); when a host is lost,
-// the difference at its last answer is counted as env steps lost.
-// It sends to the metrics actor (actors::hosts_atom, hosts, hosts_lost,
-// env_steps_lost) at every change.
+// The coordinator's gate of a run across processes, the one actor a worker
+// reaches over the network: it admits joins, pushes policy versions and
+// handles lost hosts (its messages: docs/design-notes.md, "runtime/").
 #pragma once
 
 #include <memory>
@@ -48,8 +25,8 @@ struct gate_options {
   uint64_t runners_per_learner = 1;            ///< the run's, for a join that asks 0
   actors::log_sink log; ///< joins, refusals, losses; empty: nowhere
   bool sync = false; ///< algo.mode = "sync": learners join and leave the server's steps
-  /// The coordinator's supervisor: asked for its learners (learners_atom)
-  /// when an environment-only host joins; null: such hosts are refused.
+  /// The coordinator's supervisor, asked for its learners when an
+  /// environment-only host joins (null: such hosts are refused).
   caf::actor supervisor;
 };
 
@@ -63,14 +40,9 @@ struct lost_host {
   uint64_t guest_runners = 0;        ///< an environment-only host: its runners
 };
 
-/// Called by the gate when a host is lost, after logging and counting it:
-/// fences the host's incarnation at the statistics keeper and the parameter
-/// server (fence_atom), so that whatever that incarnation still sends (a
-/// frozen host that wakes, a message still on its way) is refused and
-/// counted, never merged or applied; then, when `sync`, tells the server that
-/// its learners leave (leave_atom: a sync step completes with the learners
-/// still alive);
-/// logs what each answered.
+/// Called by the gate when a host is lost: fences the host's incarnation at
+/// the statistics keeper and the parameter server, tells the server in sync
+/// mode that its learners leave, and logs what each answered.
 void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cast,
                   const lost_host& host, bool sync, const actors::log_sink& log);
 

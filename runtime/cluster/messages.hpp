@@ -1,7 +1,6 @@
 // The messages of a run across processes (docs/cluster.md): a worker's join
-// request, the coordinator's welcome, and the policy versions the coordinator
-// pushes to each worker host. Plain structs with an `inspect` overload, like
-// actors/messages.hpp; register_cluster_messages adds them to a config.
+// request, the coordinator's welcome and the policy versions it pushes, with
+// register_cluster_messages adding them to a config.
 #pragma once
 
 #include <cstdint>

@@ -40,11 +40,9 @@ struct node_settings {
   tls_files tls;               ///< with a certificate: TLS on every connection
 };
 
-/// Checks a node's TLS files before anything starts: all three given or none;
-/// each readable and PEM; the key unencrypted and the certificate's; the CA
-/// file holds at least one certificate. `keys` are what the messages call
-/// the three (config keys or command-line flags), `origins` where each was set
-/// (file:line, "--set"; empty for flags).
+/// Checks a node's TLS files before anything starts (the rules:
+/// docs/design-notes.md, "runtime/"), naming each by `keys` (config keys or
+/// flags) and `origins` (file:line, "--set"; empty for flags).
 status check_tls(const tls_files& t, const std::array<std::string, 3>& keys,
                  const std::array<std::string, 3>& origins = {});
 
@@ -100,10 +98,8 @@ struct cluster_file {
   std::string run;  ///< the run's name (its folder's)
 };
 
-/// Writes `path` (cluster.json) whole or not at all (a temporary file
-/// renamed over it): the listen address, the port it got, the run's name,
-/// and "connect", where a worker connects (the host name of this machine
-/// when `listen` is a wildcard). The problem, or empty.
+/// Writes `path` (cluster.json: listen address, port, run name and where a
+/// worker connects) whole or not at all, returning the problem or empty.
 std::string write_cluster_file(const std::string& path, const endpoint& listen,
                                uint16_t port, const std::string& run);
 

@@ -12,8 +12,8 @@ namespace troupe::embed {
 /// Sets the process-wide callback (NULL: none); see troupe_set_log_callback.
 void set_process_log(troupe_log_callback callback, void* user) noexcept;
 
-/// The runtime sink of a session: `own` when set, else the process-wide
-/// callback (read at each line). An exception thrown by `own` is dropped.
+/// The runtime sink of a session: `own` when set (an exception it throws is
+/// dropped), else the process-wide callback, read at each line.
 actors::log_sink session_log(const log_sink& own);
 
 } // namespace troupe::embed
