@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "base/delivery_ledger.hpp"
 #include "kernels/error.hpp"
 #include "kernels/moments.hpp"
 #include "learners/stats_view.hpp"
@@ -60,7 +61,7 @@ enum class delta_outcome {
 };
 
 /// One sender of sequenced deltas: (worker, incarnation).
-using sender_id = std::pair<std::string, uint64_t>;
+using sender_id = base::sender_id;
 
 /// The set of streams a statistics keeper owns, and the per-sender table of
 /// sequenced deltas (last merged sequence per (worker, incarnation, stream),
@@ -90,10 +91,10 @@ public:
   delta_acks acks_of(const sender_id& sender) const;
 
   /// Fences `sender`: every later delta of it is dropped and counted.
-  void fence(const sender_id& sender) { fenced_.insert(sender); }
+  void fence(const sender_id& sender) { ledger_.fence(sender); }
 
   /// Whether `sender` is fenced.
-  bool is_fenced(const sender_id& sender) const { return fenced_.count(sender) > 0; }
+  bool is_fenced(const sender_id& sender) const { return ledger_.is_fenced(sender); }
 
   /// The current snapshot of a stream (var is the population variance; 1
   /// before anything is merged, so that normalizing with it is the identity).
@@ -126,11 +127,11 @@ public:
   /// The per-sender table: (worker, incarnation, stream) -> last merged sequence.
   const std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t>&
   sequences() const noexcept {
-    return last_merged_;
+    return ledger_.accepted();
   }
 
   /// The fenced senders.
-  const std::set<sender_id>& fenced() const noexcept { return fenced_; }
+  const std::set<sender_id>& fenced() const noexcept { return ledger_.fenced(); }
 
   /// Samples of the sequenced deltas of `sender` merged since these streams
   /// were created or last loaded (all streams; not part of the state file).
@@ -146,8 +147,7 @@ public:
 
 private:
   std::unordered_map<std::string, stats_stream> streams_;
-  std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t> last_merged_;
-  std::set<sender_id> fenced_;
+  base::delivery_ledger ledger_; // (worker, incarnation, stream): in order, at most once
   std::map<sender_id, uint64_t> merged_samples_;
   uint64_t rejected_unknown_ = 0;
 };
