@@ -1,6 +1,6 @@
 // The statistics keeper's state as plain C++: named streams of running
 // moments, the validation and merging of deltas, snapshots, and the
-// versioned, checksummed state file. The actor in stats_keeper.hpp wraps it;
+// versioned, checksummed state file. The actor in actors/stats_keeper.hpp wraps it;
 // checkpoints save and load it.
 #pragma once
 
@@ -13,13 +13,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/messages.hpp"
 #include "base/delivery_ledger.hpp"
 #include "kernels/error.hpp"
 #include "kernels/moments.hpp"
+#include "learners/stats_messages.hpp"
 #include "learners/stats_view.hpp"
 
-namespace troupe::actors {
+namespace troupe::learners {
 
 /// How a stream combines deltas.
 enum class stats_mode : uint32_t {
@@ -98,10 +98,10 @@ public:
 
   /// The current snapshot of a stream (var is the population variance; 1
   /// before anything is merged, so that normalizing with it is the identity).
-  result<learners::stats_snapshot> snapshot(const std::string& name) const;
+  result<stats_snapshot> snapshot(const std::string& name) const;
 
   /// Writes the current snapshot of `s` into `out`, reusing its buffers.
-  static void snapshot_into(const stats_stream& s, learners::stats_snapshot& out);
+  static void snapshot_into(const stats_stream& s, stats_snapshot& out);
 
   /// Counters of a stream.
   result<stream_status> status_of(const std::string& name) const;
@@ -152,4 +152,4 @@ private:
   uint64_t rejected_unknown_ = 0;
 };
 
-} // namespace troupe::actors
+} // namespace troupe::learners

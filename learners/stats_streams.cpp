@@ -1,4 +1,4 @@
-#include "actors/stats_streams.hpp"
+#include "learners/stats_streams.hpp"
 
 #include "learners/safetensors.hpp"
 
@@ -10,7 +10,7 @@
 #include <iterator>
 
 
-namespace troupe::actors {
+namespace troupe::learners {
 
 result<stats_mode> parse_stats_mode(const std::string& text) {
   if (text == "cumulative")
@@ -167,7 +167,7 @@ status stats_streams::merge(const moments_delta& d, delta_outcome* outcome) {
 // -- reading -----------------------------------------------------------------
 
 void stats_streams::snapshot_into(const stats_stream& s,
-                                  learners::stats_snapshot& out) {
+                                  stats_snapshot& out) {
   out.stream = s.name;
   out.version = s.version;
   out.count = s.acc.count;
@@ -186,12 +186,12 @@ void stats_streams::snapshot_into(const stats_stream& s,
   }
 }
 
-result<learners::stats_snapshot>
+result<stats_snapshot>
 stats_streams::snapshot(const std::string& name) const {
   auto s = find(name);
   if (!s)
     return make_error(errc::not_found, "unknown stream '{}'", name);
-  learners::stats_snapshot out;
+  stats_snapshot out;
   snapshot_into(*s, out);
   return out;
 }
@@ -351,7 +351,7 @@ status stats_streams::save(const std::string& path) const {
   file.out += payload.out;
   file.put<uint64_t>(fnv1a64(payload.out));
 
-  return learners::write_file_atomically(path, file.out.data(), file.out.size());
+  return write_file_atomically(path, file.out.data(), file.out.size());
 }
 
 status stats_streams::load(const std::string& path) {
@@ -471,4 +471,4 @@ status stats_streams::load(const std::string& path) {
   return {};
 }
 
-} // namespace troupe::actors
+} // namespace troupe::learners
