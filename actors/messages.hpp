@@ -438,8 +438,9 @@ namespace troupe::learners {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, moments_delta& x) {
-  return f(caf::meta::type_name("moments_delta"), x.stream, x.worker, x.count, troupe::actors::raw(x.mean),
-           troupe::actors::raw(x.m2), x.incarnation, x.seq_first, x.seq_last);
+  return f(caf::meta::type_name("moments_delta"), x.stream, x.worker, x.count,
+           troupe::actors::raw(x.mean), troupe::actors::raw(x.m2), x.incarnation,
+           x.seq_first, x.seq_last);
 }
 
 template <class Inspector>

@@ -27,7 +27,8 @@ uint64_t delivery_ledger::last_accepted(const sender_id& sender,
   return found == accepted_.end() ? 0 : found->second;
 }
 
-std::map<std::string, uint64_t> delivery_ledger::channels_of(const sender_id& sender) const {
+std::map<std::string, uint64_t>
+delivery_ledger::channels_of(const sender_id& sender) const {
   std::map<std::string, uint64_t> out;
   for (auto i = accepted_.lower_bound({sender.first, sender.second, std::string{}});
        i != accepted_.end() && std::get<0>(i->first) == sender.first &&

@@ -47,7 +47,8 @@ public:
                                        const std::string& channel) const;
 
   /// The last accepted number of every channel of `sender`.
-  [[nodiscard]] std::map<std::string, uint64_t> channels_of(const sender_id& sender) const;
+  [[nodiscard]] std::map<std::string, uint64_t>
+  channels_of(const sender_id& sender) const;
 
   /// Fences `sender`: every later delivery of it is refused; false if it was already.
   bool fence(const sender_id& sender) { return fenced_.insert(sender).second; }

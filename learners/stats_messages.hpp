@@ -47,12 +47,12 @@ struct stream_decl {
 
 /// Counters of one stream, for tests, metrics and logs.
 struct stream_status {
-  std::string name;         ///< stream name
-  uint64_t dim = 0;         ///< number of dimensions
-  uint64_t version = 0;     ///< merges applied (or loaded)
-  uint64_t count = 0;       ///< samples merged
-  uint64_t published = 0;   ///< version of the latest published snapshot
-  uint64_t rejected = 0;    ///< deltas rejected
+  std::string name;       ///< stream name
+  uint64_t dim = 0;       ///< number of dimensions
+  uint64_t version = 0;   ///< merges applied (or loaded)
+  uint64_t count = 0;     ///< samples merged
+  uint64_t published = 0; ///< version of the latest published snapshot
+  uint64_t rejected = 0;  ///< deltas rejected
   std::map<std::string, uint64_t> rejected_by_worker; ///< worker -> rejected deltas
   uint64_t duplicates = 0; ///< sequenced deltas dropped as already merged
   std::map<std::string, uint64_t> duplicates_by_worker; ///< worker -> duplicates

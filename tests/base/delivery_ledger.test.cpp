@@ -47,13 +47,15 @@ delivery_verdict in_order_reference(const std::set<uint64_t>& got, uint64_t firs
 
 } // namespace
 
-TEST_CASE("in-order channels accept each number once and refuse holes, as set arithmetic says") {
+TEST_CASE(
+  "in-order channels accept each number once and refuse holes, as set arithmetic says") {
   const uint64_t seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
   delivery_ledger ledger;
   accepted_sets reference;
-  const std::vector<sender_id> senders = {{"a", 1 + gen() % 1000}, {"ab", 7}, {"a", 2000}};
+  const std::vector<sender_id> senders = {
+    {"a", 1 + gen() % 1000}, {"ab", 7}, {"a", 2000}};
   const std::vector<std::string> channels = {"obs", "ret", "bn.0"};
   uint64_t accepted = 0, duplicates = 0, gaps = 0;
   for (int round = 0; round < 4000; ++round) {
@@ -62,10 +64,12 @@ TEST_CASE("in-order channels accept each number once and refuse holes, as set ar
     auto& got = reference[{sender.first, sender.second, channel}];
     const uint64_t next = got.size() + 1;
     // Mostly near the next number: resends, the next one, ranges, holes.
-    const uint64_t first = std::max<uint64_t>(1, next + gen() % 5 - std::min<uint64_t>(next - 1, 3));
+    const uint64_t first =
+      std::max<uint64_t>(1, next + gen() % 5 - std::min<uint64_t>(next - 1, 3));
     const uint64_t last = first + gen() % 3;
     const auto want = in_order_reference(got, first, last);
-    const auto verdict = ledger.admit(sender, channel, first, last, sequence_gaps::refused);
+    const auto verdict =
+      ledger.admit(sender, channel, first, last, sequence_gaps::refused);
     INFO("round " << round << ": [" << first << ", " << last << "] on " << channel);
     REQUIRE(verdict == want);
     if (verdict == delivery_verdict::accepted) {
@@ -83,7 +87,8 @@ TEST_CASE("in-order channels accept each number once and refuse holes, as set ar
   CHECK(gaps > 0);
 }
 
-TEST_CASE("channels that allow gaps accept a number only above every number accepted before") {
+TEST_CASE(
+  "channels that allow gaps accept a number only above every number accepted before") {
   const uint64_t seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -97,7 +102,8 @@ TEST_CASE("channels that allow gaps accept a number only above every number acce
     const bool above_all = list.empty() || seq > list.back();
     const auto verdict = ledger.admit(sender, channel, seq, seq, sequence_gaps::allowed);
     INFO("round " << round << ": " << seq << " on " << channel);
-    REQUIRE(verdict == (above_all ? delivery_verdict::accepted : delivery_verdict::duplicate));
+    REQUIRE(verdict ==
+            (above_all ? delivery_verdict::accepted : delivery_verdict::duplicate));
     if (above_all)
       list.push_back(seq);
   }
@@ -109,12 +115,15 @@ TEST_CASE("channels that allow gaps accept a number only above every number acce
 
 TEST_CASE("sequence number 0 is never accepted") {
   delivery_ledger ledger;
-  CHECK(ledger.admit({"w", 5}, "c", 0, 0, sequence_gaps::allowed) == delivery_verdict::duplicate);
-  CHECK(ledger.admit({"w", 5}, "c", 0, 0, sequence_gaps::refused) == delivery_verdict::duplicate);
+  CHECK(ledger.admit({"w", 5}, "c", 0, 0, sequence_gaps::allowed) ==
+        delivery_verdict::duplicate);
+  CHECK(ledger.admit({"w", 5}, "c", 0, 0, sequence_gaps::refused) ==
+        delivery_verdict::duplicate);
   CHECK(ledger.accepted().empty());
 }
 
-TEST_CASE("a fenced incarnation is refused on every channel, before any other verdict, and only it") {
+TEST_CASE("a fenced incarnation is refused on every channel, before any other verdict, "
+          "and only it") {
   const uint64_t seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -127,9 +136,12 @@ TEST_CASE("a fenced incarnation is refused on every channel, before any other ve
   CHECK_FALSE(ledger.fence({"h", inc})); // already fenced
   CHECK(ledger.is_fenced({"h", inc}));
   // A resend (would be a duplicate), the next number and a new channel: all fenced.
-  CHECK(ledger.admit({"h", inc}, "obs", 1, 1, sequence_gaps::refused) == delivery_verdict::fenced);
-  CHECK(ledger.admit({"h", inc}, "obs", 2, 2, sequence_gaps::refused) == delivery_verdict::fenced);
-  CHECK(ledger.admit({"h", inc}, "new", 1, 1, sequence_gaps::allowed) == delivery_verdict::fenced);
+  CHECK(ledger.admit({"h", inc}, "obs", 1, 1, sequence_gaps::refused) ==
+        delivery_verdict::fenced);
+  CHECK(ledger.admit({"h", inc}, "obs", 2, 2, sequence_gaps::refused) ==
+        delivery_verdict::fenced);
+  CHECK(ledger.admit({"h", inc}, "new", 1, 1, sequence_gaps::allowed) ==
+        delivery_verdict::fenced);
   CHECK(ledger.last_accepted({"h", inc}, "obs") == 1);
   // The same name's next life, and another name with that incarnation, go on.
   CHECK(ledger.admit({"h", inc + 1}, "obs", 1, 1, sequence_gaps::refused) ==
@@ -138,10 +150,12 @@ TEST_CASE("a fenced incarnation is refused on every channel, before any other ve
         delivery_verdict::accepted);
 }
 
-TEST_CASE("channels_of lists one sender's channels only, also beside names that share a prefix") {
+TEST_CASE(
+  "channels_of lists one sender's channels only, also beside names that share a prefix") {
   delivery_ledger ledger;
   const auto admit = [&](const sender_id& s, const std::string& c, uint64_t n) {
-    REQUIRE(ledger.admit(s, c, 1, n, sequence_gaps::refused) == delivery_verdict::accepted);
+    REQUIRE(ledger.admit(s, c, 1, n, sequence_gaps::refused) ==
+            delivery_verdict::accepted);
   };
   admit({"a", 2}, "x", 3);
   admit({"a", 2}, "y", 5);
@@ -149,7 +163,8 @@ TEST_CASE("channels_of lists one sender's channels only, also beside names that 
   admit({"a", 3}, "x", 11);
   admit({"ab", 2}, "x", 13);
   admit({"", 2}, "z", 17);
-  CHECK(ledger.channels_of({"a", 2}) == std::map<std::string, uint64_t>{{"x", 3}, {"y", 5}});
+  CHECK(ledger.channels_of({"a", 2}) ==
+        std::map<std::string, uint64_t>{{"x", 3}, {"y", 5}});
   CHECK(ledger.channels_of({"a", 1}) == std::map<std::string, uint64_t>{{"x", 7}});
   CHECK(ledger.channels_of({"", 2}) == std::map<std::string, uint64_t>{{"z", 17}});
   CHECK(ledger.channels_of({"a", 4}).empty());
@@ -160,7 +175,9 @@ TEST_CASE("a restored ledger judges exactly as the one its tables came from") {
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
   delivery_ledger original;
-  const auto random_sender = [&] { return sender_id{gen() % 2 ? "p" : "q", 1 + gen() % 3}; };
+  const auto random_sender = [&] {
+    return sender_id{gen() % 2 ? "p" : "q", 1 + gen() % 3};
+  };
   for (int k = 0; k < 300; ++k) {
     const uint64_t first = 1 + gen() % 20;
     original.admit(random_sender(), gen() % 2 ? "c0" : "c1", first, first + gen() % 2,
