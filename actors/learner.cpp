@@ -291,6 +291,11 @@ status step_locally(caf::blocking_actor* self, learner_work& w, double lr, bool 
   return hand_off(self, w, totals);
 }
 
+// A worker's host counters, or null.
+host_counters* host_of(const learner_work& w) {
+  return w.opts.cluster ? w.opts.cluster->host.get() : nullptr;
+}
+
 // Sends the backend's gradient to the server and takes the weights it answers.
 status push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
                      double lr, bool last, step_totals& totals) {
@@ -298,10 +303,10 @@ status push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t sample
   if (auto ok = w.backend->read_gradient(w.grad.data()); !ok)
     return ok;
   gradient_update g{w.opts.name, w.version, samples, lr, w.grad, {}, 0};
-  if (w.opts.incarnation != 0 && w.opts.gradient_sequence) {
-    g.worker = w.opts.worker;
-    g.incarnation = w.opts.incarnation;
-    g.sequence = ++*w.opts.gradient_sequence;
+  if (const auto& c = w.opts.cluster; c && c->incarnation != 0 && c->gradient_sequence) {
+    g.worker = c->worker;
+    g.incarnation = c->incarnation;
+    g.sequence = ++*c->gradient_sequence;
   }
   if (last)
     g.batch_env_steps = w.batch_env_steps;
@@ -314,7 +319,7 @@ status push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t sample
       g.buffers = w.scratch_buffers;
   }
   send_moments(self, w);
-  if (w.opts.gradients_in_flight > 0) {
+  if (w.opts.cluster && w.opts.cluster->gradients_in_flight > 0) {
     // The answer to the previous gradient (likely here already: it crossed
     // the wire while this one was computed) brings the weights the next one
     // is computed on; this one goes out without waiting for its own.
@@ -518,8 +523,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         skipped.non_finite = w.non_finite;
         skipped.skipped = true;
         skipped.env_counters = std::move(b.env_counters);
-        if (w.opts.host)
-          w.opts.host->finished.fetch_add(skipped.env_steps, std::memory_order_relaxed);
+        if (auto* host = host_of(w))
+          host->finished.fetch_add(skipped.env_steps, std::memory_order_relaxed);
         self->send(w.metrics, std::move(skipped));
         if (!w.opts.pipelined)
           ask_batch(*slot);
@@ -587,8 +592,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       rep.episode_lengths = std::move(b.episode_lengths);
       rep.episode_reward_terms = std::move(b.episode_reward_terms);
       rep.env_counters = std::move(b.env_counters);
-      if (w.opts.host)
-        w.opts.host->finished.fetch_add(rep.env_steps, std::memory_order_relaxed);
+      if (auto* host = host_of(w))
+        host->finished.fetch_add(rep.env_steps, std::memory_order_relaxed);
       self->send(w.metrics, std::move(rep));
       if (!w.opts.pipelined)
         ask_batch(*slot);

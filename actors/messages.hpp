@@ -15,6 +15,7 @@
 #include "actors/atoms.hpp"
 #include "actors/raw_array.hpp"
 #include "base/error.hpp"
+#include "learners/stats_messages.hpp"
 #include "learners/stats_view.hpp"
 
 namespace troupe::actors {
@@ -22,29 +23,12 @@ namespace troupe::actors {
 
 // -- statistics --------------------------------------------------------------
 
-/// The moments of one batch (never a worker's accumulated state), sent by a
-/// worker to the statistics keeper. A sequenced delta (incarnation != 0)
-/// covers the sender's sequence numbers [seq_first, seq_last] of its stream
-/// (one batch: seq_first == seq_last; a resend merges several into one); the
-/// keeper merges it at most once and in order per (worker, incarnation,
-/// stream). Incarnation 0 is unsequenced: merged as it comes, never
-/// deduplicated (in-process senders that talk to the keeper directly).
-struct moments_delta {
-  std::string stream;       ///< name of the statistics stream, e.g. "obs"
-  std::string worker;       ///< who computed it (host/sender name), named in logs
-  uint64_t count = 0;       ///< samples in the batch
-  std::vector<double> mean; ///< per-dimension batch mean
-  std::vector<double> m2;   ///< per-dimension sum of squared deviations
-  uint64_t incarnation = 0; ///< random nonzero id of the sender's life; 0: unsequenced
-  uint64_t seq_first = 0;   ///< first sequence number covered (from 1)
-  uint64_t seq_last = 0;    ///< last sequence number covered (>= seq_first)
-};
+// The statistics keeper's plain types live with its state (learners/stats_messages.hpp).
+using moments_delta = learners::moments_delta;
+using delta_acks = learners::delta_acks;
+using stream_decl = learners::stream_decl;
+using stream_status = learners::stream_status;
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, moments_delta& x) {
-  return f(caf::meta::type_name("moments_delta"), x.stream, x.worker, x.count, raw(x.mean),
-           raw(x.m2), x.incarnation, x.seq_first, x.seq_last);
-}
 
 /// The keeper's cumulative acknowledgement of one sender's stream: every
 /// sequence number up to `last` of (worker, incarnation, stream) is merged.
@@ -58,20 +42,6 @@ struct delta_ack {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delta_ack& x) {
   return f(caf::meta::type_name("delta_ack"), x.worker, x.incarnation, x.stream, x.last);
-}
-
-/// Every stream's cumulative ack of one (worker, incarnation): the answer to
-/// (ack_atom, worker, incarnation) and (fence_atom, worker, incarnation).
-struct delta_acks {
-  std::string worker;       ///< sender name
-  uint64_t incarnation = 0; ///< sender incarnation
-  bool fenced = false;      ///< the incarnation is fenced: nothing more merges
-  std::map<std::string, uint64_t> last; ///< stream -> last merged sequence number
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, delta_acks& x) {
-  return f(caf::meta::type_name("delta_acks"), x.worker, x.incarnation, x.fenced, x.last);
 }
 
 /// Counters of a delta outbox (actors/delta_outbox.hpp).
@@ -93,47 +63,6 @@ typename Inspector::result_type inspect(Inspector& f, delta_outbox_status& x) {
   return f(caf::meta::type_name("delta_outbox_status"), x.worker, x.incarnation,
            x.received, x.sent, x.resent, x.unacked, x.held, x.acked_samples,
            x.acked_deltas, x.connected);
-}
-
-/// A stream's declaration: name, dimension and mode.
-struct stream_decl {
-  std::string name;                ///< stream name
-  uint64_t dim = 0;                ///< number of dimensions
-  std::string mode = "cumulative"; ///< "cumulative" or "ema"
-  double momentum = 0.99;          ///< ema only: weight of the running value
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, stream_decl& x) {
-  return f(caf::meta::type_name("stream_decl"), x.name, x.dim, x.mode,
-           x.momentum);
-}
-
-/// Counters of one stream, for tests, metrics and logs.
-struct stream_status {
-  std::string name;         ///< stream name
-  uint64_t dim = 0;         ///< number of dimensions
-  uint64_t version = 0;     ///< merges applied (or loaded)
-  uint64_t count = 0;       ///< samples merged
-  uint64_t published = 0;   ///< version of the latest published snapshot
-  uint64_t rejected = 0;    ///< deltas rejected
-  std::map<std::string, uint64_t> rejected_by_worker; ///< worker -> rejected deltas
-  uint64_t duplicates = 0; ///< sequenced deltas dropped as already merged
-  std::map<std::string, uint64_t> duplicates_by_worker; ///< worker -> duplicates
-  uint64_t out_of_order = 0; ///< dropped: not starting right after the last merged one
-  uint64_t fenced = 0;       ///< dropped: from a fenced incarnation
-  std::map<std::string, uint64_t> fenced_by_worker; ///< worker -> fenced drops
-  /// The keeper's totals only: "WORKER/INCARNATION" (hex) -> samples of that
-  /// sender's sequenced deltas merged, all streams, since the keeper started.
-  std::map<std::string, uint64_t> samples_by_sender;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, stream_status& x) {
-  return f(caf::meta::type_name("stream_status"), x.name, x.dim, x.version, x.count,
-           x.published, x.rejected, x.rejected_by_worker, x.duplicates,
-           x.duplicates_by_worker, x.out_of_order, x.fenced, x.fenced_by_worker,
-           x.samples_by_sender);
 }
 
 // -- environment runner ------------------------------------------------------
@@ -477,6 +406,32 @@ void register_messages(caf::actor_system_config& cfg);
 } // namespace troupe::actors
 
 namespace troupe::learners {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, moments_delta& x) {
+  return f(caf::meta::type_name("moments_delta"), x.stream, x.worker, x.count,
+           troupe::actors::raw(x.mean), troupe::actors::raw(x.m2), x.incarnation,
+           x.seq_first, x.seq_last);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delta_acks& x) {
+  return f(caf::meta::type_name("delta_acks"), x.worker, x.incarnation, x.fenced, x.last);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stream_decl& x) {
+  return f(caf::meta::type_name("stream_decl"), x.name, x.dim, x.mode,
+           x.momentum);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stream_status& x) {
+  return f(caf::meta::type_name("stream_status"), x.name, x.dim, x.version, x.count,
+           x.published, x.rejected, x.rejected_by_worker, x.duplicates,
+           x.duplicates_by_worker, x.out_of_order, x.fenced, x.fenced_by_worker,
+           x.samples_by_sender);
+}
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stats_snapshot& x) {

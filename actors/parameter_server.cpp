@@ -1,6 +1,7 @@
 #include "actors/parameter_server.hpp"
 #include "actors/exceptions.hpp"
 #include "actors/log.hpp"
+#include "base/delivery_ledger.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -48,9 +49,9 @@ struct server_state {
   uint64_t unnamed = 0;
   std::set<std::string> joining;
   std::vector<pending_gradient> next_step;
-  // At most once: highest sequence seen per (worker, incarnation, learner).
-  std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t> seen;
-  std::set<std::pair<std::string, uint64_t>> fenced;
+  // At most once: highest sequence seen per (worker, incarnation) and
+  // learner (the channel; gaps allowed), and the fenced incarnations.
+  base::delivery_ledger ledger;
   // (worker, incarnation, learner) whose first gradient is not applied yet
   std::set<std::tuple<std::string, uint64_t, std::string>> first_pending;
   uint64_t logged_drops = 0;
@@ -205,7 +206,13 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
         return current(s, false);
       if (g.incarnation != 0) {
         const auto& worker = worker_of(g);
-        if (s.fenced.count({worker, g.incarnation})) {
+        const base::sender_id sender{worker, g.incarnation};
+        const bool first = s.ledger.last_accepted(sender, g.learner) == 0;
+        // Learners send in order and wait for each answer: a sequence at or
+        // below the highest seen is a resend of one handled already.
+        const auto verdict =
+          s.ledger.admit(sender, g.learner, g.sequence, g.sequence, base::sequence_gaps::allowed);
+        if (verdict == base::delivery_verdict::fenced) {
           s.counters.fenced += 1;
           s.counters.fenced_by_worker[worker] += 1;
           if (s.counters.fenced_by_worker[worker] <= 5)
@@ -217,18 +224,14 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
           reply.rejected = reply.fenced = true;
           return reply;
         }
-        // Learners send in order and wait for each answer: a sequence at or
-        // below the highest seen is a resend of one handled already.
-        auto& high = s.seen[std::make_tuple(worker, g.incarnation, g.learner)];
-        if (g.sequence <= high) {
+        if (verdict == base::delivery_verdict::duplicate) {
           s.counters.duplicates += 1;
           auto reply = current(s, false);
           reply.duplicate = true;
           return reply;
         }
-        if (high == 0)
+        if (first)
           s.first_pending.insert(std::make_tuple(worker, g.incarnation, g.learner));
-        high = g.sequence;
       }
       // A NaN or infinity would pass the clipping test (a NaN norm compares
       // false) and poison Adam's moments for good: rejected, never applied.
@@ -403,7 +406,7 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
       // A lost host's incarnation: its later gradients are refused; one
       // waiting in a sync step is answered refused and leaves the step.
       auto& s = self->state;
-      if (s.fenced.insert({worker, incarnation}).second)
+      if (s.ledger.fence({worker, incarnation}))
         write_log(s.opts.log,
                   fmt::format("parameter server: fenced worker '{}' incarnation {:#x}: "
                               "its later gradients are refused",

@@ -1,41 +1,5 @@
-// The parameter server actor: owns the weights, Adam's state and a version.
-//
-// async mode: applies each gradient as it arrives; a gradient computed on
-// weights more than max_staleness versions old is dropped whole, batch-norm
-// buffers included, and counted (the reply then carries the current weights
-// with applied = false).
-// sync mode: waits for one gradient from each member learner (by name: a
-// second gradient under a waiting name is a restarted learner's, and replaces
-// its predecessor's orphan), applies their count-weighted mean (weights =
-// samples) once, and answers every learner with the new version. The members
-// are the first num_learners names seen, changed by leave (a waiting step
-// completes with the rest) and join (takes part from the next step, never
-// the one under way; a gradient from a new name during a step is held for
-// the next one).
-// At most once: a sequenced gradient (incarnation != 0) whose sequence is at
-// or below the highest seen of its (worker, incarnation, learner) is not
-// applied again (answered with the current weights, duplicate = true,
-// counted); one from a fenced (worker, incarnation) is refused (rejected =
-// fenced = true, counted per worker), also when it waits in a sync step.
-// Both modes reject a gradient holding a NaN or an infinity (in the gradient
-// or its buffers) before it reaches Adam: counted per learner in the status,
-// logged with the learner's name, answered with rejected = true.
-// Every new version is also published to a policy store, when one is given,
-// so that environment runners act with it.
-//
-// Messages it handles (types in actors/messages.hpp):
-//   gradient_update             -> weights_reply   (sync: once all members' arrived)
-//   (leave_atom, string learner) -> uint64_t       learners the step now waits for
-//   (join_atom, string learner)  -> uint64_t       the same (the joiner counts from
-//                                                  the next step)
-//   (fence_atom, string worker, uint64_t incarnation) -> uint64_t  waiting gradients
-//                                                  refused by it
-//   (weights_atom)              -> weights_reply   current weights
-//   (stop_atom)                 -> (none)  drain: answer waiting and later
-//                                  gradients with the current weights, unapplied
-//   (status_atom)               -> parameter_server_status
-//   (state_atom)                -> parameter_server_state   for checkpoints
-//   (state_atom, parameter_server_state) -> uint64_t version   restores
+// The parameter server actor: owns the weights, Adam's state and a version, and
+// applies the learners' gradients in async or sync mode (docs/training.md).
 #pragma once
 
 #include <cstdint>

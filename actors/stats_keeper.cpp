@@ -12,10 +12,13 @@
 
 #include <fmt/format.h>
 
-#include "actors/stats_streams.hpp"
+#include "learners/stats_streams.hpp"
 #include "base/mutex.hpp"
 
 namespace troupe::actors {
+
+using learners::delta_outcome;
+using learners::stats_streams;
 
 // -- the keeper --------------------------------------------------------------
 

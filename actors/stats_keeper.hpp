@@ -1,34 +1,5 @@
 // The statistics keeper actor: owns named streams of running moments, merges
-// the moment deltas that workers send, and publishes versioned snapshots to
-// subscribers, coalesced (every K merges or T milliseconds). Deltas that cross
-// a network carry (worker, incarnation, sequence range): the keeper merges
-// each at most once, in order per sender and stream; a delta that does not
-// start right after the last merged one is dropped (not held: the sender
-// keeps what is unacknowledged and resends it, merged, see delta_outbox.hpp).
-// The per-sender table and the fenced incarnations are part of the state file.
-//
-// Messages it handles (types in actors/messages.hpp):
-//   (declare_atom, stream_decl)          -> uint64_t dim    declare a stream
-//   moments_delta                        -> (none)          merge, or reject+count+log;
-//                                           a sequenced one (incarnation != 0) merges at
-//                                           most once and in order per (worker,
-//                                           incarnation, stream), else is dropped and
-//                                           counted (duplicate, out of order, fenced),
-//                                           and the keeper pushes a delta_ack (its
-//                                           cumulative ack of that stream) to the sender
-//   (ack_atom, string worker, uint64_t incarnation)   -> delta_acks  last merged per
-//   stream (fence_atom, string worker, uint64_t incarnation) -> delta_acks  the final
-//   acks: every
-//                                           later delta of that incarnation is dropped
-//   (subscribe_atom, string stream)      -> stats_snapshot  and pushes snapshots after
-//   (snapshot_atom, string stream)       -> stats_snapshot  current state, not coalesced
-//   (status_atom, string stream)         -> stream_status   counters
-//   (status_atom)                        -> stream_status   every stream's counters
-//                                           summed (name "*", dim 0), and the samples
-//                                           merged per sequenced sender
-//   (save_atom, string path)             -> ok_atom         state file (temp + rename)
-//   (load_atom, string path)             -> ok_atom         replaces state, republishes
-//   (sync_atom)                          -> sync_atom       FIFO barrier for a sender
+// the workers' moment deltas and publishes coalesced snapshots (docs/statistics.md).
 #pragma once
 
 #include <chrono>

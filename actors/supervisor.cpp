@@ -43,6 +43,24 @@ struct cast_state {
   uint64_t hold = 0; // the checkpoint hold under way (0: none); see take_snapshot
 };
 
+// A worker's cast: the keeper, the server and the metrics actor are another
+// process's, never spawned, stopped or ended here.
+bool uses_existing(const cast_plan& plan) {
+  return plan.cluster && plan.cluster->existing.has_value();
+}
+
+// Where moment deltas go: a host's outbox, or the keeper.
+caf::actor deltas_of(const cast_state& cs) {
+  const auto& c = cs.opts.cast.cluster;
+  return c && c->deltas ? c->deltas : cs.keeper;
+}
+
+// Where statistics views subscribe: a host's relay, or the keeper.
+caf::actor views_of(const cast_state& cs) {
+  const auto& c = cs.opts.cast.cluster;
+  return c && c->views ? c->views : cs.keeper;
+}
+
 // Waits for the answer to a request; the error's text, or empty.
 template <class Answer, class... Ts>
 std::string ask(caf::blocking_actor* self, const caf::actor& dest, Ts&&... xs) {
@@ -61,7 +79,7 @@ void stop_run(caf::blocking_actor* self, cast_state& cs) {
     if (l.alive)
       self->send(l.actor, stop_atom::value);
   // Another process's server drains when its own run stops.
-  if (cs.server && !cs.opts.cast.existing)
+  if (cs.server && !uses_existing(cs.opts.cast))
     self->send(cs.server, stop_atom::value);
 }
 
@@ -80,9 +98,10 @@ caf::actor spawn_runner(caf::blocking_actor* self, cast_state& cs, runner_entry&
   req.restarts = r.restarts;
   req.name = r.name;
   req.consumer = r.guest_of ? r.guest_of : cs.learners[r.learner].actor;
-  req.keeper = cs.opts.cast.views ? cs.opts.cast.views : cs.keeper;
-  req.deltas = cs.opts.cast.deltas ? cs.opts.cast.deltas : cs.keeper;
-  req.host = cs.opts.cast.host;
+  req.keeper = views_of(cs);
+  req.deltas = deltas_of(cs);
+  if (cs.opts.cast.cluster)
+    req.host = cs.opts.cast.cluster->host;
   req.guest = static_cast<bool>(r.guest_of);
   r.actor = cs.opts.cast.make_runner(req);
   if (!r.actor)
@@ -106,21 +125,25 @@ std::string spawn_learner_at(caf::blocking_actor* self, cast_state& cs, size_t l
   auto& lp = plan.learners[li];
   auto& l = cs.learners[li];
   auto lo = lp.options;
-  lo.keeper = plan.deltas ? plan.deltas : cs.keeper;
+  lo.keeper = deltas_of(cs);
   lo.report_to = caf::actor_cast<caf::actor>(self);
-  lo.host = plan.host;
+  if (plan.cluster && plan.cluster->host) {
+    if (!lo.cluster)
+      lo.cluster.emplace();
+    lo.cluster->host = plan.cluster->host;
+  }
   if (l.restarts > 0 && !cs.learner_states[li].learner.empty())
     lo.start_gen = cs.learner_states[li].gen;
   lo.batch_norm_views.clear();
   for (auto& [stream, width] : plan.batch_norm_streams) {
-    auto v = subscribe_view(sys, plan.views ? plan.views : cs.keeper, stream, width);
+    auto v = subscribe_view(sys, views_of(cs), stream, width);
     if (!v)
       return fmt::format("learner '{}': {}", l.name, v.err().message);
     lo.batch_norm_views.push_back(std::move(*v));
   }
   std::shared_ptr<learners::stats_view> view;
   if (!plan.obs_stream.empty()) {
-    auto v = subscribe_view(sys, plan.views ? plan.views : cs.keeper, plan.obs_stream, plan.obs_dim);
+    auto v = subscribe_view(sys, views_of(cs), plan.obs_stream, plan.obs_dim);
     if (!v)
       return fmt::format("learner '{}': {}", l.name, v.err().message);
     view = std::move(*v);
@@ -137,12 +160,13 @@ std::string start_learners_and_runners(caf::blocking_actor* self, cast_state& cs
 std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
   auto& sys = self->system();
   auto& plan = cs.opts.cast;
-  if (plan.existing) {
+  if (uses_existing(plan)) {
     // A worker process: the coordinator's actors, watched so that losing
     // them ends this cast.
-    cs.keeper = plan.existing->keeper;
-    cs.server = plan.existing->server;
-    cs.metrics = plan.existing->metrics;
+    const auto& existing = *plan.cluster->existing;
+    cs.keeper = existing.keeper;
+    cs.server = existing.server;
+    cs.metrics = existing.metrics;
     for (auto& a : {cs.keeper, cs.server, cs.metrics})
       self->monitor(a);
     return start_learners_and_runners(self, cs);
@@ -196,14 +220,16 @@ std::string start_learners_and_runners(caf::blocking_actor* self, cast_state& cs
     }
   // Guest runners (an environment-only host): slots after the learners' own,
   // with the same seeding by slot, feeding the other host's learners.
-  if (plan.guest_runners > 0 && plan.feed_learners.empty())
+  const size_t guests = plan.cluster ? plan.cluster->guest_runners : 0;
+  if (guests > 0 && plan.cluster->feed_learners.empty())
     return "guest runners without a learner to feed";
-  for (size_t gi = 0; gi < plan.guest_runners; ++gi) {
+  for (size_t gi = 0; gi < guests; ++gi) {
+    const auto& feed = plan.cluster->feed_learners;
     runner_entry r;
     r.learner = 0;
     r.index = gi;
-    r.name = fmt::format("{}.runner{}", plan.guest_prefix, gi);
-    r.guest_of = plan.feed_learners[gi % plan.feed_learners.size()];
+    r.name = fmt::format("{}.runner{}", plan.cluster->guest_prefix, gi);
+    r.guest_of = feed[gi % feed.size()];
     cs.runners.push_back(std::move(r));
   }
   for (auto& r : cs.runners)
@@ -414,7 +440,7 @@ constexpr auto metrics_drain_wait = std::chrono::seconds(30);
 // every such request (in-process, each sender's messages keep their order), so
 // the requests of the run's last updates are forwarded instead of lost.
 void forward_late_checkpoints(caf::blocking_actor* self, cast_state& cs) {
-  if (cs.stopping || !cs.metrics || cs.opts.cast.existing)
+  if (cs.stopping || !cs.metrics || uses_existing(cs.opts.cast))
     return; // an existing metrics actor reports to its own supervisor
   self->request(cs.metrics, metrics_drain_wait, state_atom::value)
     .receive([](metrics_counters&) {},
@@ -438,7 +464,7 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
   if (auto why = start_cast(self, cs); !why.empty()) {
     write_log(cs.opts.log, fmt::format("supervisor: the run could not start: {}", why));
     stop_runners_and_learners(self, cs);
-    if (!cs.opts.cast.existing)
+    if (!uses_existing(cs.opts.cast))
       for (auto& a : {cs.keeper, cs.server, cs.metrics})
         if (a)
           self->send_exit(a, caf::exit_reason::user_shutdown);
@@ -454,7 +480,8 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
   };
   // With learners elsewhere (end_on_done) the run goes on until it stops.
   // So do guest runners, which feed learners elsewhere.
-  const bool hold = cs.opts.cast.end_on_done || cs.opts.cast.guest_runners > 0;
+  const auto& cluster = cs.opts.cast.cluster;
+  const bool hold = cluster && (cluster->end_on_done || cluster->guest_runners > 0);
   auto still_running = [&] { return cs.alive > 0 || (hold && !cs.stopping); };
   bool running = still_running();
   self->receive_while([&] { return running; })(
@@ -532,7 +559,7 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
   // With a host's delta outbox (a worker of a run across processes) the
   // runners' ends are awaited (bounded), so that every delta they sent is in
   // the outbox before the owner hears done_atom and flushes it.
-  const bool await_runners = static_cast<bool>(cs.opts.cast.deltas);
+  const bool await_runners = cs.opts.cast.cluster && cs.opts.cast.cluster->deltas;
   std::vector<caf::actor_addr> ending;
   for (auto& r : cs.runners)
     if (r.actor) {
@@ -574,7 +601,7 @@ void supervisor_loop(caf::blocking_actor* self, supervisor_options opts) {
     // owner sees this actor end; once it has the keeper, the server and the
     // metrics actor (ready_atom), it writes a final checkpoint from them.
     stop_runners_and_learners(self, cs);
-    if (!cs.ready && !cs.opts.cast.existing)
+    if (!cs.ready && !uses_existing(cs.opts.cast))
       for (auto& a : {cs.keeper, cs.server, cs.metrics})
         if (a)
           self->send_exit(a, caf::exit_reason::user_shutdown);

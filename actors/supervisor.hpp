@@ -1,44 +1,6 @@
-// The supervisor actor: spawns the cast of a training run from its plan (the
-// statistics keeper, the parameter server, the metrics actor, the learners and
-// their environment runners), monitors every one of them, restarts a failed
-// environment runner (bounded per runner, counted, logged), stops the run on
-// request (SIGINT/SIGTERM through a flag it polls, or stop_atom), and tells
-// its owner what to do.
-//
-// Start-up, in order: the keeper (its state loaded when resuming, every
-// stream declared before anything acts), the parameter server (its state
-// restored when resuming), the metrics actor (which reports to the
-// supervisor), each learner with its statistics views, then each learner's
-// runners, handed to their learner with (runner_atom, index, runner).
-//
-// Failure policy: a runner is restarted up to max_runner_restarts times
-// (the replacement gets the same name and the next `restarts` number, so the
-// factory can give it fresh seeds); one more failure ends the run. A learner
-// is restarted up to max_learner_restarts times: the new one takes the
-// server's current weights and continues the failed one's generator, and its
-// runners are replaced (next `restarts` number) so that they feed it; the
-// batches the failed learner had asked for are lost. The keeper, the server
-// or the metrics actor that fails ends the run: the others are stopped, and
-// the owner is told which actor failed and why, so that it can write a final
-// checkpoint from what is left.
-//
-// Messages it handles:
-//   (ckpt_atom, uint64_t updates)  from the metrics actor: forwarded to the owner
-//   (done_atom)                    from the metrics actor: budget spent (the
-//                                  learners end by themselves; with
-//                                  cast_plan::end_on_done the run stops)
-//   (stop_atom)                    stop the run: learners stop after their
-//                                  batch, the parameter server drains
-//   (status_atom) -> supervisor_status
-//   (state_atom)  -> cast_snapshot   every runner's and learner's random state,
-//                                    for a checkpoint (each answers between batches)
-//   (learners_atom) -> std::vector<caf::actor>  the learners alive now
-//   learner_state                    a learner's last state, sent as it ends
-//   down messages of the cast
-// It sends to the owner: once started, (ready_atom, keeper, server, metrics);
-// (ckpt_atom, uint64_t updates); and at the end, once every learner has ended,
-// the final cast_snapshot, then (done_atom, bool interrupted, std::string
-// failure); when start-up fails, only the done_atom.
+// The supervisor actor: spawns a training run's cast from its plan, watches it,
+// restarts failed runners and learners within bounds, and ends the run
+// (docs/training.md, "The cast and one update").
 #pragma once
 
 #include <atomic>
@@ -98,6 +60,24 @@ struct shared_actors {
   caf::actor metrics; ///< the metrics actor
 };
 
+/// How a cast takes part in a run across processes (cast_plan::cluster).
+struct cluster_attachment {
+  /// Set (a worker): use these instead of spawning a keeper, a server and a
+  /// metrics actor, which the supervisor then never stops or ends.
+  std::optional<shared_actors> existing;
+  caf::actor deltas; ///< where moment deltas go (a host's delta outbox); null: the keeper
+  caf::actor views;  ///< where views subscribe (a host's statistics relay); null: the keeper
+  /// The coordinator: learners elsewhere share the budget, so the run goes on
+  /// with no local learner alive until done_atom or a stop.
+  bool end_on_done = false;
+  /// An environment-only host: runners that feed `feed_learners` (round robin).
+  size_t guest_runners = 0;
+  std::vector<caf::actor> feed_learners; ///< the learners guest runners feed
+  std::string guest_prefix;              ///< guest runner i is "PREFIX.runnerI"
+  /// A worker: its runners and learners count their steps here (may be null).
+  std::shared_ptr<host_counters> host;
+};
+
 /// Everything the supervisor spawns.
 struct cast_plan {
   stats_keeper_options keeper;         ///< the statistics keeper
@@ -117,32 +97,9 @@ struct cast_plan {
   runner_factory make_runner; ///< spawns runners (learner_options::num_runners each)
   uint64_t max_runner_restarts = 3;  ///< per runner; one more failure ends the run
   uint64_t max_learner_restarts = 2; ///< per learner; one more failure ends the run
-  /// Set: use these instead of spawning a keeper, a server and a metrics
-  /// actor; the keeper's state, the streams and the server's state of this
-  /// plan are then ignored, and the supervisor never stops or ends them.
-  std::optional<shared_actors> existing;
-  /// Where the runners and learners send their moment deltas (a host's delta
-  /// outbox, actors/delta_outbox.hpp, on a worker of a run across
-  /// processes); null: the keeper itself.
-  caf::actor deltas;
-  /// Where views subscribe to statistics streams (a host's statistics relay,
-  /// actors/stats_relay.hpp, on a worker of a run across processes); null:
-  /// the keeper itself.
-  caf::actor views;
-  /// Learners elsewhere share the budget (the coordinator of a run across
-  /// processes): the run goes on with no local learner alive, and ends when
-  /// the metrics actor says the budget is spent (done_atom) or on a stop.
-  bool end_on_done = false;
-  /// An environment-only host of a run across processes: this many runners
-  /// that feed learners of another host (`feed_learners`, round robin), each
-  /// registered with its learner as a guest, (runner_atom, name, runner).
-  /// They are restarted like the others; the cast runs until it is stopped.
-  size_t guest_runners = 0;
-  std::vector<caf::actor> feed_learners; ///< the learners guest runners feed
-  /// A worker of a run across processes: its runners and learners count
-  /// their steps here (runner_request::host, learner_options::host).
-  std::shared_ptr<host_counters> host;
-  std::string guest_prefix;              ///< guest runner i is "PREFIX.runnerI"
+  /// Set in a run across processes only (the keeper's state, the streams and
+  /// the server's state above are ignored when it names existing actors).
+  std::optional<cluster_attachment> cluster;
 };
 
 /// Settings of a supervisor.

@@ -119,7 +119,8 @@ status driver::run(caf::scoped_actor& self, run_settings settings, run_events& e
     end.handles = settings.handles;
     // The keeper, the server and the metrics actor of a cast that made its
     // own end with the run; a worker's are the coordinator's.
-    const bool own_shared_actors = !settings.plan.existing;
+    const bool own_shared_actors =
+      !(settings.plan.cluster && settings.plan.cluster->existing);
     auto stop_flag =
       settings.stop_flag ? settings.stop_flag : std::make_shared<std::atomic<int>>(0);
     actors::supervisor_options sup_opts;

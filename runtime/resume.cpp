@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "edge/runner_state_file.hpp"
-#include "actors/stats_streams.hpp"
+#include "learners/stats_streams.hpp"
 #include "learners/checkpoint.hpp"
 #include "learners/model.hpp"
 #include "runtime/checkpoint_files.hpp"
@@ -42,7 +42,7 @@ result<resume_point> read_resume_point(const std::string& resume_dir,
     if (!server)
       return server.err();
     point.server = std::move(*server);
-    actors::stats_streams stats;
+    learners::stats_streams stats;
     if (auto ok = stats.load((fs::path(folder) / "stats.bin").string()); !ok)
       return ok.err();
     return {};

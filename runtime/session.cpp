@@ -254,7 +254,8 @@ status session::start() {
     s.drv = std::move(*drv);
     auto built = build_cast(s.drv->system(), s.cfg, s.spec, *s.env, s.device.kind,
                             s.run_dir, s.resume, s.options.cast);
-    built.plan.end_on_done = s.node.has_value(); // workers' learners count too
+    if (s.node) // workers' learners count too
+      built.plan.cluster.emplace().end_on_done = true;
     s.handles.spec = built.spec;
     s.handles.env_id = built.env_id;
     s.handles.algo = built.algo;

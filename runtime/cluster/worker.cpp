@@ -503,31 +503,33 @@ status join_run(worker::state& s) {
   oo.incarnation = incarnation;
   oo.log = opts.log;
   s.outbox = actors::spawn_delta_outbox(sys, oo, w->keeper);
-  plan.deltas = s.outbox;
+  auto& cluster = plan.cluster.emplace();
+  cluster.deltas = s.outbox;
   // One subscription per statistics stream for the whole host: the relay
   // hands each snapshot from the keeper to the host's views.
   s.relay = actors::spawn_stats_relay(sys, w->keeper);
-  plan.views = s.relay;
+  cluster.views = s.relay;
   for (size_t i = 0; i < plan.learners.size(); ++i) {
     auto& lo = plan.learners[i].options;
     lo.name = w->learner_names[i];
-    lo.worker = opts.name;
-    lo.incarnation = incarnation;
-    lo.gradient_sequence = std::make_shared<std::atomic<uint64_t>>(0);
+    auto& lc = lo.cluster.emplace();
+    lc.worker = opts.name;
+    lc.incarnation = incarnation;
+    lc.gradient_sequence = std::make_shared<std::atomic<uint64_t>>(0);
     // Async: the next gradient is computed while the answer to the last one
     // crosses the wire (actors/learner.hpp, gradients_in_flight).
-    lo.gradients_in_flight = lo.pipelined ? 1 : 0;
+    lc.gradients_in_flight = lo.pipelined ? 1 : 0;
     lo.local_optimizer = false; // the coordinator's server has other learners
   }
   if (req_guest_runners(opts) > 0) {
     if (w->feed.empty())
       return worker_error("the coordinator named no learner for this host's runners");
-    plan.guest_runners = req_guest_runners(opts);
-    plan.feed_learners = w->feed;
-    plan.guest_prefix = opts.name;
+    cluster.guest_runners = req_guest_runners(opts);
+    cluster.feed_learners = w->feed;
+    cluster.guest_prefix = opts.name;
   }
-  plan.existing = actors::shared_actors{w->keeper, w->server, w->metrics};
-  plan.host = s.counters;
+  cluster.existing = actors::shared_actors{w->keeper, w->server, w->metrics};
+  cluster.host = s.counters;
   s.cache->take(std::move(w->weights));
   s.cache->set_store(plan.store);
   {

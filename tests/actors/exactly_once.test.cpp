@@ -22,7 +22,7 @@
 #include "actors/messages.hpp"
 #include "actors/parameter_server.hpp"
 #include "actors/stats_keeper.hpp"
-#include "actors/stats_streams.hpp"
+#include "learners/stats_streams.hpp"
 #include "kernels/moments.hpp"
 #include "tests/actors/ask.hpp"
 #include "tests/seed.hpp"
@@ -30,6 +30,10 @@
 
 using namespace troupe;
 using namespace troupe::actors;
+using learners::delta_outcome;
+using learners::stats_mode;
+using learners::stats_stream;
+using learners::stats_streams;
 using troupe::test::ask;
 using troupe::test::fresh_seed;
 

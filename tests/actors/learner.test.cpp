@@ -370,7 +370,7 @@ TEST_CASE("with one gradient in flight a learner computes each gradient before t
     learners::settings_of<learners::ppo_settings>(lo.algorithm).num_minibatches = minibatches;
     lo.anneal_lr = false;
     lo.steps_per_runner_batch = steps * envs;
-    lo.gradients_in_flight = in_flight;
+    lo.cluster.emplace().gradients_in_flight = in_flight;
     lo.log = [](const std::string&) {};
     auto budget = std::make_shared<actors::step_budget>(batches_n * steps * envs);
     auto learner = actors::spawn_learner(sys, lo, server, caf::actor_cast<caf::actor>(self),

@@ -15,7 +15,7 @@
 #include "actors/messages.hpp"
 #include "actors/stats_keeper.hpp"
 #include "actors/stats_relay.hpp"
-#include "actors/stats_streams.hpp"
+#include "learners/stats_streams.hpp"
 #include "kernels/moments.hpp"
 #include "tests/seed.hpp"
 #include "tests/actors/ask.hpp"
@@ -23,6 +23,10 @@
 
 using namespace troupe;
 using namespace troupe::actors;
+using learners::delta_outcome;
+using learners::stats_mode;
+using learners::stats_stream;
+using learners::stats_streams;
 using troupe::test::fresh_seed;
 
 namespace {

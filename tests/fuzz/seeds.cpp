@@ -10,7 +10,7 @@
 
 #include "edge/remote_wire.hpp"
 #include "edge/runner_state_file.hpp"
-#include "actors/stats_streams.hpp"
+#include "learners/stats_streams.hpp"
 #include "envs/registry.hpp"
 #include "learners/safetensors.hpp"
 #include "tests/fuzz/remote_wire_input.hpp"
@@ -69,7 +69,7 @@ void safetensors_seeds(const fs::path& out) {
 }
 
 void stats_seeds(const fs::path& out, const fs::path& tmp) {
-  actors::stats_streams s;
+  learners::stats_streams s;
   must(s.declare({"obs", 3, "cumulative", 0.99}), "declare obs");
   must(s.declare({"ret", 1, "ema", 0.9}), "declare ret");
   must(s.merge({"obs", "w", 5, {0.1, -0.2, 3.0}, {1.0, 2.0, 0.5}}), "merge obs");

@@ -1,4 +1,4 @@
-// Fuzzes the statistics keeper's state file (actors/stats_streams::load).
+// Fuzzes the statistics keeper's state file (learners/stats_streams::load).
 // The file carries a checksum, which random bytes almost never match, so the
 // first byte picks the mode: odd, the rest is the whole file; even, the rest
 // is the payload and the target wraps it in a valid header and checksum, so
@@ -11,11 +11,11 @@
 #include <cstring>
 #include <string>
 
-#include "actors/stats_streams.hpp"
+#include "learners/stats_streams.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 using namespace troupe;
-using namespace troupe::actors;
+using namespace troupe::learners;
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The statistics keeper's state as plain C++: named streams of running
 // moments, the validation and merging of deltas, snapshots, and the
-// versioned, checksummed state file. The actor in stats_keeper.hpp wraps it;
+// versioned, checksummed state file. The actor in actors/stats_keeper.hpp wraps it;
 // checkpoints save and load it.
 #pragma once
 
@@ -13,12 +13,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/messages.hpp"
+#include "base/delivery_ledger.hpp"
 #include "base/error.hpp"
 #include "kernels/moments.hpp"
+#include "learners/stats_messages.hpp"
 #include "learners/stats_view.hpp"
 
-namespace troupe::actors {
+namespace troupe::learners {
 
 /// How a stream combines deltas.
 enum class stats_mode : uint32_t {
@@ -60,7 +61,7 @@ enum class delta_outcome {
 };
 
 /// One sender of sequenced deltas: (worker, incarnation).
-using sender_id = std::pair<std::string, uint64_t>;
+using sender_id = base::sender_id;
 
 /// The set of streams a statistics keeper owns, and the per-sender table of
 /// sequenced deltas (last merged sequence per (worker, incarnation, stream),
@@ -90,17 +91,17 @@ public:
   delta_acks acks_of(const sender_id& sender) const;
 
   /// Fences `sender`: every later delta of it is dropped and counted.
-  void fence(const sender_id& sender) { fenced_.insert(sender); }
+  void fence(const sender_id& sender) { ledger_.fence(sender); }
 
   /// Whether `sender` is fenced.
-  bool is_fenced(const sender_id& sender) const { return fenced_.count(sender) > 0; }
+  bool is_fenced(const sender_id& sender) const { return ledger_.is_fenced(sender); }
 
   /// The current snapshot of a stream (var is the population variance; 1
   /// before anything is merged, so that normalizing with it is the identity).
-  result<learners::stats_snapshot> snapshot(const std::string& name) const;
+  result<stats_snapshot> snapshot(const std::string& name) const;
 
   /// Writes the current snapshot of `s` into `out`, reusing its buffers.
-  static void snapshot_into(const stats_stream& s, learners::stats_snapshot& out);
+  static void snapshot_into(const stats_stream& s, stats_snapshot& out);
 
   /// Counters of a stream.
   result<stream_status> status_of(const std::string& name) const;
@@ -126,11 +127,11 @@ public:
   /// The per-sender table: (worker, incarnation, stream) -> last merged sequence.
   const std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t>&
   sequences() const noexcept {
-    return last_merged_;
+    return ledger_.accepted();
   }
 
   /// The fenced senders.
-  const std::set<sender_id>& fenced() const noexcept { return fenced_; }
+  const std::set<sender_id>& fenced() const noexcept { return ledger_.fenced(); }
 
   /// Samples of the sequenced deltas of `sender` merged since these streams
   /// were created or last loaded (all streams; not part of the state file).
@@ -146,10 +147,9 @@ public:
 
 private:
   std::unordered_map<std::string, stats_stream> streams_;
-  std::map<std::tuple<std::string, uint64_t, std::string>, uint64_t> last_merged_;
-  std::set<sender_id> fenced_;
+  base::delivery_ledger ledger_; // (worker, incarnation, stream): in order, at most once
   std::map<sender_id, uint64_t> merged_samples_;
   uint64_t rejected_unknown_ = 0;
 };
 
-} // namespace troupe::actors
+} // namespace troupe::learners

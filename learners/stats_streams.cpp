@@ -1,4 +1,4 @@
-#include "actors/stats_streams.hpp"
+#include "learners/stats_streams.hpp"
 
 #include "learners/safetensors.hpp"
 
@@ -10,7 +10,7 @@
 #include <iterator>
 
 
-namespace troupe::actors {
+namespace troupe::learners {
 
 result<stats_mode> parse_stats_mode(const std::string& text) {
   if (text == "cumulative")
@@ -111,7 +111,6 @@ status stats_streams::merge(const moments_delta& d, delta_outcome* outcome) {
         return reject(errc::invalid_argument,
                       fmt::format("m2[{}] must be >= 0, got {}", j, d.m2[j]));
   }
-  uint64_t* last = nullptr;
   if (d.incarnation != 0) {
     if (d.seq_first == 0 || d.seq_last < d.seq_first)
       return reject(errc::invalid_argument,
@@ -123,26 +122,22 @@ status stats_streams::merge(const moments_delta& d, delta_outcome* outcome) {
         *outcome = why;
       return {};
     };
-    if (fenced_.count({d.worker, d.incarnation})) {
-      ++s.fenced;
-      ++s.fenced_by_worker[d.worker];
-      return drop(delta_outcome::fenced);
+    switch (ledger_.admit({d.worker, d.incarnation}, d.stream, d.seq_first, d.seq_last,
+                          base::sequence_gaps::refused)) {
+      case base::delivery_verdict::fenced:
+        ++s.fenced;
+        ++s.fenced_by_worker[d.worker];
+        return drop(delta_outcome::fenced);
+      case base::delivery_verdict::duplicate:
+        ++s.duplicates;
+        ++s.duplicates_by_worker[d.worker];
+        return drop(delta_outcome::duplicate);
+      case base::delivery_verdict::gap:
+        ++s.out_of_order;
+        return drop(delta_outcome::out_of_order);
+      case base::delivery_verdict::accepted:
+        break;
     }
-    auto found = last_merged_.find(std::make_tuple(d.worker, d.incarnation, d.stream));
-    const uint64_t prev = found == last_merged_.end() ? 0 : found->second;
-    if (d.seq_last <= prev) {
-      ++s.duplicates;
-      ++s.duplicates_by_worker[d.worker];
-      return drop(delta_outcome::duplicate);
-    }
-    if (d.seq_first != prev + 1) {
-      ++s.out_of_order;
-      return drop(delta_outcome::out_of_order);
-    }
-    last = &last_merged_[std::make_tuple(d.worker, d.incarnation, d.stream)];
-  }
-  if (last) {
-    *last = d.seq_last;
     merged_samples_[{d.worker, d.incarnation}] += d.count;
   }
   if (s.mode == stats_mode::cumulative) {
@@ -172,7 +167,7 @@ status stats_streams::merge(const moments_delta& d, delta_outcome* outcome) {
 // -- reading -----------------------------------------------------------------
 
 void stats_streams::snapshot_into(const stats_stream& s,
-                                  learners::stats_snapshot& out) {
+                                  stats_snapshot& out) {
   out.stream = s.name;
   out.version = s.version;
   out.count = s.acc.count;
@@ -191,12 +186,12 @@ void stats_streams::snapshot_into(const stats_stream& s,
   }
 }
 
-result<learners::stats_snapshot>
+result<stats_snapshot>
 stats_streams::snapshot(const std::string& name) const {
   auto s = find(name);
   if (!s)
     return make_error(errc::not_found, "unknown stream '{}'", name);
-  learners::stats_snapshot out;
+  stats_snapshot out;
   snapshot_into(*s, out);
   return out;
 }
@@ -225,11 +220,7 @@ delta_acks stats_streams::acks_of(const sender_id& sender) const {
   out.worker = sender.first;
   out.incarnation = sender.second;
   out.fenced = is_fenced(sender);
-  for (auto i = last_merged_.lower_bound({sender.first, sender.second, std::string{}});
-       i != last_merged_.end() && std::get<0>(i->first) == sender.first &&
-       std::get<1>(i->first) == sender.second;
-       ++i)
-    out.last[std::get<2>(i->first)] = i->second;
+  out.last = ledger_.channels_of(sender);
   return out;
 }
 
@@ -341,15 +332,15 @@ status stats_streams::save(const std::string& path) const {
   }
   // Version 2: the sender table, so that a resumed keeper still drops a
   // reconnecting sender's resends of what it merged before the save.
-  payload.put<uint64_t>(last_merged_.size());
-  for (auto& [key, last] : last_merged_) {
+  payload.put<uint64_t>(sequences().size());
+  for (auto& [key, last] : sequences()) {
     payload.put_string(std::get<0>(key));
     payload.put<uint64_t>(std::get<1>(key));
     payload.put_string(std::get<2>(key));
     payload.put<uint64_t>(last);
   }
-  payload.put<uint64_t>(fenced_.size());
-  for (auto& [worker, incarnation] : fenced_) {
+  payload.put<uint64_t>(fenced().size());
+  for (auto& [worker, incarnation] : fenced()) {
     payload.put_string(worker);
     payload.put<uint64_t>(incarnation);
   }
@@ -360,7 +351,7 @@ status stats_streams::save(const std::string& path) const {
   file.out += payload.out;
   file.put<uint64_t>(fnv1a64(payload.out));
 
-  return learners::write_file_atomically(path, file.out.data(), file.out.size());
+  return write_file_atomically(path, file.out.data(), file.out.size());
 }
 
 status stats_streams::load(const std::string& path) {
@@ -475,10 +466,9 @@ status stats_streams::load(const std::string& path) {
   if (!p.ok || p.pos != payload.size())
     return corrupt("payload structure does not match its size");
   streams_ = std::move(loaded);
-  last_merged_ = std::move(table);
-  fenced_ = std::move(fenced);
+  ledger_.restore(std::move(table), std::move(fenced));
   merged_samples_.clear();
   return {};
 }
 
-} // namespace troupe::actors
+} // namespace troupe::learners

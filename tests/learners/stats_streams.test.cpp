@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/stats_streams.hpp"
+#include "learners/stats_streams.hpp"
 #include "tests/temp_folder.hpp"
 
 using namespace troupe;
-using namespace troupe::actors;
+using namespace troupe::learners;
 
 namespace {
 
