@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/remote_server.hpp"
+#include "edge/remote_server.hpp"
 #include "kernels/error.hpp"
 #include "runtime/config.hpp"
 #include "runtime/session.hpp"

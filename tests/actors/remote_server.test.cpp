@@ -29,9 +29,9 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "actors/game_agent.hpp"
+#include "edge/game_agent.hpp"
 #include "actors/policy_store.hpp"
-#include "actors/remote_server.hpp"
+#include "edge/remote_server.hpp"
 #include "actors/remote_wire.hpp"
 #include "clients/cpp/troupe_remote.hpp"
 #include "learners/model.hpp"
@@ -43,6 +43,7 @@
 using namespace troupe;
 using namespace troupe::actors;
 using namespace troupe::actors::remote;
+using troupe::edge::game_agent_options;
 using troupe::test::fresh_seed;
 
 namespace {

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/game_agent.hpp"
+#include "edge/game_agent.hpp"
 #include "actors/log.hpp"
 #include "actors/remote_wire.hpp"
 #include "kernels/error.hpp"

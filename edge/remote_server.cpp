@@ -1,4 +1,4 @@
-#include "actors/remote_server.hpp"
+#include "edge/remote_server.hpp"
 
 #include <algorithm>
 #include <chrono>
