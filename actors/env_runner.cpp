@@ -1,4 +1,5 @@
 #include "actors/env_runner.hpp"
+#include "actors/collect_protocol.hpp"
 #include "actors/exceptions.hpp"
 #include "actors/log.hpp"
 
@@ -78,10 +79,7 @@ struct runner_state {
   bool delta_ready = false; // batch_moments hold a clean batch not yet sent
   kernels::moments local_moments;      // local_obs_stats: every clean batch's
   learners::stats_snapshot local_snap; // ... and what normalizes the next
-  uint64_t remaining = 0;
-  uint64_t sent_in_request = 0;
-  caf::typed_response_promise<uint64_t> pending;
-  bool collecting = false;
+  collect_request request;
   // A checkpoint's hold: no batch is started while held (a due one waits in
   // `deferred`); a hold asked for before `hold_at` batches answers once the
   // runner has sent them.
@@ -269,10 +267,7 @@ result<trajectory_batch> collect(runner_state& st) {
     st.counters_seen = std::move(now);
   }
 
-  st.status.batches += 1;
-  st.status.env_steps += steps * n;
-  st.status.episodes += b.episode_returns.size();
-  st.status.non_finite += non_finite;
+  count_batch(st.status, b, non_finite);
   if (non_finite > 0) {
     write_log(st.opts.log,
               fmt::format("env runner '{}': {}: {} non-finite observation or reward "
@@ -375,13 +370,7 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
   // what was thrown (its supervisor logs it and starts a replacement).
   // A collect request under way is answered with the error too.
   convert_exceptions(self, fmt::format("env runner '{}'", st.opts.name), st.opts.log,
-                     [self](const caf::error& e) {
-                       auto& s = self->state;
-                       if (s.collecting) {
-                         s.collecting = false;
-                         s.pending.deliver(e);
-                       }
-                     });
+                     [self](const caf::error& e) { self->state.request.fail(e); });
   if (st.opts.start_state) {
     auto restored = restore_state(st, *st.opts.start_state);
     st.opts.start_state.reset(); // not kept: it can be large
@@ -398,48 +387,22 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
   if (!st.counters_seen.empty())
     st.env->counters(st.counters_seen.data());
   if (st.keeper) {
-    // Declared before the first delta: messages between two actors keep their order.
-    self
-      ->request(st.keeper, caf::infinite, declare_atom::value, st.opts.stats_stream,
-                static_cast<uint64_t>(st.env->obs_dim()))
-      .then([](uint64_t) {},
-            [self](caf::error& e) {
-              write_log(self->state.opts.log,
-                        fmt::format("env runner '{}': declaring stream '{}' failed: {}",
-                                    self->state.opts.name, self->state.opts.stats_stream,
-                                    error_message(self->system(), e)));
-            });
+    const auto who = fmt::format("env runner '{}'", st.opts.name);
+    declare_stream(self, st.keeper, who, st.opts.stats_stream, st.opts.log,
+                   st.opts.stats_stream, static_cast<uint64_t>(st.env->obs_dim()));
     if (st.opts.reward_norm)
-      self
-        ->request(st.keeper, caf::infinite, declare_atom::value,
-                  stream_decl{st.opts.return_stream, 1, "cumulative", 0.99})
-        .then([](uint64_t) {},
-              [self](caf::error& e) {
-                write_log(self->state.opts.log,
-                          fmt::format("env runner '{}': declaring stream '{}' failed: {}",
-                                      self->state.opts.name,
-                                      self->state.opts.return_stream,
-                                      error_message(self->system(), e)));
-              });
+      declare_stream(self, st.keeper, who, st.opts.return_stream, st.opts.log,
+                     stream_decl{st.opts.return_stream, 1, "cumulative", 0.99});
   }
   return {
     [self](collect_atom, uint64_t batches) -> caf::result<uint64_t> {
       auto& s = self->state;
-      if (s.collecting)
-        return to_caf_error(make_error(
-          errc::invalid_argument, "env runner '{}' is already collecting", s.opts.name));
-      if (batches == 0)
-        return uint64_t{0};
-      s.collecting = true;
-      s.remaining = batches;
-      s.sent_in_request = 0;
-      s.pending = self->make_response_promise<uint64_t>();
-      self->send(self, next_atom::value);
-      return s.pending;
+      return s.request.open(self, batches, fmt::format("env runner '{}'", s.opts.name),
+                            [self] { self->send(self, next_atom::value); });
     },
     [self](next_atom) {
       auto& s = self->state;
-      if (!s.collecting)
+      if (!s.request.is_open())
         return;
       if (s.held) {
         s.deferred = true;
@@ -449,35 +412,25 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
       if (!batch) {
         // The environments are mid-batch: the runner ends, and its supervisor
         // starts a replacement.
-        s.collecting = false;
         auto e = to_caf_error(batch.err());
-        s.pending.deliver(e);
+        s.request.fail(e);
         self->quit(std::move(e));
         return;
       }
       if (s.delta_ready) {
-        auto& m = s.batch_moments;
-        self->send(s.keeper, moments_delta{s.opts.stats_stream, s.opts.name, m.count,
-                                           m.mean, m.m2});
+        send_moments(self, s.keeper, s.opts.stats_stream, s.opts.name, s.batch_moments);
         s.delta_ready = false;
       }
       if (s.return_delta_ready) {
-        auto& m = s.return_moments;
-        self->send(s.keeper, moments_delta{s.opts.return_stream, s.opts.name, m.count,
-                                           m.mean, m.m2});
+        send_moments(self, s.keeper, s.opts.return_stream, s.opts.name, s.return_moments);
         s.return_delta_ready = false;
       }
       const uint64_t batch_steps = batch->steps * batch->num_envs;
       self->send(s.consumer, std::move(*batch));
       if (s.opts.host && s.opts.guest)
         s.opts.host->finished.fetch_add(batch_steps, std::memory_order_relaxed);
-      ++s.sent_in_request;
-      if (--s.remaining > 0) {
+      if (s.request.sent())
         self->send(self, next_atom::value);
-      } else {
-        s.collecting = false;
-        s.pending.deliver(s.sent_in_request);
-      }
       if (s.hold_pending && s.status.batches >= s.hold_at) {
         s.held = true;
         s.hold_pending->deliver(take_state(s));

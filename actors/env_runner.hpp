@@ -1,51 +1,6 @@
 // The environment runner actor: steps a vector of environments with a policy
-// and streams fixed-length trajectory batches to a consumer (a learner).
-//
-// Each batch (actors/messages.hpp, trajectory_batch) holds T steps of N
-// environments with the policy version and statistics version it was made
-// with. With a statistics view, observations are normalized with the view's
-// snapshot of the batch's start, (x - mean) / sqrt(var + eps) clipped to
-// +-obs_clip; with a statistics keeper, the moments of each batch's raw
-// observations go to the keeper as one delta. A non-finite observation or
-// reward is counted and logged with the env id, and that batch's moments are
-// never sent to the keeper. A step or policy that fails (an error, or an
-// exception) ends the runner with an error naming it; its supervisor restarts
-// it.
-//
-// With reward normalization (opts.reward_norm and a return view) the runner
-// keeps each environment's discounted return as Gymnasium's NormalizeReward
-// does (docs/statistics.md, "Reward normalization"), sends the moments of a
-// batch's returns to the keeper's opts.return_stream, and hands the learner
-// r / sqrt(var + reward_epsilon) clipped to +-reward_clip, var from the
-// return view's snapshot of the batch's start; episode returns stay raw.
-//
-// An environment with reward terms (envs::env_spec::reward_terms) has them
-// summed per episode beside the return (trajectory_batch::
-// episode_reward_terms; NaN for an episode under way when the runner
-// started from a state, whose earlier terms it never saw); one with trouble
-// counters (env_spec::counters) has what they gained during a batch sent
-// with it (trajectory_batch::env_counters), counted from the runner's start.
-//
-// Messages it handles:
-//   (collect_atom, uint64_t n) -> uint64_t   collect and send n batches, then
-//                                            reply with the number sent
-//   (status_atom)              -> env_runner_status
-//   (state_atom)               -> env_runner_state  taken between two batches
-//
-// State: a runner started with opts.start_state instead of reset(seed)
-// continues the runner the state was taken from, bit for bit, provided its
-// policy acts the same (make_random_policy; make_store_policy over the same
-// weights: the store policy takes its version at each batch's first step, and
-// a state is always taken at a batch boundary). A state that does not fit the
-// vector env (another id or size, invalid values) makes the runner quit with
-// an error naming it and the problem; the vector env is then left unchanged.
-//
-// Environments that cannot save their state (envs::env::can_save_state false,
-// e.g. a game's callback env without state callbacks) are not continued
-// mid-episode: the runner keeps the saved counters and policy generator, and
-// starts fresh episodes with reset(resume_seed(opts.seed, batches)), where
-// batches is the saved state's batch count (the next batch's sequence
-// number); the episode returns and lengths under way restart at 0.
+// and streams fixed-length trajectory batches to a learner
+// (docs/environments.md, "The environment runner actor").
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,6 @@
 
 namespace troupe::edge {
 
-using actors::game_agent;
 
 using namespace remote;
 using clock_type = std::chrono::steady_clock;

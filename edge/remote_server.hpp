@@ -1,5 +1,5 @@
 // The remote environment server: serves the protocol of docs/protocol.md on
-// a ZeroMQ ROUTER socket and drives a game agent (actors/game_agent.hpp) with
+// a ZeroMQ ROUTER socket and drives a game agent (edge/game_agent.hpp) with
 // what clients send, so that environments in other processes, languages and
 // hosts train like a game that links troupe.
 //
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/game_agent.hpp"
+#include "edge/game_agent.hpp"
 #include "actors/log.hpp"
 #include "edge/remote_wire.hpp"
 #include "base/error.hpp"
@@ -91,7 +91,7 @@ public:
 
   /// Starts serving with `agent` (its slots must be the `slots` of bind, its
   /// spaces the shape's) on a thread of its own. Once only.
-  status start(std::shared_ptr<actors::game_agent> agent);
+  status start(std::shared_ptr<game_agent> agent);
 
   /// Tells every session the server is closing (CLOSE), stops the thread and
   /// closes the socket. Idempotent; also done by the destructor.

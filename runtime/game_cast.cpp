@@ -6,7 +6,7 @@
 
 namespace troupe::runtime {
 
-result<std::shared_ptr<actors::game_agent>>
+result<std::shared_ptr<edge::game_agent>>
 game_agent_source::wait(std::chrono::milliseconds timeout) {
   base::mutex_lock lock(mutex);
   const bool made = lock.wait_for(ready, timeout, [&]() TROUPE_REQUIRES(mutex) {
@@ -20,22 +20,22 @@ game_agent_source::wait(std::chrono::milliseconds timeout) {
          : fmt::format("the cast made no game agent within {} ms", timeout.count()));
 }
 
-std::shared_ptr<actors::game_agent> game_agent_source::agent() {
+std::shared_ptr<edge::game_agent> game_agent_source::agent() {
   base::mutex_lock lock(mutex);
   return held;
 }
 
 runner_slot_factory game_feeder_factory(std::shared_ptr<game_agent_source> g) {
   return [g](caf::actor_system& sys, const runner_slot& slot) -> caf::actor {
-    std::shared_ptr<actors::game_agent> made;
+    std::shared_ptr<edge::game_agent> made;
     {
       base::mutex_lock lock(g->mutex);
       if (!g->held) {
         std::vector<std::shared_ptr<learners::stats_view>> views;
         if (slot.obs_norm) {
-          auto subscribed = actors::subscribe_agent_views(
-            sys, slot.request.keeper, "obs", static_cast<size_t>(slot.spec.obs_dim),
-            g->slots);
+          auto subscribed =
+            edge::subscribe_agent_views(sys, slot.request.keeper, "obs",
+                                        static_cast<size_t>(slot.spec.obs_dim), g->slots);
           if (!subscribed) {
             g->failure = subscribed.err().message;
             g->ready.notify_all();
@@ -43,7 +43,7 @@ runner_slot_factory game_feeder_factory(std::shared_ptr<game_agent_source> g) {
           }
           views = std::move(*subscribed);
         }
-        actors::game_agent_options o;
+        edge::game_agent_options o;
         o.name = g->name;
         o.env_id = g->env_id;
         o.slots = g->slots;
@@ -57,7 +57,7 @@ runner_slot_factory game_feeder_factory(std::shared_ptr<game_agent_source> g) {
         o.seed = slot.seed;
         o.obs_epsilon = slot.obs_epsilon;
         o.obs_clip = slot.obs_clip;
-        auto created = actors::game_agent::create(o, slot.store, std::move(views));
+        auto created = edge::game_agent::create(o, slot.store, std::move(views));
         if (!created) {
           g->failure = created.err().message;
           g->ready.notify_all();
@@ -74,7 +74,7 @@ runner_slot_factory game_feeder_factory(std::shared_ptr<game_agent_source> g) {
     fo.name = slot.request.name;
     fo.num_envs = slot.envs;
     fo.log = slot.log;
-    return actors::spawn_game_feeder(sys, fo, made, slot.request.consumer,
+    return actors::spawn_game_feeder(sys, fo, made->queue(), slot.request.consumer,
                                      slot.request.keeper);
   };
 }

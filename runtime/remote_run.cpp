@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "actors/game_agent.hpp"
+#include "edge/game_agent.hpp"
 #include "envs/registry.hpp"
 #include "runtime/game_cast.hpp"
 

@@ -1,16 +1,16 @@
 // `troupe bench embed [--json] [--steps N] [--slots N]
 //                     [--hz F [--frames N] [--spin] [--batch]]`:
-// the game-driven form measured (actors::bench_embed): CartPoles stepped on
-// the calling thread act through a game agent while one PPO learner trains
-// from their transitions. Reports act() latency (p50, p99, max), the env steps
-// per second the game loop made and the learner learned from, and the
-// transitions dropped. With --hz the loop sleeps to each frame's deadline and
-// reports the first act() of a frame apart, beside the plain-loops control.
+// the game-driven form measured (run_embed_bench, runtime/cli/game_bench.hpp):
+// CartPoles stepped on the calling thread act through a game agent while one
+// PPO learner trains from their transitions. Reports act() latency (p50,
+// p99, max), the env steps per second the game loop made and the learner
+// learned from, and the transitions dropped. With --hz the loop sleeps to each frame's
+// deadline and reports the first act() of a frame apart, beside the plain-loops control.
 #include <cstdio>
 
 #include <fmt/format.h>
 
-#include "actors/game_bench.hpp"
+#include "runtime/cli/game_bench.hpp"
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/json.hpp"
@@ -36,7 +36,7 @@ int bench_embed(const args_t& args) {
   auto parsed = parse_args("bench embed", args, specs);
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
-  actors::embed_bench_options opts;
+  embed_bench_options opts;
   auto steps = parsed->get_int("steps", 200000, 1000, int64_t{1} << 40);
   if (!steps)
     return fail(exit_bad_input, steps.err().message);
@@ -70,7 +70,7 @@ int bench_embed(const args_t& args) {
   opts.train_env_steps = static_cast<uint64_t>(*steps);
   opts.slots = static_cast<size_t>(*slots);
   opts.seed = static_cast<uint64_t>(*seed);
-  auto r = actors::bench_embed(opts);
+  auto r = run_embed_bench(opts);
   if (!r)
     return fail(exit_failure, fmt::format("bench embed: {}", r.err().message));
   if (parsed->flag("json")) {
@@ -94,7 +94,7 @@ int bench_embed(const args_t& args) {
       out["missed_frames"] = r->missed_frames;
       out["wait"] = opts.spin ? "spin" : "sleep";
       out["calls"] = opts.batch ? "act_batch" : "act";
-      auto summary = [](const actors::latency_summary& l) {
+      auto summary = [](const latency_summary& l) {
         runtime::json j;
         j["p50_us"] = rounded(l.p50_us, 3);
         j["p99_us"] = rounded(l.p99_us, 3);
@@ -119,7 +119,7 @@ int bench_embed(const args_t& args) {
       r->frames, *hz, opts.spin ? "busy-waiting" : "sleeping", r->missed_frames);
     fmt::print("{:<34} {:>9} {:>9} {:>9} {:>8}\n", "latency (us)", "p50", "p99", "max",
                "calls");
-    auto row = [](const char* what, const actors::latency_summary& l) {
+    auto row = [](const char* what, const latency_summary& l) {
       fmt::print("{:<34} {:>9.2f} {:>9.2f} {:>9.1f} {:>8}\n", what, l.p50_us, l.p99_us,
                  l.max_us, l.samples);
     };

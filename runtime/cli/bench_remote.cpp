@@ -30,7 +30,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "actors/game_agent.hpp"
+#include "edge/game_agent.hpp"
 #include "actors/policy_store.hpp"
 #include "edge/remote_server.hpp"
 #include "clients/cpp/troupe_remote.hpp"
@@ -198,11 +198,11 @@ result<remote_figures> measure(size_t clients, size_t envs, double seconds,
     spec.hidden = {64, 64};
     auto store =
       std::make_shared<actors::policy_store>(learners::actor_critic(spec, seed), 8);
-    actors::game_agent_options o;
+    edge::game_agent_options o;
     o.slots = clients * envs;
     o.steps_per_segment = 128;
     o.seed = seed;
-    auto agent = actors::game_agent::create(o, store);
+    auto agent = edge::game_agent::create(o, store);
     if (!agent)
       return agent.err();
     edge::remote_server_options so;
@@ -299,11 +299,11 @@ int serve_only(size_t envs, int64_t seconds, uint64_t seed) {
   spec.hidden = {64, 64};
   auto store =
     std::make_shared<actors::policy_store>(learners::actor_critic(spec, seed), 8);
-  actors::game_agent_options o;
+  edge::game_agent_options o;
   o.slots = envs;
   o.steps_per_segment = 128;
   o.seed = seed;
-  auto agent = actors::game_agent::create(o, store);
+  auto agent = edge::game_agent::create(o, store);
   if (!agent)
     return fail(exit_failure, fmt::format("bench remote: {}", agent.err().message));
   edge::remote_server_options so;

@@ -1,5 +1,5 @@
 // troupe::session and troupe::agent: the public face of runtime::session
-// (runtime/session.hpp) and of the game-driven agent (actors/game_agent.hpp).
+// (runtime/session.hpp) and of the game-driven agent (edge/game_agent.hpp).
 //
 // A session made with make_agent() puts a game feeder in every runner slot of
 // the cast (runtime/cast.hpp's seam, through runtime/game_cast.hpp's factory,
@@ -18,7 +18,7 @@
 
 #include <troupe/troupe.hpp>
 
-#include "actors/game_agent.hpp"
+#include "edge/game_agent.hpp"
 #include "envs/registry.hpp"
 #include "base/error.hpp"
 #include "base/mutex.hpp"
@@ -58,12 +58,12 @@ const char* version() noexcept {
 // report() load the pointer once (acquire) and call it: no lock.
 struct agent::impl {
   size_t slots = 0, obs_dim = 0, action_dim = 0;
-  std::atomic<actors::game_agent*> live{nullptr};
+  std::atomic<edge::game_agent*> live{nullptr};
   // What the cast makes the game agent with, and the agent once made
   // (runtime/game_cast.hpp); it keeps `live` alive.
   std::shared_ptr<runtime::game_agent_source> source;
 
-  actors::game_agent* get() const noexcept { return live.load(std::memory_order_acquire); }
+  edge::game_agent* get() const noexcept { return live.load(std::memory_order_acquire); }
 };
 
 namespace {
@@ -289,7 +289,7 @@ result<agent> session::make_agent(size_t slots, agent_options options) {
     source->queue_capacity_transitions = options.queue_capacity;
     source->block_when_full = options.block_when_full;
     std::weak_ptr<agent::impl> weak = g;
-    source->on_made = [weak](const std::shared_ptr<actors::game_agent>& made) {
+    source->on_made = [weak](const std::shared_ptr<edge::game_agent>& made) {
       if (auto handle = weak.lock())
         handle->live.store(made.get(), std::memory_order_release);
     };

@@ -29,7 +29,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "actors/game_agent.hpp"
+#include "edge/game_agent.hpp"
 #include "actors/policy_store.hpp"
 #include "edge/remote_server.hpp"
 #include "edge/remote_wire.hpp"

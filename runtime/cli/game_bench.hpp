@@ -1,12 +1,6 @@
-// The embedding microbenchmark that `troupe bench embed` runs: a game loop of
-// CartPoles stepped on the calling thread drives a game agent while one PPO
-// learner trains from it (statistics keeper, parameter server, learner and
-// game feeder wired by hand, as a session does), and the latency of every
-// act() call is measured. Unthrottled, the loop acts as fast as it can;
-// throttled (frame_hz > 0), it sleeps until each frame's deadline, as a real
-// game does, and reports the first act() of a frame apart from the rest,
-// beside a control: the same-size network as plain loops, timed right after
-// the sleep (what a game's own network costs when the core has just woken).
+// The embedding microbenchmark of `troupe bench embed`: a game loop of
+// CartPoles drives a game agent while one PPO learner trains from it, and the
+// latency of every act() call is measured (docs/benchmarks.md).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +8,7 @@
 
 #include "base/error.hpp"
 
-namespace troupe::actors {
+namespace troupe::runtime {
 
 /// Settings of the embedding benchmark.
 struct embed_bench_options {
@@ -69,6 +63,6 @@ struct embed_bench_result {
 
 /// Runs the benchmark: the game loop runs until the learner has spent
 /// train_env_steps (a few seconds per 100k steps on this machine).
-result<embed_bench_result> bench_embed(const embed_bench_options& opts);
+result<embed_bench_result> run_embed_bench(const embed_bench_options& opts);
 
-} // namespace troupe::actors
+} // namespace troupe::runtime

@@ -1,4 +1,4 @@
-#include "actors/game_bench.hpp"
+#include "runtime/cli/game_bench.hpp"
 
 #include <algorithm>
 #include <array>
@@ -11,16 +11,20 @@
 
 #include <caf/all.hpp>
 
-#include "actors/game_agent.hpp"
 #include "actors/learner.hpp"
 #include "actors/messages.hpp"
 #include "actors/parameter_server.hpp"
 #include "actors/policy_store.hpp"
 #include "actors/stats_keeper.hpp"
+#include "edge/game_agent.hpp"
 #include "envs/registry.hpp"
 #include "base/rng.hpp"
 
-namespace troupe::actors {
+namespace troupe::runtime {
+
+using namespace actors;
+using edge::game_agent;
+using edge::game_agent_options;
 
 namespace {
 
@@ -115,7 +119,7 @@ private:
 
 } // namespace
 
-result<embed_bench_result> bench_embed(const embed_bench_options& o) {
+result<embed_bench_result> run_embed_bench(const embed_bench_options& o) {
   if (o.slots == 0 || o.steps_per_segment == 0)
     return make_error(
       errc::invalid_argument,
@@ -179,7 +183,7 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
     fo.name = "learner0.runner0";
     fo.num_envs = o.slots;
     fo.log = quiet;
-    auto feeder = spawn_game_feeder(sys, fo, *agent, learner, keeper);
+    auto feeder = spawn_game_feeder(sys, fo, (*agent)->queue(), learner, keeper);
     caf::anon_send(learner, runner_atom::value, uint64_t{0}, feeder);
     cast = {feeder, learner, server, sink, keeper};
   }
@@ -303,4 +307,4 @@ result<embed_bench_result> bench_embed(const embed_bench_options& o) {
   return out;
 }
 
-} // namespace troupe::actors
+} // namespace troupe::runtime

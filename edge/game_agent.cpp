@@ -1,57 +1,28 @@
-#include "actors/game_agent.hpp"
-#include "actors/exceptions.hpp"
+#include "edge/game_agent.hpp"
+
 #include "actors/stats_keeper.hpp"
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
-#include <condition_variable>
-#include <limits>
 
-#include <boost/lockfree/policies.hpp>
-#include <boost/lockfree/queue.hpp>
 #include <fmt/format.h>
 
 #include "base/latest_value.hpp"
-#include "kernels/moments.hpp"
 #include "base/mutex.hpp"
 #include "base/rng.hpp"
 #include "learners/mlp.hpp"
 #include "learners/rollout.hpp"
 
-namespace troupe::actors {
+namespace troupe::edge {
 
 namespace {
 
-constexpr uint64_t no_version = std::numeric_limits<uint64_t>::max();
-
-// T rows of one slot, laid out as one column of a trajectory_batch.
-struct segment {
-  segment(size_t steps, size_t od, size_t ad)
-    : obs((steps + 1) * od), raw(steps * od), actions(steps * ad), logp(steps),
-      rewards(steps), terminated(steps), truncated(steps), autoreset(steps) {
-    episode_returns.reserve(steps);
-    episode_lengths.reserve(steps);
-  }
-  void reset() {
-    rows = 0;
-    transitions = 0;
-    episode_returns.clear();
-    episode_lengths.clear();
-    policy_version = no_version;
-    stats_version = no_version;
-  }
-  size_t rows = 0;        // complete rows
-  size_t transitions = 0; // rows that are transitions (not resets)
-  std::vector<float> obs; // [(T + 1) x od] as the policy saw them
-  std::vector<float> raw; // [T x od] as the game gave them
-  std::vector<float> actions, logp, rewards;
-  std::vector<uint8_t> terminated, truncated, autoreset;
-  std::vector<double> episode_returns;
-  std::vector<uint64_t> episode_lengths;
-  uint64_t policy_version = no_version; // oldest used by a row
-  uint64_t stats_version = no_version;
-};
+using actors::game_segment;
+using actors::policy_snapshot;
+using actors::policy_store;
+using actors::segment_queue;
 
 // Written by the slot's thread only; read by counters() from any thread.
 struct counter {
@@ -68,7 +39,7 @@ struct alignas(64) slot_state {
   base::latest_value<std::shared_ptr<const policy_snapshot>> policy;
   std::shared_ptr<learners::stats_view> view;
   base::rng gen;
-  segment* seg = nullptr;
+  game_segment* seg = nullptr;
   bool acted = false; // act done, report pending
   size_t row = 0;     // the row act began
   double episode_return = 0;
@@ -88,65 +59,23 @@ struct slot_array {
   std::atomic<uint64_t> version{0};
 };
 
-using segment_queue =
-  boost::lockfree::queue<segment*, boost::lockfree::fixed_sized<true>>;
-
-constexpr size_t max_wakers = 64;
-
-struct waker {
-  std::atomic<bool> armed{false};
-  std::function<void()> wake;
-};
-
 } // namespace
 
 struct game_agent::impl {
-  impl(game_agent_options o, size_t pool_size)
-    : opts(std::move(o)), ready(opts.queue_capacity + 1), free_list(pool_size + 1) {}
+  explicit impl(game_agent_options o) : opts(std::move(o)) {}
 
   game_agent_options opts;
   std::shared_ptr<policy_store> store;
   learners::model_spec spec;
   size_t od = 0, ad = 0;
   bool discrete = false;
-  bool normalized = false;
   std::shared_ptr<slot_array> slots;
-  segment_queue ready;     // complete segments, oldest first
-  segment_queue free_list; // segments to fill
-  base::mutex pool_mtx;
-  // Owns every segment.
-  std::vector<std::unique_ptr<segment>> pool TROUPE_GUARDED_BY(pool_mtx);
-  std::atomic<size_t> queued{0};              // segments in `ready` (reserved)
+  std::shared_ptr<segment_queue> queue; // complete segments, for the feeders
   std::atomic<bool> is_closed{false};
-  std::array<waker, max_wakers> wakers;
-  std::atomic<size_t> waker_count{0};
-  // Serializes add_waker; the wakers are read without it, up to the
-  // waker_count it publishes.
-  base::mutex waker_mtx;
-  base::mutex space_mtx; // block_when_full: space_cv's (the counts are atomic)
-  std::condition_variable space_cv;
-  std::atomic<int> blocked{0};
   base::mutex returns_mtx;
   std::array<double, 100> recent TROUPE_GUARDED_BY(returns_mtx) = {};
   size_t recent_count TROUPE_GUARDED_BY(returns_mtx) = 0;
   size_t recent_next TROUPE_GUARDED_BY(returns_mtx) = 0;
-
-  segment* new_segment() {
-    auto s = std::make_unique<segment>(opts.steps_per_segment, od, ad);
-    segment* p = s.get();
-    base::mutex_lock guard(pool_mtx);
-    pool.push_back(std::move(s));
-    return p;
-  }
-
-  segment* fresh_segment() {
-    segment* p = nullptr;
-    if (free_list.pop(p))
-      return p;
-    // Not reached with the pool's size (capacity + slots + feeders); kept
-    // as a fallback rather than an assertion.
-    return new_segment();
-  }
 
   error fail(errc code, const char* call, size_t slot, const std::string& why) const {
     return error{
@@ -194,7 +123,7 @@ struct game_agent::impl {
       std::copy(seen, seen + od, &s.seg->obs[steps * od]);
       finish(s);
     }
-    segment& g = *s.seg;
+    game_segment& g = *s.seg;
     const size_t row = g.rows;
     std::copy(raw, raw + od, &g.raw[row * od]);
     std::copy(seen, seen + od, &g.obs[row * od]);
@@ -205,11 +134,10 @@ struct game_agent::impl {
   // Queues the slot's complete segment (or drops it) and gives the slot a
   // fresh one.
   void finish(slot_state& s) {
-    segment* g = s.seg;
-    if (enqueue(g)) {
-      s.seg = fresh_segment();
+    game_segment* g = s.seg;
+    if (queue->push(g)) {
+      s.seg = queue->fresh();
       s.segments.add();
-      wake_feeders();
     } else {
       s.dropped.add(g->transitions);
       s.dropped_segments.add();
@@ -217,53 +145,11 @@ struct game_agent::impl {
     }
   }
 
-  bool reserve_space() {
-    size_t q = queued.load();
-    while (q < opts.queue_capacity)
-      if (queued.compare_exchange_weak(q, q + 1))
-        return true;
-    return false;
-  }
-
-  bool enqueue(segment* g) {
-    bool room = reserve_space();
-    if (!room && opts.block_when_full) {
-      const auto deadline = std::chrono::steady_clock::now() + opts.block_timeout;
-      blocked.fetch_add(1);
-      base::mutex_lock lock(space_mtx);
-      while (!(room = reserve_space()) && !is_closed.load())
-        if (lock.wait_until(space_cv, deadline) == std::cv_status::timeout) {
-          room = reserve_space();
-          break;
-        }
-      blocked.fetch_sub(1);
-    }
-    if (!room)
-      return false;
-    if (!ready.push(g)) { // not reached: `ready` has a node per reserved place
-      queued.fetch_sub(1);
-      return false;
-    }
-    return true;
-  }
-
-  void wake_feeders() {
-    // Pairs with the fence in arm_waker: either the feeder sees the segment
-    // after arming, or this thread sees it armed.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    const size_t n = waker_count.load(std::memory_order_acquire);
-    for (size_t i = 0; i < n; ++i) {
-      auto& w = wakers[i];
-      if (w.armed.load(std::memory_order_relaxed) && w.armed.exchange(false))
-        w.wake();
-    }
-  }
-
   // Samples the action of `row` of the slot's segment from `head` (logits or
   // means of one observation) with the slot's generator.
   void sample(slot_state& s, const learners::actor_critic& model, const float* head,
               size_t row, float* action_out) {
-    segment& g = *s.seg;
+    game_segment& g = *s.seg;
     float* a = &g.actions[row * ad];
     if (discrete)
       learners::sample_categorical(head, 1, static_cast<size_t>(spec.n), s.gen, a,
@@ -314,14 +200,23 @@ game_agent::create(game_agent_options opts, std::shared_ptr<policy_store> store,
       return bad(fmt::format("views[{}] has dimension {}, the observations have {}", i,
                              views[i]->dim(), od));
   }
-  const size_t pool_size = opts.queue_capacity + opts.slots + max_wakers;
-  auto p = std::make_unique<impl>(std::move(opts), pool_size);
+  auto p = std::make_unique<impl>(std::move(opts));
   p->store = std::move(store);
   p->spec = spec;
   p->od = od;
   p->discrete = spec.action == learners::action_kind::discrete;
   p->ad = p->discrete ? 1 : static_cast<size_t>(spec.act_dim);
-  p->normalized = !views.empty();
+  actors::segment_queue_options q;
+  q.env_id = p->opts.env_id;
+  q.steps = p->opts.steps_per_segment;
+  q.obs_dim = p->od;
+  q.action_dim = p->ad;
+  q.normalized = !views.empty();
+  q.capacity = p->opts.queue_capacity;
+  q.writers = p->opts.slots;
+  q.block_when_full = p->opts.block_when_full;
+  q.block_timeout = p->opts.block_timeout;
+  p->queue = std::make_shared<segment_queue>(std::move(q));
   p->slots = std::make_shared<slot_array>();
   p->slots->version.store(latest->version);
   for (size_t i = 0; i < p->opts.slots; ++i) {
@@ -332,14 +227,8 @@ game_agent::create(game_agent_options opts, std::shared_ptr<policy_store> store,
     s->seen.resize(od);
     s->last_raw.resize(od);
     s->exps.resize(p->discrete ? static_cast<size_t>(spec.n) : 0);
+    s->seg = p->queue->fresh();
     p->slots->slots.push_back(std::move(s));
-  }
-  for (size_t i = 0; i < pool_size; ++i) {
-    segment* g = p->new_segment();
-    if (i < p->opts.slots)
-      p->slots->slots[i]->seg = g;
-    else
-      p->free_list.push(g);
   }
   // Every version the parameter server publishes goes into each slot's
   // latest-value slot, on the publisher's thread.
@@ -462,7 +351,7 @@ status game_agent::report(size_t slot, double reward, bool terminated, bool trun
   if (ends && final_obs)
     if (auto ok = m.check_finite("report", slot, "final_obs", final_obs); !ok)
       return ok;
-  segment& g = *s.seg;
+  game_segment& g = *s.seg;
   const size_t row = s.row;
   g.rewards[row] = static_cast<float>(reward);
   g.terminated[row] = terminated;
@@ -487,7 +376,7 @@ status game_agent::report(size_t slot, double reward, bool terminated, bool trun
   uint64_t stats_version = 0;
   m.normalize(s, last, s.seen.data(), stats_version);
   const size_t reset_row = m.begin_row(s, last, s.seen.data(), stats_version);
-  segment& h = *s.seg; // a new segment when the episode ended on the last row
+  game_segment& h = *s.seg; // a new segment when the episode ended on the last row
   std::fill(&h.actions[reset_row * m.ad], &h.actions[(reset_row + 1) * m.ad], 0.0f);
   h.logp[reset_row] = 0;
   h.rewards[reset_row] = 0;
@@ -503,7 +392,7 @@ status game_agent::abandon(size_t slot) {
   if (auto ok = m.check_slot("abandon", slot); !ok)
     return ok;
   auto& s = *m.slots->slots[slot];
-  segment& g = *s.seg;
+  game_segment& g = *s.seg;
   s.abandoned.add(g.transitions);
   if (s.episode_length > 0 || s.acted)
     s.abandoned_episodes.add();
@@ -528,8 +417,7 @@ uint64_t game_agent::policy_version() const noexcept {
 void game_agent::close() {
   auto& m = *impl_;
   m.is_closed.store(true, std::memory_order_release);
-  base::mutex_lock lock(m.space_mtx);
-  m.space_cv.notify_all();
+  m.queue->close();
 }
 
 bool game_agent::closed() const noexcept {
@@ -582,271 +470,8 @@ game_agent_counters game_agent::counters() const {
   return c;
 }
 
-bool game_agent::take_segment(trajectory_batch& b, size_t column,
-                              std::vector<float>& raw) {
-  auto& m = *impl_;
-  segment* g = nullptr;
-  if (!m.ready.pop(g))
-    return false;
-  m.queued.fetch_sub(1);
-  const size_t n = b.num_envs, steps = b.steps, od = m.od, ad = m.ad;
-  for (size_t t = 0; t < steps; ++t) {
-    const size_t k = t * n + column;
-    std::copy(&g->obs[t * od], &g->obs[(t + 1) * od], &b.observations[k * od]);
-    std::copy(&g->raw[t * od], &g->raw[(t + 1) * od], &raw[k * od]);
-    std::copy(&g->actions[t * ad], &g->actions[(t + 1) * ad], &b.actions[k * ad]);
-    b.behavior_logp[k] = g->logp[t];
-    b.rewards[k] = g->rewards[t];
-    b.terminated[k] = g->terminated[t];
-    b.truncated[k] = g->truncated[t];
-    b.autoreset[k] = g->autoreset[t];
-  }
-  std::copy(&g->obs[steps * od], &g->obs[(steps + 1) * od],
-            &b.observations[(steps * n + column) * od]);
-  b.episode_returns.insert(b.episode_returns.end(), g->episode_returns.begin(),
-                           g->episode_returns.end());
-  b.episode_lengths.insert(b.episode_lengths.end(), g->episode_lengths.begin(),
-                           g->episode_lengths.end());
-  b.policy_version = std::min(b.policy_version, g->policy_version);
-  b.stats_version = std::min(b.stats_version, g->stats_version);
-  b.normalized = m.normalized;
-  g->reset();
-  m.free_list.push(g);
-  if (m.blocked.load() > 0) {
-    base::mutex_lock lock(m.space_mtx);
-    m.space_cv.notify_all();
-  }
-  return true;
-}
-
-size_t game_agent::add_waker(std::function<void()> wake) {
-  auto& m = *impl_;
-  base::mutex_lock guard(m.waker_mtx);
-  const size_t id = m.waker_count.load();
-  if (id >= max_wakers)
-    return SIZE_MAX;
-  m.wakers[id].wake = std::move(wake);
-  m.waker_count.store(id + 1, std::memory_order_release);
-  return id;
-}
-
-void game_agent::arm_waker(size_t id) noexcept {
-  if (id >= max_wakers)
-    return;
-  impl_->wakers[id].armed.store(true, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-}
-
-void game_agent::disarm_waker(size_t id) noexcept {
-  if (id < max_wakers)
-    impl_->wakers[id].armed.store(false);
-}
-
-// -- the feeder ---------------------------------------------------------------
-
-namespace {
-
-using wake_atom = caf::atom_constant<caf::atom("gamewake")>;
-
-struct feeder_state {
-  game_feeder_options opts;
-  std::shared_ptr<game_agent> agent;
-  caf::actor consumer;
-  caf::actor keeper;
-  size_t waker = SIZE_MAX;
-  env_runner_status status;
-  trajectory_batch batch; // being assembled
-  size_t columns = 0;     // segments in it
-  std::vector<float> raw; // its raw observations, for the moments
-  kernels::moments moments;
-  uint64_t remaining = 0;
-  uint64_t sent_in_request = 0;
-  caf::typed_response_promise<uint64_t> pending;
-  bool collecting = false;
-  static inline const char* name = "game_feeder";
-};
-
-using feeder_actor = caf::stateful_actor<feeder_state>;
-
-// A feeder's part of a checkpoint: nothing to restore (the game owns its
-// environments), its counters only.
-env_runner_state saved_state(const feeder_state& st) {
-  env_runner_state out;
-  out.runner = st.opts.name;
-  out.env_id = st.agent->env_id();
-  out.status = st.status;
-  return out;
-}
-
-void start_batch(feeder_state& st) {
-  auto& a = *st.agent;
-  const size_t n = st.opts.num_envs, steps = a.steps_per_segment();
-  const size_t od = a.obs_dim(), ad = a.action_dim();
-  auto& b = st.batch;
-  b = trajectory_batch{};
-  b.runner = st.opts.name;
-  b.env_id = a.env_id();
-  b.sequence = st.status.batches;
-  b.num_envs = n;
-  b.steps = steps;
-  b.obs_dim = od;
-  b.action_dim = ad;
-  b.observations.resize((steps + 1) * n * od);
-  b.actions.resize(steps * n * ad);
-  b.behavior_logp.resize(steps * n);
-  b.rewards.resize(steps * n);
-  b.terminated.resize(steps * n);
-  b.truncated.resize(steps * n);
-  b.autoreset.resize(steps * n);
-  b.policy_version = no_version;
-  b.stats_version = no_version;
-  b.behavior_recorded = true;
-  st.raw.resize(steps * n * od);
-  st.columns = 0;
-}
-
-// Sends the assembled batch (and its moments) on.
-void send_batch(feeder_actor* self) {
-  auto& st = self->state;
-  auto& b = st.batch;
-  if (b.policy_version == no_version)
-    b.policy_version = 0;
-  if (b.stats_version == no_version)
-    b.stats_version = 0;
-  const size_t rows = b.steps * b.num_envs;
-  uint64_t bad = 0;
-  for (float x : st.raw)
-    bad += !std::isfinite(x);
-  for (float x : b.rewards)
-    bad += !std::isfinite(x);
-  st.status.non_finite += bad;
-  if (bad > 0) {
-    write_log(st.opts.log,
-              fmt::format("game feeder '{}': {}: {} non-finite observation or reward "
-                          "value(s) in batch {}; its moments were not sent to the keeper",
-                          st.opts.name, b.env_id, bad, b.sequence));
-  } else if (st.keeper) {
-    kernels::compute_moments_into(st.raw.data(), rows, b.obs_dim, st.moments);
-    self->send(st.keeper,
-               moments_delta{st.opts.stats_stream, st.opts.name, st.moments.count,
-                             st.moments.mean, st.moments.m2});
-    st.status.deltas_sent += 1;
-  }
-  st.status.batches += 1;
-  st.status.env_steps += rows;
-  st.status.episodes += b.episode_returns.size();
-  self->send(st.consumer, std::move(b));
-  b = trajectory_batch{}; // fill() starts the next one
-  st.columns = 0;
-}
-
-// Assembles and sends batches while a request is open and segments are
-// queued; arms the waker when it runs out.
-void fill(feeder_actor* self) {
-  auto& st = self->state;
-  auto& a = *st.agent;
-  while (st.collecting) {
-    if (st.columns == 0 && st.batch.observations.empty())
-      start_batch(st);
-    while (st.columns < st.opts.num_envs) {
-      if (a.take_segment(st.batch, st.columns, st.raw)) {
-        ++st.columns;
-        continue;
-      }
-      a.arm_waker(st.waker);
-      if (!a.take_segment(st.batch, st.columns, st.raw))
-        return; // woken by the game's next queued segment
-      ++st.columns;
-    }
-    send_batch(self);
-    ++st.sent_in_request;
-    if (--st.remaining == 0) {
-      st.collecting = false;
-      st.pending.deliver(st.sent_in_request);
-    }
-  }
-}
-
-caf::behavior game_feeder(feeder_actor* self, game_feeder_options opts,
-                          std::shared_ptr<game_agent> agent, caf::actor consumer,
-                          caf::actor keeper) {
-  auto& st = self->state;
-  st.opts = std::move(opts);
-  st.agent = std::move(agent);
-  st.consumer = std::move(consumer);
-  st.keeper = std::move(keeper);
-  st.status.runner = st.opts.name;
-  st.status.env_id = st.agent->env_id();
-  convert_exceptions(self, fmt::format("game feeder '{}'", st.opts.name), st.opts.log,
-                     [self](const caf::error& e) {
-                       auto& s = self->state;
-                       if (s.collecting) {
-                         s.collecting = false;
-                         s.pending.deliver(e);
-                       }
-                     });
-  if (st.opts.num_envs == 0) {
-    self->quit(to_caf_error(make_error(errc::invalid_argument,
-                                       "game feeder '{}': num_envs must be >= 1, got 0",
-                                       st.opts.name)));
-    return {};
-  }
-  caf::actor_addr me = self->address();
-  st.waker = st.agent->add_waker([me] {
-    if (auto who = caf::actor_cast<caf::actor>(me))
-      caf::anon_send(who, wake_atom::value);
-  });
-  if (st.waker == SIZE_MAX) {
-    self->quit(to_caf_error(make_error(
-      errc::unavailable, "game feeder '{}': the agent has no room for another feeder",
-      st.opts.name)));
-    return {};
-  }
-  self->attach_functor([agent = st.agent, id = st.waker] { agent->disarm_waker(id); });
-  if (st.keeper) {
-    // Declared before the first delta: messages between two actors keep their order.
-    self
-      ->request(st.keeper, caf::infinite, declare_atom::value, st.opts.stats_stream,
-                static_cast<uint64_t>(st.agent->obs_dim()))
-      .then([](uint64_t) {},
-            [self](caf::error& e) {
-              write_log(self->state.opts.log,
-                        fmt::format("game feeder '{}': declaring stream '{}' failed: {}",
-                                    self->state.opts.name, self->state.opts.stats_stream,
-                                    error_message(self->system(), e)));
-            });
-  }
-  return {
-    [self](collect_atom, uint64_t batches) -> caf::result<uint64_t> {
-      auto& s = self->state;
-      if (s.collecting)
-        return to_caf_error(make_error(
-          errc::invalid_argument, "game feeder '{}' is already collecting", s.opts.name));
-      if (batches == 0)
-        return uint64_t{0};
-      s.collecting = true;
-      s.remaining = batches;
-      s.sent_in_request = 0;
-      s.pending = self->make_response_promise<uint64_t>();
-      fill(self);
-      return s.pending;
-    },
-    [self](wake_atom) { fill(self); },
-    [self](status_atom) { return self->state.status; },
-    [self](state_atom) { return saved_state(self->state); },
-    // Nothing to hold either: the game steps its environments.
-    [self](hold_atom, uint64_t) { return saved_state(self->state); },
-    [](release_atom) {},
-  };
-}
-
-} // namespace
-
-caf::actor spawn_game_feeder(caf::actor_system& sys, game_feeder_options opts,
-                             std::shared_ptr<game_agent> agent, caf::actor consumer,
-                             caf::actor keeper) {
-  return sys.spawn(game_feeder, std::move(opts), std::move(agent), std::move(consumer),
-                   std::move(keeper));
+const std::shared_ptr<segment_queue>& game_agent::queue() const noexcept {
+  return impl_->queue;
 }
 
 result<std::vector<std::shared_ptr<learners::stats_view>>>
@@ -854,7 +479,7 @@ subscribe_agent_views(caf::actor_system& sys, const caf::actor& keeper,
                       const std::string& stream, size_t dim, size_t slots) {
   std::vector<std::shared_ptr<learners::stats_view>> out;
   for (size_t i = 0; i < slots; ++i) {
-    auto v = subscribe_view(sys, keeper, stream, dim);
+    auto v = actors::subscribe_view(sys, keeper, stream, dim);
     if (!v)
       return v.err();
     out.push_back(std::move(*v));
@@ -862,4 +487,4 @@ subscribe_agent_views(caf::actor_system& sys, const caf::actor& keeper,
   return out;
 }
 
-} // namespace troupe::actors
+} // namespace troupe::edge
