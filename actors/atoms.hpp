@@ -9,21 +9,21 @@ namespace troupe::actors {
 using declare_atom = caf::atom_constant<caf::atom("declare")>;     ///< declare a stream
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>; ///< a view subscribes
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;   ///< current statistics
-using status_atom = caf::atom_constant<caf::atom("status")>;       ///< an actor's counters
-using save_atom = caf::atom_constant<caf::atom("save")>;           ///< write state
-using load_atom = caf::atom_constant<caf::atom("load")>;           ///< read state
-using publish_atom = caf::atom_constant<caf::atom("publish")>;     ///< publish now
-using sync_atom = caf::atom_constant<caf::atom("sync")>;           ///< wait for merges
+using status_atom = caf::atom_constant<caf::atom("status")>;   ///< an actor's counters
+using save_atom = caf::atom_constant<caf::atom("save")>;       ///< write state
+using load_atom = caf::atom_constant<caf::atom("load")>;       ///< read state
+using publish_atom = caf::atom_constant<caf::atom("publish")>; ///< publish now
+using sync_atom = caf::atom_constant<caf::atom("sync")>;       ///< wait for merges
 
 // -- at-most-once delivery across processes ------------------------------------
-using ack_atom = caf::atom_constant<caf::atom("ack")>;             ///< cumulative ack
-using fence_atom = caf::atom_constant<caf::atom("fence")>;         ///< refuse an incarnation
-using leave_atom = caf::atom_constant<caf::atom("leave")>;         ///< a host leaves
-using join_atom = caf::atom_constant<caf::atom("join")>;           ///< a host joins
+using ack_atom = caf::atom_constant<caf::atom("ack")>;     ///< cumulative ack
+using fence_atom = caf::atom_constant<caf::atom("fence")>; ///< refuse an incarnation
+using leave_atom = caf::atom_constant<caf::atom("leave")>; ///< a host leaves
+using join_atom = caf::atom_constant<caf::atom("join")>;   ///< a host joins
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>; ///< a host came back
-using flush_atom = caf::atom_constant<caf::atom("flush")>;         ///< resend what is unacked
-using hosts_atom = caf::atom_constant<caf::atom("hosts")>;         ///< per-host counters
-using tally_atom = caf::atom_constant<caf::atom("tally")>;         ///< a host's step tally
+using flush_atom = caf::atom_constant<caf::atom("flush")>; ///< resend what is unacked
+using hosts_atom = caf::atom_constant<caf::atom("hosts")>; ///< per-host counters
+using tally_atom = caf::atom_constant<caf::atom("tally")>; ///< a host's step tally
 
 // -- environment runners -------------------------------------------------------
 using collect_atom = caf::atom_constant<caf::atom("collect")>; ///< ask for a batch

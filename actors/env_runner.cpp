@@ -53,7 +53,6 @@ float normalize_reward(float reward, double var, double epsilon, double clip) no
 
 namespace {
 
-
 struct runner_state {
   env_runner_options opts;
   std::shared_ptr<envs::vector_env> env;
@@ -76,7 +75,7 @@ struct runner_state {
   std::vector<float> raw_observations; // [T x N x obs_dim], for the moments
   std::vector<float> env_actions;      // clip_box_actions: what the environments get
   kernels::moments batch_moments;
-  bool delta_ready = false; // batch_moments hold a clean batch not yet sent
+  bool delta_ready = false;            // batch_moments hold a clean batch not yet sent
   kernels::moments local_moments;      // local_obs_stats: every clean batch's
   learners::stats_snapshot local_snap; // ... and what normalizes the next
   collect_request request;
@@ -334,10 +333,11 @@ status restore_state(runner_state& st, const env_runner_state& in) {
     if (!in.discounted_return.empty())
       st.discounted_return = in.discounted_return;
   } else {
-    write_log(st.opts.log,
-              fmt::format("env runner '{}': {} saved no environment state: starting fresh "
-                          "episodes at batch {} (episode returns under way restart at 0)",
-                          st.opts.name, st.env->spec().id, in.status.batches));
+    write_log(
+      st.opts.log,
+      fmt::format("env runner '{}': {} saved no environment state: starting fresh "
+                  "episodes at batch {} (episode returns under way restart at 0)",
+                  st.opts.name, st.env->spec().id, in.status.batches));
   }
   st.status = in.status;
   st.status.runner = st.opts.name;

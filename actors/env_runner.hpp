@@ -36,18 +36,18 @@ policy_fn make_random_policy(const envs::space& action_space);
 
 /// Settings of an environment runner.
 struct env_runner_options {
-  std::string name = "env_runner";   ///< named in batches, logs and deltas
-  uint64_t seed = 0;                 ///< environment i is seeded with seed + i; the
-                                     ///< policy's generator with seed ^ policy_salt
-  size_t steps_per_batch = 128;      ///< T
-  std::string stats_stream = "obs";  ///< keeper stream of observation moments
-  double obs_epsilon = 1e-8;         ///< added to the variance when normalizing
-  double obs_clip = 10.0;            ///< normalized values clipped to +-this; 0: no clip
-  double obs_scale = 1.0;            ///< raw observations are multiplied by this first
-                                     ///< (heterogeneous-worker experiments)
-  log_sink log;                      ///< problem log; empty: nowhere
+  std::string name = "env_runner";  ///< named in batches, logs and deltas
+  uint64_t seed = 0;                ///< environment i is seeded with seed + i; the
+                                    ///< policy's generator with seed ^ policy_salt
+  size_t steps_per_batch = 128;     ///< T
+  std::string stats_stream = "obs"; ///< keeper stream of observation moments
+  double obs_epsilon = 1e-8;        ///< added to the variance when normalizing
+  double obs_clip = 10.0;           ///< normalized values clipped to +-this; 0: no clip
+  double obs_scale = 1.0;           ///< raw observations are multiplied by this first
+                                    ///< (heterogeneous-worker experiments)
+  log_sink log;                     ///< problem log; empty: nowhere
   std::optional<env_runner_state> start_state; ///< start here instead of reset(seed)
-                                     ///< (seed is then unused)
+                                               ///< (seed is then unused)
   /// A runner on a worker of a run across processes: counts its steps in
   /// `collected`, and when `guest` (it feeds a learner of another host) the
   /// steps of each batch it sends in `finished`. Null: not counted.

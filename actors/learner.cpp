@@ -380,10 +380,10 @@ learners::rollout_view view_of(const trajectory_batch& b) {
 // before an algorithm indexes into it).
 status check_shape(const trajectory_batch& b) {
   const size_t rows = b.steps * b.num_envs;
-  if (b.observations.size() != (rows + b.num_envs) * b.obs_dim
-      || b.actions.size() != rows * b.action_dim || b.rewards.size() != rows
-      || b.terminated.size() != rows || b.truncated.size() != rows
-      || b.autoreset.size() != rows)
+  if (b.observations.size() != (rows + b.num_envs) * b.obs_dim ||
+      b.actions.size() != rows * b.action_dim || b.rewards.size() != rows ||
+      b.terminated.size() != rows || b.truncated.size() != rows ||
+      b.autoreset.size() != rows)
     return make_error(errc::dimension_mismatch,
                       "a batch of {} steps x {} environments must hold {} observation "
                       "floats, {} action floats and {} rewards and flags; it holds {}, "
@@ -421,7 +421,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
   if (auto made = learners::make_algorithm(w.opts.spec, w.opts.algorithm))
     w.algorithm = std::move(*made);
   else {
-    write_log(w.opts.log, fmt::format("learner '{}': {}", w.opts.name, made.err().message));
+    write_log(w.opts.log,
+              fmt::format("learner '{}': {}", w.opts.name, made.err().message));
     self->fail_state(caf::make_error(caf::sec::runtime_error, "learner failed"));
     return;
   }
@@ -462,14 +463,15 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
   };
   // A checkpoint's cut: the learner's state is answered once it has learned
   // (or skipped) every batch the held runners had sent.
-  std::map<std::string, uint64_t> learned_next; // per runner: the last batch's sequence + 1
+  std::map<std::string, uint64_t>
+    learned_next; // per runner: the last batch's sequence + 1
   std::optional<std::pair<caf::typed_response_promise<learner_state>, held_runners>>
     hold_answer;
   auto has_learned = [&](const held_runners& h) {
     for (size_t i = 0; i < h.names.size() && i < h.next_sequence.size(); ++i) {
-      const bool mine = std::any_of(runners.begin(), runners.end(), [&](const runner_slot& r) {
-        return r.name == h.names[i];
-      });
+      const bool mine =
+        std::any_of(runners.begin(), runners.end(),
+                    [&](const runner_slot& r) { return r.name == h.names[i]; });
       if (!mine || h.next_sequence[i] == 0)
         continue;
       auto it = learned_next.find(h.names[i]);
@@ -512,9 +514,9 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       // from the keeper, the learner keeps it from the weights), or one that
       // does not meet the algorithm's requirements.
       auto skip = [&](const std::string& why) {
-        write_log(w.opts.log, fmt::format("learner '{}': {}: batch {} of '{}': {}; skipped",
-                                          w.opts.name, b.env_id, b.sequence, b.runner,
-                                          why));
+        write_log(w.opts.log,
+                  fmt::format("learner '{}': {}: batch {} of '{}': {}; skipped",
+                              w.opts.name, b.env_id, b.sequence, b.runner, why));
         learner_report skipped;
         skipped.learner = w.opts.name;
         skipped.env_steps = b.steps * b.num_envs;
@@ -680,7 +682,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
     // this learner is reported ended.
     step_totals late;
     if (auto ok = finish_push(w, late); !ok)
-      write_log(w.opts.log, fmt::format("learner '{}': {}", w.opts.name, ok.err().message));
+      write_log(w.opts.log,
+                fmt::format("learner '{}': {}", w.opts.name, ok.err().message));
   }
   answer_hold(true);
   if (w.opts.report_to)

@@ -66,16 +66,16 @@ struct learner_cluster {
 
 /// Settings of a learner.
 struct learner_options {
-  std::string name = "learner";          ///< named in gradients, reports and logs
+  std::string name = "learner";           ///< named in gradients, reports and logs
   learners::algorithm_settings algorithm; ///< what it computes (by name)
-  learners::model_spec spec;             ///< the model (observations arrive normalized)
-  double learning_rate = 2.5e-4;         ///< initial learning rate
-  bool anneal_lr = true;                 ///< linear annealing over the budget
-  size_t num_runners = 1;                ///< runners it is handed
-  uint64_t steps_per_runner_batch = 512; ///< environment steps in one runner batch
+  learners::model_spec spec;              ///< the model (observations arrive normalized)
+  double learning_rate = 2.5e-4;          ///< initial learning rate
+  bool anneal_lr = true;                  ///< linear annealing over the budget
+  size_t num_runners = 1;                 ///< runners it is handed
+  uint64_t steps_per_runner_batch = 512;  ///< environment steps in one runner batch
   /// Per runner (heterogeneous batch sizes); empty: steps_per_runner_batch each.
   std::vector<uint64_t> runner_batch_steps;
-  bool pipelined = false;           ///< ask for the next batch before learning this one
+  bool pipelined = false; ///< ask for the next batch before learning this one
   /// The only learner of a run in one process: it applies each gradient
   /// itself (Adam with `adam` and `max_grad_norm`, the parameter server's
   /// settings, so the result is the same to the bit) and hands the weights
@@ -83,9 +83,9 @@ struct learner_options {
   /// a round trip per gradient. A backend that cannot hand out its optimizer
   /// state falls back to the round trips (logged).
   bool local_optimizer = false;
-  learners::adam_config adam;       ///< local_optimizer: the server's Adam settings
-  double max_grad_norm = 0.5;       ///< local_optimizer: the server's clip
-  uint64_t seed = 1;                ///< minibatch shuffling
+  learners::adam_config adam; ///< local_optimizer: the server's Adam settings
+  double max_grad_norm = 0.5; ///< local_optimizer: the server's clip
+  uint64_t seed = 1;          ///< minibatch shuffling
   /// Resume: the shuffling generator's words to continue from (instead of seed).
   std::optional<std::array<uint64_t, 4>> start_gen;
   caf::actor report_to; ///< receives the learner's learner_state when it ends
@@ -95,7 +95,7 @@ struct learner_options {
   /// order, streams named by the layer prefix); the learner normalizes with
   /// them and sends each minibatch's layer moments to `keeper`.
   std::vector<std::shared_ptr<learners::stats_view>> batch_norm_views;
-  caf::actor keeper;                           ///< receives batch-norm moment deltas
+  caf::actor keeper; ///< receives batch-norm moment deltas
   /// Set in a run across processes only (a worker's learners).
   std::optional<learner_cluster> cluster;
   log_sink log; ///< empty: nowhere

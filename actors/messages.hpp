@@ -20,7 +20,6 @@
 
 namespace troupe::actors {
 
-
 // -- statistics --------------------------------------------------------------
 
 // The statistics keeper's plain types live with its state (learners/stats_messages.hpp).
@@ -28,7 +27,6 @@ using moments_delta = learners::moments_delta;
 using delta_acks = learners::delta_acks;
 using stream_decl = learners::stream_decl;
 using stream_status = learners::stream_status;
-
 
 /// The keeper's cumulative acknowledgement of one sender's stream: every
 /// sequence number up to `last` of (worker, incarnation, stream) is merged.
@@ -67,32 +65,31 @@ typename Inspector::result_type inspect(Inspector& f, delta_outbox_status& x) {
 
 // -- environment runner ------------------------------------------------------
 
-
 /// A fixed-length batch of experience from one environment runner: T steps of
 /// N environments, time-major ([t][env][...]). With next-step autoreset, a
 /// step whose `autoreset` flag is set is a reset, not a transition: its
 /// action was ignored, its reward is 0, and observations[t + 1] is the first
 /// observation of a new episode.
 struct trajectory_batch {
-  std::string runner;              ///< name of the runner that collected it
-  std::string env_id;              ///< environment id, e.g. "CartPole-v1"
-  uint64_t sequence = 0;           ///< batch number from this runner, from 0
-  uint64_t num_envs = 0;           ///< N
-  uint64_t steps = 0;              ///< T
-  uint64_t obs_dim = 0;            ///< floats per observation
-  uint64_t action_dim = 0;         ///< floats per action
-  std::vector<float> observations; ///< [(T + 1) x N x obs_dim] as the policy saw them
-  std::vector<float> actions;      ///< [T x N x action_dim]
-  std::vector<float> behavior_logp; ///< [T x N] log-probability of each chosen action
-  std::vector<float> rewards;      ///< [T x N]
-  std::vector<uint8_t> terminated; ///< [T x N]
-  std::vector<uint8_t> truncated;  ///< [T x N]
-  std::vector<uint8_t> autoreset;  ///< [T x N] the step was a reset
-  std::vector<double> episode_returns;   ///< episodes that ended in this batch
+  std::string runner;                  ///< name of the runner that collected it
+  std::string env_id;                  ///< environment id, e.g. "CartPole-v1"
+  uint64_t sequence = 0;               ///< batch number from this runner, from 0
+  uint64_t num_envs = 0;               ///< N
+  uint64_t steps = 0;                  ///< T
+  uint64_t obs_dim = 0;                ///< floats per observation
+  uint64_t action_dim = 0;             ///< floats per action
+  std::vector<float> observations;     ///< [(T + 1) x N x obs_dim] as the policy saw them
+  std::vector<float> actions;          ///< [T x N x action_dim]
+  std::vector<float> behavior_logp;    ///< [T x N] log-probability of each chosen action
+  std::vector<float> rewards;          ///< [T x N]
+  std::vector<uint8_t> terminated;     ///< [T x N]
+  std::vector<uint8_t> truncated;      ///< [T x N]
+  std::vector<uint8_t> autoreset;      ///< [T x N] the step was a reset
+  std::vector<double> episode_returns; ///< episodes that ended in this batch
   std::vector<uint64_t> episode_lengths; ///< their lengths in steps
-  uint64_t policy_version = 0;     ///< policy version that chose the actions (oldest used)
-  uint64_t stats_version = 0;      ///< statistics version used to normalize (0: none)
-  bool normalized = false;         ///< observations are normalized
+  uint64_t policy_version = 0; ///< policy version that chose the actions (oldest used)
+  uint64_t stats_version = 0;  ///< statistics version used to normalize (0: none)
+  bool normalized = false;     ///< observations are normalized
   /// Version of the return statistics the rewards were divided by (reward
   /// normalization; 0: rewards are raw).
   uint64_t reward_stats_version = 0;
@@ -122,13 +119,13 @@ typename Inspector::result_type inspect(Inspector& f, trajectory_batch& x) {
 
 /// Counters of one environment runner.
 struct env_runner_status {
-  std::string runner;           ///< runner name
-  std::string env_id;           ///< environment id
-  uint64_t batches = 0;         ///< batches sent
-  uint64_t env_steps = 0;       ///< environment steps taken (N per vector step)
-  uint64_t episodes = 0;        ///< episodes finished
-  uint64_t non_finite = 0;      ///< non-finite observations or rewards seen
-  uint64_t deltas_sent = 0;     ///< moments deltas sent to the keeper
+  std::string runner;       ///< runner name
+  std::string env_id;       ///< environment id
+  uint64_t batches = 0;     ///< batches sent
+  uint64_t env_steps = 0;   ///< environment steps taken (N per vector step)
+  uint64_t episodes = 0;    ///< episodes finished
+  uint64_t non_finite = 0;  ///< non-finite observations or rewards seen
+  uint64_t deltas_sent = 0; ///< moments deltas sent to the keeper
 };
 
 template <class Inspector>
@@ -144,17 +141,17 @@ typename Inspector::result_type inspect(Inspector& f, env_runner_status& x) {
 /// that cannot save their state (env.with_state false) it continues the
 /// counters and the policy's generator, and starts fresh episodes.
 struct env_runner_state {
-  std::string runner;                    ///< name of the runner it was taken from
-  std::string env_id;                    ///< environment id, e.g. "CartPole-v1"
-  envs::vector_env_state env;            ///< every environment, generators included
-  std::array<uint64_t, 4> gen{};         ///< the policy generator's words (not all zero)
-  std::vector<double> episode_return;    ///< [N] return of each episode under way
-  std::vector<uint64_t> episode_length;  ///< [N] its length in steps
+  std::string runner;                   ///< name of the runner it was taken from
+  std::string env_id;                   ///< environment id, e.g. "CartPole-v1"
+  envs::vector_env_state env;           ///< every environment, generators included
+  std::array<uint64_t, 4> gen{};        ///< the policy generator's words (not all zero)
+  std::vector<double> episode_return;   ///< [N] return of each episode under way
+  std::vector<uint64_t> episode_length; ///< [N] its length in steps
   /// [N] reward normalization's discounted return of each environment, or
   /// empty (none kept: all 0).
   std::vector<double> discounted_return;
-  env_runner_status status;              ///< counters; status.batches is the next
-                                         ///< batch's sequence number
+  env_runner_status status; ///< counters; status.batches is the next
+                            ///< batch's sequence number
 };
 
 template <class Inspector>
@@ -171,7 +168,6 @@ inline bool nothing_to_restore(const env_runner_state& s) {
 
 // -- training: parameter server, learner, metrics ----------------------------
 
-
 /// One learner's gradient for the parameter server. With incarnation != 0 the
 /// server applies it at most once per (worker, incarnation, learner, sequence)
 /// and refuses it once (worker, incarnation) is fenced; incarnation 0 is
@@ -182,7 +178,8 @@ struct gradient_update {
   uint64_t samples = 0;      ///< rows it was computed from (weight of the mean)
   double learning_rate = 0;  ///< the learner's scheduled learning rate
   std::vector<float> grad;   ///< param_count numbers
-  std::vector<float> buffers; ///< local batch norm: the learner's running stats (may be empty)
+  std::vector<float>
+    buffers; ///< local batch norm: the learner's running stats (may be empty)
   uint64_t batch_env_steps = 0; ///< on a batch's last gradient: the batch's env steps
   std::string worker{};         ///< host/sender name (empty: the learner's name)
   uint64_t incarnation = 0; ///< random nonzero id of the sender's life; 0: unsequenced
@@ -192,8 +189,8 @@ struct gradient_update {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gradient_update& x) {
   return f(caf::meta::type_name("gradient_update"), x.learner, x.base_version, x.samples,
-           x.learning_rate, raw(x.grad), raw(x.buffers), x.batch_env_steps, x.worker, x.incarnation,
-           x.sequence);
+           x.learning_rate, raw(x.grad), raw(x.buffers), x.batch_env_steps, x.worker,
+           x.incarnation, x.sequence);
 }
 
 /// A learner that takes its own optimizer steps (the only learner of a sync
@@ -225,9 +222,9 @@ typename Inspector::result_type inspect(Inspector& f, local_steps& x) {
 
 /// The parameter server's weights at one version.
 struct weights_reply {
-  uint64_t version = 0;       ///< optimizer steps applied
-  bool applied = true;        ///< false when the gradient was dropped as stale
-  bool draining = false;      ///< the run is stopping: nothing is applied any more
+  uint64_t version = 0;  ///< optimizer steps applied
+  bool applied = true;   ///< false when the gradient was dropped as stale
+  bool draining = false; ///< the run is stopping: nothing is applied any more
   bool rejected =
     false; ///< the gradient held a non-finite number, or was fenced: not applied
   std::vector<float> params;  ///< flat parameters
@@ -246,10 +243,10 @@ typename Inspector::result_type inspect(Inspector& f, weights_reply& x) {
 
 /// Counters of the parameter server.
 struct parameter_server_status {
-  uint64_t version = 0;  ///< optimizer steps applied
-  uint64_t received = 0; ///< gradients received
-  uint64_t applied = 0;  ///< gradients that went into a step
-  uint64_t dropped = 0;  ///< gradients dropped as staler than max_staleness
+  uint64_t version = 0;            ///< optimizer steps applied
+  uint64_t received = 0;           ///< gradients received
+  uint64_t applied = 0;            ///< gradients that went into a step
+  uint64_t dropped = 0;            ///< gradients dropped as staler than max_staleness
   uint64_t max_staleness_seen = 0; ///< largest staleness of a received gradient
   uint64_t batches = 0;   ///< batches whose last gradient was applied (or dropped)
   uint64_t env_steps = 0; ///< their environment steps: the counters a checkpoint keeps
@@ -273,12 +270,12 @@ typename Inspector::result_type inspect(Inspector& f, parameter_server_status& x
 
 /// Everything the parameter server owns, for checkpoints.
 struct parameter_server_state {
-  uint64_t version = 0;           ///< optimizer steps applied
-  int64_t adam_steps = 0;         ///< Adam's step counter
-  std::vector<float> params;      ///< flat parameters
-  std::vector<float> buffers;     ///< flat buffers
-  std::vector<float> adam_m;      ///< Adam first moments
-  std::vector<float> adam_v;      ///< Adam second moments
+  uint64_t version = 0;             ///< optimizer steps applied
+  int64_t adam_steps = 0;           ///< Adam's step counter
+  std::vector<float> params;        ///< flat parameters
+  std::vector<float> buffers;       ///< flat buffers
+  std::vector<float> adam_m;        ///< Adam first moments
+  std::vector<float> adam_v;        ///< Adam second moments
   parameter_server_status counters; ///< counters
 };
 
@@ -298,16 +295,16 @@ struct learner_report {
   uint64_t stats_version = 0; ///< statistics version the batch was normalized with
   uint64_t stats_lag = 0;     ///< latest published statistics version minus that
   uint64_t reward_stats_version = 0; ///< return statistics version its rewards used
-  uint64_t weights_version = 0; ///< parameter server version after the batch
-  double loss_policy = 0;     ///< mean over the batch's gradient steps
-  double loss_value = 0;      ///< mean over the batch's gradient steps
-  double entropy = 0;         ///< mean over the batch's gradient steps
-  double learning_rate = 0;   ///< learning rate of the batch
-  uint64_t dropped = 0;       ///< gradients of this batch dropped as stale
-  uint64_t rejected = 0;      ///< gradients of this batch rejected as non-finite
-  uint64_t runner_restarts = 0; ///< runner restarts so far (this learner)
-  uint64_t non_finite = 0;    ///< non-finite values dropped so far (this learner's runners)
-  bool skipped = false;       ///< the batch was not learned (non-finite values)
+  uint64_t weights_version = 0;      ///< parameter server version after the batch
+  double loss_policy = 0;            ///< mean over the batch's gradient steps
+  double loss_value = 0;             ///< mean over the batch's gradient steps
+  double entropy = 0;                ///< mean over the batch's gradient steps
+  double learning_rate = 0;          ///< learning rate of the batch
+  uint64_t dropped = 0;              ///< gradients of this batch dropped as stale
+  uint64_t rejected = 0;             ///< gradients of this batch rejected as non-finite
+  uint64_t runner_restarts = 0;      ///< runner restarts so far (this learner)
+  uint64_t non_finite = 0; ///< non-finite values dropped so far (this learner's runners)
+  bool skipped = false;    ///< the batch was not learned (non-finite values)
   /// The batch's trajectory_batch::episode_reward_terms ([episodes x K]).
   std::vector<double> episode_reward_terms;
   /// The batch's trajectory_batch::env_counters (also when skipped).
@@ -326,10 +323,10 @@ typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
 
 /// The metrics actor's counters: what a checkpoint keeps and a resume restores.
 struct metrics_counters {
-  uint64_t env_steps = 0;  ///< environment steps learned from
-  uint64_t updates = 0;    ///< batches learned (one PPO iteration each)
-  uint64_t episodes = 0;   ///< episodes finished
-  double wall_time_s = 0;  ///< training time so far, resumed runs included
+  uint64_t env_steps = 0;               ///< environment steps learned from
+  uint64_t updates = 0;                 ///< batches learned (one PPO iteration each)
+  uint64_t episodes = 0;                ///< episodes finished
+  double wall_time_s = 0;               ///< training time so far, resumed runs included
   std::vector<double> recent_returns;   ///< the last 100 episode returns, oldest first
   std::vector<uint64_t> recent_lengths; ///< their lengths
 };
@@ -354,8 +351,8 @@ typename Inspector::result_type inspect(Inspector& f, learner_state& x) {
 /// Held runners and how many batches each had sent (their next sequence
 /// number): a learner asked with it answers once it has learned them all.
 struct held_runners {
-  std::vector<std::string> names;       ///< runner names
-  std::vector<uint64_t> next_sequence;  ///< per name: batches it had sent
+  std::vector<std::string> names;      ///< runner names
+  std::vector<uint64_t> next_sequence; ///< per name: batches it had sent
 };
 
 template <class Inspector>
@@ -377,10 +374,10 @@ typename Inspector::result_type inspect(Inspector& f, cast_snapshot& x) {
 
 /// The supervisor's counters.
 struct supervisor_status {
-  uint64_t runners = 0;          ///< runners alive
-  uint64_t runner_restarts = 0;  ///< runner restarts so far
-  uint64_t learners_alive = 0;   ///< learners not yet ended
-  bool stopping = false;         ///< a stop was requested or something failed
+  uint64_t runners = 0;         ///< runners alive
+  uint64_t runner_restarts = 0; ///< runner restarts so far
+  uint64_t learners_alive = 0;  ///< learners not yet ended
+  bool stopping = false;        ///< a stop was requested or something failed
 };
 
 template <class Inspector>
@@ -421,8 +418,7 @@ typename Inspector::result_type inspect(Inspector& f, delta_acks& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_decl& x) {
-  return f(caf::meta::type_name("stream_decl"), x.name, x.dim, x.mode,
-           x.momentum);
+  return f(caf::meta::type_name("stream_decl"), x.name, x.dim, x.mode, x.momentum);
 }
 
 template <class Inspector>
@@ -435,8 +431,8 @@ typename Inspector::result_type inspect(Inspector& f, stream_status& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stats_snapshot& x) {
-  return f(caf::meta::type_name("stats_snapshot"), x.stream, x.version,
-           x.count, troupe::actors::raw(x.mean), troupe::actors::raw(x.var));
+  return f(caf::meta::type_name("stats_snapshot"), x.stream, x.version, x.count,
+           troupe::actors::raw(x.mean), troupe::actors::raw(x.var));
 }
 
 } // namespace troupe::learners
@@ -446,8 +442,8 @@ namespace troupe::envs {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, vector_env_state& x) {
   return f(caf::meta::type_name("vector_env_state"), x.env_id, x.num_envs, x.with_state,
-           x.rng, x.state,
-           x.elapsed_steps, x.rewards, x.terminated, x.truncated, x.autoreset);
+           x.rng, x.state, x.elapsed_steps, x.rewards, x.terminated, x.truncated,
+           x.autoreset);
 }
 
 } // namespace troupe::envs

@@ -92,8 +92,8 @@ struct metrics_state {
   uint64_t restarts = 0;
   uint64_t non_finite = 0;
   uint64_t rejected = 0;
-  uint64_t hosts = 0;      // worker processes joined and not lost (cluster runs)
-  uint64_t hosts_lost = 0; // worker processes lost so far
+  uint64_t hosts = 0;          // worker processes joined and not lost (cluster runs)
+  uint64_t hosts_lost = 0;     // worker processes lost so far
   uint64_t env_steps_lost = 0; // steps lost hosts collected and never learned
   // The keeper's and the server's counters of refused messages, as last told.
   uint64_t deltas_duplicate = 0; // sequenced deltas the keeper dropped as merged

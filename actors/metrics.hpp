@@ -37,7 +37,6 @@
 
 namespace troupe::actors {
 
-
 /// The columns of metrics.csv, in order.
 extern const char* const metrics_columns[];
 
@@ -54,8 +53,8 @@ metrics_column_names(const std::vector<std::string>& reward_terms,
 
 /// Settings of the metrics actor.
 struct metrics_options {
-  std::string csv_path;                  ///< metrics.csv (appended to; header when new)
-  std::string jsonl_path;                ///< metrics.jsonl (appended to)
+  std::string csv_path;   ///< metrics.csv (appended to; header when new)
+  std::string jsonl_path; ///< metrics.jsonl (appended to)
   /// Folder of a new TensorBoard events file holding every row (empty: none).
   std::string tensorboard_dir;
   uint64_t log_every_updates = 10;       ///< a row every this many updates
@@ -67,8 +66,8 @@ struct metrics_options {
   /// Instead of a line per row, a progress line about once a second (the
   /// caller shows it in place: `troupe train` on a terminal).
   bool progress_line = false;
-  bool quiet = false;                    ///< neither rows' lines nor progress lines
-  metrics_counters start;                ///< counters to continue from (resume)
+  bool quiet = false;     ///< neither rows' lines nor progress lines
+  metrics_counters start; ///< counters to continue from (resume)
   /// The keeper, whose duplicates feed deltas_duplicate (may be null). Weak
   /// handles: the options outlive the actor's end inside CAF's spawn, and a
   /// strong handle there would keep a detached server from ever being

@@ -210,8 +210,8 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
         const bool first = s.ledger.last_accepted(sender, g.learner) == 0;
         // Learners send in order and wait for each answer: a sequence at or
         // below the highest seen is a resend of one handled already.
-        const auto verdict =
-          s.ledger.admit(sender, g.learner, g.sequence, g.sequence, base::sequence_gaps::allowed);
+        const auto verdict = s.ledger.admit(sender, g.learner, g.sequence, g.sequence,
+                                            base::sequence_gaps::allowed);
         if (verdict == base::delivery_verdict::fenced) {
           s.counters.fenced += 1;
           s.counters.fenced_by_worker[worker] += 1;
@@ -268,8 +268,8 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
         apply(s, g.grad, g.learning_rate);
         s.counters.applied += 1;
         s.counters.applied_by_learner[g.learner] += 1;
-        if (g.incarnation != 0 &&
-            s.first_pending.erase(std::make_tuple(worker_of(g), g.incarnation, g.learner)))
+        if (g.incarnation != 0 && s.first_pending.erase(std::make_tuple(
+                                    worker_of(g), g.incarnation, g.learner)))
           // An operator's (and the failover figures') sign that a joining
           // host's learner trains: once per learner and incarnation.
           write_log(s.opts.log,

@@ -24,8 +24,9 @@
 
 namespace troupe::actors {
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "raw arrays cross the wire in the host's byte order: little-endian hosts only");
+static_assert(
+  __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+  "raw arrays cross the wire in the host's byte order: little-endian hosts only");
 
 /// A view of a vector whose elements cross the wire as raw bytes.
 template <class T>

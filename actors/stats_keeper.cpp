@@ -35,7 +35,8 @@ struct keeper_state {
   stats_keeper_options opts;
   stats_streams streams;
   std::unordered_map<std::string, publication> pubs;
-  std::map<std::pair<std::string, std::string>, uint64_t> logged; // (stream, worker) -> rejections seen
+  std::map<std::pair<std::string, std::string>, uint64_t>
+    logged; // (stream, worker) -> rejections seen
   bool tick_pending = false;
   learners::stats_snapshot scratch;
   static inline const char* name = "stats_keeper";
@@ -98,9 +99,10 @@ caf::behavior stats_keeper(keeper_actor* self, stats_keeper_options opts) {
   self->set_down_handler([self](caf::down_msg& dm) {
     for (auto& kv : self->state.pubs) {
       auto& subs = kv.second.subscribers;
-      subs.erase(std::remove_if(subs.begin(), subs.end(),
-                                [&](const caf::actor& a) { return a.address() == dm.source; }),
-                 subs.end());
+      subs.erase(
+        std::remove_if(subs.begin(), subs.end(),
+                       [&](const caf::actor& a) { return a.address() == dm.source; }),
+        subs.end());
     }
   });
   return {

@@ -17,10 +17,11 @@ namespace troupe::actors {
 
 /// Settings of a statistics keeper.
 struct stats_keeper_options {
-  std::string mode = "cumulative";    ///< mode of streams declared by name only
-  double momentum = 0.99;             ///< ema momentum for those streams
-  uint64_t publish_every_merges = 8;  ///< publish after this many merges...
-  uint64_t publish_interval_ms = 10;  ///< ...or this long after an unpublished merge (0: never by time)
+  std::string mode = "cumulative";   ///< mode of streams declared by name only
+  double momentum = 0.99;            ///< ema momentum for those streams
+  uint64_t publish_every_merges = 8; ///< publish after this many merges...
+  uint64_t publish_interval_ms =
+    10; ///< ...or this long after an unpublished merge (0: never by time)
   size_t logged_rejections_per_worker = 10; ///< then only every 1000th is logged
   /// An experiment's control (stats.freeze_after): the first snapshot of a
   /// stream whose sample count reaches this is the last one published, and

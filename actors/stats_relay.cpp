@@ -14,7 +14,7 @@ namespace {
 
 // One stream as the relay holds it.
 struct relayed_stream {
-  bool asked = false;                            // subscribed at the keeper, or asking
+  bool asked = false;                             // subscribed at the keeper, or asking
   std::optional<learners::stats_snapshot> latest; // the newest snapshot seen
   std::vector<caf::actor> views;                  // the host's subscribers
   std::vector<caf::response_promise> waiting;     // subscribers before the first answer
@@ -49,16 +49,19 @@ caf::behavior stats_relay(relay_actor* self, caf::actor keeper) {
     }
     for (auto& kv : self->state.streams) {
       auto& views = kv.second.views;
-      views.erase(std::remove_if(views.begin(), views.end(),
-                                 [&](const caf::actor& a) { return a.address() == down.source; }),
-                  views.end());
+      views.erase(
+        std::remove_if(views.begin(), views.end(),
+                       [&](const caf::actor& a) { return a.address() == down.source; }),
+        views.end());
     }
   });
   return {
-    [self](subscribe_atom, const std::string& name) -> caf::result<learners::stats_snapshot> {
+    [self](subscribe_atom,
+           const std::string& name) -> caf::result<learners::stats_snapshot> {
       auto& rs = self->state.streams[name];
       if (auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-          sender && std::find(rs.views.begin(), rs.views.end(), sender) == rs.views.end()) {
+          sender &&
+          std::find(rs.views.begin(), rs.views.end(), sender) == rs.views.end()) {
         rs.views.push_back(sender);
         self->monitor(sender);
       }

@@ -38,7 +38,7 @@ struct cast_state {
   size_t alive = 0;
   bool stopping = false;
   bool budget_spent = false; // end_on_done: the metrics actor said so
-  bool ready = false; // the owner has the keeper, the server and the metrics actor
+  bool ready = false;        // the owner has the keeper, the server and the metrics actor
   std::string failure;
   uint64_t hold = 0; // the checkpoint hold under way (0: none); see take_snapshot
 };
@@ -370,15 +370,17 @@ cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs, bool hold
   uint64_t sync_target = 0;
   if (hold) {
     release_runners(self, cs); // an earlier hold nobody released
-    cs.hold = static_cast<uint64_t>(
-      std::chrono::steady_clock::now().time_since_epoch().count());
+    cs.hold =
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     self->delayed_send(self, hold_limit, release_atom::value, cs.hold);
     if (cs.opts.cast.server.sync)
       for (auto& r : cs.runners)
         if (r.actor && !r.guest_of)
           self->request(r.actor, snapshot_wait, status_atom::value)
             .receive(
-              [&](env_runner_status& st) { sync_target = std::max(sync_target, st.batches); },
+              [&](env_runner_status& st) {
+                sync_target = std::max(sync_target, st.batches);
+              },
               [](caf::error&) {});
   }
   held_runners sent;
@@ -445,10 +447,11 @@ void forward_late_checkpoints(caf::blocking_actor* self, cast_state& cs) {
   self->request(cs.metrics, metrics_drain_wait, state_atom::value)
     .receive([](metrics_counters&) {},
              [&](caf::error& e) {
-               write_log(cs.opts.log,
-                         fmt::format("supervisor: the metrics actor did not answer at the "
-                                     "run's end: {}",
-                                     error_message(self->system(), e)));
+               write_log(
+                 cs.opts.log,
+                 fmt::format("supervisor: the metrics actor did not answer at the "
+                             "run's end: {}",
+                             error_message(self->system(), e)));
              });
   bool pending = true;
   while (pending)

@@ -25,14 +25,14 @@ namespace troupe::actors {
 
 /// What the supervisor asks of a runner factory.
 struct runner_request {
-  size_t learner = 0;    ///< index of the learner it feeds
-  size_t index = 0;      ///< index of the runner within its learner
-  uint64_t restarts = 0; ///< 0 for the first, k for the k-th replacement
-  std::string name;      ///< "<learner name>.runner<index>"
-  caf::actor consumer;   ///< its learner
-  caf::actor keeper;     ///< the statistics keeper (views subscribe to it)
-  caf::actor deltas;     ///< where its moment deltas go: the keeper, or a
-                         ///< host's delta outbox
+  size_t learner = 0;                  ///< index of the learner it feeds
+  size_t index = 0;                    ///< index of the runner within its learner
+  uint64_t restarts = 0;               ///< 0 for the first, k for the k-th replacement
+  std::string name;                    ///< "<learner name>.runner<index>"
+  caf::actor consumer;                 ///< its learner
+  caf::actor keeper;                   ///< the statistics keeper (views subscribe to it)
+  caf::actor deltas;                   ///< where its moment deltas go: the keeper, or a
+                                       ///< host's delta outbox
   std::shared_ptr<host_counters> host; ///< the cast's host counters (may be null)
   bool guest = false;                  ///< it feeds a learner of another host (consumer)
 };
@@ -43,7 +43,6 @@ struct runner_request {
 /// subscribe_view, so that the view holds the keeper's current snapshot
 /// before the runner's first step.
 using runner_factory = std::function<caf::actor(const runner_request&)>;
-
 
 /// One learner of the cast.
 struct learner_plan {
@@ -66,7 +65,8 @@ struct cluster_attachment {
   /// metrics actor, which the supervisor then never stops or ends.
   std::optional<shared_actors> existing;
   caf::actor deltas; ///< where moment deltas go (a host's delta outbox); null: the keeper
-  caf::actor views;  ///< where views subscribe (a host's statistics relay); null: the keeper
+  caf::actor
+    views; ///< where views subscribe (a host's statistics relay); null: the keeper
   /// The coordinator: learners elsewhere share the budget, so the run goes on
   /// with no local learner alive until done_atom or a stop.
   bool end_on_done = false;

@@ -33,11 +33,11 @@ namespace detail {
 /// Aborts with the condition, file:line and a formatted message when an
 /// internal invariant (never user input) does not hold; `cond` must be a
 /// `bool`, so a status or result is checked with its `ok()`.
-#define TROUPE_CHECK(cond, ...)                                                \
-  do {                                                                         \
-    static_assert(std::is_same_v<decltype(cond), bool>,                        \
-                  "TROUPE_CHECK takes a bool expression");                    \
-    if (!(cond))                                                               \
-      ::troupe::detail::check_failed(#cond, __FILE__, __LINE__,               \
-                                     ::fmt::format(__VA_ARGS__));              \
+#define TROUPE_CHECK(cond, ...)                                                          \
+  do {                                                                                   \
+    static_assert(std::is_same_v<decltype(cond), bool>,                                  \
+                  "TROUPE_CHECK takes a bool expression");                               \
+    if (!(cond))                                                                         \
+      ::troupe::detail::check_failed(#cond, __FILE__, __LINE__,                          \
+                                     ::fmt::format(__VA_ARGS__));                        \
   } while (false)

@@ -77,8 +77,8 @@ private:
   };
 
   std::array<slot, 3> buffers_;
-  alignas(cache_line) std::atomic<uint8_t> middle_{1}; // shared
-  alignas(cache_line) uint8_t front_ = 0;              // reader only
+  alignas(cache_line) std::atomic<uint8_t> middle_{1};                    // shared
+  alignas(cache_line) uint8_t front_ = 0;                                 // reader only
   alignas(cache_line) uint8_t back_ TROUPE_GUARDED_BY(writer_mutex_) = 2; // writers only
   mutex writer_mutex_;
 };

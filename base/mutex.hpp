@@ -104,7 +104,9 @@ private:
 class TROUPE_SCOPED_CAPABILITY recursive_mutex_lock {
 public:
   /// Locks `m`.
-  explicit recursive_mutex_lock(recursive_mutex& m) TROUPE_ACQUIRE(m) : m_(m) { m_.lock(); }
+  explicit recursive_mutex_lock(recursive_mutex& m) TROUPE_ACQUIRE(m) : m_(m) {
+    m_.lock();
+  }
   /// Releases it.
   ~recursive_mutex_lock() TROUPE_RELEASE() { m_.unlock(); }
   recursive_mutex_lock(const recursive_mutex_lock&) = delete;

@@ -62,9 +62,7 @@ public:
   double unit() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
   /// A double uniform in [low, high).
-  double uniform(double low, double high) noexcept {
-    return low + (high - low) * unit();
-  }
+  double uniform(double low, double high) noexcept { return low + (high - low) * unit(); }
 
 private:
   static uint64_t rotl(uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }

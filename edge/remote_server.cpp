@@ -18,7 +18,6 @@
 
 namespace troupe::edge {
 
-
 using namespace remote;
 using clock_type = std::chrono::steady_clock;
 
@@ -81,8 +80,8 @@ struct remote_server::impl {
   size_t slot_count = 0;
   zmq::context_t context{1};
   zmq::socket_t socket;
-  zmq::socket_t zap;     // CURVE: libzmq's authentication requests
-  zmq::socket_t monitor; // CURVE: the ROUTER socket's handshake events
+  zmq::socket_t zap;                       // CURVE: libzmq's authentication requests
+  zmq::socket_t monitor;                   // CURVE: the ROUTER socket's handshake events
   std::unordered_set<std::string> allowed; // CURVE: client public keys, 32 bytes
   std::string endpoint;
   std::shared_ptr<game_agent> agent;
@@ -516,13 +515,13 @@ struct remote_server::impl {
         ok = allowed.count(key) > 0;
       }
       if (!ok) {
-        log(fmt::format("refused a client at {}: {}", address,
-                        mechanism == "CURVE"
-                          ? fmt::format("its CURVE public key {} is not on the allow-list "
-                                        "(remote.curve_allowed_clients_file)",
-                                        key_text)
-                          : fmt::format("mechanism '{}' where CURVE is required",
-                                        mechanism)));
+        log(fmt::format(
+          "refused a client at {}: {}", address,
+          mechanism == "CURVE"
+            ? fmt::format("its CURVE public key {} is not on the allow-list "
+                          "(remote.curve_allowed_clients_file)",
+                          key_text)
+            : fmt::format("mechanism '{}' where CURVE is required", mechanism)));
         count(&remote_server_counters::refused);
       }
       std::vector<zmq::message_t> reply;
@@ -531,7 +530,7 @@ struct remote_server::impl {
       reply.emplace_back(std::string(ok ? "200" : "400"));
       reply.emplace_back(std::string(ok ? "OK" : "client key not allowed"));
       reply.emplace_back(ok ? key_text : std::string{}); // user id
-      reply.emplace_back();                               // no metadata
+      reply.emplace_back();                              // no metadata
       zmq::send_multipart(zap, reply);
       req.clear();
     }
@@ -542,8 +541,8 @@ struct remote_server::impl {
   // logged here; a key refused by on_zap was counted there.
   void on_monitor() {
     std::vector<zmq::message_t> event;
-    while (
-      zmq::recv_multipart(monitor, std::back_inserter(event), zmq::recv_flags::dontwait)) {
+    while (zmq::recv_multipart(monitor, std::back_inserter(event),
+                               zmq::recv_flags::dontwait)) {
       if (event.size() == 2 && event[0].size() == 6) {
         uint16_t id = 0;
         uint32_t value = 0;
@@ -562,10 +561,11 @@ struct remote_server::impl {
             : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
               ? std::string("cryptographic error")
               : fmt::format("protocol error 0x{:x}", value);
-          log(fmt::format("refused a connection on {}: the CURVE handshake failed ({}): a "
-                          "client without CURVE, with a wrong server public key, or not "
-                          "speaking ZeroMQ",
-                          event[1].to_string(), why));
+          log(
+            fmt::format("refused a connection on {}: the CURVE handshake failed ({}): a "
+                        "client without CURVE, with a wrong server public key, or not "
+                        "speaking ZeroMQ",
+                        event[1].to_string(), why));
           count(&remote_server_counters::refused);
         }
       }

@@ -25,7 +25,9 @@ constexpr const char* counter_names[] = {"batches", "env_steps", "episodes", "no
                                          "deltas_sent"};
 constexpr size_t counter_count = 5;
 
-std::string prefix(size_t k) { return fmt::format("runner.{}.", k); }
+std::string prefix(size_t k) {
+  return fmt::format("runner.{}.", k);
+}
 
 // uint64 values are stored in I64 tensors bit for bit (safetensors has no U64
 // that every reader knows).
@@ -56,9 +58,10 @@ status check_sizes(const env_runner_state& s, size_t k) {
   const auto& e = s.env;
   const size_t n = e.num_envs;
   auto bad = [&](const char* field, size_t want, size_t got) {
-    return make_error(errc::dimension_mismatch,
-                      "runner {} ('{}'): {} must hold {} values for {} environments, got {}",
-                      k, s.runner, field, want, n, got);
+    return make_error(
+      errc::dimension_mismatch,
+      "runner {} ('{}'): {} must hold {} values for {} environments, got {}", k, s.runner,
+      field, want, n, got);
   };
   if (s.env_id != e.env_id)
     return make_error(errc::invalid_argument,
@@ -72,10 +75,11 @@ status check_sizes(const env_runner_state& s, size_t k) {
                                {"env.state", e.state.size()},
                                {"env.elapsed_steps", e.elapsed_steps.size()}})
       if (size != 0)
-        return make_error(errc::invalid_argument,
-                          "runner {} ('{}'): {} must be empty when the environments saved "
-                          "no state (env.with_state false), got {} values",
-                          k, s.runner, field, size);
+        return make_error(
+          errc::invalid_argument,
+          "runner {} ('{}'): {} must be empty when the environments saved "
+          "no state (env.with_state false), got {} values",
+          k, s.runner, field, size);
   } else if (e.rng.size() != 4 * n) {
     return bad("env.rng", 4 * n, e.rng.size());
   } else if (e.state.size() % n != 0 || e.state.empty()) {
@@ -86,12 +90,13 @@ status check_sizes(const env_runner_state& s, size_t k) {
   } else if (e.elapsed_steps.size() != n) {
     return bad("env.elapsed_steps", n, e.elapsed_steps.size());
   }
-  for (auto [field, size] : {std::pair<const char*, size_t>{"env.rewards", e.rewards.size()},
-                             {"env.terminated", e.terminated.size()},
-                             {"env.truncated", e.truncated.size()},
-                             {"env.autoreset", e.autoreset.size()},
-                             {"episode_return", s.episode_return.size()},
-                             {"episode_length", s.episode_length.size()}})
+  for (auto [field, size] :
+       {std::pair<const char*, size_t>{"env.rewards", e.rewards.size()},
+        {"env.terminated", e.terminated.size()},
+        {"env.truncated", e.truncated.size()},
+        {"env.autoreset", e.autoreset.size()},
+        {"episode_return", s.episode_return.size()},
+        {"episode_length", s.episode_length.size()}})
     if (size != n)
       return bad(field, n, size);
   if (!s.discounted_return.empty() && s.discounted_return.size() != n)
@@ -161,7 +166,8 @@ status save_runner_states(const std::string& path,
   return learners::write_safetensors(path, file);
 }
 
-result<std::vector<actors::env_runner_state>> load_runner_states(const std::string& path) {
+result<std::vector<actors::env_runner_state>>
+load_runner_states(const std::string& path) {
   auto read = learners::read_safetensors(path);
   if (!read)
     return read.err();
@@ -175,8 +181,8 @@ result<std::vector<actors::env_runner_state>> load_runner_states(const std::stri
   };
   const std::string* format = meta("format");
   if (!format)
-    return not_ours(fmt::format("metadata has no 'format' (expected '{}')",
-                                runner_states_format));
+    return not_ours(
+      fmt::format("metadata has no 'format' (expected '{}')", runner_states_format));
   if (*format != runner_states_format)
     return not_ours(fmt::format("metadata format is '{}', expected '{}'", *format,
                                 runner_states_format));
@@ -219,8 +225,8 @@ result<std::vector<actors::env_runner_state>> load_runner_states(const std::stri
       if (!env_state)
         return bad(fmt::format("metadata '{}env_state' is missing", p));
       if (*env_state != "saved" && *env_state != "none")
-        return bad(fmt::format("metadata '{}env_state' must be 'saved' or 'none', got '{}'",
-                               p, *env_state));
+        return bad(fmt::format(
+          "metadata '{}env_state' must be 'saved' or 'none', got '{}'", p, *env_state));
       with_state = *env_state == "saved";
     }
     auto spec = envs::find_spec(s.env_id);
@@ -256,12 +262,12 @@ result<std::vector<actors::env_runner_state>> load_runner_states(const std::stri
       std::memcpy(into.data(), (*t)->bytes.data(), into.size());
       for (size_t i = 0; i < into.size(); ++i)
         if (into[i] > 1)
-          return bad(fmt::format("tensor '{}{}': environment {}: must be 0 or 1, got {}", p,
-                                 field, i, into[i]));
+          return bad(fmt::format("tensor '{}{}': environment {}: must be 0 or 1, got {}",
+                                 p, field, i, into[i]));
       return {};
     };
-    auto words = [&](const char* field, std::vector<int64_t> shape) -> result<
-                                                                     std::vector<uint64_t>> {
+    auto words = [&](const char* field,
+                     std::vector<int64_t> shape) -> result<std::vector<uint64_t>> {
       auto t = fetch(field, st_dtype::i64, std::move(shape));
       if (!t)
         return t.err();
@@ -279,8 +285,8 @@ result<std::vector<actors::env_runner_state>> load_runner_states(const std::stri
       auto values = (*t)->to_i64();
       for (size_t i = 0; i < values.size(); ++i)
         if (values[i] < 0 || values[i] > max)
-          return bad(fmt::format("tensor '{}{}': element {}: must be in [0, {}], got {}", p,
-                                 field, i, max, values[i]));
+          return bad(fmt::format("tensor '{}{}': element {}: must be in [0, {}], got {}",
+                                 p, field, i, max, values[i]));
       return values;
     };
 
@@ -297,7 +303,8 @@ result<std::vector<actors::env_runner_state>> load_runner_states(const std::stri
       if (!state)
         return state.err();
       e.state = (*state)->to_f64();
-      auto elapsed = counts("env.elapsed_steps", {n}, std::numeric_limits<int32_t>::max());
+      auto elapsed =
+        counts("env.elapsed_steps", {n}, std::numeric_limits<int32_t>::max());
       if (!elapsed)
         return elapsed.err();
       e.elapsed_steps.assign(elapsed->begin(), elapsed->end());
@@ -306,10 +313,10 @@ result<std::vector<actors::env_runner_state>> load_runner_states(const std::stri
     if (!rewards)
       return rewards.err();
     e.rewards = (*rewards)->to_f32();
-    for (auto [field, into] : {std::pair<const char*, std::vector<uint8_t>*>{
-                                 "env.terminated", &e.terminated},
-                               {"env.truncated", &e.truncated},
-                               {"env.autoreset", &e.autoreset}})
+    for (auto [field, into] :
+         {std::pair<const char*, std::vector<uint8_t>*>{"env.terminated", &e.terminated},
+          {"env.truncated", &e.truncated},
+          {"env.autoreset", &e.autoreset}})
       if (auto ok = flags(field, *into); !ok)
         return ok.err();
     auto gen = words("gen", {4});

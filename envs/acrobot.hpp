@@ -43,16 +43,16 @@ struct acrobot {
     // Written in Gymnasium's operation order (acrobot.py, _dsdt); the sine
     // and cosine of theta2 are evaluated once (same values, fewer libm calls).
     const double cos_theta2 = std::cos(theta2), sin_theta2 = std::sin(theta2);
-    double d1 = m1 * (lc1 * lc1)
-                + m2 * (l1 * l1 + lc2 * lc2 + 2 * l1 * lc2 * cos_theta2) + i1 + i2;
+    double d1 =
+      m1 * (lc1 * lc1) + m2 * (l1 * l1 + lc2 * lc2 + 2 * l1 * lc2 * cos_theta2) + i1 + i2;
     double d2 = m2 * (lc2 * lc2 + l1 * lc2 * cos_theta2) + i2;
     double phi2 = m2 * lc2 * g * std::cos(theta1 + theta2 - M_PI / 2.0);
-    double phi1 = -m2 * l1 * lc2 * (dtheta2 * dtheta2) * sin_theta2
-                  - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin_theta2
-                  + (m1 * lc1 + m2 * l1) * g * std::cos(theta1 - M_PI / 2) + phi2;
-    double ddtheta2 = (a + d2 / d1 * phi1
-                       - m2 * l1 * lc2 * (dtheta1 * dtheta1) * sin_theta2 - phi2)
-                      / (m2 * (lc2 * lc2) + i2 - (d2 * d2) / d1);
+    double phi1 = -m2 * l1 * lc2 * (dtheta2 * dtheta2) * sin_theta2 -
+                  2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin_theta2 +
+                  (m1 * lc1 + m2 * l1) * g * std::cos(theta1 - M_PI / 2) + phi2;
+    double ddtheta2 =
+      (a + d2 / d1 * phi1 - m2 * l1 * lc2 * (dtheta1 * dtheta1) * sin_theta2 - phi2) /
+      (m2 * (lc2 * lc2) + i2 - (d2 * d2) / d1);
     double ddtheta1 = -(d2 * ddtheta2 + phi1) / d1;
     dy[0] = dtheta1;
     dy[1] = dtheta2;

@@ -45,11 +45,11 @@ struct cartpole {
                            double& x_dot, double& theta, double& theta_dot) noexcept {
     // Same operations in the same order as Gymnasium, so that the float64
     // state matches bit for bit where sin and cos match Python's.
-    double temp = (force + polemass_length * (theta_dot * theta_dot) * sintheta)
-                  / total_mass;
-    double thetaacc = (gravity * sintheta - costheta * temp)
-                      / (length * (4.0 / 3.0 - masspole * (costheta * costheta)
-                                                    / total_mass));
+    double temp =
+      (force + polemass_length * (theta_dot * theta_dot) * sintheta) / total_mass;
+    double thetaacc =
+      (gravity * sintheta - costheta * temp) /
+      (length * (4.0 / 3.0 - masspole * (costheta * costheta) / total_mass));
     double xacc = temp - polemass_length * thetaacc * costheta / total_mass;
     x = x + tau * x_dot;
     x_dot = x_dot + tau * xacc;
@@ -61,8 +61,8 @@ struct cartpole {
   model_step step(const float* action) noexcept {
     double force = action[0] == 1.0f ? force_mag : -force_mag;
     euler_update(force, std::sin(theta), std::cos(theta), x, x_dot, theta, theta_dot);
-    bool terminated = x < -x_threshold || x > x_threshold || theta < -theta_threshold
-                      || theta > theta_threshold;
+    bool terminated = x < -x_threshold || x > x_threshold || theta < -theta_threshold ||
+                      theta > theta_threshold;
     double reward = 1.0;
     if (terminated) {
       reward = terminated_before ? 0.0 : 1.0;

@@ -56,8 +56,9 @@ void cartpole_flags(size_t b, size_t e, const double* __restrict x_p,
     const double x = x_p[i], theta = theta_p[i];
     int elapsed = elapsed_p[i] + 1;
     elapsed_p[i] = elapsed;
-    term_p[i] = (x < -cartpole::x_threshold) | (x > cartpole::x_threshold)
-                | (theta < -cartpole::theta_threshold) | (theta > cartpole::theta_threshold);
+    term_p[i] = (x < -cartpole::x_threshold) | (x > cartpole::x_threshold) |
+                (theta < -cartpole::theta_threshold) |
+                (theta > cartpole::theta_threshold);
     trunc_p[i] = elapsed >= max_steps;
     reward_p[i] = 1.0f;
     reset_p[i] = 0;
@@ -67,12 +68,8 @@ void cartpole_flags(size_t b, size_t e, const double* __restrict x_p,
 class cartpole_vector final : public vector_env {
 public:
   cartpole_vector(size_t num_envs, size_t threads)
-    : vector_env(model_spec<cartpole>(), num_envs, threads),
-      x_(num_envs),
-      x_dot_(num_envs),
-      theta_(num_envs),
-      theta_dot_(num_envs),
-      elapsed_(num_envs, 0),
+    : vector_env(model_spec<cartpole>(), num_envs, threads), x_(num_envs),
+      x_dot_(num_envs), theta_(num_envs), theta_dot_(num_envs), elapsed_(num_envs, 0),
       rngs_(num_envs) {}
 
   std::vector<double> state(size_t i) const override {
@@ -86,8 +83,8 @@ public:
 protected:
   status restore_env(size_t i, const std::array<uint64_t, 4>& words, const double* state,
                      int elapsed_steps) override {
-    TROUPE_CHECK(rngs_[i].set_state(words), "CartPole-v1: environment {}: all-zero generator",
-                 i);
+    TROUPE_CHECK(rngs_[i].set_state(words),
+                 "CartPole-v1: environment {}: all-zero generator", i);
     cartpole m;
     m.set_state(state);
     x_[i] = m.x;

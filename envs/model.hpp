@@ -126,8 +126,7 @@ public:
       return failed.err();
     ++elapsed_;
     model_.observe(obs);
-    return step_result{out.reward, out.terminated,
-                       elapsed_ >= spec().max_episode_steps};
+    return step_result{out.reward, out.terminated, elapsed_ >= spec().max_episode_steps};
   }
 
   std::vector<double> state() const override {
@@ -140,8 +139,8 @@ public:
     const auto& s = spec();
     if (values.size() != s.state_dim())
       return make_error(errc::dimension_mismatch,
-                        "{}: the state has {} values ({}), got {}", s.id,
-                        s.state_dim(), fmt::join(s.state_names, ", "), values.size());
+                        "{}: the state has {} values ({}), got {}", s.id, s.state_dim(),
+                        fmt::join(s.state_names, ", "), values.size());
     for (size_t i = 0; i < values.size(); ++i)
       if (!std::isfinite(values[i]))
         return make_error(errc::non_finite, "{}: state value {} ({}) is {}", s.id, i,
@@ -195,9 +194,7 @@ public:
   model_vector_env(size_t num_envs, size_t threads)
     : vector_env(model_spec<Model>(), num_envs, threads,
                  min_envs_per_thread_of<Model>::value),
-      models_(num_envs),
-      rngs_(num_envs),
-      elapsed_(num_envs, 0),
+      models_(num_envs), rngs_(num_envs), elapsed_(num_envs, 0),
       max_steps_(model_spec<Model>().max_episode_steps),
       terms_(model_spec<Model>().reward_terms.size()) {}
 
@@ -296,7 +293,8 @@ private:
 /// register_env in envs/registry.hpp).
 template <class Model>
 registration model_registration() {
-  return {model_spec<Model>(), [] { return std::unique_ptr<env>(new model_env<Model>()); },
+  return {model_spec<Model>(),
+          [] { return std::unique_ptr<env>(new model_env<Model>()); },
           [](size_t n, size_t threads) {
             return std::unique_ptr<vector_env>(new model_vector_env<Model>(n, threads));
           }};

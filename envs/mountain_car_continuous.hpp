@@ -47,7 +47,8 @@ struct mountain_car_continuous {
       accel = static_cast<double>(force_term - static_cast<float>(gravity_term));
     }
     if (narrow)
-      velocity = static_cast<double>(static_cast<float>(velocity) + static_cast<float>(accel));
+      velocity =
+        static_cast<double>(static_cast<float>(velocity) + static_cast<float>(accel));
     else
       velocity = velocity + accel;
     if (velocity > max_speed)
@@ -55,7 +56,8 @@ struct mountain_car_continuous {
     if (velocity < -max_speed)
       velocity = -max_speed;
     if (narrow)
-      position = static_cast<double>(static_cast<float>(position) + static_cast<float>(velocity));
+      position =
+        static_cast<double>(static_cast<float>(position) + static_cast<float>(velocity));
     else
       position = position + velocity;
     if (position > max_position)

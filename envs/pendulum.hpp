@@ -48,11 +48,11 @@ struct pendulum {
     float u = std::min(std::max(action[0], -max_torque), max_torque);
     double normalized = angle_normalize(th);
     float torque_cost = 0.001f * (u * u);
-    double costs = normalized * normalized + 0.1 * (thdot * thdot)
-                   + static_cast<double>(torque_cost);
+    double costs =
+      normalized * normalized + 0.1 * (thdot * thdot) + static_cast<double>(torque_cost);
     float torque_term = 3.0f * u; // 3 / (m l^2) * u
-    double newthdot = thdot + (3 * g / (2 * l) * std::sin(th)
-                               + static_cast<double>(torque_term)) * dt;
+    double newthdot =
+      thdot + (3 * g / (2 * l) * std::sin(th) + static_cast<double>(torque_term)) * dt;
     newthdot = std::min(std::max(newthdot, -max_speed), max_speed);
     double newth = th + newthdot * dt;
     th = newth;

@@ -69,11 +69,12 @@ env_spec mountain_car_continuous::make_spec() {
 
 env_spec acrobot::make_spec() {
   const float v1 = static_cast<float>(max_vel_1), v2 = static_cast<float>(max_vel_2);
-  return {"Acrobot-v1",
-          space::box({-1.0f, -1.0f, -1.0f, -1.0f, -v1, -v2}, {1.0f, 1.0f, 1.0f, 1.0f, v1, v2}),
-          space::discrete(3),
-          500,
-          {"theta1", "theta2", "dtheta1", "dtheta2"}};
+  return {
+    "Acrobot-v1",
+    space::box({-1.0f, -1.0f, -1.0f, -1.0f, -v1, -v2}, {1.0f, 1.0f, 1.0f, 1.0f, v1, v2}),
+    space::discrete(3),
+    500,
+    {"theta1", "theta2", "dtheta1", "dtheta2"}};
 }
 
 // -- checks -------------------------------------------------------------------
@@ -94,10 +95,11 @@ status check_box(const std::string& id, const char* field, const space& s, bool 
   for (size_t j = 0; j < s.low.size(); ++j) {
     const float lo = s.low[j], hi = s.high[j];
     if (std::isnan(lo) || std::isnan(hi) || lo > hi)
-      return make_error(errc::invalid_argument,
-                        "environment '{}': {} element {}: bounds must be numbers with low "
-                        "<= high, got low = {}, high = {}",
-                        id, field, j, lo, hi);
+      return make_error(
+        errc::invalid_argument,
+        "environment '{}': {} element {}: bounds must be numbers with low "
+        "<= high, got low = {}, high = {}",
+        id, field, j, lo, hi);
     if (finite && !(std::isfinite(lo) && std::isfinite(hi)))
       return make_error(errc::invalid_argument,
                         "environment '{}': {} element {}: bounds must be finite (random "
@@ -115,10 +117,11 @@ status check_spec(const env_spec& spec) {
   if (id.empty())
     return make_error(errc::invalid_argument, "an environment id must not be empty");
   for (char c : id)
-    if (std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c)))
-      return make_error(errc::invalid_argument,
-                        "environment id '{}' must not contain spaces or control characters",
-                        id);
+    if (std::isspace(static_cast<unsigned char>(c)) ||
+        std::iscntrl(static_cast<unsigned char>(c)))
+      return make_error(
+        errc::invalid_argument,
+        "environment id '{}' must not contain spaces or control characters", id);
   if (spec.observation_space.kind != space_kind::box)
     return make_error(errc::invalid_argument,
                       "environment '{}': observation_space must be a Box, got {}", id,
@@ -136,10 +139,11 @@ status check_spec(const env_spec& spec) {
     return ok;
   }
   if (spec.max_episode_steps < 1)
-    return make_error(errc::invalid_argument,
-                      "environment '{}': max_episode_steps (the time limit) must be >= 1, "
-                      "got {}",
-                      id, spec.max_episode_steps);
+    return make_error(
+      errc::invalid_argument,
+      "environment '{}': max_episode_steps (the time limit) must be >= 1, "
+      "got {}",
+      id, spec.max_episode_steps);
   return {};
 }
 
@@ -150,7 +154,9 @@ namespace {
 // CartPole's batch has its own kernel (envs/cartpole_vector.hpp).
 registration cartpole_registration() {
   auto r = model_registration<cartpole>();
-  r.make_vector = [](size_t n, size_t threads) { return make_cartpole_vector(n, threads); };
+  r.make_vector = [](size_t n, size_t threads) {
+    return make_cartpole_vector(n, threads);
+  };
   return r;
 }
 
@@ -167,14 +173,15 @@ status add_locked(table& t, registration r) TROUPE_REQUIRES(t.mutex) {
     return make_error(ok.err().code, "cannot register environment '{}': {}", r.spec.id,
                       ok.err().message);
   if (r.spaces_only && (r.make || r.make_vector))
-    return make_error(errc::invalid_argument,
-                      "cannot register environment '{}': a spaces-only registration takes "
-                      "no factory (make and make_vector must be empty)",
-                      r.spec.id);
+    return make_error(
+      errc::invalid_argument,
+      "cannot register environment '{}': a spaces-only registration takes "
+      "no factory (make and make_vector must be empty)",
+      r.spec.id);
   if (!r.spaces_only && !r.make)
-    return make_error(errc::invalid_argument,
-                      "cannot register environment '{}': it has no factory (make is empty)",
-                      r.spec.id);
+    return make_error(
+      errc::invalid_argument,
+      "cannot register environment '{}': it has no factory (make is empty)", r.spec.id);
   for (auto& known : t.entries)
     if (known->spec.id == r.spec.id)
       return make_error(errc::invalid_argument,
@@ -229,12 +236,13 @@ result<std::shared_ptr<const registration>> find_registration(const std::string&
 
 // The refusal to make an instance of a spaces-only registration.
 error no_instances(const std::string& id) {
-  return error{errc::invalid_argument,
-               fmt::format("environment '{}' was registered with its spaces only: troupe "
-                           "cannot make an instance to step (register it with callbacks "
-                           "or a factory for that; a game-driven session, whose game steps "
-                           "itself, needs only the spaces)",
-                           id)};
+  return error{
+    errc::invalid_argument,
+    fmt::format("environment '{}' was registered with its spaces only: troupe "
+                "cannot make an instance to step (register it with callbacks "
+                "or a factory for that; a game-driven session, whose game steps "
+                "itself, needs only the spaces)",
+                id)};
 }
 
 } // namespace
@@ -302,8 +310,8 @@ result<std::unique_ptr<env>> make_env(const std::string& id) {
   try {
     e = (*r)->make();
   } catch (const std::exception& x) {
-    return make_error(errc::invalid_argument, "{}: the environment factory failed: {}", id,
-                      x.what());
+    return make_error(errc::invalid_argument, "{}: the environment factory failed: {}",
+                      id, x.what());
   }
   if (auto ok = check_made_env((*r)->spec, e.get()); !ok)
     return ok.err();
@@ -336,10 +344,11 @@ result<std::unique_ptr<vector_env>> make_vector_env(const std::string& id,
     return make_error(errc::invalid_argument,
                       "{}: the vector environment factory made no environments", id);
   if (v->spec().id != id || v->num_envs() != num_envs)
-    return make_error(errc::invalid_argument,
-                      "{}: the vector environment factory made {} environment(s) of id '{}', "
-                      "{} of id '{}' were asked for",
-                      id, v->num_envs(), v->spec().id, num_envs, id);
+    return make_error(
+      errc::invalid_argument,
+      "{}: the vector environment factory made {} environment(s) of id '{}', "
+      "{} of id '{}' were asked for",
+      id, v->num_envs(), v->spec().id, num_envs, id);
   return v;
 }
 

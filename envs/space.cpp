@@ -30,8 +30,8 @@ space space::box(size_t size, float low, float high) {
 
 bool space::contains(const float* x) const noexcept {
   if (kind == space_kind::discrete)
-    return std::isfinite(x[0]) && x[0] == std::floor(x[0]) && x[0] >= 0
-           && x[0] < static_cast<float>(n);
+    return std::isfinite(x[0]) && x[0] == std::floor(x[0]) && x[0] >= 0 &&
+           x[0] < static_cast<float>(n);
   for (size_t i = 0; i < low.size(); ++i)
     if (!std::isfinite(x[i]) || x[i] < low[i] || x[i] > high[i])
       return false;
@@ -40,18 +40,18 @@ bool space::contains(const float* x) const noexcept {
 
 status space::check_action(const float* x, bool clip_box) const {
   if (kind == space_kind::discrete) {
-    if (!(std::isfinite(x[0]) && x[0] == std::floor(x[0]) && x[0] >= 0
-          && x[0] < static_cast<float>(n)))
+    if (!(std::isfinite(x[0]) && x[0] == std::floor(x[0]) && x[0] >= 0 &&
+          x[0] < static_cast<float>(n)))
       return make_error(errc::invalid_argument,
-                        "action {} is outside {}: expected an integer in [0, {}]",
-                        x[0], describe(), n - 1);
+                        "action {} is outside {}: expected an integer in [0, {}]", x[0],
+                        describe(), n - 1);
     return {};
   }
   for (size_t i = 0; i < low.size(); ++i)
     if (!std::isfinite(x[i]))
       return make_error(errc::invalid_argument,
-                        "action element {} is {}: a {} action must be finite", i,
-                        x[i], describe());
+                        "action element {} is {}: a {} action must be finite", i, x[i],
+                        describe());
   if (!clip_box)
     for (size_t i = 0; i < low.size(); ++i)
       if (x[i] < low[i] || x[i] > high[i])

@@ -13,9 +13,7 @@ namespace troupe::envs {
 
 vector_env::vector_env(env_spec spec, size_t num_envs, size_t threads,
                        size_t min_per_thread)
-  : spec_(std::move(spec)),
-    num_envs_(num_envs),
-    obs_dim_(spec_.observation_space.size()),
+  : spec_(std::move(spec)), num_envs_(num_envs), obs_dim_(spec_.observation_space.size()),
     action_dim_(spec_.action_space.size()) {
   TROUPE_CHECK(num_envs > 0, "a vector env needs at least one environment");
   observations_.assign(num_envs * obs_dim_, 0.0f);
@@ -104,18 +102,18 @@ namespace {
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) noexcept {
-  return a.size() == b.size()
-         && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 } // namespace
 
 bool same_state(const vector_env_state& a, const vector_env_state& b) noexcept {
-  return a.env_id == b.env_id && a.num_envs == b.num_envs && a.with_state == b.with_state
-         && a.rng == b.rng
-         && same_bits(a.state, b.state) && a.elapsed_steps == b.elapsed_steps
-         && same_bits(a.rewards, b.rewards) && a.terminated == b.terminated
-         && a.truncated == b.truncated && a.autoreset == b.autoreset;
+  return a.env_id == b.env_id && a.num_envs == b.num_envs &&
+         a.with_state == b.with_state && a.rng == b.rng && same_bits(a.state, b.state) &&
+         a.elapsed_steps == b.elapsed_steps && same_bits(a.rewards, b.rewards) &&
+         a.terminated == b.terminated && a.truncated == b.truncated &&
+         a.autoreset == b.autoreset;
 }
 
 vector_env_state vector_env::save_state() const {
@@ -138,7 +136,8 @@ vector_env_state vector_env::save_state() const {
     auto words = rng_state(i);
     std::copy(words.begin(), words.end(), &s.rng[i * 4]);
     auto values = state(i);
-    std::copy(values.begin(), values.end(), s.state.begin() + static_cast<ptrdiff_t>(i * sd));
+    std::copy(values.begin(), values.end(),
+              s.state.begin() + static_cast<ptrdiff_t>(i * sd));
     s.elapsed_steps[i] = elapsed_steps(i);
   }
   return s;
@@ -188,14 +187,15 @@ status vector_env::check_state(const vector_env_state& s) const {
       return ok;
   for (size_t i = 0; i < n; ++i) {
     auto bad = [&](errc code, const std::string& what) {
-      return error{code, fmt::format("{}: vector env state: environment {}: {}", id, i,
-                                     what)};
+      return error{code,
+                   fmt::format("{}: vector env state: environment {}: {}", id, i, what)};
     };
     if (s.with_state) {
       const uint64_t* words = &s.rng[i * 4];
       if ((words[0] | words[1] | words[2] | words[3]) == 0)
-        return bad(errc::invalid_argument, "rng must not be all zero (xoshiro256++ cannot "
-                                           "leave it), got 0, 0, 0, 0");
+        return bad(errc::invalid_argument,
+                   "rng must not be all zero (xoshiro256++ cannot "
+                   "leave it), got 0, 0, 0, 0");
       for (size_t j = 0; j < sd; ++j)
         if (!std::isfinite(s.state[i * sd + j]))
           return bad(errc::non_finite,
@@ -203,12 +203,14 @@ status vector_env::check_state(const vector_env_state& s) const {
                                  spec_.state_names[j], s.state[i * sd + j]));
       const int elapsed = s.elapsed_steps[i];
       if (elapsed < 0 || elapsed > max_steps)
-        return bad(errc::invalid_argument,
-                   fmt::format("elapsed_steps must be in [0, {}] (the time limit), got {}",
-                               max_steps, elapsed));
+        return bad(
+          errc::invalid_argument,
+          fmt::format("elapsed_steps must be in [0, {}] (the time limit), got {}",
+                      max_steps, elapsed));
     }
     if (!std::isfinite(s.rewards[i]))
-      return bad(errc::non_finite, fmt::format("rewards must be finite, got {}", s.rewards[i]));
+      return bad(errc::non_finite,
+                 fmt::format("rewards must be finite, got {}", s.rewards[i]));
     for (auto [field, flags] : {std::pair<const char*, const std::vector<uint8_t>*>{
                                   "terminated", &s.terminated},
                                 {"truncated", &s.truncated},
@@ -230,11 +232,12 @@ status vector_env::check_state(const vector_env_state& s) const {
                              spec_.early_truncation ? "when" : "exactly when", max_steps,
                              s.truncated[i], elapsed));
     if (s.autoreset[i] && (s.terminated[i] || elapsed != 0 || s.rewards[i] != 0.0f))
-      return bad(errc::invalid_argument,
-                 fmt::format("autoreset = 1 requires terminated = 0, elapsed_steps = 0 and "
-                             "reward 0 (a reset step), got terminated = {}, elapsed_steps "
-                             "= {}, reward = {}",
-                             s.terminated[i], elapsed, s.rewards[i]));
+      return bad(
+        errc::invalid_argument,
+        fmt::format("autoreset = 1 requires terminated = 0, elapsed_steps = 0 and "
+                    "reward 0 (a reset step), got terminated = {}, elapsed_steps "
+                    "= {}, reward = {}",
+                    s.terminated[i], elapsed, s.rewards[i]));
   }
   return {};
 }
@@ -243,10 +246,11 @@ status vector_env::restore_state(const vector_env_state& s) {
   if (auto ok = check_state(s); !ok)
     return ok;
   if (!s.with_state)
-    return make_error(errc::invalid_argument,
-                      "{}: vector env state: the environments saved no state "
-                      "(with_state = false); start fresh episodes with reset(seed) instead",
-                      spec_.id);
+    return make_error(
+      errc::invalid_argument,
+      "{}: vector env state: the environments saved no state "
+      "(with_state = false); start fresh episodes with reset(seed) instead",
+      spec_.id);
   const size_t n = num_envs_, sd = spec_.state_dim();
   for (size_t i = 0; i < n; ++i) {
     std::array<uint64_t, 4> words;

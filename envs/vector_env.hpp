@@ -19,21 +19,20 @@ class worker_pool;
 
 namespace troupe::envs {
 
-
 /// Everything a vector env's future steps depend on, per environment, in
 /// structure-of-arrays form (environment i's values at i, or at i * width).
 struct vector_env_state {
-  std::string env_id;              ///< environment id, e.g. "CartPole-v1"
-  uint64_t num_envs = 0;           ///< N
-  bool with_state = true;          ///< the environments saved their state: false
-                                   ///< leaves rng, state and elapsed_steps empty
-  std::vector<uint64_t> rng;       ///< [N x 4] generator words (never all zero)
-  std::vector<double> state;       ///< [N x state_dim] float64 internal state
+  std::string env_id;                 ///< environment id, e.g. "CartPole-v1"
+  uint64_t num_envs = 0;              ///< N
+  bool with_state = true;             ///< the environments saved their state: false
+                                      ///< leaves rng, state and elapsed_steps empty
+  std::vector<uint64_t> rng;          ///< [N x 4] generator words (never all zero)
+  std::vector<double> state;          ///< [N x state_dim] float64 internal state
   std::vector<int32_t> elapsed_steps; ///< [N] time-limit counters, 0..max_episode_steps
-  std::vector<float> rewards;      ///< [N] rewards of the last step
-  std::vector<uint8_t> terminated; ///< [N] last step terminated (0/1)
-  std::vector<uint8_t> truncated;  ///< [N] last step truncated (0/1)
-  std::vector<uint8_t> autoreset;  ///< [N] last step was an autoreset (0/1)
+  std::vector<float> rewards;         ///< [N] rewards of the last step
+  std::vector<uint8_t> terminated;    ///< [N] last step terminated (0/1)
+  std::vector<uint8_t> truncated;     ///< [N] last step truncated (0/1)
+  std::vector<uint8_t> autoreset;     ///< [N] last step was an autoreset (0/1)
 };
 
 /// Whether two states are equal in every field, floats compared bit for bit.

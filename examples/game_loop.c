@@ -334,8 +334,7 @@ int main(int argc, char** argv) {
       printf("%6.1f s  frame %ld  policy v%llu  mean round return (last 100) %s  "
              "dropped %llu\n",
              now - start, frame, (unsigned long long)p.policy_version,
-             mean_text(mean, text, sizeof text),
-             (unsigned long long)dropped);
+             mean_text(mean, text, sizeof text), (unsigned long long)dropped);
       fflush(stdout);
       next_print += 1;
     }

@@ -149,8 +149,8 @@ void draw(const catcher::lane& l, const troupe::progress& p, double mean_return,
   for (auto& row : grid)
     std::printf("|%s|\x1b[K\n", row);
   std::printf(
-    "frame %ld  caught %d  missed %d  policy v%llu  mean round return %s\x1b[K\n",
-    frame, l.caught, l.missed, static_cast<unsigned long long>(p.policy_version),
+    "frame %ld  caught %d  missed %d  policy v%llu  mean round return %s\x1b[K\n", frame,
+    l.caught, l.missed, static_cast<unsigned long long>(p.policy_version),
     mean_text(mean_return).c_str());
   std::fflush(stdout);
 }
@@ -254,7 +254,8 @@ int main(int argc, char** argv) {
       std::printf("%6.1f s  frame %ld  policy v%llu  mean round return (last 100) %s  "
                   "dropped %llu\n",
                   std::chrono::duration<double>(now - start).count(), frame,
-                  static_cast<unsigned long long>(p.policy_version), mean_text(mean).c_str(),
+                  static_cast<unsigned long long>(p.policy_version),
+                  mean_text(mean).c_str(),
                   static_cast<unsigned long long>(agent.dropped()));
       std::fflush(stdout);
       next_print += std::chrono::seconds(1);

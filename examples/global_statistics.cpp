@@ -28,8 +28,9 @@ int main() {
   opts.publish_every_merges = 1;
   auto keeper = actors::spawn_stats_keeper(sys, opts);
   caf::scoped_actor self{sys};
-  self->request(keeper, caf::infinite, actors::declare_atom::value, std::string{"obs"},
-                uint64_t{2})
+  self
+    ->request(keeper, caf::infinite, actors::declare_atom::value, std::string{"obs"},
+              uint64_t{2})
     .receive([](uint64_t) {}, [](caf::error&) {});
   auto subscribed = actors::subscribe_view(sys, keeper, "obs", 2);
   if (!subscribed) {
@@ -49,8 +50,8 @@ int main() {
   };
   std::vector<float> all;
   for (int step = 0; step < 10; ++step) {
-    for (auto [worker, rows, center] : {std::tuple{"A", size_t{16}, 0.0},
-                                        std::tuple{"B", size_t{256}, 100.0}}) {
+    for (auto [worker, rows, center] :
+         {std::tuple{"A", size_t{16}, 0.0}, std::tuple{"B", size_t{256}, 100.0}}) {
       auto x = batch(rows, center);
       all.insert(all.end(), x.begin(), x.end());
       // Only the batch's moments (2d + 1 numbers) travel, never the data.
@@ -71,10 +72,10 @@ int main() {
   int status = 0;
   for (size_t j = 0; j < 2; ++j) {
     double var = exact.variance()[j];
-    std::printf("dim %zu: global mean %.6f var %.6f | single pass mean %.6f var %.6f\n", j,
-                s.mean[j], s.var[j], exact.mean[j], var);
-    if (std::fabs(s.mean[j] - exact.mean[j]) > 1e-9 * std::fabs(exact.mean[j])
-        || std::fabs(s.var[j] - var) > 1e-9 * var)
+    std::printf("dim %zu: global mean %.6f var %.6f | single pass mean %.6f var %.6f\n",
+                j, s.mean[j], s.var[j], exact.mean[j], var);
+    if (std::fabs(s.mean[j] - exact.mean[j]) > 1e-9 * std::fabs(exact.mean[j]) ||
+        std::fabs(s.var[j] - var) > 1e-9 * var)
       status = 1;
   }
   // Averaging the two workers' variances (the usual bug) would give about 1;

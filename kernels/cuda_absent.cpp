@@ -10,8 +10,8 @@ size_t cuda_moments_workspace_bytes(size_t, size_t) noexcept {
   return 0;
 }
 
-status cuda_moments_async(const float*, size_t, size_t, double*, void*,
-                          size_t, void*) noexcept {
+status cuda_moments_async(const float*, size_t, size_t, double*, void*, size_t,
+                          void*) noexcept {
   return make_error(errc::unavailable, "troupe was built without CUDA");
 }
 

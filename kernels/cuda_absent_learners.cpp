@@ -30,8 +30,8 @@ status cuda_activation_backward_async(const float*, float*, size_t, activation_o
   return no_cuda();
 }
 
-status cuda_categorical_forward_async(const float*, const int64_t*, size_t, size_t, float*,
-                                      float*, float*, void*) noexcept {
+status cuda_categorical_forward_async(const float*, const int64_t*, size_t, size_t,
+                                      float*, float*, float*, void*) noexcept {
   return no_cuda();
 }
 
@@ -41,13 +41,14 @@ status cuda_categorical_backward_async(const float*, const float*, const int64_t
   return no_cuda();
 }
 
-status cuda_gaussian_forward_async(const float*, const float*, const float*, size_t, size_t,
-                                   float*, float*, float*, void*) noexcept {
+status cuda_gaussian_forward_async(const float*, const float*, const float*, size_t,
+                                   size_t, float*, float*, float*, void*) noexcept {
   return no_cuda();
 }
 
-status cuda_gaussian_backward_async(const float*, const float*, const float*, const float*,
-                                    size_t, size_t, float*, float*, void*) noexcept {
+status cuda_gaussian_backward_async(const float*, const float*, const float*,
+                                    const float*, size_t, size_t, float*, float*,
+                                    void*) noexcept {
   return no_cuda();
 }
 
@@ -63,15 +64,15 @@ status cuda_normalize_clip_async(const float*, const float*, const float*, size_
   return no_cuda();
 }
 
-status cuda_batch_norm_forward_async(const float*, const float*, const float*, const float*,
-                                     const float*, size_t, size_t, float*, float*,
-                                     void*) noexcept {
+status cuda_batch_norm_forward_async(const float*, const float*, const float*,
+                                     const float*, const float*, size_t, size_t, float*,
+                                     float*, void*) noexcept {
   return no_cuda();
 }
 
-status cuda_batch_norm_backward_async(const float*, const float*, const float*, const float*,
-                                      const float*, const float*, size_t, size_t, bool,
-                                      float*, void*) noexcept {
+status cuda_batch_norm_backward_async(const float*, const float*, const float*,
+                                      const float*, const float*, const float*, size_t,
+                                      size_t, bool, float*, void*) noexcept {
   return no_cuda();
 }
 
@@ -105,8 +106,7 @@ namespace troupe::kernels {
 
 struct cuda_context::impl {};
 
-cuda_context::cuda_context(std::unique_ptr<impl> p) : impl_(std::move(p)) {
-}
+cuda_context::cuda_context(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
 cuda_context::~cuda_context() = default;
 
@@ -126,15 +126,18 @@ status cuda_context::synchronize() {
   return make_error(errc::unavailable, "troupe was built without CUDA");
 }
 
-status cuda_context::gemm_x_wt(const float*, const float*, size_t, size_t, size_t, float*) {
+status cuda_context::gemm_x_wt(const float*, const float*, size_t, size_t, size_t,
+                               float*) {
   return make_error(errc::unavailable, "troupe was built without CUDA");
 }
 
-status cuda_context::gemm_dzt_x(const float*, const float*, size_t, size_t, size_t, float*) {
+status cuda_context::gemm_dzt_x(const float*, const float*, size_t, size_t, size_t,
+                                float*) {
   return make_error(errc::unavailable, "troupe was built without CUDA");
 }
 
-status cuda_context::gemm_dz_w(const float*, const float*, size_t, size_t, size_t, float*) {
+status cuda_context::gemm_dz_w(const float*, const float*, size_t, size_t, size_t,
+                               float*) {
   return make_error(errc::unavailable, "troupe was built without CUDA");
 }
 
@@ -154,8 +157,7 @@ result<void*> cuda_allocate(size_t) noexcept {
   return make_error(errc::unavailable, "troupe was built without CUDA");
 }
 
-void cuda_free(void*) noexcept {
-}
+void cuda_free(void*) noexcept {}
 
 status cuda_copy_to_device(void*, const void*, size_t, void*) noexcept {
   return make_error(errc::unavailable, "troupe was built without CUDA");

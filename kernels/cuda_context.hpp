@@ -96,7 +96,8 @@ result<void*> cuda_allocate(size_t bytes) noexcept;
 void cuda_free(void* p) noexcept;
 /// Host-to-device copy on `stream` (asynchronous with respect to the host
 /// only for pinned memory).
-status cuda_copy_to_device(void* dst, const void* src, size_t bytes, void* stream) noexcept;
+status cuda_copy_to_device(void* dst, const void* src, size_t bytes,
+                           void* stream) noexcept;
 /// Device-to-host copy on `stream`; the data is there after a synchronize.
 status cuda_copy_to_host(void* dst, const void* src, size_t bytes, void* stream) noexcept;
 /// Waits for all work on the current device (every stream).

@@ -38,8 +38,8 @@ struct moments {
 void merge(moments& a, const moments& b);
 
 /// Raw-buffer form of merge for hot paths: (na, mean_a, m2_a) += (nb, mean_b, m2_b).
-void merge(uint64_t& na, double* mean_a, double* m2_a, uint64_t nb,
-           const double* mean_b, const double* m2_b, size_t dim) noexcept;
+void merge(uint64_t& na, double* mean_a, double* m2_a, uint64_t nb, const double* mean_b,
+           const double* m2_b, size_t dim) noexcept;
 
 // -- CPU ---------------------------------------------------------------------
 
@@ -61,9 +61,9 @@ size_t cuda_moments_workspace_bytes(size_t rows, size_t dim) noexcept;
 /// allocating, the moments of a row-major float32 device buffer [rows x dim]
 /// as 2*dim+1 doubles (count, mean, m2) at `d_out`, with `d_workspace` of
 /// cuda_moments_workspace_bytes(rows, dim) (errc::unavailable without CUDA).
-status cuda_moments_async(const float* d_x, size_t rows, size_t dim,
-                          double* d_out, void* d_workspace,
-                          size_t workspace_bytes, void* stream) noexcept;
+status cuda_moments_async(const float* d_x, size_t rows, size_t dim, double* d_out,
+                          void* d_workspace, size_t workspace_bytes,
+                          void* stream) noexcept;
 
 /// For tests and tools (hot paths keep their data on the device): copies
 /// host rows to the device, runs cuda_moments_async on the default stream

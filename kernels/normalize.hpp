@@ -11,8 +11,8 @@ namespace troupe::kernels {
 
 /// out = clip((x - mean) * inv_std, -clip, clip), per column; inv_std[j] =
 /// 1 / sqrt(var[j] + eps) computed by the caller.
-void normalize_clip(const float* x, const float* mean, const float* inv_std,
-                    size_t rows, size_t cols, float clip, float* out) noexcept;
+void normalize_clip(const float* x, const float* mean, const float* inv_std, size_t rows,
+                    size_t cols, float clip, float* out) noexcept;
 
 /// Batch norm forward with given statistics: zhat = (z - mean) inv_std,
 /// y = gamma zhat + beta.
@@ -37,9 +37,9 @@ void running_stats_update(const double* moments, size_t cols, double momentum,
                           float* running_mean, float* running_var) noexcept;
 
 /// CUDA twin of running_stats_update (moments on the device).
-status cuda_running_stats_update_async(const double* moments, size_t cols, double momentum,
-                                       float* running_mean, float* running_var,
-                                       void* stream) noexcept;
+status cuda_running_stats_update_async(const double* moments, size_t cols,
+                                       double momentum, float* running_mean,
+                                       float* running_var, void* stream) noexcept;
 
 /// CUDA twin of normalize_clip.
 status cuda_normalize_clip_async(const float* x, const float* mean, const float* inv_std,

@@ -95,8 +95,8 @@ algorithm_info a3c_info() {
     "n-step advantage actor-critic, one gradient per fresh batch of the current weights "
     "(Mnih et al. 2016)",
     {
-      {"gae_lambda", +[](S& s) -> double& { return s.gae_lambda; }, 0.0, 1.0, false, false,
-       "GAE lambda of the advantages (1: the paper's n-step returns)"},
+      {"gae_lambda", +[](S& s) -> double& { return s.gae_lambda; }, 0.0, 1.0, false,
+       false, "GAE lambda of the advantages (1: the paper's n-step returns)"},
       {"ent_coef", +[](S& s) -> double& { return s.ent_coef; }, 0.0, 10.0, false, false,
        "entropy bonus weight (the paper 0.01)"},
       {"vf_coef", +[](S& s) -> double& { return s.vf_coef; }, 0.0, 100.0, false, false,

@@ -10,8 +10,8 @@ namespace troupe::learners {
 /// A3C's hyperparameters ([algo.a3c]).
 struct a3c_settings {
   double gae_lambda = 0.95; ///< GAE lambda; 1: n-step returns (the paper)
-  double vf_coef = 0.5;    ///< value loss weight
-  double ent_coef = 0.01;  ///< entropy bonus weight (the paper 0.01)
+  double vf_coef = 0.5;     ///< value loss weight
+  double ent_coef = 0.01;   ///< entropy bonus weight (the paper 0.01)
   /// Local batch norm only: take the old log-probabilities over the batch's
   /// valid rows with their own statistics, as the learning pass normalizes,
   /// so that the ratio is 1 (docs/training.md, "Hyperparameters").

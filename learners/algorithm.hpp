@@ -25,9 +25,9 @@ namespace troupe::learners {
 /// What a learner is told to run: an algorithm by name, the settings every
 /// algorithm shares, and the algorithm's own typed settings.
 struct algorithm_settings {
-  std::string name = "ppo";  ///< a name of algorithms()
-  double gamma = 0.99;       ///< discount ([algo] gamma)
-  std::any settings;         ///< the algorithm's struct (ppo_settings, ...); empty: its defaults
+  std::string name = "ppo"; ///< a name of algorithms()
+  double gamma = 0.99;      ///< discount ([algo] gamma)
+  std::any settings; ///< the algorithm's struct (ppo_settings, ...); empty: its defaults
 };
 
 /// The `S` that `s` holds, made S{} first when it holds none or settings of
@@ -46,10 +46,10 @@ S& settings_of(algorithm_settings& s) {
 /// transitions stored time-major ([t * envs + e]) with Gymnasium's next-step
 /// autoreset (actors/messages.hpp, trajectory_batch).
 struct rollout_view {
-  size_t steps = 0;              ///< steps per environment
-  size_t envs = 0;               ///< environments
-  size_t obs_dim = 0;            ///< floats per observation
-  size_t action_dim = 0;         ///< floats per action (1 for a discrete action)
+  size_t steps = 0;                    ///< steps per environment
+  size_t envs = 0;                     ///< environments
+  size_t obs_dim = 0;                  ///< floats per observation
+  size_t action_dim = 0;               ///< floats per action (1 for a discrete action)
   const float* observations = nullptr; ///< [(steps + 1) * envs x obs_dim]; the
                                        ///< last envs rows are the bootstrap rows
   const float* actions = nullptr;      ///< [steps * envs x action_dim]
@@ -127,17 +127,16 @@ public:
   /// Learns `batch` on host.backend(), sending each gradient with
   /// host.push_gradient, with `acting` the weights of the old
   /// log-probabilities and values; an error means the learner cannot go on.
-  virtual result<update_metrics> update(const rollout_view& batch,
-                                        const actor_critic& acting,
-                                        update_host& host) = 0;
+  virtual result<update_metrics>
+  update(const rollout_view& batch, const actor_critic& acting, update_host& host) = 0;
 };
 
 // -- the registry ------------------------------------------------------------
 
 /// An algorithm as the registry lists it (made by declare_algorithm).
 struct algorithm_info {
-  const char* name = "";    ///< "ppo": the value of [algo] name and the section [algo.ppo]
-  const char* summary = ""; ///< one line
+  const char* name = ""; ///< "ppo": the value of [algo] name and the section [algo.ppo]
+  const char* summary = "";                    ///< one line
   std::vector<hyperparameter> hyperparameters; ///< its section's keys, from its fields
   /// Its settings struct, every field read with `read`; the error names a
   /// value out of range.
@@ -154,8 +153,8 @@ struct algorithm_info {
 template <class S>
 algorithm_info declare_algorithm(const char* name, const char* summary,
                                  std::vector<field<S>> fields,
-                                 std::unique_ptr<algorithm> (*make)(const model_spec&, double,
-                                                                    const S&)) {
+                                 std::unique_ptr<algorithm> (*make)(const model_spec&,
+                                                                    double, const S&)) {
   algorithm_info info;
   info.name = name;
   info.summary = summary;
@@ -168,9 +167,9 @@ algorithm_info declare_algorithm(const char* name, const char* summary,
       return s.err();
     return std::any(std::move(*s));
   };
-  info.make = [name, shared, make](const model_spec& spec, double gamma,
-                                   const std::any& settings)
-    -> result<std::unique_ptr<algorithm>> {
+  info.make = [name, shared,
+               make](const model_spec& spec, double gamma,
+                     const std::any& settings) -> result<std::unique_ptr<algorithm>> {
     const S defaults{};
     const S* s = settings.has_value() ? std::any_cast<S>(&settings) : &defaults;
     if (!s)
@@ -201,11 +200,11 @@ result<std::unique_ptr<algorithm>> make_algorithm(const model_spec& spec,
 /// Log-probabilities of a batch's actions under `model` and its values, as the
 /// algorithms compute them from the weights that acted (or the current ones).
 struct behavior_outputs {
-  policy_output out;               ///< the forward pass
-  head_cache<float> head;          ///< the head's log-probabilities
+  policy_output out;                ///< the forward pass
+  head_cache<float> head;           ///< the head's log-probabilities
   std::vector<int64_t> actions_i64; ///< discrete actions as indices
-  std::vector<float> values;       ///< [(steps + 1) * envs] V(x_t) and bootstrap
-  std::vector<float> logp;         ///< [steps * envs] log pi(a_t | x_t)
+  std::vector<float> values;        ///< [(steps + 1) * envs] V(x_t) and bootstrap
+  std::vector<float> logp;          ///< [steps * envs] log pi(a_t | x_t)
 
   /// Evaluates `model` on every row of `batch` (the bootstrap rows' values
   /// too) and each action's log-probability, batch norm normalizing with all

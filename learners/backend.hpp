@@ -93,8 +93,8 @@ public:
 /// Copies the snapshots of `views` (one per batch-norm layer of `layout`, in
 /// order) into `buffers` as float32 running statistics; the error names the
 /// layer whose dimension differs.
-status copy_global_stats(const model_layout& layout, const std::vector<stats_view*>& views,
-                         float* buffers);
+status copy_global_stats(const model_layout& layout,
+                         const std::vector<stats_view*>& views, float* buffers);
 
 /// Checks that a batch carries the actions its head needs: discrete indices
 /// in [0, n) (the error names the first bad row and value), or box actions.
@@ -116,9 +116,8 @@ make_cuda_backend(const model_spec& spec, const adam_config& adam,
                   const backend_options& options = {});
 
 /// The backend for a resolved device choice.
-result<std::unique_ptr<learner_backend>> make_backend(device_kind kind,
-                                                      const model_spec& spec,
-                                                      const adam_config& adam,
-                                                      const backend_options& options = {});
+result<std::unique_ptr<learner_backend>>
+make_backend(device_kind kind, const model_spec& spec, const adam_config& adam,
+             const backend_options& options = {});
 
 } // namespace troupe::learners

@@ -61,8 +61,9 @@ auto get_parsed(const metadata_map& meta, const std::string& key,
 }
 
 std::optional<int64_t> parse_decimal(const std::string& s) {
-  if (s.empty() || s.size() > 18 || s.find_first_not_of("-0123456789") != std::string::npos
-      || s.find('-', 1) != std::string::npos || s == "-")
+  if (s.empty() || s.size() > 18 ||
+      s.find_first_not_of("-0123456789") != std::string::npos ||
+      s.find('-', 1) != std::string::npos || s == "-")
     return std::nullopt;
   return static_cast<int64_t>(std::strtoll(s.c_str(), nullptr, 10));
 }
@@ -71,8 +72,8 @@ std::optional<double> parse_number(const std::string& s) {
   char* end = nullptr;
   errno = 0;
   double x = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || std::isnan(x) || errno == ERANGE
-      || std::isspace(static_cast<unsigned char>(s.front())))
+  if (s.empty() || end != s.c_str() + s.size() || std::isnan(x) || errno == ERANGE ||
+      std::isspace(static_cast<unsigned char>(s.front())))
     return std::nullopt;
   return x;
 }
@@ -216,7 +217,8 @@ result<model_spec> spec_from_metadata(const std::map<std::string, std::string>& 
     return action_dim.err();
   (spec.action == action_kind::discrete ? spec.n : spec.act_dim) = *action_dim;
 
-  constexpr const char* list_expected = "a JSON list of layer widths such as \"[64, 64]\"";
+  constexpr const char* list_expected =
+    "a JSON list of layer widths such as \"[64, 64]\"";
   auto hidden = get_parsed(meta, "hidden", source, list_expected, parse_int_list);
   if (!hidden)
     return hidden.err();
@@ -256,8 +258,9 @@ result<model_spec> spec_from_metadata(const std::map<std::string, std::string>& 
   spec.batch_norm_momentum = *bn_momentum;
 
   if (auto valid = spec.validate(); !valid)
-    return make_error(errc::corrupt_file, "{}: the metadata describe an invalid policy: {}",
-                      source, valid.err().message);
+    return make_error(errc::corrupt_file,
+                      "{}: the metadata describe an invalid policy: {}", source,
+                      valid.err().message);
   return spec;
 }
 
@@ -277,7 +280,8 @@ status check_obs_stats(const stats_snapshot* stats, size_t dim) {
                       dim, stats->mean.size(), stats->var.size());
   for (size_t i = 0; i < dim; ++i) {
     if (!std::isfinite(stats->mean[i]))
-      return make_error(errc::non_finite, "observation mean[{}] is {}", i, stats->mean[i]);
+      return make_error(errc::non_finite, "observation mean[{}] is {}", i,
+                        stats->mean[i]);
     if (!std::isfinite(stats->var[i]) || stats->var[i] < 0.0)
       return make_error(errc::non_finite,
                         "observation var[{}] must be finite and >= 0, got {}", i,
@@ -288,7 +292,8 @@ status check_obs_stats(const stats_snapshot* stats, size_t dim) {
 
 } // namespace
 
-result<st_file> make_checkpoint(const actor_critic& model, const stats_snapshot* obs_stats,
+result<st_file> make_checkpoint(const actor_critic& model,
+                                const stats_snapshot* obs_stats,
                                 const std::map<std::string, std::string>& extra) {
   const auto& spec = model.spec();
   st_file file;
@@ -303,8 +308,8 @@ result<st_file> make_checkpoint(const actor_critic& model, const stats_snapshot*
     file.tensors.push_back(st_tensor::from_f32(t.name, t.shape, t.data));
   const int64_t tracked = model.num_batches_tracked();
   for (auto& layer : model.batch_norm_layers())
-    file.tensors.push_back(
-      st_tensor::from_i64(layer.prefix + ".num_batches_tracked", scalar_shape(), &tracked));
+    file.tensors.push_back(st_tensor::from_i64(layer.prefix + ".num_batches_tracked",
+                                               scalar_shape(), &tracked));
   if (spec.obs_norm) {
     auto dim = static_cast<size_t>(spec.obs_dim);
     if (auto ok = check_obs_stats(obs_stats, dim); !ok)
@@ -343,15 +348,16 @@ result<policy_checkpoint> checkpoint_from_file(const st_file& file,
     expected_names.insert(name);
     auto* t = file.find(name);
     if (!t)
-      return make_error(errc::corrupt_file, "{}: missing tensor '{}' (expected {})", source,
-                        name, describe(dtype, shape));
+      return make_error(errc::corrupt_file, "{}: missing tensor '{}' (expected {})",
+                        source, name, describe(dtype, shape));
     if (t->dtype != dtype || t->shape != shape)
       return make_error(errc::corrupt_file, "{}: tensor '{}' is {}, expected {}", source,
                         name, describe(t->dtype, t->shape), describe(dtype, shape));
     return t;
   };
   auto non_finite = [&](const std::string& name, size_t index, double value) {
-    return make_error(errc::non_finite, "{}: tensor '{}' holds {} at index {} (expected "
+    return make_error(errc::non_finite,
+                      "{}: tensor '{}' holds {} at index {} (expected "
                       "finite values)",
                       source, name, value, index);
   };
@@ -364,15 +370,16 @@ result<policy_checkpoint> checkpoint_from_file(const st_file& file,
     if (!t)
       return t.err();
     auto values = (*t)->to_f32();
-    bool is_variance = slot.name.size() > 12
-                       && slot.name.compare(slot.name.size() - 12, 12, ".running_var") == 0;
+    bool is_variance = slot.name.size() > 12 &&
+                       slot.name.compare(slot.name.size() - 12, 12, ".running_var") == 0;
     for (size_t i = 0; i < values.size(); ++i) {
       if (!std::isfinite(values[i]))
         return non_finite(slot.name, i, values[i]);
       if (is_variance && values[i] < 0.0f)
-        return make_error(errc::corrupt_file,
-                          "{}: tensor '{}' holds {} at index {} (expected variances >= 0)",
-                          source, slot.name, values[i], i);
+        return make_error(
+          errc::corrupt_file,
+          "{}: tensor '{}' holds {} at index {} (expected variances >= 0)", source,
+          slot.name, values[i], i);
     }
     model_values.emplace(slot.name, std::move(values));
   }
@@ -414,10 +421,11 @@ result<policy_checkpoint> checkpoint_from_file(const st_file& file,
       if (!std::isfinite(stats.mean[i]))
         return non_finite("obs_rms.mean", i, stats.mean[i]);
       if (!std::isfinite(stats.var[i]) || stats.var[i] < 0.0)
-        return make_error(errc::corrupt_file,
-                          "{}: tensor 'obs_rms.var' holds {} at index {} (expected finite "
-                          "variances >= 0)",
-                          source, stats.var[i], i);
+        return make_error(
+          errc::corrupt_file,
+          "{}: tensor 'obs_rms.var' holds {} at index {} (expected finite "
+          "variances >= 0)",
+          source, stats.var[i], i);
     }
     double n = (*count)->to_f64()[0];
     if (!std::isfinite(n) || n < 0.0 || n > 1.8e19)
@@ -603,8 +611,9 @@ newest_good_checkpoint(const std::string& run_dir,
                     run_dir, all.size(), list);
 }
 
-result<std::string> resolve_policy_file(const std::string& given,
-                                        const std::function<void(const std::string&)>& report) {
+result<std::string>
+resolve_policy_file(const std::string& given,
+                    const std::function<void(const std::string&)>& report) {
   namespace fs = std::filesystem;
   constexpr const char* policy_file_name = "policy.safetensors";
   std::error_code ec;
@@ -616,10 +625,11 @@ result<std::string> resolve_policy_file(const std::string& given,
   if (fs::is_regular_file(p / policy_file_name, ec))
     return (p / policy_file_name).string();
   if (!fs::is_directory(p / "checkpoints", ec))
-    return make_error(errc::not_found,
-                      "{}: a folder without {} or checkpoints/ (expected a policy file, a "
-                      "checkpoint folder or a run folder)",
-                      given, policy_file_name);
+    return make_error(
+      errc::not_found,
+      "{}: a folder without {} or checkpoints/ (expected a policy file, a "
+      "checkpoint folder or a run folder)",
+      given, policy_file_name);
   auto found = newest_good_checkpoint(
     p.string(),
     [&](const std::string& folder) -> status {

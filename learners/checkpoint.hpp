@@ -87,7 +87,8 @@ newest_good_checkpoint(const std::string& run_dir,
 /// The policy file that `given` names (a policy file, a checkpoint folder or
 /// a run folder's newest good checkpoint, each one passed over told to
 /// `report`), or errc::not_found naming `given`.
-result<std::string> resolve_policy_file(const std::string& given,
-                                        const std::function<void(const std::string&)>& report);
+result<std::string>
+resolve_policy_file(const std::string& given,
+                    const std::function<void(const std::string&)>& report);
 
 } // namespace troupe::learners

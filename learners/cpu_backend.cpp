@@ -24,15 +24,14 @@ struct shard_state {
 
 class cpu_backend final : public learner_backend {
 public:
-  cpu_backend(const model_spec& spec, const adam_config& adam, const backend_options& opts)
-    : spec_(spec),
-      layout_(make_layout(spec)),
-      params_(layout_.param_count),
-      buffers_(layout_.buffer_count),
-      grad_(layout_.param_count),
+  cpu_backend(const model_spec& spec, const adam_config& adam,
+              const backend_options& opts)
+    : spec_(spec), layout_(make_layout(spec)), params_(layout_.param_count),
+      buffers_(layout_.buffer_count), grad_(layout_.param_count),
       optimizer_(layout_.param_count, adam),
-      pool_(std::max(1u, opts.threads ? opts.threads : std::thread::hardware_concurrency())
-            - 1) {
+      pool_(
+        std::max(1u, opts.threads ? opts.threads : std::thread::hardware_concurrency()) -
+        1) {
     shards_.resize(pool_.size());
     for (auto& s : shards_)
       s.grad.resize(layout_.param_count);
@@ -61,7 +60,7 @@ public:
     if (batch.rows == 0)
       return make_error(errc::invalid_argument, "a PPO batch needs at least one row");
     if (auto ok =
-            validate_actions(spec_, batch.discrete_actions, batch.box_actions, batch.rows);
+          validate_actions(spec_, batch.discrete_actions, batch.box_actions, batch.rows);
         !ok)
       return ok.err();
     // Advantages are normalized over the whole batch before it is split.
@@ -74,10 +73,10 @@ public:
       shard_config.normalize_advantages = false;
     }
     constexpr size_t min_rows_per_shard = 128;
-    size_t shards = spec_.batch_norm == batch_norm_mode::local
-                        ? 1
-                        : std::clamp<size_t>(batch.rows / min_rows_per_shard, 1,
-                                             shards_.size());
+    size_t shards =
+      spec_.batch_norm == batch_norm_mode::local
+        ? 1
+        : std::clamp<size_t>(batch.rows / min_rows_per_shard, 1, shards_.size());
     const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
     const size_t act_dim = static_cast<size_t>(spec_.act_dim);
     pool_.run(shards, [&](size_t k) {
@@ -86,8 +85,10 @@ public:
       ppo_batch<float> part;
       part.rows = end - begin;
       part.obs = whole.obs + begin * obs_dim;
-      part.discrete_actions = whole.discrete_actions ? whole.discrete_actions + begin : nullptr;
-      part.box_actions = whole.box_actions ? whole.box_actions + begin * act_dim : nullptr;
+      part.discrete_actions =
+        whole.discrete_actions ? whole.discrete_actions + begin : nullptr;
+      part.box_actions =
+        whole.box_actions ? whole.box_actions + begin * act_dim : nullptr;
       part.old_logprob = whole.old_logprob + begin;
       part.advantages = whole.advantages + begin;
       part.returns = whole.returns + begin;
@@ -133,8 +134,8 @@ public:
     train_options options;
     options.batch_moments = &moments_;
     vtrace_targets_buffer<float> targets;
-    return vtrace_loss_and_grad(spec_, layout_, params_.data(), buffers_.data(), batch, config,
-                                options, targets, s.workspace, grad_.data());
+    return vtrace_loss_and_grad(spec_, layout_, params_.data(), buffers_.data(), batch,
+                                config, options, targets, s.workspace, grad_.data());
   }
 
   status read_gradient(float* grad) override {
@@ -193,7 +194,8 @@ status validate_actions(const model_spec& spec, const int64_t* discrete_actions,
     return ok_status();
   }
   if (!discrete_actions && rows > 0)
-    return make_error(errc::invalid_argument, "a discrete policy's batch needs action indices");
+    return make_error(errc::invalid_argument,
+                      "a discrete policy's batch needs action indices");
   for (size_t r = 0; r < rows; ++r)
     if (discrete_actions[r] < 0 || discrete_actions[r] >= spec.n)
       return make_error(errc::invalid_argument,
@@ -211,25 +213,27 @@ status validate_vtrace_batch(const model_spec& spec, const vtrace_batch<float>& 
                           batch.steps * batch.envs);
 }
 
-status copy_global_stats(const model_layout& layout, const std::vector<stats_view*>& views,
-                         float* buffers) {
+status copy_global_stats(const model_layout& layout,
+                         const std::vector<stats_view*>& views, float* buffers) {
   std::vector<const batch_norm_slot*> layers;
   for (const auto* net : {&layout.actor, &layout.critic})
     for (const auto& stage : net->hidden)
       if (stage.has_batch_norm)
         layers.push_back(&stage.batch_norm);
   if (views.size() != layers.size())
-    return make_error(errc::dimension_mismatch,
-                      "global batch norm needs one statistics view per layer ({}), got {}",
-                      layers.size(), views.size());
+    return make_error(
+      errc::dimension_mismatch,
+      "global batch norm needs one statistics view per layer ({}), got {}", layers.size(),
+      views.size());
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& snap = views[i]->read();
     const auto& bn = *layers[i];
-    if (snap.mean.size() != static_cast<size_t>(bn.width)
-        || snap.var.size() != static_cast<size_t>(bn.width))
-      return make_error(errc::dimension_mismatch,
-                        "statistics for batch-norm layer {} must have dimension {}, got {}",
-                        bn.prefix, bn.width, snap.mean.size());
+    if (snap.mean.size() != static_cast<size_t>(bn.width) ||
+        snap.var.size() != static_cast<size_t>(bn.width))
+      return make_error(
+        errc::dimension_mismatch,
+        "statistics for batch-norm layer {} must have dimension {}, got {}", bn.prefix,
+        bn.width, snap.mean.size());
     for (int64_t j = 0; j < bn.width; ++j) {
       buffers[bn.running_mean + j] = static_cast<float>(snap.mean[j]);
       buffers[bn.running_var + j] = static_cast<float>(snap.var[j]);
@@ -248,22 +252,25 @@ result<device_choice> choose_device(const std::string& setting) {
     return device_choice{device_kind::cpu, "device = \"cpu\" in the config"};
   if (setting == "cuda") {
     if (devices == 0)
-      return make_error(errc::unavailable,
-                        "device = \"cuda\" but the CUDA runtime finds no GPU (or troupe was "
-                        "built without CUDA)");
+      return make_error(
+        errc::unavailable,
+        "device = \"cuda\" but the CUDA runtime finds no GPU (or troupe was "
+        "built without CUDA)");
     return device_choice{device_kind::cuda, "device = \"cuda\" in the config"};
   }
   if (setting == "auto") {
     if (devices > 0)
-      return device_choice{device_kind::cuda,
-                           fmt::format("device = \"auto\" and the CUDA runtime finds {} GPU{}",
-                                       devices, devices == 1 ? "" : "s")};
+      return device_choice{
+        device_kind::cuda,
+        fmt::format("device = \"auto\" and the CUDA runtime finds {} GPU{}", devices,
+                    devices == 1 ? "" : "s")};
     return device_choice{device_kind::cpu,
                          "device = \"auto\" and the CUDA runtime finds no GPU (or troupe "
                          "was built without CUDA)"};
   }
   return make_error(errc::invalid_argument,
-                    "device must be one of \"auto\", \"cpu\", \"cuda\", got \"{}\"", setting);
+                    "device must be one of \"auto\", \"cpu\", \"cuda\", got \"{}\"",
+                    setting);
 }
 
 std::unique_ptr<learner_backend> make_cpu_backend(const model_spec& spec,

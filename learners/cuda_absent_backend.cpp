@@ -5,9 +5,8 @@
 
 namespace troupe::learners {
 
-result<std::unique_ptr<learner_backend>> make_cuda_backend(const model_spec&,
-                                                           const adam_config&,
-                                                           const backend_options&) {
+result<std::unique_ptr<learner_backend>>
+make_cuda_backend(const model_spec&, const adam_config&, const backend_options&) {
   return make_error(errc::unavailable, "troupe was built without CUDA");
 }
 

@@ -22,14 +22,14 @@ enum class hyperparameter_type { boolean, integer, floating };
 
 /// One hyperparameter as the config schema and `troupe config describe` show it.
 struct hyperparameter {
-  const char* key = "";                  ///< key inside [algo.<name>]
+  const char* key = "";                                     ///< key inside [algo.<name>]
   hyperparameter_type type = hyperparameter_type::floating; ///< its type
-  double default_value = 0;              ///< the settings struct's default (booleans 0 or 1)
-  double min = 0;                        ///< smallest allowed value
-  double max = 0;                        ///< largest allowed value
-  bool min_exclusive = false;            ///< min itself is not allowed
-  bool max_exclusive = false;            ///< max itself is not allowed
-  const char* description = "";          ///< one line
+  double default_value = 0;     ///< the settings struct's default (booleans 0 or 1)
+  double min = 0;               ///< smallest allowed value
+  double max = 0;               ///< largest allowed value
+  bool min_exclusive = false;   ///< min itself is not allowed
+  bool max_exclusive = false;   ///< max itself is not allowed
+  const char* description = ""; ///< one line
 };
 
 /// Whether `x` is finite, within h's range and, for integers and booleans, whole.
@@ -42,13 +42,13 @@ std::string range_text(const hyperparameter& h);
 /// in S (whose type gives the hyperparameter's), its range and its meaning.
 template <class S>
 struct field {
-  const char* key;                                                    ///< key in [algo.<name>]
-  std::variant<bool& (*)(S&), size_t& (*)(S&), double& (*)(S&)> at;   ///< the field in S
-  double min;                                                         ///< smallest allowed
-  double max;                                                         ///< largest allowed
-  bool min_exclusive;                                                 ///< min not allowed
-  bool max_exclusive;                                                 ///< max not allowed
-  const char* description;                                            ///< one line
+  const char* key; ///< key in [algo.<name>]
+  std::variant<bool& (*)(S&), size_t& (*)(S&), double& (*)(S&)> at; ///< the field in S
+  double min;                                                       ///< smallest allowed
+  double max;                                                       ///< largest allowed
+  bool min_exclusive;                                               ///< min not allowed
+  bool max_exclusive;                                               ///< max not allowed
+  const char* description;                                          ///< one line
 };
 
 /// The value of `f` in `s`, as a double (booleans 0 or 1).
@@ -98,7 +98,8 @@ hyperparameter describe_field(const field<S>& f) {
   return h;
 }
 
-/// Reads one hyperparameter's value (a config's, a test's) as the declaration describes it.
+/// Reads one hyperparameter's value (a config's, a test's) as the declaration describes
+/// it.
 using hyperparameter_reader = std::function<double(const hyperparameter&)>;
 
 /// S{} with every field of `fields` set to what `read` gives, or

@@ -112,18 +112,20 @@ std::unique_ptr<algorithm> make_impala(const model_spec& spec, double gamma,
 algorithm_info impala_info() {
   using S = impala_settings;
   return declare_algorithm<S>(
-    "impala", "V-trace off-policy actor-critic, one gradient per batch (Espeholt et al. 2018)",
+    "impala",
+    "V-trace off-policy actor-critic, one gradient per batch (Espeholt et al. 2018)",
     {
       {"rho_bar", +[](S& s) -> double& { return s.loss.rho_bar; }, 0.0, 1e9, false, false,
        "importance weight clip of the V-trace targets (IMPALA paper 1)"},
       {"c_bar", +[](S& s) -> double& { return s.loss.c_bar; }, 0.0, 1e9, false, false,
        "trace-cutting clip (IMPALA paper 1)"},
       {"pg_rho_bar", +[](S& s) -> double& { return s.loss.pg_rho_bar; }, 0.0, 1e9, false,
-       false, "importance weight clip of the policy-gradient advantages (IMPALA paper 1)"},
-      {"ent_coef", +[](S& s) -> double& { return s.loss.ent_coef; }, 0.0, 10.0, false, false,
-       "entropy bonus weight (IMPALA paper 0.01)"},
-      {"vf_coef", +[](S& s) -> double& { return s.loss.baseline_coef; }, 0.0, 100.0, false,
-       false, "value loss weight (IMPALA baseline cost 0.5)"},
+       false,
+       "importance weight clip of the policy-gradient advantages (IMPALA paper 1)"},
+      {"ent_coef", +[](S& s) -> double& { return s.loss.ent_coef; }, 0.0, 10.0, false,
+       false, "entropy bonus weight (IMPALA paper 0.01)"},
+      {"vf_coef", +[](S& s) -> double& { return s.loss.baseline_coef; }, 0.0, 100.0,
+       false, false, "value loss weight (IMPALA baseline cost 0.5)"},
       {"local_bn_same_pass", +[](S& s) -> bool& { return s.local_bn_same_pass; }, 0, 1,
        false, false,
        "model.batch_norm = local: mu's log-probabilities are taken over the whole "

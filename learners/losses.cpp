@@ -23,7 +23,8 @@ void forward_all(const model_spec& spec, const model_layout& layout, const T* pa
                   ws.critic);
   const size_t head = static_cast<size_t>(spec.head_dim());
   if (spec.action == action_kind::discrete)
-    categorical_forward(ws.actor.out.data(), action_rows, head, discrete_actions, ws.head);
+    categorical_forward(ws.actor.out.data(), action_rows, head, discrete_actions,
+                        ws.head);
   else
     gaussian_forward(ws.actor.out.data(), params + layout.log_std, action_rows, head,
                      box_actions, ws.head);
@@ -171,8 +172,8 @@ loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout
   report.entropy = ent_sum / n;
   report.approx_kl = kl_sum / n;
   report.clip_fraction = static_cast<double>(clipped) / n;
-  report.loss = report.policy_loss + config.vf_coef * report.value_loss
-                - config.ent_coef * report.entropy;
+  report.loss = report.policy_loss + config.vf_coef * report.value_loss -
+                config.ent_coef * report.entropy;
 
   backward_all(spec, layout, params, rows, rows, batch.discrete_actions, ws, grad);
   return report;
@@ -194,8 +195,8 @@ void vtrace_targets(size_t steps, size_t envs, const T* log_rhos, const T* disco
       const size_t i = t * envs + e;
       const T next_value = t + 1 < steps ? values[i + envs] : bootstrap[e];
       const T rho = std::exp(log_rhos[i]);
-      const T delta = std::min(rho_bar, rho)
-                      * (rewards[i] + discounts[i] * next_value - values[i]);
+      const T delta =
+        std::min(rho_bar, rho) * (rewards[i] + discounts[i] * next_value - values[i]);
       acc = delta + discounts[i] * std::min(c_bar, rho) * acc;
       vs[i] = values[i] + acc;
     }
@@ -203,20 +204,18 @@ void vtrace_targets(size_t steps, size_t envs, const T* log_rhos, const T* disco
       const size_t i = t * envs + e;
       const T next_vs = t + 1 < steps ? vs[i + envs] : bootstrap[e];
       const T rho = std::exp(log_rhos[i]);
-      pg_advantages[i] = std::min(pg_rho_bar, rho)
-                         * (rewards[i] + discounts[i] * next_vs - values[i]);
+      pg_advantages[i] =
+        std::min(pg_rho_bar, rho) * (rewards[i] + discounts[i] * next_vs - values[i]);
     }
   }
 }
 
 template <class T>
-loss_report vtrace_loss_and_grad(const model_spec& spec, const model_layout& layout,
-                                 const T* params, T* buffers,
-                                 const vtrace_batch<T>& batch,
-                                 const vtrace_config& config,
-                                 const train_options& options,
-                                 vtrace_targets_buffer<T>& targets,
-                                 loss_workspace<T>& ws, T* grad) {
+loss_report
+vtrace_loss_and_grad(const model_spec& spec, const model_layout& layout, const T* params,
+                     T* buffers, const vtrace_batch<T>& batch,
+                     const vtrace_config& config, const train_options& options,
+                     vtrace_targets_buffer<T>& targets, loss_workspace<T>& ws, T* grad) {
   const size_t n = batch.steps * batch.envs;
   const size_t rows = n + batch.envs;
   forward_all(spec, layout, params, buffers, batch.obs, rows, n, batch.discrete_actions,
@@ -253,24 +252,23 @@ loss_report vtrace_loss_and_grad(const model_spec& spec, const model_layout& lay
   report.policy_loss = pg_sum / count;
   report.value_loss = 0.5 * v_sum / count;
   report.entropy = ent_sum / count;
-  report.loss = report.policy_loss + config.baseline_coef * report.value_loss
-                - config.ent_coef * report.entropy;
+  report.loss = report.policy_loss + config.baseline_coef * report.value_loss -
+                config.ent_coef * report.entropy;
   backward_all(spec, layout, params, rows, n, batch.discrete_actions, ws, grad);
   return report;
 }
 
-#define TROUPE_INSTANTIATE_LOSSES(T)                                              \
-  template void normalize_advantages<T>(const T*, size_t, T*);                    \
-  template loss_report ppo_loss_and_grad<T>(                                      \
-      const model_spec&, const model_layout&, const T*, T*, const ppo_batch<T>&,  \
-      const ppo_config&, const train_options&, loss_workspace<T>&, T*);           \
-  template void vtrace_targets<T>(size_t, size_t, const T*, const T*, const T*,   \
-                                  const T*, const T*, const vtrace_config&, T*,   \
-                                  T*);                                            \
-  template loss_report vtrace_loss_and_grad<T>(                                   \
-      const model_spec&, const model_layout&, const T*, T*,                       \
-      const vtrace_batch<T>&, const vtrace_config&, const train_options&,         \
-      vtrace_targets_buffer<T>&, loss_workspace<T>&, T*);
+#define TROUPE_INSTANTIATE_LOSSES(T)                                                     \
+  template void normalize_advantages<T>(const T*, size_t, T*);                           \
+  template loss_report ppo_loss_and_grad<T>(                                             \
+    const model_spec&, const model_layout&, const T*, T*, const ppo_batch<T>&,           \
+    const ppo_config&, const train_options&, loss_workspace<T>&, T*);                    \
+  template void vtrace_targets<T>(size_t, size_t, const T*, const T*, const T*,          \
+                                  const T*, const T*, const vtrace_config&, T*, T*);     \
+  template loss_report vtrace_loss_and_grad<T>(                                          \
+    const model_spec&, const model_layout&, const T*, T*, const vtrace_batch<T>&,        \
+    const vtrace_config&, const train_options&, vtrace_targets_buffer<T>&,               \
+    loss_workspace<T>&, T*);
 
 TROUPE_INSTANTIATE_LOSSES(float)
 TROUPE_INSTANTIATE_LOSSES(double)

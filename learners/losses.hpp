@@ -36,25 +36,26 @@ struct train_options {
 /// Everything a loss evaluation reuses between calls (no allocation once grown).
 template <class T>
 struct loss_workspace {
-  network_cache<T> actor;  ///< actor forward state
-  network_cache<T> critic; ///< critic forward state
-  head_cache<T> head;      ///< log-probabilities and entropies
-  std::vector<T> d_logp;   ///< per-row dL/dlogp
-  std::vector<T> d_entropy; ///< per-row dL/dH
-  std::vector<T> d_value;  ///< per-row dL/dV
-  std::vector<T> d_head;   ///< dL/d(actor output)
+  network_cache<T> actor;    ///< actor forward state
+  network_cache<T> critic;   ///< critic forward state
+  head_cache<T> head;        ///< log-probabilities and entropies
+  std::vector<T> d_logp;     ///< per-row dL/dlogp
+  std::vector<T> d_entropy;  ///< per-row dL/dH
+  std::vector<T> d_value;    ///< per-row dL/dV
+  std::vector<T> d_head;     ///< dL/d(actor output)
   std::vector<T> advantages; ///< normalized advantages
-  std::vector<float> terms;  ///< float PPO: per-row loss terms [rows x 5] (kernels::ppo_terms)
+  std::vector<float>
+    terms; ///< float PPO: per-row loss terms [rows x 5] (kernels::ppo_terms)
 };
 
 // -- PPO ---------------------------------------------------------------------
 
 /// PPO's coefficients (CleanRL's defaults).
 struct ppo_config {
-  double clip_coef = 0.2;          ///< c, for the ratio and the value clip
-  double vf_coef = 0.5;            ///< weight of the value loss
-  double ent_coef = 0.01;          ///< weight of the entropy bonus
-  bool clip_value_loss = true;     ///< clip the value loss as CleanRL does
+  double clip_coef = 0.2;           ///< c, for the ratio and the value clip
+  double vf_coef = 0.5;             ///< weight of the value loss
+  double ent_coef = 0.01;           ///< weight of the entropy bonus
+  bool clip_value_loss = true;      ///< clip the value loss as CleanRL does
   bool normalize_advantages = true; ///< (A - mean) / (std + 1e-8) per batch
 };
 
@@ -67,14 +68,14 @@ void normalize_advantages(const T* in, size_t rows, T* out);
 /// A PPO minibatch (row-major, not owned).
 template <class T>
 struct ppo_batch {
-  size_t rows = 0;                       ///< number of samples
-  const T* obs = nullptr;                ///< [rows x obs_dim], already normalized
+  size_t rows = 0;                           ///< number of samples
+  const T* obs = nullptr;                    ///< [rows x obs_dim], already normalized
   const int64_t* discrete_actions = nullptr; ///< discrete: [rows]
-  const T* box_actions = nullptr;        ///< box: [rows x act_dim]
-  const T* old_logprob = nullptr;        ///< [rows] log-probability when acting
-  const T* advantages = nullptr;         ///< [rows]
-  const T* returns = nullptr;            ///< [rows] value targets
-  const T* old_values = nullptr;         ///< [rows] values when acting
+  const T* box_actions = nullptr;            ///< box: [rows x act_dim]
+  const T* old_logprob = nullptr;            ///< [rows] log-probability when acting
+  const T* advantages = nullptr;             ///< [rows]
+  const T* returns = nullptr;                ///< [rows] value targets
+  const T* old_values = nullptr;             ///< [rows] values when acting
 };
 
 /// PPO's loss on `batch` and its gradient with respect to every parameter
@@ -90,11 +91,11 @@ loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout
 
 /// IMPALA's coefficients.
 struct vtrace_config {
-  double rho_bar = 1.0;        ///< clip of the importance weights in the targets
-  double pg_rho_bar = 1.0;     ///< clip of the importance weights in the advantages
-  double c_bar = 1.0;          ///< clip of the trace-cutting coefficients
-  double baseline_coef = 0.5;  ///< weight of the value loss
-  double ent_coef = 0.01;      ///< weight of the entropy bonus
+  double rho_bar = 1.0;       ///< clip of the importance weights in the targets
+  double pg_rho_bar = 1.0;    ///< clip of the importance weights in the advantages
+  double c_bar = 1.0;         ///< clip of the trace-cutting coefficients
+  double baseline_coef = 0.5; ///< weight of the value loss
+  double ent_coef = 0.01;     ///< weight of the entropy bonus
 };
 
 /// V-trace targets v_t and policy-gradient advantages for `steps` x `envs`
@@ -108,34 +109,32 @@ void vtrace_targets(size_t steps, size_t envs, const T* log_rhos, const T* disco
 /// A V-trace batch: `steps` x `envs` transitions, time-major.
 template <class T>
 struct vtrace_batch {
-  size_t steps = 0;                      ///< unroll length
-  size_t envs = 0;                       ///< parallel trajectories
-  const T* obs = nullptr;                ///< [(steps + 1) * envs x obs_dim]; the last
-                                         ///< envs rows are the bootstrap observations
+  size_t steps = 0;                          ///< unroll length
+  size_t envs = 0;                           ///< parallel trajectories
+  const T* obs = nullptr;                    ///< [(steps + 1) * envs x obs_dim]; the last
+                                             ///< envs rows are the bootstrap observations
   const int64_t* discrete_actions = nullptr; ///< discrete: [steps * envs]
-  const T* box_actions = nullptr;        ///< box: [steps * envs x act_dim]
-  const T* behavior_logprob = nullptr;   ///< [steps * envs] log mu(a|x)
-  const T* rewards = nullptr;            ///< [steps * envs]
-  const T* discounts = nullptr;          ///< [steps * envs] gamma (1 - done)
+  const T* box_actions = nullptr;            ///< box: [steps * envs x act_dim]
+  const T* behavior_logprob = nullptr;       ///< [steps * envs] log mu(a|x)
+  const T* rewards = nullptr;                ///< [steps * envs]
+  const T* discounts = nullptr;              ///< [steps * envs] gamma (1 - done)
 };
 
-/// V-trace targets of one evaluation, kept so a caller can inspect them or hold them fixed.
+/// V-trace targets of one evaluation, kept so a caller can inspect them or hold them
+/// fixed.
 template <class T>
 struct vtrace_targets_buffer {
-  bool fixed = false;          ///< use vs and pg_advantages as given
-  std::vector<T> vs;           ///< [steps * envs]
+  bool fixed = false;           ///< use vs and pg_advantages as given
+  std::vector<T> vs;            ///< [steps * envs]
   std::vector<T> pg_advantages; ///< [steps * envs]
 };
 
 /// IMPALA's loss and its gradient, with the targets computed from this
 /// forward pass (unless targets.fixed) and treated as constants.
 template <class T>
-loss_report vtrace_loss_and_grad(const model_spec& spec, const model_layout& layout,
-                                 const T* params, T* buffers,
-                                 const vtrace_batch<T>& batch,
-                                 const vtrace_config& config,
-                                 const train_options& options,
-                                 vtrace_targets_buffer<T>& targets,
-                                 loss_workspace<T>& workspace, T* grad);
+loss_report vtrace_loss_and_grad(
+  const model_spec& spec, const model_layout& layout, const T* params, T* buffers,
+  const vtrace_batch<T>& batch, const vtrace_config& config, const train_options& options,
+  vtrace_targets_buffer<T>& targets, loss_workspace<T>& workspace, T* grad);
 
 } // namespace troupe::learners

@@ -35,10 +35,10 @@ bool cpu_runs_avx512() noexcept {
     if (std::getenv("TROUPE_NO_AVX512"))
       return false;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
-           && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw")
-           && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx2")
-           && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma");
   }();
   return yes;
 #else
@@ -67,9 +67,9 @@ double gemm_gflops(size_t rows, size_t k, size_t n, double min_seconds) {
 }
 
 template <class T>
-void network_forward(const network_layout& net, const model_spec& spec,
-                     const T* params, const T* buffers, const T* input,
-                     size_t rows, forward_mode mode, network_cache<T>& cache) {
+void network_forward(const network_layout& net, const model_spec& spec, const T* params,
+                     const T* buffers, const T* input, size_t rows, forward_mode mode,
+                     network_cache<T>& cache) {
   if constexpr (std::is_same_v<T, float>) {
 #if defined(TROUPE_HAVE_MLP_AVX512)
     if (avx512_in_use()) {
@@ -82,9 +82,8 @@ void network_forward(const network_layout& net, const model_spec& spec,
 }
 
 template <class T>
-void network_backward(const network_layout& net, const model_spec& spec,
-                      const T* params, network_cache<T>& cache,
-                      const T* d_output, T* grad) {
+void network_backward(const network_layout& net, const model_spec& spec, const T* params,
+                      network_cache<T>& cache, const T* d_output, T* grad) {
   if constexpr (std::is_same_v<T, float>) {
 #if defined(TROUPE_HAVE_MLP_AVX512)
     if (avx512_in_use()) {
@@ -164,8 +163,8 @@ void batch_norm_moments(const network_layout& net, const network_cache<T>& cache
 // reference, the same formulas in float64.
 
 template <class T>
-void categorical_forward(const T* logits, size_t rows, size_t n,
-                         const int64_t* actions, head_cache<T>& cache) {
+void categorical_forward(const T* logits, size_t rows, size_t n, const int64_t* actions,
+                         head_cache<T>& cache) {
   cache.logp.resize(rows);
   cache.entropy.resize(rows);
   cache.aux.resize(rows * n);
@@ -194,8 +193,8 @@ void categorical_forward(const T* logits, size_t rows, size_t n,
 
 template <class T>
 void categorical_backward(const head_cache<T>& cache, size_t rows, size_t n,
-                          const int64_t* actions, const T* d_logp,
-                          const T* d_entropy, T* d_logits) {
+                          const int64_t* actions, const T* d_logp, const T* d_entropy,
+                          T* d_logits) {
   if constexpr (std::is_same_v<T, float>) {
     kernels::categorical_backward(cache.aux.data(), cache.entropy.data(), actions, d_logp,
                                   d_entropy, rows, n, d_logits);
@@ -271,9 +270,8 @@ void gaussian_backward(head_cache<T>& cache, const T* log_std, size_t rows, size
 // -- observation normalizer ---------------------------------------------------
 
 template <class T>
-void normalize_observations(const float* obs, size_t rows, size_t dim,
-                            const double* mean, const double* var, double eps,
-                            double clip, T* out) {
+void normalize_observations(const float* obs, size_t rows, size_t dim, const double* mean,
+                            const double* var, double eps, double clip, T* out) {
   if constexpr (std::is_same_v<T, float>) {
     // The kernel takes float statistics: 1 / sqrt(var + eps) is formed in
     // float64 and rounded once.
@@ -284,41 +282,39 @@ void normalize_observations(const float* obs, size_t rows, size_t dim,
       stats[dim + j] = static_cast<float>(1.0 / std::sqrt(var[j] + eps));
     }
     const float limit = clip < static_cast<double>(std::numeric_limits<float>::max())
-                            ? static_cast<float>(clip)
-                            : std::numeric_limits<float>::infinity();
+                          ? static_cast<float>(clip)
+                          : std::numeric_limits<float>::infinity();
     kernels::normalize_clip(obs, stats.data(), stats.data() + dim, rows, dim, limit, out);
   } else {
     for (size_t r = 0; r < rows; ++r)
       for (size_t j = 0; j < dim; ++j) {
-        double v = (static_cast<double>(obs[r * dim + j]) - mean[j])
-                   / std::sqrt(var[j] + eps);
+        double v =
+          (static_cast<double>(obs[r * dim + j]) - mean[j]) / std::sqrt(var[j] + eps);
         out[r * dim + j] = std::clamp(v, -clip, clip);
       }
   }
 }
 
-#define TROUPE_INSTANTIATE_MLP(T)                                                \
-  template void network_forward<T>(const network_layout&, const model_spec&,     \
-                                   const T*, const T*, const T*, size_t,         \
-                                   forward_mode, network_cache<T>&);             \
-  template void network_backward<T>(const network_layout&, const model_spec&,    \
-                                    const T*, network_cache<T>&, const T*, T*);  \
-  template void update_running_stats<T>(const network_layout&, const model_spec&,\
-                                        const network_cache<T>&, T*);            \
-  template void batch_norm_moments<T>(const network_layout&,                     \
-                                      const network_cache<T>&,                   \
-                                      std::vector<kernels::moments>&);           \
-  template void categorical_forward<T>(const T*, size_t, size_t, const int64_t*, \
-                                       head_cache<T>&);                          \
-  template void categorical_backward<T>(const head_cache<T>&, size_t, size_t,    \
-                                        const int64_t*, const T*, const T*, T*); \
-  template void gaussian_forward<T>(const T*, const T*, size_t, size_t,          \
-                                    const T*, head_cache<T>&);                   \
-  template void gaussian_backward<T>(head_cache<T>&, const T*, size_t,           \
-                                     size_t, const T*, const T*, T*, T*);        \
-  template void normalize_observations<T>(const float*, size_t, size_t,          \
-                                          const double*, const double*, double,  \
-                                          double, T*);
+#define TROUPE_INSTANTIATE_MLP(T)                                                        \
+  template void network_forward<T>(const network_layout&, const model_spec&, const T*,   \
+                                   const T*, const T*, size_t, forward_mode,             \
+                                   network_cache<T>&);                                   \
+  template void network_backward<T>(const network_layout&, const model_spec&, const T*,  \
+                                    network_cache<T>&, const T*, T*);                    \
+  template void update_running_stats<T>(const network_layout&, const model_spec&,        \
+                                        const network_cache<T>&, T*);                    \
+  template void batch_norm_moments<T>(const network_layout&, const network_cache<T>&,    \
+                                      std::vector<kernels::moments>&);                   \
+  template void categorical_forward<T>(const T*, size_t, size_t, const int64_t*,         \
+                                       head_cache<T>&);                                  \
+  template void categorical_backward<T>(const head_cache<T>&, size_t, size_t,            \
+                                        const int64_t*, const T*, const T*, T*);         \
+  template void gaussian_forward<T>(const T*, const T*, size_t, size_t, const T*,        \
+                                    head_cache<T>&);                                     \
+  template void gaussian_backward<T>(head_cache<T>&, const T*, size_t, size_t, const T*, \
+                                     const T*, T*, T*);                                  \
+  template void normalize_observations<T>(const float*, size_t, size_t, const double*,   \
+                                          const double*, double, double, T*);
 
 TROUPE_INSTANTIATE_MLP(float)
 TROUPE_INSTANTIATE_MLP(double)

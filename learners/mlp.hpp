@@ -21,33 +21,32 @@ enum class forward_mode : uint8_t {
 /// What one network's forward pass keeps for its backward pass.
 template <class T>
 struct network_cache {
-  const T* input = nullptr;          ///< [rows x in], not owned
-  size_t rows = 0;                   ///< batch rows
-  std::vector<std::vector<T>> z;     ///< per hidden stage with BN: Linear output
-  std::vector<std::vector<T>> zhat;  ///< per hidden stage with BN: normalized z
-  std::vector<std::vector<T>> h;     ///< per hidden stage: activation output
+  const T* input = nullptr;               ///< [rows x in], not owned
+  size_t rows = 0;                        ///< batch rows
+  std::vector<std::vector<T>> z;          ///< per hidden stage with BN: Linear output
+  std::vector<std::vector<T>> zhat;       ///< per hidden stage with BN: normalized z
+  std::vector<std::vector<T>> h;          ///< per hidden stage: activation output
   std::vector<std::vector<T>> bn_mean;    ///< per BN stage: mean used
   std::vector<std::vector<T>> bn_var;     ///< per BN stage: (biased) variance used
   std::vector<std::vector<T>> bn_inv_std; ///< per BN stage: 1/sqrt(var + eps)
-  std::vector<T> out;                ///< [rows x output width]
-  std::vector<T> zeros;              ///< zero bias for the activation after batch norm
-  std::vector<T> d_upper;            ///< backward scratch
-  std::vector<T> d_lower;            ///< backward scratch
+  std::vector<T> out;                     ///< [rows x output width]
+  std::vector<T> zeros;   ///< zero bias for the activation after batch norm
+  std::vector<T> d_upper; ///< backward scratch
+  std::vector<T> d_lower; ///< backward scratch
 };
 
 /// Forward pass of one network on `input` [rows x in]; `buffers` holds the
 /// running statistics (read in eval mode and in global train mode).
 template <class T>
-void network_forward(const network_layout& net, const model_spec& spec,
-                     const T* params, const T* buffers, const T* input,
-                     size_t rows, forward_mode mode, network_cache<T>& cache);
+void network_forward(const network_layout& net, const model_spec& spec, const T* params,
+                     const T* buffers, const T* input, size_t rows, forward_mode mode,
+                     network_cache<T>& cache);
 
 /// Backward pass of one network from dL/d(output) [rows x out], overwriting
 /// this network's slots of `grad` and leaving the others alone.
 template <class T>
-void network_backward(const network_layout& net, const model_spec& spec,
-                      const T* params, network_cache<T>& cache,
-                      const T* d_output, T* grad);
+void network_backward(const network_layout& net, const model_spec& spec, const T* params,
+                      network_cache<T>& cache, const T* d_output, T* grad);
 
 /// Local mode: moves the running statistics toward the batch's, as PyTorch
 /// does (momentum, unbiased variance).
@@ -88,14 +87,14 @@ struct head_cache {
 /// Categorical head: log-softmax of `logits` [rows x n], log-probability of
 /// `actions` and entropy.
 template <class T>
-void categorical_forward(const T* logits, size_t rows, size_t n,
-                         const int64_t* actions, head_cache<T>& cache);
+void categorical_forward(const T* logits, size_t rows, size_t n, const int64_t* actions,
+                         head_cache<T>& cache);
 
 /// dL/dlogits from per-row dL/dlogp and dL/dentropy.
 template <class T>
 void categorical_backward(const head_cache<T>& cache, size_t rows, size_t n,
-                          const int64_t* actions, const T* d_logp,
-                          const T* d_entropy, T* d_logits);
+                          const int64_t* actions, const T* d_logp, const T* d_entropy,
+                          T* d_logits);
 
 /// Diagonal Gaussian head: log-probability of `actions` [rows x d] under
 /// N(mean, exp(log_std)^2) and entropy.
@@ -106,8 +105,7 @@ void gaussian_forward(const T* mean, const T* log_std, size_t rows, size_t d,
 /// dL/dmean [rows x d] and dL/dlog_std [d] from per-row dL/dlogp and
 /// dL/dentropy (the cache's d_log_std_rows is the scratch for the per-row terms).
 template <class T>
-void gaussian_backward(head_cache<T>& cache, const T* log_std, size_t rows,
-                       size_t d, const T* d_logp, const T* d_entropy, T* d_mean,
-                       T* d_log_std);
+void gaussian_backward(head_cache<T>& cache, const T* log_std, size_t rows, size_t d,
+                       const T* d_logp, const T* d_entropy, T* d_mean, T* d_log_std);
 
 } // namespace troupe::learners

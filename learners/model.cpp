@@ -22,12 +22,12 @@ const char* to_string(action_kind kind) noexcept {
 
 const char* to_string(batch_norm_mode mode) noexcept {
   switch (mode) {
-    case batch_norm_mode::none:
-      return "none";
-    case batch_norm_mode::global:
-      return "global";
-    case batch_norm_mode::local:
-      return "local";
+  case batch_norm_mode::none:
+    return "none";
+  case batch_norm_mode::global:
+    return "global";
+  case batch_norm_mode::local:
+    return "local";
   }
   return "none";
 }
@@ -57,9 +57,9 @@ result<batch_norm_mode> parse_batch_norm(const std::string& text) {
     return batch_norm_mode::global;
   if (text == "local")
     return batch_norm_mode::local;
-  return make_error(errc::invalid_argument,
-                    "batch_norm must be one of \"none\", \"global\", \"local\", got \"{}\"",
-                    text);
+  return make_error(
+    errc::invalid_argument,
+    "batch_norm must be one of \"none\", \"global\", \"local\", got \"{}\"", text);
 }
 
 // -- spec --------------------------------------------------------------------
@@ -67,8 +67,8 @@ result<batch_norm_mode> parse_batch_norm(const std::string& text) {
 status model_spec::validate() const {
   constexpr int64_t max_width = 1 << 20;
   if (obs_dim < 1 || obs_dim > max_width)
-    return make_error(errc::invalid_argument,
-                      "obs_dim must be in [1, {}], got {}", max_width, obs_dim);
+    return make_error(errc::invalid_argument, "obs_dim must be in [1, {}], got {}",
+                      max_width, obs_dim);
   if (action == action_kind::discrete && (n < 2 || n > max_width))
     return make_error(errc::invalid_argument,
                       "a discrete action space needs n in [2, {}], got {}", max_width, n);
@@ -78,8 +78,8 @@ status model_spec::validate() const {
                       act_dim);
   for (size_t i = 0; i < hidden.size(); ++i)
     if (hidden[i] < 1 || hidden[i] > max_width)
-      return make_error(errc::invalid_argument,
-                        "hidden[{}] must be in [1, {}], got {}", i, max_width, hidden[i]);
+      return make_error(errc::invalid_argument, "hidden[{}] must be in [1, {}], got {}",
+                        i, max_width, hidden[i]);
   if (!(obs_norm_eps > 0.0) || !std::isfinite(obs_norm_eps))
     return make_error(errc::invalid_argument,
                       "obs_norm_eps must be a finite number > 0, got {}", obs_norm_eps);
@@ -88,10 +88,12 @@ status model_spec::validate() const {
                       obs_norm_clip);
   if (!(batch_norm_eps > 0.0) || !std::isfinite(batch_norm_eps))
     return make_error(errc::invalid_argument,
-                      "batch_norm_eps must be a finite number > 0, got {}", batch_norm_eps);
+                      "batch_norm_eps must be a finite number > 0, got {}",
+                      batch_norm_eps);
   if (!(batch_norm_momentum > 0.0 && batch_norm_momentum <= 1.0))
     return make_error(errc::invalid_argument,
-                      "batch_norm_momentum must be in (0, 1], got {}", batch_norm_momentum);
+                      "batch_norm_momentum must be in (0, 1], got {}",
+                      batch_norm_momentum);
   if (batch_norm != batch_norm_mode::none && hidden.empty())
     return make_error(errc::invalid_argument,
                       "batch_norm = \"{}\" needs at least one hidden layer",
@@ -209,8 +211,7 @@ void orthogonal_init(float* weight, int64_t rows, int64_t cols, double gain,
       q.col(j) = -q.col(j);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j)
-      weight[i * cols + j] =
-          static_cast<float>(gain * (transposed ? q(j, i) : q(i, j)));
+      weight[i * cols + j] = static_cast<float>(gain * (transposed ? q(j, i) : q(i, j)));
 }
 
 void init_network(const network_layout& net, double output_gain, float* params,
@@ -225,8 +226,8 @@ void init_network(const network_layout& net, double output_gain, float* params,
       std::fill(buffers + bn.running_var, buffers + bn.running_var + bn.width, 1.0f);
     }
   }
-  orthogonal_init(params + net.output.weight, net.output.out, net.output.in,
-                  output_gain, rng);
+  orthogonal_init(params + net.output.weight, net.output.out, net.output.in, output_gain,
+                  rng);
 }
 
 } // namespace
@@ -254,8 +255,8 @@ std::vector<tensor_ref> actor_critic::tensors() {
   std::vector<tensor_ref> out;
   out.reserve(layout_.tensors.size());
   for (const auto& t : layout_.tensors)
-    out.push_back({t.name, t.shape,
-                   (t.is_buffer ? buffers_.data() : params_.data()) + t.offset});
+    out.push_back(
+      {t.name, t.shape, (t.is_buffer ? buffers_.data() : params_.data()) + t.offset});
   return out;
 }
 
@@ -263,8 +264,8 @@ std::vector<const_tensor_ref> actor_critic::tensors() const {
   std::vector<const_tensor_ref> out;
   out.reserve(layout_.tensors.size());
   for (const auto& t : layout_.tensors)
-    out.push_back({t.name, t.shape,
-                   (t.is_buffer ? buffers_.data() : params_.data()) + t.offset});
+    out.push_back(
+      {t.name, t.shape, (t.is_buffer ? buffers_.data() : params_.data()) + t.offset});
   return out;
 }
 
@@ -321,9 +322,9 @@ status actor_critic::evaluate(const float* obs, size_t rows,
                         "var {}",
                         dim, obs_stats->mean.size(), obs_stats->var.size());
     scratch.normalized.resize(rows * dim);
-    normalize_observations(obs, rows, dim, obs_stats->mean.data(),
-                           obs_stats->var.data(), spec_.obs_norm_eps,
-                           spec_.obs_norm_clip, scratch.normalized.data());
+    normalize_observations(obs, rows, dim, obs_stats->mean.data(), obs_stats->var.data(),
+                           spec_.obs_norm_eps, spec_.obs_norm_clip,
+                           scratch.normalized.data());
     input = scratch.normalized.data();
   }
   const auto mode = batch_statistics ? forward_mode::train : forward_mode::eval;

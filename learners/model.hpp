@@ -40,18 +40,18 @@ result<batch_norm_mode> parse_batch_norm(const std::string& text);
 
 /// Everything that rebuilds a policy (together with its tensors).
 struct model_spec {
-  int64_t obs_dim = 0;                           ///< observation width
-  action_kind action = action_kind::discrete;    ///< kind of action space
-  int64_t n = 0;                                 ///< discrete: number of actions
-  int64_t act_dim = 0;                           ///< box: action dimension
-  std::vector<int64_t> hidden{64, 64};           ///< hidden widths (actor and critic)
+  int64_t obs_dim = 0;                        ///< observation width
+  action_kind action = action_kind::discrete; ///< kind of action space
+  int64_t n = 0;                              ///< discrete: number of actions
+  int64_t act_dim = 0;                        ///< box: action dimension
+  std::vector<int64_t> hidden{64, 64};        ///< hidden widths (actor and critic)
   activation_kind activation = activation_kind::tanh; ///< hidden activation
-  bool obs_norm = false;                         ///< normalize observations
-  double obs_norm_eps = 1e-8;                    ///< variance epsilon of the normalizer
-  double obs_norm_clip = 10.0;                   ///< normalized values clip to [-clip, clip]
+  bool obs_norm = false;                              ///< normalize observations
+  double obs_norm_eps = 1e-8;  ///< variance epsilon of the normalizer
+  double obs_norm_clip = 10.0; ///< normalized values clip to [-clip, clip]
   batch_norm_mode batch_norm = batch_norm_mode::none; ///< batch norm mode
-  double batch_norm_eps = 1e-5;                  ///< variance epsilon of batch norm
-  double batch_norm_momentum = 0.1;              ///< local mode: PyTorch's momentum
+  double batch_norm_eps = 1e-5;                       ///< variance epsilon of batch norm
+  double batch_norm_momentum = 0.1;                   ///< local mode: PyTorch's momentum
 
   /// Width of the policy head: n for discrete, act_dim for box.
   int64_t head_dim() const noexcept {
@@ -87,10 +87,10 @@ using const_tensor_ref = basic_tensor_ref<const float>;
 
 /// Offsets (into the flat parameter vector) of one nn.Linear.
 struct linear_slot {
-  int64_t in = 0;     ///< input width
-  int64_t out = 0;    ///< output width
-  size_t weight = 0;  ///< offset of weight [out, in]
-  size_t bias = 0;    ///< offset of bias [out]
+  int64_t in = 0;    ///< input width
+  int64_t out = 0;   ///< output width
+  size_t weight = 0; ///< offset of weight [out, in]
+  size_t bias = 0;   ///< offset of bias [out]
 };
 
 /// One nn.BatchNorm1d: affine parameters in the parameter vector, running
@@ -106,7 +106,7 @@ struct batch_norm_slot {
 
 /// One hidden stage: Linear, optional BatchNorm1d, activation.
 struct hidden_slot {
-  linear_slot linear;   ///< the Linear
+  linear_slot linear;          ///< the Linear
   bool has_batch_norm = false; ///< whether a BatchNorm1d follows it
   batch_norm_slot batch_norm;  ///< valid when has_batch_norm
 };
@@ -129,12 +129,12 @@ struct tensor_slot {
 
 /// Where every tensor of a model lives.
 struct model_layout {
-  network_layout actor;           ///< policy network
-  network_layout critic;          ///< value network
-  bool has_log_std = false;       ///< box: state-independent log-std parameter
-  size_t log_std = 0;             ///< parameter offset of actor_logstd [1, act_dim]
-  size_t param_count = 0;         ///< trainable float32 numbers
-  size_t buffer_count = 0;        ///< non-trainable float32 numbers
+  network_layout actor;             ///< policy network
+  network_layout critic;            ///< value network
+  bool has_log_std = false;         ///< box: state-independent log-std parameter
+  size_t log_std = 0;               ///< parameter offset of actor_logstd [1, act_dim]
+  size_t param_count = 0;           ///< trainable float32 numbers
+  size_t buffer_count = 0;          ///< non-trainable float32 numbers
   std::vector<tensor_slot> tensors; ///< every tensor in state_dict order
 };
 
@@ -165,12 +165,12 @@ private:
 
 /// Deterministic outputs of the policy for a batch of observations.
 struct policy_output {
-  size_t rows = 0;              ///< number of observations
-  std::vector<float> logits;    ///< discrete: [rows x n]
-  std::vector<float> mean;      ///< box: [rows x act_dim]
-  std::vector<float> log_std;   ///< box: [act_dim] (state-independent)
-  std::vector<float> value;     ///< [rows]
-  evaluate_scratch scratch;     ///< reused by the next evaluate() into this output
+  size_t rows = 0;            ///< number of observations
+  std::vector<float> logits;  ///< discrete: [rows x n]
+  std::vector<float> mean;    ///< box: [rows x act_dim]
+  std::vector<float> log_std; ///< box: [act_dim] (state-independent)
+  std::vector<float> value;   ///< [rows]
+  evaluate_scratch scratch;   ///< reused by the next evaluate() into this output
 };
 
 // -- the model ---------------------------------------------------------------
@@ -242,8 +242,7 @@ private:
 /// Normalizes observations [rows x dim] into `out` with the observation
 /// normalizer's formula, in float64 arithmetic, rounding to T.
 template <class T>
-void normalize_observations(const float* obs, size_t rows, size_t dim,
-                            const double* mean, const double* var, double eps,
-                            double clip, T* out);
+void normalize_observations(const float* obs, size_t rows, size_t dim, const double* mean,
+                            const double* var, double eps, double clip, T* out);
 
 } // namespace troupe::learners

@@ -5,8 +5,7 @@
 namespace troupe::learners {
 
 adam_optimizer::adam_optimizer(size_t n, adam_config config)
-  : config_(config), m_(n, 0.0f), v_(n, 0.0f) {
-}
+  : config_(config), m_(n, 0.0f), v_(n, 0.0f) {}
 
 kernels::adam_hyper adam_hyper_for(const adam_config& config, double lr, int64_t step) {
   kernels::adam_hyper hyper;
@@ -59,7 +58,7 @@ double linear_lr(double lr0, int64_t update, int64_t total_updates) noexcept {
   if (total_updates <= 0)
     return lr0;
   const double frac =
-      1.0 - static_cast<double>(update - 1) / static_cast<double>(total_updates);
+    1.0 - static_cast<double>(update - 1) / static_cast<double>(total_updates);
   return lr0 * frac;
 }
 

@@ -118,8 +118,7 @@ public:
     //    so that the ratio corrects for the lag each row saw.
     if (auto ok = acting_.compute(acting, b); !ok)
       return ok.err();
-    const float* old_logp =
-      b.behavior_recorded ? b.behavior_logp : acting_.logp.data();
+    const float* old_logp = b.behavior_recorded ? b.behavior_logp : acting_.logp.data();
 
     // 2. Advantages and returns (GAE) over the valid rows.
     rows_.compute(b, acting_, old_logp, gamma_, s_.gae_lambda);
@@ -174,7 +173,7 @@ private:
   bool discrete_;
   double gamma_;
   ppo_settings s_;
-  bool same_pass_; // local batch norm with local_bn_same_pass
+  bool same_pass_;             // local batch norm with local_bn_same_pass
   behavior_outputs minibatch_; // same_pass_old's, over one minibatch
   behavior_outputs acting_;
   advantage_rows rows_;
@@ -194,22 +193,22 @@ algorithm_info ppo_info() {
     "clipped surrogate with GAE advantages, several epochs of minibatches per batch "
     "(CleanRL's ppo.py)",
     {
-      {"gae_lambda", +[](S& s) -> double& { return s.gae_lambda; }, 0.0, 1.0, false, false,
-       "GAE lambda (CleanRL 0.95)"},
+      {"gae_lambda", +[](S& s) -> double& { return s.gae_lambda; }, 0.0, 1.0, false,
+       false, "GAE lambda (CleanRL 0.95)"},
       {"num_minibatches", +[](S& s) -> size_t& { return s.num_minibatches; }, 1, 65536,
        false, false, "minibatches per epoch (CleanRL 4); at most num_steps x num_envs"},
       {"update_epochs", +[](S& s) -> size_t& { return s.update_epochs; }, 1, 1000, false,
        false, "epochs per batch (CleanRL 4)"},
-      {"norm_adv", +[](S& s) -> bool& { return s.loss.normalize_advantages; }, 0, 1, false,
-       false, "normalize advantages per minibatch (CleanRL)"},
+      {"norm_adv", +[](S& s) -> bool& { return s.loss.normalize_advantages; }, 0, 1,
+       false, false, "normalize advantages per minibatch (CleanRL)"},
       {"clip_coef", +[](S& s) -> double& { return s.loss.clip_coef; }, 0.0, 10.0, false,
        false, "surrogate and value clipping coefficient (CleanRL 0.2)"},
       {"clip_vloss", +[](S& s) -> bool& { return s.loss.clip_value_loss; }, 0, 1, false,
        false, "clip the value loss (CleanRL)"},
       {"ent_coef", +[](S& s) -> double& { return s.loss.ent_coef; }, 0.0, 10.0, false,
        false, "entropy bonus weight (CleanRL 0.01)"},
-      {"vf_coef", +[](S& s) -> double& { return s.loss.vf_coef; }, 0.0, 100.0, false, false,
-       "value loss weight (CleanRL 0.5)"},
+      {"vf_coef", +[](S& s) -> double& { return s.loss.vf_coef; }, 0.0, 100.0, false,
+       false, "value loss weight (CleanRL 0.5)"},
       {"local_bn_same_pass", +[](S& s) -> bool& { return s.local_bn_same_pass; }, 0, 1,
        false, false,
        "model.batch_norm = local: the ratio's old log-probabilities and the value "

@@ -13,10 +13,10 @@ namespace troupe::learners {
 
 /// PPO's hyperparameters ([algo.ppo]; CleanRL's defaults).
 struct ppo_settings {
-  ppo_config loss;             ///< clip_coef, vf_coef, ent_coef, clip_vloss, norm_adv
-  double gae_lambda = 0.95;    ///< GAE lambda
-  size_t num_minibatches = 4;  ///< minibatches per epoch
-  size_t update_epochs = 4;    ///< passes over each batch
+  ppo_config loss;            ///< clip_coef, vf_coef, ent_coef, clip_vloss, norm_adv
+  double gae_lambda = 0.95;   ///< GAE lambda
+  size_t num_minibatches = 4; ///< minibatches per epoch
+  size_t update_epochs = 4;   ///< passes over each batch
   /// Local batch norm only: take the ratio's old log-probabilities and the
   /// value clip's old values over each minibatch with the acting weights and
   /// its own statistics, as the learning pass normalizes.

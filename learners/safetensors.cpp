@@ -31,9 +31,9 @@ struct dtype_info {
 };
 
 constexpr dtype_info dtype_table[] = {
-  {st_dtype::f64, "F64", 8},  {st_dtype::f32, "F32", 4}, {st_dtype::f16, "F16", 2},
-  {st_dtype::bf16, "BF16", 2}, {st_dtype::i64, "I64", 8}, {st_dtype::i32, "I32", 4},
-  {st_dtype::i16, "I16", 2},  {st_dtype::i8, "I8", 1},   {st_dtype::u8, "U8", 1},
+  {st_dtype::f64, "F64", 8},      {st_dtype::f32, "F32", 4}, {st_dtype::f16, "F16", 2},
+  {st_dtype::bf16, "BF16", 2},    {st_dtype::i64, "I64", 8}, {st_dtype::i32, "I32", 4},
+  {st_dtype::i16, "I16", 2},      {st_dtype::i8, "I8", 1},   {st_dtype::u8, "U8", 1},
   {st_dtype::boolean, "BOOL", 1},
 };
 
@@ -166,12 +166,18 @@ struct json_value {
 
 const char* kind_name(json_value::kind k) {
   switch (k) {
-    case json_value::kind::null: return "null";
-    case json_value::kind::boolean: return "a boolean";
-    case json_value::kind::number: return "a number";
-    case json_value::kind::string: return "a string";
-    case json_value::kind::array: return "an array";
-    case json_value::kind::object: return "an object";
+  case json_value::kind::null:
+    return "null";
+  case json_value::kind::boolean:
+    return "a boolean";
+  case json_value::kind::number:
+    return "a number";
+  case json_value::kind::string:
+    return "a string";
+  case json_value::kind::array:
+    return "an array";
+  case json_value::kind::object:
+    return "an object";
   }
   return "?";
 }
@@ -204,9 +210,8 @@ private:
   }
 
   void skip_space() {
-    while (pos_ < text_.size()
-           && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n'
-               || text_[pos_] == '\r'))
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                   text_[pos_] == '\n' || text_[pos_] == '\r'))
       ++pos_;
   }
 
@@ -224,26 +229,28 @@ private:
       return fail("unexpected end of JSON");
     char c = text_[pos_];
     switch (c) {
-      case '{': return parse_object(out, depth);
-      case '[': return parse_array(out, depth);
-      case '"':
-        out.type = json_value::kind::string;
-        return parse_string(out.text);
-      case 't':
-        out.type = json_value::kind::boolean;
-        out.flag = true;
-        return literal("true");
-      case 'f':
-        out.type = json_value::kind::boolean;
-        out.flag = false;
-        return literal("false");
-      case 'n':
-        out.type = json_value::kind::null;
-        return literal("null");
-      default:
-        if (c == '-' || (c >= '0' && c <= '9'))
-          return parse_number(out);
-        return fail(fmt::format("unexpected character '{}'", printable(c)));
+    case '{':
+      return parse_object(out, depth);
+    case '[':
+      return parse_array(out, depth);
+    case '"':
+      out.type = json_value::kind::string;
+      return parse_string(out.text);
+    case 't':
+      out.type = json_value::kind::boolean;
+      out.flag = true;
+      return literal("true");
+    case 'f':
+      out.type = json_value::kind::boolean;
+      out.flag = false;
+      return literal("false");
+    case 'n':
+      out.type = json_value::kind::null;
+      return literal("null");
+    default:
+      if (c == '-' || (c >= '0' && c <= '9'))
+        return parse_number(out);
+      return fail(fmt::format("unexpected character '{}'", printable(c)));
     }
   }
 
@@ -417,35 +424,52 @@ private:
         return fail("unterminated escape");
       char e = text_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = 0;
-          if (!hex4(cp))
-            return false;
-          if (cp >= 0xd800 && cp <= 0xdbff) {
-            uint32_t low = 0;
-            if (text_.substr(pos_, 2) != "\\u")
-              return fail("unpaired surrogate in a \\u escape");
-            pos_ += 2;
-            if (!hex4(low))
-              return false;
-            if (low < 0xdc00 || low > 0xdfff)
-              return fail("invalid low surrogate in a \\u escape");
-            cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
-          } else if (cp >= 0xdc00 && cp <= 0xdfff) {
+      case '"':
+        out += '"';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '/':
+        out += '/';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'u': {
+        uint32_t cp = 0;
+        if (!hex4(cp))
+          return false;
+        if (cp >= 0xd800 && cp <= 0xdbff) {
+          uint32_t low = 0;
+          if (text_.substr(pos_, 2) != "\\u")
             return fail("unpaired surrogate in a \\u escape");
-          }
-          append_utf8(out, cp);
-          break;
+          pos_ += 2;
+          if (!hex4(low))
+            return false;
+          if (low < 0xdc00 || low > 0xdfff)
+            return fail("invalid low surrogate in a \\u escape");
+          cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+        } else if (cp >= 0xdc00 && cp <= 0xdfff) {
+          return fail("unpaired surrogate in a \\u escape");
         }
-        default: return fail(fmt::format("invalid escape '\\{}'", printable(e)));
+        append_utf8(out, cp);
+        break;
+      }
+      default:
+        return fail(fmt::format("invalid escape '\\{}'", printable(e)));
       }
     }
   }
@@ -485,8 +509,8 @@ size_t find_invalid_utf8(std::string_view s) {
         return i;
       cp = (cp << 6) | (cc & 0x3f);
     }
-    bool overlong = (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800)
-                    || (len == 4 && cp < 0x10000);
+    bool overlong =
+      (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
     if (overlong || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
       return i;
     i += len;
@@ -529,8 +553,9 @@ result<tensor_entry> parse_entry(const std::string& source, const std::string& n
   if (name.empty())
     return make_error(errc::corrupt_file, "{}: a tensor has an empty name", source);
   if (v.type != json_value::kind::object)
-    return bad(fmt::format("expected an object with dtype, shape and data_offsets, got {}",
-                           kind_name(v.type)));
+    return bad(
+      fmt::format("expected an object with dtype, shape and data_offsets, got {}",
+                  kind_name(v.type)));
   const json_value* dtype = nullptr;
   const json_value* shape = nullptr;
   const json_value* offsets = nullptr;
@@ -542,12 +567,13 @@ result<tensor_entry> parse_entry(const std::string& source, const std::string& n
     else if (key == "data_offsets")
       offsets = &value;
     else
-      return bad(fmt::format("unknown field \"{}\" (expected dtype, shape, data_offsets)",
-                             key));
+      return bad(
+        fmt::format("unknown field \"{}\" (expected dtype, shape, data_offsets)", key));
   }
   if (!dtype || !shape || !offsets)
-    return bad(fmt::format("missing field \"{}\"",
-                           !dtype ? "dtype" : !shape ? "shape" : "data_offsets"));
+    return bad(fmt::format("missing field \"{}\"", !dtype   ? "dtype"
+                                                   : !shape ? "shape"
+                                                            : "data_offsets"));
   if (dtype->type != json_value::kind::string)
     return bad(fmt::format("dtype must be a string, got {}", kind_name(dtype->type)));
   auto type = parse_dtype(dtype->text);
@@ -582,12 +608,13 @@ result<tensor_entry> parse_entry(const std::string& source, const std::string& n
   auto numel = checked_numel(out.tensor.shape);
   auto size = element_size(*type);
   if (!numel || *numel > std::numeric_limits<uint64_t>::max() / size)
-    return bad(fmt::format("shape [{}] has too many elements",
-                           fmt::join(out.tensor.shape, ", ")));
+    return bad(
+      fmt::format("shape [{}] has too many elements", fmt::join(out.tensor.shape, ", ")));
   if (*numel * size != out.end - out.begin)
-    return bad(fmt::format("shape [{}] of {} needs {} bytes, data_offsets [{}, {}] hold {}",
-                           fmt::join(out.tensor.shape, ", "), to_string(*type),
-                           *numel * size, out.begin, out.end, out.end - out.begin));
+    return bad(
+      fmt::format("shape [{}] of {} needs {} bytes, data_offsets [{}, {}] hold {}",
+                  fmt::join(out.tensor.shape, ", "), to_string(*type), *numel * size,
+                  out.begin, out.end, out.end - out.begin));
   return out;
 }
 
@@ -607,14 +634,15 @@ result<st_file> parse_safetensors(const std::byte* data, size_t size,
   // is some other file (a config, a PyTorch .pt) rather than a damaged one.
   if (size > 8 && static_cast<char>(data[8]) != '{') {
     const auto c = static_cast<unsigned char>(data[8]);
-    return make_error(errc::corrupt_file,
-                      "{}: not a safetensors file: byte 8 is {}, where a safetensors "
-                      "file's header, a JSON object, starts with '{{' (the first 8 bytes, "
-                      "read as the header length, give {})",
-                      source,
-                      c >= 0x20 && c < 0x7f ? fmt::format("'{}'", static_cast<char>(c))
-                                            : fmt::format("0x{:02x}", c),
-                      header_len);
+    return make_error(
+      errc::corrupt_file,
+      "{}: not a safetensors file: byte 8 is {}, where a safetensors "
+      "file's header, a JSON object, starts with '{{' (the first 8 bytes, "
+      "read as the header length, give {})",
+      source,
+      c >= 0x20 && c < 0x7f ? fmt::format("'{}'", static_cast<char>(c))
+                            : fmt::format("0x{:02x}", c),
+      header_len);
   }
   if (header_len > st_max_header_bytes)
     return make_error(errc::corrupt_file,
@@ -674,15 +702,17 @@ result<st_file> parse_safetensors(const std::byte* data, size_t size,
   for (auto& e : entries) {
     const auto& name = e.tensor.name;
     if (e.end > buffer_size)
-      return make_error(errc::corrupt_file,
-                        "{}: tensor '{}': data_offsets [{}, {}] go beyond the data buffer "
-                        "of {} bytes",
-                        source, name, e.begin, e.end, buffer_size);
+      return make_error(
+        errc::corrupt_file,
+        "{}: tensor '{}': data_offsets [{}, {}] go beyond the data buffer "
+        "of {} bytes",
+        source, name, e.begin, e.end, buffer_size);
     if (e.begin < expected_begin)
-      return make_error(errc::corrupt_file,
-                        "{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}', which "
-                        "ends at {}",
-                        source, name, e.begin, e.end, *previous, expected_begin);
+      return make_error(
+        errc::corrupt_file,
+        "{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}', which "
+        "ends at {}",
+        source, name, e.begin, e.end, *previous, expected_begin);
     if (e.begin > expected_begin)
       return make_error(errc::corrupt_file,
                         "{}: tensor '{}': data_offsets [{}, {}] leave a gap of {} bytes "
@@ -694,10 +724,11 @@ result<st_file> parse_safetensors(const std::byte* data, size_t size,
     previous = &name;
   }
   if (expected_begin != buffer_size)
-    return make_error(errc::corrupt_file,
-                      "{}: the tensors cover {} bytes of the {}-byte data buffer (expected "
-                      "them to cover all of it)",
-                      source, expected_begin, buffer_size);
+    return make_error(
+      errc::corrupt_file,
+      "{}: the tensors cover {} bytes of the {}-byte data buffer (expected "
+      "them to cover all of it)",
+      source, expected_begin, buffer_size);
 
   const std::byte* buffer = data + 8 + header_len;
   out.tensors.reserve(entries.size());
@@ -730,8 +761,8 @@ result<st_file> read_safetensors(const std::string& path) {
       int err = errno;
       ::close(fd);
       return make_error(errc::io_error, "{}: read failed after {} of {} bytes: {}", path,
-                        done, bytes.size(), n == 0 ? "unexpected end of file"
-                                                   : std::strerror(err));
+                        done, bytes.size(),
+                        n == 0 ? "unexpected end of file" : std::strerror(err));
     }
     done += static_cast<size_t>(n);
   }
@@ -760,8 +791,9 @@ result<std::vector<std::byte>> serialize_safetensors(const st_file& file) {
     auto numel = checked_numel(t.shape);
     if (!numel || *numel * element_size(t.dtype) != t.bytes.size())
       return make_error(errc::invalid_argument,
-                        "tensor '{}': shape [{}] of {} does not match its {} bytes", t.name,
-                        fmt::join(t.shape, ", "), to_string(t.dtype), t.bytes.size());
+                        "tensor '{}': shape [{}] of {} does not match its {} bytes",
+                        t.name, fmt::join(t.shape, ", "), to_string(t.dtype),
+                        t.bytes.size());
     nlohmann::ordered_json entry;
     entry["dtype"] = to_string(t.dtype);
     entry["shape"] = t.shape;
@@ -804,7 +836,8 @@ status write_all(int fd, const std::byte* data, size_t size, const std::string& 
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)
-      return make_error(errc::io_error, "{}: write failed: {}", path, std::strerror(errno));
+      return make_error(errc::io_error, "{}: write failed: {}", path,
+                        std::strerror(errno));
     done += static_cast<size_t>(n);
   }
   return ok_status();
@@ -834,9 +867,11 @@ status write_file_atomically(const std::string& path, const void* data, size_t s
     return make_error(errc::io_error, "{}: cannot create: {}", tmp, std::strerror(errno));
   auto written = write_all(fd, static_cast<const std::byte*>(data), size, tmp);
   if (written && ::fsync(fd) != 0)
-    written = make_error(errc::io_error, "{}: fsync failed: {}", tmp, std::strerror(errno));
+    written =
+      make_error(errc::io_error, "{}: fsync failed: {}", tmp, std::strerror(errno));
   if (::close(fd) != 0 && written)
-    written = make_error(errc::io_error, "{}: close failed: {}", tmp, std::strerror(errno));
+    written =
+      make_error(errc::io_error, "{}: close failed: {}", tmp, std::strerror(errno));
   if (written && ::rename(tmp.c_str(), path.c_str()) != 0)
     written = make_error(errc::io_error, "{}: cannot rename {} over it: {}", path, tmp,
                          std::strerror(errno));

@@ -16,15 +16,15 @@ namespace troupe::learners {
 
 /// The element types of safetensors that troupe reads and writes.
 enum class st_dtype : uint8_t {
-  f64,  ///< "F64", IEEE binary64
-  f32,  ///< "F32", IEEE binary32
-  f16,  ///< "F16", IEEE binary16 (stored and copied, not converted)
-  bf16, ///< "BF16", bfloat16 (stored and copied, not converted)
-  i64,  ///< "I64"
-  i32,  ///< "I32"
-  i16,  ///< "I16"
-  i8,   ///< "I8"
-  u8,   ///< "U8"
+  f64,     ///< "F64", IEEE binary64
+  f32,     ///< "F32", IEEE binary32
+  f16,     ///< "F16", IEEE binary16 (stored and copied, not converted)
+  bf16,    ///< "BF16", bfloat16 (stored and copied, not converted)
+  i64,     ///< "I64"
+  i32,     ///< "I32"
+  i16,     ///< "I16"
+  i8,      ///< "I8"
+  u8,      ///< "U8"
   boolean, ///< "BOOL", one byte per element
 };
 

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <iterator>
 
-
 namespace troupe::learners {
 
 result<stats_mode> parse_stats_mode(const std::string& text) {
@@ -39,15 +38,15 @@ status stats_streams::declare(const stream_decl& decl) {
                       "stream '{}': dimension must be at least 1, got 0", decl.name);
   if (!(decl.momentum >= 0.0 && decl.momentum < 1.0))
     return make_error(errc::invalid_argument,
-                      "stream '{}': momentum must be in [0, 1), got {}",
-                      decl.name, decl.momentum);
+                      "stream '{}': momentum must be in [0, 1), got {}", decl.name,
+                      decl.momentum);
   if (auto i = streams_.find(decl.name); i != streams_.end()) {
     if (i->second.dim() != decl.dim || i->second.mode != *mode)
       return make_error(errc::dimension_mismatch,
                         "stream '{}' exists with dim {} and mode {}; cannot "
                         "declare it again with dim {} and mode {}",
-                        decl.name, i->second.dim(), to_string(i->second.mode),
-                        decl.dim, decl.mode);
+                        decl.name, i->second.dim(), to_string(i->second.mode), decl.dim,
+                        decl.mode);
     return {};
   }
   stats_stream s;
@@ -80,8 +79,8 @@ status stats_streams::merge(const moments_delta& d, delta_outcome* outcome) {
   if (i == streams_.end()) {
     ++rejected_unknown_;
     return make_error(errc::not_found,
-                      "delta from worker '{}' rejected: unknown stream '{}'",
-                      d.worker, d.stream);
+                      "delta from worker '{}' rejected: unknown stream '{}'", d.worker,
+                      d.stream);
   }
   auto& s = i->second;
   auto reject = [&](errc code, std::string why) -> status {
@@ -124,19 +123,19 @@ status stats_streams::merge(const moments_delta& d, delta_outcome* outcome) {
     };
     switch (ledger_.admit({d.worker, d.incarnation}, d.stream, d.seq_first, d.seq_last,
                           base::sequence_gaps::refused)) {
-      case base::delivery_verdict::fenced:
-        ++s.fenced;
-        ++s.fenced_by_worker[d.worker];
-        return drop(delta_outcome::fenced);
-      case base::delivery_verdict::duplicate:
-        ++s.duplicates;
-        ++s.duplicates_by_worker[d.worker];
-        return drop(delta_outcome::duplicate);
-      case base::delivery_verdict::gap:
-        ++s.out_of_order;
-        return drop(delta_outcome::out_of_order);
-      case base::delivery_verdict::accepted:
-        break;
+    case base::delivery_verdict::fenced:
+      ++s.fenced;
+      ++s.fenced_by_worker[d.worker];
+      return drop(delta_outcome::fenced);
+    case base::delivery_verdict::duplicate:
+      ++s.duplicates;
+      ++s.duplicates_by_worker[d.worker];
+      return drop(delta_outcome::duplicate);
+    case base::delivery_verdict::gap:
+      ++s.out_of_order;
+      return drop(delta_outcome::out_of_order);
+    case base::delivery_verdict::accepted:
+      break;
     }
     merged_samples_[{d.worker, d.incarnation}] += d.count;
   }
@@ -166,8 +165,7 @@ status stats_streams::merge(const moments_delta& d, delta_outcome* outcome) {
 
 // -- reading -----------------------------------------------------------------
 
-void stats_streams::snapshot_into(const stats_stream& s,
-                                  stats_snapshot& out) {
+void stats_streams::snapshot_into(const stats_stream& s, stats_snapshot& out) {
   out.stream = s.name;
   out.version = s.version;
   out.count = s.acc.count;
@@ -186,8 +184,7 @@ void stats_streams::snapshot_into(const stats_stream& s,
   }
 }
 
-result<stats_snapshot>
-stats_streams::snapshot(const std::string& name) const {
+result<stats_snapshot> stats_streams::snapshot(const std::string& name) const {
   auto s = find(name);
   if (!s)
     return make_error(errc::not_found, "unknown stream '{}'", name);
@@ -358,13 +355,15 @@ status stats_streams::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return make_error(errc::io_error, "{}: cannot open statistics file", path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
   auto corrupt = [&](const std::string& what) {
-    return make_error(errc::corrupt_file, "{}: not a valid statistics file: {}",
-                      path, what);
+    return make_error(errc::corrupt_file, "{}: not a valid statistics file: {}", path,
+                      what);
   };
   const size_t head = sizeof(file_magic) + sizeof(uint32_t) + sizeof(uint64_t);
-  if (bytes.size() < head || std::memcmp(bytes.data(), file_magic, sizeof(file_magic)) != 0)
+  if (bytes.size() < head ||
+      std::memcmp(bytes.data(), file_magic, sizeof(file_magic)) != 0)
     return corrupt("wrong magic (expected a troupe statistics file)");
   reader r{bytes, sizeof(file_magic)};
   auto version = r.get<uint32_t>();
@@ -374,8 +373,8 @@ status stats_streams::load(const std::string& path) {
                       "versions 1 to {}",
                       path, version, file_version);
   auto payload_size = r.get<uint64_t>();
-  if (payload_size > bytes.size() - head
-      || bytes.size() - head - payload_size != sizeof(uint64_t))
+  if (payload_size > bytes.size() - head ||
+      bytes.size() - head - payload_size != sizeof(uint64_t))
     return corrupt("truncated or trailing bytes");
   std::string payload = bytes.substr(head, payload_size);
   reader tail{bytes, head + payload_size};
@@ -419,12 +418,13 @@ status stats_streams::load(const std::string& path) {
     // What declare() and merge() guarantee, so that a loaded state never
     // hands out a negative or non-finite variance.
     if (!(s.momentum >= 0.0 && s.momentum < 1.0))
-      return corrupt(fmt::format("stream '{}': momentum {} is outside [0, 1)", s.name,
-                                 s.momentum));
+      return corrupt(
+        fmt::format("stream '{}': momentum {} is outside [0, 1)", s.name, s.momentum));
     for (size_t j = 0; j < s.ema_var.size(); ++j) // well_formed() checked m2
       if (!std::isfinite(s.ema_var[j]) || s.ema_var[j] < 0.0)
-        return corrupt(fmt::format("stream '{}': variance[{}] is {} (must be finite and >= 0)",
-                                   s.name, j, s.ema_var[j]));
+        return corrupt(
+          fmt::format("stream '{}': variance[{}] is {} (must be finite and >= 0)", s.name,
+                      j, s.ema_var[j]));
     if (!loaded.emplace(s.name, std::move(s)).second)
       return corrupt("a stream name appears twice");
   }

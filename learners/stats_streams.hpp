@@ -35,13 +35,13 @@ const char* to_string(stats_mode mode) noexcept;
 
 /// One named stream of running moments.
 struct stats_stream {
-  std::string name;                       ///< stream name
+  std::string name; ///< stream name
   stats_mode mode = stats_mode::cumulative;
-  double momentum = 0.99;                 ///< ema only
-  uint64_t version = 0;                   ///< merges applied
-  kernels::moments acc;                   ///< cumulative: exact moments; ema: count and running mean
-  std::vector<double> ema_var;            ///< ema only: running population variance
-  uint64_t rejected = 0;                  ///< deltas rejected
+  double momentum = 0.99;      ///< ema only
+  uint64_t version = 0;        ///< merges applied
+  kernels::moments acc;        ///< cumulative: exact moments; ema: count and running mean
+  std::vector<double> ema_var; ///< ema only: running population variance
+  uint64_t rejected = 0;       ///< deltas rejected
   std::map<std::string, uint64_t> rejected_by_worker;
   uint64_t duplicates = 0; ///< sequenced deltas dropped as already merged
   std::map<std::string, uint64_t> duplicates_by_worker;

@@ -56,12 +56,12 @@ result<learners::algorithm_settings> algorithm_settings_for(const config& cfg) {
     auto read = info->read([&](const learners::hyperparameter& h) -> double {
       const std::string key = section + h.key;
       switch (h.type) {
-        case learners::hyperparameter_type::boolean:
-          return cfg.get_bool(key) ? 1.0 : 0.0;
-        case learners::hyperparameter_type::integer:
-          return static_cast<double>(cfg.get_int(key));
-        case learners::hyperparameter_type::floating:
-          break;
+      case learners::hyperparameter_type::boolean:
+        return cfg.get_bool(key) ? 1.0 : 0.0;
+      case learners::hyperparameter_type::integer:
+        return static_cast<double>(cfg.get_int(key));
+      case learners::hyperparameter_type::floating:
+        break;
       }
       return cfg.get_float(key);
     });
@@ -85,7 +85,8 @@ status check_algorithm(const config& cfg, const learners::model_spec& spec) {
   const auto rows =
     static_cast<size_t>(cfg.get_int("algo.num_steps") * cfg.get_int("env.num_envs"));
   if (auto ok = (*made)->check_batch_size(rows); !ok)
-    return make_error(errc::bad_config, "{}: {} (algo.num_steps = {} at {}, env.num_envs "
+    return make_error(errc::bad_config,
+                      "{}: {} (algo.num_steps = {} at {}, env.num_envs "
                       "= {} at {})",
                       where, ok.err().message, cfg.get_int("algo.num_steps"),
                       cfg.origin("algo.num_steps"), cfg.get_int("env.num_envs"),
@@ -219,7 +220,8 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
   auto shared_budget = std::make_shared<actors::step_budget>(total, start.env_steps);
   auto settings = algorithm_settings_for(cfg);
   // check_algorithm refused a config whose settings do not read.
-  TROUPE_CHECK(settings.ok(), "{}", settings.ok() ? std::string{} : settings.err().message);
+  TROUPE_CHECK(settings.ok(), "{}",
+               settings.ok() ? std::string{} : settings.err().message);
   const auto algorithm = std::move(*settings);
   for (uint64_t li = 0; li < num_learners; ++li) {
     actors::learner_plan lp;

@@ -53,22 +53,32 @@ std::string format_number(double x) {
 
 const char* type_word(value_type t) {
   switch (t) {
-    case value_type::boolean: return "a boolean";
-    case value_type::integer: return "an integer";
-    case value_type::floating: return "a float";
-    case value_type::string: return "a string";
-    case value_type::int_list: return "an array of integers";
+  case value_type::boolean:
+    return "a boolean";
+  case value_type::integer:
+    return "an integer";
+  case value_type::floating:
+    return "a float";
+  case value_type::string:
+    return "a string";
+  case value_type::int_list:
+    return "an array of integers";
   }
   return "a value";
 }
 
 const char* type_name(value_type t) {
   switch (t) {
-    case value_type::boolean: return "bool";
-    case value_type::integer: return "int";
-    case value_type::floating: return "float";
-    case value_type::string: return "string";
-    case value_type::int_list: return "int[]";
+  case value_type::boolean:
+    return "bool";
+  case value_type::integer:
+    return "int";
+  case value_type::floating:
+    return "float";
+  case value_type::string:
+    return "string";
+  case value_type::int_list:
+    return "int[]";
   }
   return "?";
 }
@@ -107,8 +117,7 @@ const std::vector<std::string>& all_sections() {
 
 } // namespace
 
-std::string nearest(const std::string& name,
-                    const std::vector<std::string>& candidates) {
+std::string nearest(const std::string& name, const std::vector<std::string>& candidates) {
   const size_t limit = std::max<size_t>(2, name.size() / 3);
   const std::string* best = nullptr;
   size_t best_d = std::string::npos;
@@ -139,12 +148,12 @@ std::string option_spec::expectation() const {
       out += fmt::format("{}\"{}\"", i == 0 ? " " : ", ", choices[i]);
     return out;
   }
-  if (bounded && (type == value_type::integer || type == value_type::floating
-                  || type == value_type::int_list)) {
+  if (bounded && (type == value_type::integer || type == value_type::floating ||
+                  type == value_type::int_list)) {
     out += fmt::format(" {} {}{}, {}{}",
                        type == value_type::int_list ? "with elements in" : "in",
-                       min_exclusive ? "(" : "[", format_number(min),
-                       format_number(max), max_exclusive ? ")" : "]");
+                       min_exclusive ? "(" : "[", format_number(min), format_number(max),
+                       max_exclusive ? ")" : "]");
   }
   return out;
 }
@@ -238,18 +247,32 @@ std::string to_toml(const value& v) {
       for (char ch : s) {
         auto c = static_cast<unsigned char>(ch);
         switch (c) {
-          case '"': out += "\\\""; break;
-          case '\\': out += "\\\\"; break;
-          case '\b': out += "\\b"; break;
-          case '\t': out += "\\t"; break;
-          case '\n': out += "\\n"; break;
-          case '\f': out += "\\f"; break;
-          case '\r': out += "\\r"; break;
-          default:
-            if (c < 0x20 || c == 0x7f)
-              out += fmt::format("\\u{:04X}", c);
-            else
-              out += ch;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        default:
+          if (c < 0x20 || c == 0x7f)
+            out += fmt::format("\\u{:04X}", c);
+          else
+            out += ch;
         }
       }
       return out + "\"";
@@ -371,51 +394,50 @@ result<value> convert(const option_spec& s, const toml::node& n) {
                       describe_node(n));
   };
   switch (s.type) {
-    case value_type::boolean:
-      if (auto b = n.as_boolean())
-        return value{b->get()};
-      return fail();
-    case value_type::integer:
-      if (auto i = n.as_integer()) {
-        if (!in_range(s, static_cast<double>(i->get())))
-          return fail();
-        return value{i->get()};
-      }
-      return fail();
-    case value_type::floating: {
-      double x;
-      if (auto f = n.as_floating_point())
-        x = f->get();
-      else if (auto i = n.as_integer())
-        x = static_cast<double>(i->get());
-      else
+  case value_type::boolean:
+    if (auto b = n.as_boolean())
+      return value{b->get()};
+    return fail();
+  case value_type::integer:
+    if (auto i = n.as_integer()) {
+      if (!in_range(s, static_cast<double>(i->get())))
         return fail();
-      if (!std::isfinite(x) || !in_range(s, x))
-        return fail();
-      return value{x};
+      return value{i->get()};
     }
-    case value_type::string:
-      if (auto str = n.as_string()) {
-        if (!s.choices.empty()
-            && std::find(s.choices.begin(), s.choices.end(), str->get())
-                 == s.choices.end())
-          return fail();
-        return value{std::string{str->get()}};
-      }
+    return fail();
+  case value_type::floating: {
+    double x;
+    if (auto f = n.as_floating_point())
+      x = f->get();
+    else if (auto i = n.as_integer())
+      x = static_cast<double>(i->get());
+    else
       return fail();
-    case value_type::int_list:
-      if (auto arr = n.as_array()) {
-        std::vector<int64_t> xs;
-        for (auto& e : *arr) {
-          auto i = e.as_integer();
-          if (!i || !in_range(s, static_cast<double>(i->get())))
-            return make_error(errc::bad_config, "expected {}, got element {}",
-                              s.expectation(), describe_node(e));
-          xs.push_back(i->get());
-        }
-        return value{std::move(xs)};
-      }
+    if (!std::isfinite(x) || !in_range(s, x))
       return fail();
+    return value{x};
+  }
+  case value_type::string:
+    if (auto str = n.as_string()) {
+      if (!s.choices.empty() &&
+          std::find(s.choices.begin(), s.choices.end(), str->get()) == s.choices.end())
+        return fail();
+      return value{std::string{str->get()}};
+    }
+    return fail();
+  case value_type::int_list:
+    if (auto arr = n.as_array()) {
+      std::vector<int64_t> xs;
+      for (auto& e : *arr) {
+        auto i = e.as_integer();
+        if (!i || !in_range(s, static_cast<double>(i->get())))
+          return make_error(errc::bad_config, "expected {}, got element {}",
+                            s.expectation(), describe_node(e));
+        xs.push_back(i->get());
+      }
+      return value{std::move(xs)};
+    }
+    return fail();
   }
   return fail();
 }
@@ -448,10 +470,10 @@ std::string algorithm_key_hint(const std::string& section, const std::string& ke
 std::string unknown_section(const std::string& where, const std::string& section) {
   const auto& sections = all_sections();
   auto hint = nearest(section, sections);
-  return fmt::format(
-    "{}: unknown section '[{}]'{}", where, section,
-    hint.empty() ? fmt::format(" (valid sections: {})", fmt::join(sections, ", "))
-                 : fmt::format(" (did you mean '[{}]'?)", hint));
+  return fmt::format("{}: unknown section '[{}]'{}", where, section,
+                     hint.empty()
+                       ? fmt::format(" (valid sections: {})", fmt::join(sections, ", "))
+                       : fmt::format(" (did you mean '[{}]'?)", hint));
 }
 
 void check_section(const toml::table& table, const std::string& section,
@@ -461,8 +483,8 @@ void check_section(const toml::table& table, const std::string& section,
   for (auto&& [key, node] : table) {
     std::string name = section + "." + std::string{key.str()};
     auto at = place(ctx.path, key.source());
-    if (node.is_table()
-        && std::find(sections.begin(), sections.end(), name) != sections.end()) {
+    if (node.is_table() &&
+        std::find(sections.begin(), sections.end(), name) != sections.end()) {
       check_section(*node.as_table(), name, ctx, cfg, problems); // [algo.ppo]
       continue;
     }
@@ -515,10 +537,10 @@ void check_table(const toml::table& root, const read_context& ctx, config& cfg,
         auto hint = nearest(section, all_names());
         problems.push_back(fmt::format(
           "{}: unknown top-level key '{}'{}", where, section,
-          hint.empty() ? fmt::format(" (keys live in sections: {})",
-                                     fmt::join(sections, ", "))
-                       : fmt::format(" (did you mean '{}' in [{}]?)", hint,
-                                     hint.substr(0, hint.rfind('.')))));
+          hint.empty()
+            ? fmt::format(" (keys live in sections: {})", fmt::join(sections, ", "))
+            : fmt::format(" (did you mean '{}' in [{}]?)", hint,
+                          hint.substr(0, hint.rfind('.')))));
         continue;
       }
       problems.push_back(unknown_section(where, section));
@@ -526,9 +548,8 @@ void check_table(const toml::table& root, const read_context& ctx, config& cfg,
     }
     auto table = section_node.as_table();
     if (!table) {
-      problems.push_back(fmt::format("{}: '{}' must be a table ([{}]), got {}",
-                                     where, section, section,
-                                     describe_node(section_node)));
+      problems.push_back(fmt::format("{}: '{}' must be a table ([{}]), got {}", where,
+                                     section, section, describe_node(section_node)));
       continue;
     }
     check_section(*table, section, ctx, cfg, problems);
@@ -551,8 +572,7 @@ void apply_override(const std::string& text, const std::string& algo, config& cf
                     std::vector<std::string>& problems) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) {
-    problems.push_back(fmt::format(
-      "--set {}: expected section.key=value", text));
+    problems.push_back(fmt::format("--set {}: expected section.key=value", text));
     return;
   }
   std::string name = text.substr(0, eq);
@@ -616,7 +636,8 @@ void check_algorithm_sections(const config& cfg, std::vector<std::string>& probl
 // The run's algorithm as the overrides (the last one wins) or the file name
 // it; "ppo" (the default) otherwise. A flat [algo] key of older troupe is
 // placed by it.
-std::string run_algorithm(const toml::table* root, const std::vector<std::string>& overrides) {
+std::string run_algorithm(const toml::table* root,
+                          const std::vector<std::string>& overrides) {
   std::string algo = std::get<std::string>(find_option("algo.name")->default_value);
   if (root)
     if (auto v = (*root)["algo"]["name"].value<std::string>())
@@ -731,9 +752,8 @@ std::string describe_schema() {
       out += fmt::format("{}[{}]\n", section.empty() ? "" : "\n", s.section);
       section = s.section;
     }
-    out += fmt::format("  {:<28} {:<7} default {:<14} {}\n", s.name(),
-                       type_name(s.type), to_toml(s.default_value),
-                       s.expectation());
+    out += fmt::format("  {:<28} {:<7} default {:<14} {}\n", s.name(), type_name(s.type),
+                       to_toml(s.default_value), s.expectation());
     out += fmt::format("  {:<28} {}\n", "", s.description);
   }
   return out;

@@ -21,13 +21,13 @@ using value = std::variant<bool, int64_t, double, std::string, std::vector<int64
 
 /// One option of the schema: name, type, default, allowed values, meaning.
 struct option_spec {
-  std::string section;     ///< table name, e.g. "stats"
-  std::string key;         ///< key inside the table, e.g. "momentum"
+  std::string section;                  ///< table name, e.g. "stats"
+  std::string key;                      ///< key inside the table, e.g. "momentum"
   value_type type = value_type::string; ///< expected type
-  value default_value;     ///< used when the file does not set the key
-  double min = 0;          ///< lower bound for numbers (and list elements)
-  double max = 0;          ///< upper bound for numbers (and list elements)
-  bool bounded = false;    ///< whether min/max apply
+  value default_value;                  ///< used when the file does not set the key
+  double min = 0;                       ///< lower bound for numbers (and list elements)
+  double max = 0;                       ///< upper bound for numbers (and list elements)
+  bool bounded = false;                 ///< whether min/max apply
   bool min_exclusive = false;
   bool max_exclusive = false;
   std::vector<std::string> choices; ///< allowed strings; empty: any string
@@ -122,7 +122,6 @@ std::string describe_schema();
 std::string to_toml(const value& v);
 
 /// Nearest name among candidates by edit distance; empty if none is close.
-std::string nearest(const std::string& name,
-                    const std::vector<std::string>& candidates);
+std::string nearest(const std::string& name, const std::vector<std::string>& candidates);
 
 } // namespace troupe::runtime

@@ -14,8 +14,7 @@ namespace {
 
 constexpr double int_max = 9007199254740991.0; // 2^53 - 1
 
-option_spec make_spec(const char* section, const char* key, value_type type,
-                      value def) {
+option_spec make_spec(const char* section, const char* key, value_type type, value def) {
   option_spec s;
   s.section = section;
   s.key = key;
@@ -31,8 +30,8 @@ option_spec opt_bool(const char* section, const char* key, bool def,
   return s;
 }
 
-option_spec opt_int(const char* section, const char* key, int64_t def,
-                    double min, double max, const char* description) {
+option_spec opt_int(const char* section, const char* key, int64_t def, double min,
+                    double max, const char* description) {
   auto s = make_spec(section, key, value_type::integer, def);
   s.min = min;
   s.max = max;
@@ -41,9 +40,9 @@ option_spec opt_int(const char* section, const char* key, int64_t def,
   return s;
 }
 
-option_spec opt_float(const char* section, const char* key, double def,
-                      double min, double max, const char* description,
-                      bool min_exclusive = false, bool max_exclusive = false) {
+option_spec opt_float(const char* section, const char* key, double def, double min,
+                      double max, const char* description, bool min_exclusive = false,
+                      bool max_exclusive = false) {
   auto s = make_spec(section, key, value_type::floating, def);
   s.min = min;
   s.max = max;
@@ -55,17 +54,15 @@ option_spec opt_float(const char* section, const char* key, double def,
 }
 
 option_spec opt_string(const char* section, const char* key, const char* def,
-                       std::vector<std::string> choices,
-                       const char* description) {
+                       std::vector<std::string> choices, const char* description) {
   auto s = make_spec(section, key, value_type::string, std::string{def});
   s.choices = std::move(choices);
   s.description = description;
   return s;
 }
 
-option_spec opt_int_list(const char* section, const char* key,
-                                          std::vector<int64_t> def, double min,
-                                          double max, const char* description) {
+option_spec opt_int_list(const char* section, const char* key, std::vector<int64_t> def,
+                         double min, double max, const char* description) {
   auto s = make_spec(section, key, value_type::int_list, std::move(def));
   s.min = min;
   s.max = max;
@@ -77,18 +74,22 @@ option_spec opt_int_list(const char* section, const char* key,
 // -- [run] -------------------------------------------------------------------
 
 void add_run(std::vector<option_spec>& out) {
-  out.push_back(opt_string("run", "name", "troupe", {},
-                           "name of the run; the run folder is <output_dir>/<name>-<timestamp>"));
+  out.push_back(
+    opt_string("run", "name", "troupe", {},
+               "name of the run; the run folder is <output_dir>/<name>-<timestamp>"));
   out.push_back(opt_int("run", "seed", 1, 0, 4294967295.0,
                         "seed of every random stream (env i is seeded with seed + i)"));
-  out.push_back(opt_string("run", "output_dir", "runs", {},
-                           "folder that receives run folders"));
-  out.push_back(opt_string("run", "device", "auto", {"auto", "cpu", "cuda"},
-                           "where learners compute: auto uses a GPU when the CUDA runtime finds one"));
+  out.push_back(
+    opt_string("run", "output_dir", "runs", {}, "folder that receives run folders"));
+  out.push_back(opt_string(
+    "run", "device", "auto", {"auto", "cpu", "cuda"},
+    "where learners compute: auto uses a GPU when the CUDA runtime finds one"));
   out.push_back(opt_int("run", "log_every_updates", 10, 1, int_max,
-                        "a metrics row (and an info log line, unless a progress line was asked for) every this many updates"));
-  out.push_back(opt_bool("run", "tensorboard", true,
-                         "also write each metrics row as TensorBoard scalars (events.out.tfevents.*)"));
+                        "a metrics row (and an info log line, unless a progress line was "
+                        "asked for) every this many updates"));
+  out.push_back(opt_bool(
+    "run", "tensorboard", true,
+    "also write each metrics row as TensorBoard scalars (events.out.tfevents.*)"));
   out.push_back(opt_int("run", "checkpoint_every_updates", 100, 0, int_max,
                         "a checkpoint every this many updates (0: only at the end)"));
   out.push_back(opt_int("run", "keep_checkpoints", 5, 0, int_max,
@@ -97,8 +98,8 @@ void add_run(std::vector<option_spec>& out) {
                         "restarts of one failed environment runner before the run ends"));
   out.push_back(opt_int("run", "max_learner_restarts", 2, 0, 1000,
                         "restarts of one failed learner before the run ends"));
-  out.push_back(opt_int("run", "threads", 2, 1, 256,
-                        "scheduler threads of the actor system"));
+  out.push_back(
+    opt_int("run", "threads", 2, 1, 256, "scheduler threads of the actor system"));
 }
 
 // -- [env] -------------------------------------------------------------------
@@ -110,11 +111,13 @@ void add_env(std::vector<option_spec>& out) {
                         "environments stepped as one batch by each environment runner"));
   out.push_back(opt_int("env", "threads", 1, 1, 256,
                         "threads each runner steps its environments on"));
-  out.push_back(opt_float("env", "obs_scale", 1.0, 0.0, 1e9,
-                          "observations of runner 0 are multiplied by this (heterogeneous-worker experiment)",
-                          true, false));
-  out.push_back(opt_float("env", "obs_scale_spread", 1.0, 1.0, 1e9,
-                          "runner i scales observations by obs_scale * spread^i (1: all alike)"));
+  out.push_back(opt_float(
+    "env", "obs_scale", 1.0, 0.0, 1e9,
+    "observations of runner 0 are multiplied by this (heterogeneous-worker experiment)",
+    true, false));
+  out.push_back(
+    opt_float("env", "obs_scale_spread", 1.0, 1.0, 1e9,
+              "runner i scales observations by obs_scale * spread^i (1: all alike)"));
   out.push_back(opt_float("env", "num_envs_spread", 1.0, 1.0, 1e3,
                           "runner i steps round(num_envs * spread^i) environments "
                           "(heterogeneous batch sizes; 1: all alike)"));
@@ -138,26 +141,35 @@ void add_algo(std::vector<option_spec>& out) {
   out.back().description =
     "the algorithm; its hyperparameters are the section [algo.<name>]: " + summary;
   out.push_back(opt_string("algo", "mode", "async", {"sync", "async"},
-                           "sync: one mean gradient of every learner per update; async: each gradient applied as it arrives"));
+                           "sync: one mean gradient of every learner per update; async: "
+                           "each gradient applied as it arrives"));
   out.push_back(opt_int("algo", "total_env_steps", 500000, 1, int_max,
                         "training stops after this many environment steps"));
-  out.push_back(opt_int("algo", "max_staleness", 4, 0, int_max,
-                        "async: gradients computed on weights more than this many versions old are dropped"));
-  out.push_back(opt_int("algo", "num_learners", 1, 0, 64,
-                        "learner actors of this process, each with its environment runners (0: only on the coordinator of a run across processes, whose workers host the learners)"));
+  out.push_back(opt_int(
+    "algo", "max_staleness", 4, 0, int_max,
+    "async: gradients computed on weights more than this many versions old are dropped"));
+  out.push_back(opt_int(
+    "algo", "num_learners", 1, 0, 64,
+    "learner actors of this process, each with its environment runners (0: only on the "
+    "coordinator of a run across processes, whose workers host the learners)"));
   out.push_back(opt_int("algo", "runners_per_learner", 1, 1, 64,
                         "environment runners feeding each learner"));
-  out.push_back(opt_int("algo", "num_steps", 128, 1, 1048576,
-                        "steps per environment in one trajectory batch (CleanRL num_steps; IMPALA unroll)"));
-  out.push_back(opt_float("algo", "learning_rate", 2.5e-4, 0.0, 1.0,
-                          "Adam learning rate of the parameter server (CleanRL PPO 2.5e-4)", true, false));
-  out.push_back(opt_bool("algo", "anneal_lr", true,
-                         "anneal the learning rate linearly to 0 over total_env_steps (CleanRL)"));
+  out.push_back(opt_int(
+    "algo", "num_steps", 128, 1, 1048576,
+    "steps per environment in one trajectory batch (CleanRL num_steps; IMPALA unroll)"));
+  out.push_back(opt_float(
+    "algo", "learning_rate", 2.5e-4, 0.0, 1.0,
+    "Adam learning rate of the parameter server (CleanRL PPO 2.5e-4)", true, false));
+  out.push_back(
+    opt_bool("algo", "anneal_lr", true,
+             "anneal the learning rate linearly to 0 over total_env_steps (CleanRL)"));
   out.push_back(opt_float("algo", "adam_eps", 1e-5, 0.0, 1.0,
                           "Adam epsilon (CleanRL 1e-5)", true, false));
-  out.push_back(opt_float("algo", "max_grad_norm", 0.5, 0.0, 1e9,
-                          "global gradient norm clip of the parameter server (CleanRL 0.5; 0: none)"));
-  out.push_back(opt_float("algo", "gamma", 0.99, 0.0, 1.0, "discount factor (CleanRL 0.99)"));
+  out.push_back(opt_float(
+    "algo", "max_grad_norm", 0.5, 0.0, 1e9,
+    "global gradient norm clip of the parameter server (CleanRL 0.5; 0: none)"));
+  out.push_back(
+    opt_float("algo", "gamma", 0.99, 0.0, 1.0, "discount factor (CleanRL 0.99)"));
   for (auto& a : learners::algorithms()) {
     const std::string section = std::string{"algo."} + a.name;
     for (auto& h : a.hyperparameters) {
@@ -166,20 +178,20 @@ void add_algo(std::vector<option_spec>& out) {
       s.key = h.key;
       s.description = h.description;
       switch (h.type) {
-        case learners::hyperparameter_type::boolean:
-          s.type = value_type::boolean;
-          s.default_value = h.default_value != 0;
-          break;
-        case learners::hyperparameter_type::integer:
-          s.type = value_type::integer;
-          s.default_value = static_cast<int64_t>(h.default_value);
-          s.bounded = true;
-          break;
-        case learners::hyperparameter_type::floating:
-          s.type = value_type::floating;
-          s.default_value = h.default_value;
-          s.bounded = true;
-          break;
+      case learners::hyperparameter_type::boolean:
+        s.type = value_type::boolean;
+        s.default_value = h.default_value != 0;
+        break;
+      case learners::hyperparameter_type::integer:
+        s.type = value_type::integer;
+        s.default_value = static_cast<int64_t>(h.default_value);
+        s.bounded = true;
+        break;
+      case learners::hyperparameter_type::floating:
+        s.type = value_type::floating;
+        s.default_value = h.default_value;
+        s.bounded = true;
+        break;
       }
       s.min = h.min;
       s.max = h.max;
@@ -194,7 +206,8 @@ void add_algo(std::vector<option_spec>& out) {
 
 void add_stats(std::vector<option_spec>& out) {
   out.push_back(opt_string("stats", "mode", "cumulative", {"cumulative", "ema"},
-                           "cumulative: exact moments of all data seen; ema: running = momentum*running + (1-momentum)*batch"));
+                           "cumulative: exact moments of all data seen; ema: running = "
+                           "momentum*running + (1-momentum)*batch"));
   out.push_back(opt_float("stats", "momentum", 0.99, 0.0, 1.0,
                           "weight of the running statistics in ema mode", false, true));
   out.push_back(
@@ -212,8 +225,9 @@ void add_stats(std::vector<option_spec>& out) {
 // -- [model] -----------------------------------------------------------------
 
 void add_model(std::vector<option_spec>& out) {
-  out.push_back(opt_int_list("model", "hidden", {64, 64}, 1, 65536,
-                             "widths of the hidden layers of the actor and of the critic"));
+  out.push_back(
+    opt_int_list("model", "hidden", {64, 64}, 1, 65536,
+                 "widths of the hidden layers of the actor and of the critic"));
   out.push_back(opt_string("model", "activation", "tanh", {"tanh", "relu"},
                            "activation after every hidden layer"));
   out.push_back(opt_bool("model", "obs_norm", false,
@@ -229,7 +243,8 @@ void add_model(std::vector<option_spec>& out) {
                           "observation normalizer (runners, checkpoints and troupe eval)",
                           true, false));
   out.push_back(opt_float("model", "obs_norm_clip", 10.0, 0.0, 1e6,
-                          "normalized observations are clipped to [-clip, clip]", true, false));
+                          "normalized observations are clipped to [-clip, clip]", true,
+                          false));
   out.push_back(opt_bool("model", "reward_norm", false,
                          "divide rewards by the global running standard deviation of "
                          "each environment's discounted return (Gymnasium's "
@@ -243,15 +258,21 @@ void add_model(std::vector<option_spec>& out) {
                           "reward normalizer",
                           true, false));
   out.push_back(opt_float("model", "reward_norm_clip", 10.0, 0.0, 1e6,
-                          "normalized rewards are clipped to [-clip, clip]", true, false));
+                          "normalized rewards are clipped to [-clip, clip]", true,
+                          false));
   out.push_back(opt_string("model", "batch_norm", "none", {"none", "global", "local"},
-                           "batch norm between hidden layers: global running statistics, per-batch (naive baseline), or none"));
+                           "batch norm between hidden layers: global running statistics, "
+                           "per-batch (naive baseline), or none"));
   out.push_back(opt_float("model", "batch_norm_eps", 1e-5, 0.0, 1.0,
-                          "added to the variance before the square root in batch norm", true, false));
-  out.push_back(opt_string("model", "batch_norm_stats", "cumulative", {"cumulative", "ema"},
-                           "global batch norm: the keeper's statistics of each layer are cumulative (all data) or ema (momentum 1 - batch_norm_momentum per merge)"));
+                          "added to the variance before the square root in batch norm",
+                          true, false));
+  out.push_back(
+    opt_string("model", "batch_norm_stats", "cumulative", {"cumulative", "ema"},
+               "global batch norm: the keeper's statistics of each layer are cumulative "
+               "(all data) or ema (momentum 1 - batch_norm_momentum per merge)"));
   out.push_back(opt_float("model", "batch_norm_momentum", 0.1, 0.0, 1.0,
-                          "local batch norm: running = (1 - momentum)*running + momentum*batch (PyTorch's convention)",
+                          "local batch norm: running = (1 - momentum)*running + "
+                          "momentum*batch (PyTorch's convention)",
                           true, false));
 }
 
@@ -305,22 +326,25 @@ void add_remote(std::vector<option_spec>& out) {
   out.push_back(opt_int("remote", "heartbeat_ms", 1000, 10, 3600000,
                         "a client sends a STEP or PING at least this often (told in "
                         "WELCOME)"));
-  out.push_back(opt_int("remote", "timeout_ms", 10000, 50, 86400000,
-                        "a session silent for this long is dropped: its episodes are given "
-                        "up, their unfinished segments discarded and counted (larger "
-                        "than heartbeat_ms)"));
+  out.push_back(
+    opt_int("remote", "timeout_ms", 10000, 50, 86400000,
+            "a session silent for this long is dropped: its episodes are given "
+            "up, their unfinished segments discarded and counted (larger "
+            "than heartbeat_ms)"));
   out.push_back(opt_int("remote", "max_errors", 16, 0, 1000000,
                         "malformed messages a session may send; the next one drops it"));
-  out.push_back(opt_string("remote", "curve_secret_key_file", "", {},
-                           "file holding the server's CURVE secret key (40 Z85 characters "
-                           "on its first non-blank line; troupe remote keygen writes one): "
-                           "clients must use CURVE with the matching public key; empty: "
-                           "plaintext"));
-  out.push_back(opt_string("remote", "curve_allowed_clients_file", "", {},
-                           "with remote.curve_secret_key_file: the client public keys let "
-                           "in, one Z85 key per line (a note may follow the key after a "
-                           "space; blank lines are skipped); any other client is refused "
-                           "and logged"));
+  out.push_back(
+    opt_string("remote", "curve_secret_key_file", "", {},
+               "file holding the server's CURVE secret key (40 Z85 characters "
+               "on its first non-blank line; troupe remote keygen writes one): "
+               "clients must use CURVE with the matching public key; empty: "
+               "plaintext"));
+  out.push_back(
+    opt_string("remote", "curve_allowed_clients_file", "", {},
+               "with remote.curve_secret_key_file: the client public keys let "
+               "in, one Z85 key per line (a note may follow the key after a "
+               "space; blank lines are skipped); any other client is refused "
+               "and logged"));
 }
 
 std::vector<option_spec> build_schema() {

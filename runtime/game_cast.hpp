@@ -31,7 +31,7 @@ struct game_agent_source {
   /// Called once, under the lock, when the agent is made (may be empty).
   std::function<void(const std::shared_ptr<edge::game_agent>&)> on_made;
 
-  base::mutex mutex;          ///< guards what follows
+  base::mutex mutex;             ///< guards what follows
   std::condition_variable ready; ///< notified when made or failed
   /// The agent, once made.
   std::shared_ptr<edge::game_agent> held TROUPE_GUARDED_BY(mutex);

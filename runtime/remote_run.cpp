@@ -46,9 +46,9 @@ result<std::vector<std::string>> read_keys(const config& cfg, const std::string&
     if (auto ok = edge::check_z85_key(word, fmt::format("{}:{}", path, number)); !ok)
       return at_key(cfg, key, ok.err().message);
     if (one && !keys.empty())
-      return at_key(cfg, key,
-                    fmt::format("{}:{}: a second key; the file holds one secret key",
-                                path, number));
+      return at_key(
+        cfg, key,
+        fmt::format("{}:{}: a second key; the file holds one secret key", path, number));
     keys.push_back(word);
   }
   if (in.bad())

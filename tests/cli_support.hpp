@@ -18,17 +18,17 @@ namespace troupe::test {
 
 /// What a command did.
 struct run_result {
-  int status = -1;  ///< exit status, -1 when killed by a signal or not started
-  std::string out;  ///< stdout
-  std::string err;  ///< stderr
+  int status = -1; ///< exit status, -1 when killed by a signal or not started
+  std::string out; ///< stdout
+  std::string err; ///< stderr
 };
 
 /// Runs the shell command line `command_line` with `dir` as working folder.
 inline run_result run_command(const std::string& command_line, const temp_folder& dir) {
   // stderr goes to a file inside the folder, read back once the command ends.
   auto err_path = (dir.path / "stderr.txt").string();
-  auto full = fmt::format("cd '{}' && ( {} ) 2> '{}'", dir.path.string(), command_line,
-                          err_path);
+  auto full =
+    fmt::format("cd '{}' && ( {} ) 2> '{}'", dir.path.string(), command_line, err_path);
   run_result r;
   FILE* pipe = ::popen(full.c_str(), "r");
   if (!pipe)
@@ -72,8 +72,8 @@ inline std::vector<std::string> lines_of(const std::string& text) {
 
 /// A one-line JSON output taken apart: its shape and its number literals.
 struct json_numbers {
-  std::string skeleton;              ///< the line with every number replaced by '#'
-  std::vector<std::string> numbers;  ///< the number literals, in order
+  std::string skeleton;             ///< the line with every number replaced by '#'
+  std::vector<std::string> numbers; ///< the number literals, in order
 };
 
 /// Splits a one-line JSON object into skeleton and numbers; a number is
@@ -100,8 +100,8 @@ inline json_numbers split_json_numbers(const std::string& line) {
       continue;
     }
     const char before = parts.skeleton.empty() ? '\0' : parts.skeleton.back();
-    bool starts_number = (c == '-' || (c >= '0' && c <= '9'))
-                         && (before == '[' || before == ':' || before == ',');
+    bool starts_number = (c == '-' || (c >= '0' && c <= '9')) &&
+                         (before == '[' || before == ':' || before == ',');
     if (!starts_number) {
       in_string = c == '"';
       parts.skeleton += c;

@@ -22,12 +22,12 @@ inline uint64_t unique_suffix() {
 
 /// A temporary folder, removed with everything in it at scope exit.
 struct temp_folder {
-  std::filesystem::path path;  ///< where the folder is
+  std::filesystem::path path; ///< where the folder is
 
   /// Creates `<tmp>/troupe-PREFIX-<random>`; the prefix says which test made it.
   explicit temp_folder(const std::string& prefix) {
-    path = std::filesystem::temp_directory_path()
-           / fmt::format("troupe-{}-{:016x}", prefix, unique_suffix());
+    path = std::filesystem::temp_directory_path() /
+           fmt::format("troupe-{}-{:016x}", prefix, unique_suffix());
     std::filesystem::create_directories(path);
   }
   ~temp_folder() {

@@ -154,12 +154,12 @@ inline bool parse_event(const std::string& s, tb_event& ev) {
         ev.file_version = s.substr(at, v);
       else if (n == 7 && t == 2) {
         ev.session_status = 0;
-        return for_each_field(
-          s, at, at + v, [&](uint32_t n2, uint32_t t2, size_t, uint64_t v2) {
-            if (n2 == 1 && t2 == 0)
-              ev.session_status = static_cast<int64_t>(v2);
-            return true;
-          });
+        return for_each_field(s, at, at + v,
+                              [&](uint32_t n2, uint32_t t2, size_t, uint64_t v2) {
+                                if (n2 == 1 && t2 == 0)
+                                  ev.session_status = static_cast<int64_t>(v2);
+                                return true;
+                              });
       } else if (n == 5 && t == 2) {
         ev.has_summary = true;
         return for_each_field(

@@ -282,12 +282,13 @@ troupe_remote* troupe_remote_open_with(const char* endpoint, const char* client_
   r->action_width = num_actions > 0 ? 1 : action_dim;
   r->hello_timeout_ms = hello_timeout_ms;
   strcpy(r->name, client_name);
-  r->attempts = options && options->reconnect_attempts > 0 ? options->reconnect_attempts : 8;
+  r->attempts =
+    options && options->reconnect_attempts > 0 ? options->reconnect_attempts : 8;
   r->backoff_ms = options && options->backoff_ms > 0 ? options->backoff_ms : 100;
   r->backoff_max_ms =
     options && options->backoff_max_ms > 0 ? options->backoff_max_ms : 5000;
-  if (options && (options->server_public_key || options->public_key ||
-                  options->secret_key)) {
+  if (options &&
+      (options->server_public_key || options->public_key || options->secret_key)) {
     if (!copy_key(r->server_key, options->server_public_key) ||
         !copy_key(r->public_key, options->public_key) ||
         !copy_key(r->secret_key, options->secret_key)) {

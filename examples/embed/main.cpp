@@ -104,9 +104,9 @@ int main(int argc, char** argv) {
 
   // The game drives: the program's own loop steps four corridors and asks an
   // agent for every action; training learns from what it reports.
-  auto game = troupe::session::open_toml(config, "corridor_game.toml",
-                                         {"run.name=\"corridor_game\"",
-                                          "algo.total_env_steps=100000000"});
+  auto game = troupe::session::open_toml(
+    config, "corridor_game.toml",
+    {"run.name=\"corridor_game\"", "algo.total_env_steps=100000000"});
   if (!game)
     return fail("open (game)", game.err());
   auto agent = game->make_agent(4);

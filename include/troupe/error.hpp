@@ -83,6 +83,8 @@ private:
 };
 
 /// A successful status.
-[[nodiscard]] inline status ok_status() noexcept { return status{}; }
+[[nodiscard]] inline status ok_status() noexcept {
+  return status{};
+}
 
 } // namespace troupe

@@ -52,7 +52,7 @@ typedef enum troupe_status {
   TROUPE_CORRUPT_FILE = 8, /**< a file's checksum or structure is wrong */
   TROUPE_UNSUPPORTED_VERSION = 9, /**< ABI or file format version mismatch */
   TROUPE_DEVICE_ERROR = 10,       /**< CUDA or another device failed */
-  TROUPE_UNAVAILABLE = 11         /**< not built in, not started, closed, or the peer is gone */
+  TROUPE_UNAVAILABLE = 11 /**< not built in, not started, closed, or the peer is gone */
 } troupe_status;
 
 typedef struct troupe_session troupe_session; /**< a training run */
@@ -164,9 +164,8 @@ troupe_register_environment(int abi_version, const troupe_env_description* descr
  *  instance, so no callbacks are needed. A session over the id started
  *  without an agent fails with TROUPE_INVALID_ARGUMENT saying so. Same
  *  checks of the description and thread rule as troupe_register_environment. */
-TROUPE_API troupe_status
-troupe_register_environment_spaces(int abi_version,
-                                   const troupe_env_description* description);
+TROUPE_API troupe_status troupe_register_environment_spaces(
+  int abi_version, const troupe_env_description* description);
 
 /** Removes a registration (TROUPE_NOT_FOUND for an unknown id; built-in ids
  *  are refused). Sessions already open keep the instances they made. Same
@@ -252,7 +251,8 @@ TROUPE_API void troupe_session_free(troupe_session* session);
 
 /** Options of an agent (zero-initialize for the defaults). */
 typedef struct troupe_agent_options {
-  size_t queue_capacity; /**< transitions buffered toward training (rounded up to whole segments of algo.num_steps); 0: 64 segments */
+  size_t queue_capacity; /**< transitions buffered toward training (rounded up to whole
+                            segments of algo.num_steps); 0: 64 segments */
   int block_when_full;   /**< 1: report blocks instead of dropping when full */
 } troupe_agent_options;
 

@@ -113,7 +113,8 @@ struct progress {
 
 /// Options of a game-driven agent.
 struct agent_options {
-  size_t queue_capacity = 0;    ///< transitions buffered toward training (whole segments of algo.num_steps); 0: 64 segments
+  size_t queue_capacity = 0; ///< transitions buffered toward training (whole segments of
+                             ///< algo.num_steps); 0: 64 segments
   bool block_when_full = false; ///< block report() instead of dropping when full
 };
 

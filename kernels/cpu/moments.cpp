@@ -36,8 +36,8 @@ bool moments::well_formed() const noexcept {
 
 // -- merging -----------------------------------------------------------------
 
-void merge(uint64_t& na, double* mean_a, double* m2_a, uint64_t nb,
-           const double* mean_b, const double* m2_b, size_t dim) noexcept {
+void merge(uint64_t& na, double* mean_a, double* m2_a, uint64_t nb, const double* mean_b,
+           const double* m2_b, size_t dim) noexcept {
   if (nb == 0)
     return;
   if (na == 0) {
@@ -49,8 +49,8 @@ void merge(uint64_t& na, double* mean_a, double* m2_a, uint64_t nb,
   const double a = static_cast<double>(na);
   const double b = static_cast<double>(nb);
   const double n = a + b;
-  const double wb = b / n;        // weight of b's mean in the merged mean
-  const double wab = a * b / n;   // weight of the squared mean difference
+  const double wb = b / n;      // weight of b's mean in the merged mean
+  const double wab = a * b / n; // weight of the squared mean difference
   for (size_t j = 0; j < dim; ++j) {
     const double delta = mean_b[j] - mean_a[j];
     mean_a[j] += delta * wb;
@@ -64,10 +64,9 @@ void merge(moments& a, const moments& b) {
     a = b;
     return;
   }
-  TROUPE_CHECK(a.dim() == b.dim(), "merging moments of dim {} and {}", a.dim(),
-               b.dim());
-  merge(a.count, a.mean.data(), a.m2.data(), b.count, b.mean.data(),
-        b.m2.data(), a.dim());
+  TROUPE_CHECK(a.dim() == b.dim(), "merging moments of dim {} and {}", a.dim(), b.dim());
+  merge(a.count, a.mean.data(), a.m2.data(), b.count, b.mean.data(), b.m2.data(),
+        a.dim());
 }
 
 // -- computing ---------------------------------------------------------------
@@ -80,8 +79,8 @@ constexpr size_t block_bytes = 256 * 1024;
 // Corrected two-pass moments of one block of rows. `sum` and `dev` are
 // scratch of size dim. Inner loops run along contiguous columns so that the
 // compiler vectorizes them.
-void block_moments(const float* x, size_t rows, size_t dim, double* mean,
-                   double* m2, double* dev) {
+void block_moments(const float* x, size_t rows, size_t dim, double* mean, double* m2,
+                   double* dev) {
   std::fill(mean, mean + dim, 0.0);
   for (size_t r = 0; r < rows; ++r) {
     const float* row = x + r * dim;
@@ -109,15 +108,13 @@ void block_moments(const float* x, size_t rows, size_t dim, double* mean,
 
 } // namespace
 
-void compute_moments_into(const float* x, size_t rows, size_t dim,
-                          moments& out) {
+void compute_moments_into(const float* x, size_t rows, size_t dim, moments& out) {
   out.count = 0;
   out.mean.assign(dim, 0.0);
   out.m2.assign(dim, 0.0);
   if (rows == 0 || dim == 0)
     return;
-  const size_t rows_per_block =
-    std::max<size_t>(1, block_bytes / (dim * sizeof(float)));
+  const size_t rows_per_block = std::max<size_t>(1, block_bytes / (dim * sizeof(float)));
   if (rows <= rows_per_block) {
     std::vector<double> dev(dim);
     block_moments(x, rows, dim, out.mean.data(), out.m2.data(), dev.data());

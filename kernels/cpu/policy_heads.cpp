@@ -93,10 +93,12 @@ void ppo_terms(const float* logp, const float* entropy, const float* value,
     float dv = c.vf_coef * err * c.inv_rows;
     if (c.clip_value_loss) {
       const float delta = value[r] - old_values[r];
-      const float err_clipped = old_values[r] + std::clamp(delta, -c.clip, c.clip) - returns[r];
+      const float err_clipped =
+        old_values[r] + std::clamp(delta, -c.clip, c.clip) - returns[r];
       if (err_clipped * err_clipped > sq) {
         sq = err_clipped * err_clipped;
-        dv = delta > -c.clip && delta < c.clip ? c.vf_coef * err_clipped * c.inv_rows : 0.0f;
+        dv =
+          delta > -c.clip && delta < c.clip ? c.vf_coef * err_clipped * c.inv_rows : 0.0f;
       }
     }
     d_value[r] = dv;

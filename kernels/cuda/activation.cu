@@ -6,9 +6,9 @@ namespace troupe::kernels {
 
 namespace {
 
-__global__ void bias_activation_kernel(float* __restrict__ z, const float* __restrict__ bias,
-                                       size_t rows, size_t cols, activation_op act,
-                                       float* out) {
+__global__ void bias_activation_kernel(float* __restrict__ z,
+                                       const float* __restrict__ bias, size_t rows,
+                                       size_t cols, activation_op act, float* out) {
   const size_t count = rows * cols;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
        i += size_t{gridDim.x} * blockDim.x) {
@@ -20,8 +20,9 @@ __global__ void bias_activation_kernel(float* __restrict__ z, const float* __res
   }
 }
 
-__global__ void activation_backward_kernel(const float* __restrict__ h, float* __restrict__ d,
-                                           size_t count, activation_op act) {
+__global__ void activation_backward_kernel(const float* __restrict__ h,
+                                           float* __restrict__ d, size_t count,
+                                           activation_op act) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
        i += size_t{gridDim.x} * blockDim.x) {
     if (act == activation_op::tanh)
@@ -37,13 +38,14 @@ using cuda_detail::block_threads;
 using cuda_detail::grid_for;
 using cuda_detail::launch_status;
 
-status cuda_bias_activation_async(float* d_z, const float* d_bias, size_t rows, size_t cols,
-                                  activation_op act, float* d_out, void* stream) noexcept {
+status cuda_bias_activation_async(float* d_z, const float* d_bias, size_t rows,
+                                  size_t cols, activation_op act, float* d_out,
+                                  void* stream) noexcept {
   if (rows * cols == 0)
     return ok_status();
   bias_activation_kernel<<<grid_for(rows * cols), block_threads, 0,
-                           static_cast<cudaStream_t>(stream)>>>(d_z, d_bias, rows, cols, act,
-                                                                d_out);
+                           static_cast<cudaStream_t>(stream)>>>(d_z, d_bias, rows, cols,
+                                                                act, d_out);
   return launch_status("bias_activation");
 }
 
@@ -52,7 +54,8 @@ status cuda_activation_backward_async(const float* d_h, float* d_grad, size_t co
   if (count == 0 || act == activation_op::identity)
     return ok_status();
   activation_backward_kernel<<<grid_for(count), block_threads, 0,
-                               static_cast<cudaStream_t>(stream)>>>(d_h, d_grad, count, act);
+                               static_cast<cudaStream_t>(stream)>>>(d_h, d_grad, count,
+                                                                    act);
   return launch_status("activation_backward");
 }
 

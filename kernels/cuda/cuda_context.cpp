@@ -19,7 +19,8 @@ status cuda_status(cudaError_t code, const char* what) {
 status cublas_status(cublasStatus_t code, const char* what) {
   if (code == CUBLAS_STATUS_SUCCESS)
     return ok_status();
-  return make_error(errc::device_error, "{}: cuBLAS status {}", what, static_cast<int>(code));
+  return make_error(errc::device_error, "{}: cuBLAS status {}", what,
+                    static_cast<int>(code));
 }
 
 } // namespace
@@ -48,12 +49,13 @@ struct cuda_context::impl {
     cudaFree(ones);
     ones = nullptr;
     ones_count = 0;
-    if (auto st = cuda_status(cudaMalloc(&ones, count * sizeof(float)), "cudaMalloc"); !st)
+    if (auto st = cuda_status(cudaMalloc(&ones, count * sizeof(float)), "cudaMalloc");
+        !st)
       return st;
     std::vector<float> host(count, 1.0f);
-    if (auto st = cuda_status(cudaMemcpy(ones, host.data(), count * sizeof(float),
-                                         cudaMemcpyHostToDevice),
-                              "cudaMemcpy");
+    if (auto st = cuda_status(
+          cudaMemcpy(ones, host.data(), count * sizeof(float), cudaMemcpyHostToDevice),
+          "cudaMemcpy");
         !st)
       return st;
     ones_count = count;
@@ -61,8 +63,7 @@ struct cuda_context::impl {
   }
 };
 
-cuda_context::cuda_context(std::unique_ptr<impl> p) : impl_(std::move(p)) {
-}
+cuda_context::cuda_context(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
 cuda_context::~cuda_context() = default;
 
@@ -73,8 +74,8 @@ result<std::unique_ptr<cuda_context>> cuda_context::create(int device, bool allo
     return make_error(errc::unavailable, "the CUDA runtime finds no GPU");
   }
   if (device < 0 || device >= count)
-    return make_error(errc::invalid_argument, "CUDA device {} does not exist ({} present)",
-                      device, count);
+    return make_error(errc::invalid_argument,
+                      "CUDA device {} does not exist ({} present)", device, count);
   auto p = std::make_unique<impl>();
   p->device = device;
   if (auto st = cuda_status(cudaSetDevice(device), "cudaSetDevice"); !st)
@@ -85,10 +86,12 @@ result<std::unique_ptr<cuda_context>> cuda_context::create(int device, bool allo
     return st.err();
   if (auto st = cublas_status(cublasCreate(&p->cublas), "cublasCreate"); !st)
     return st.err();
-  if (auto st = cublas_status(cublasSetStream(p->cublas, p->stream), "cublasSetStream"); !st)
+  if (auto st = cublas_status(cublasSetStream(p->cublas, p->stream), "cublasSetStream");
+      !st)
     return st.err();
   auto mode = allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-  if (auto st = cublas_status(cublasSetMathMode(p->cublas, mode), "cublasSetMathMode"); !st)
+  if (auto st = cublas_status(cublasSetMathMode(p->cublas, mode), "cublasSetMathMode");
+      !st)
     return st.err();
   return std::unique_ptr<cuda_context>(new cuda_context(std::move(p)));
 }
@@ -132,8 +135,9 @@ status cuda_context::gemm_dzt_x(const float* dz, const float* x, size_t rows, si
   const float one = 1.0f, zero = 0.0f;
   return cublas_status(cublasSgemm(impl_->cublas, CUBLAS_OP_N, CUBLAS_OP_T,
                                    static_cast<int>(in), static_cast<int>(out),
-                                   static_cast<int>(rows), &one, x, static_cast<int>(in), dz,
-                                   static_cast<int>(out), &zero, dw, static_cast<int>(in)),
+                                   static_cast<int>(rows), &one, x, static_cast<int>(in),
+                                   dz, static_cast<int>(out), &zero, dw,
+                                   static_cast<int>(in)),
                        "gemm dz^T x");
 }
 
@@ -143,8 +147,9 @@ status cuda_context::gemm_dz_w(const float* dz, const float* w, size_t rows, siz
   const float one = 1.0f, zero = 0.0f;
   return cublas_status(cublasSgemm(impl_->cublas, CUBLAS_OP_N, CUBLAS_OP_N,
                                    static_cast<int>(in), static_cast<int>(rows),
-                                   static_cast<int>(out), &one, w, static_cast<int>(in), dz,
-                                   static_cast<int>(out), &zero, dx, static_cast<int>(in)),
+                                   static_cast<int>(out), &one, w, static_cast<int>(in),
+                                   dz, static_cast<int>(out), &zero, dx,
+                                   static_cast<int>(in)),
                        "gemm dz w");
 }
 
@@ -154,8 +159,8 @@ status cuda_context::column_sums(const float* x, size_t rows, size_t cols, float
   // x is column-major x^T[cols x rows]; out = x^T * ones.
   const float one = 1.0f, zero = 0.0f;
   return cublas_status(cublasSgemv(impl_->cublas, CUBLAS_OP_N, static_cast<int>(cols),
-                                   static_cast<int>(rows), &one, x, static_cast<int>(cols),
-                                   impl_->ones, 1, &zero, out, 1),
+                                   static_cast<int>(rows), &one, x,
+                                   static_cast<int>(cols), impl_->ones, 1, &zero, out, 1),
                        "column sums");
 }
 
@@ -169,7 +174,8 @@ result<double> cuda_context::norm2(const float* x, size_t n) {
 }
 
 status cuda_context::scale(float* x, size_t n, float alpha) {
-  return cublas_status(cublasSscal(impl_->cublas, static_cast<int>(n), &alpha, x, 1), "scal");
+  return cublas_status(cublasSscal(impl_->cublas, static_cast<int>(n), &alpha, x, 1),
+                       "scal");
 }
 
 result<void*> cuda_allocate(size_t bytes) noexcept {
@@ -184,13 +190,15 @@ void cuda_free(void* p) noexcept {
     cudaFree(p);
 }
 
-status cuda_copy_to_device(void* dst, const void* src, size_t bytes, void* stream) noexcept {
+status cuda_copy_to_device(void* dst, const void* src, size_t bytes,
+                           void* stream) noexcept {
   return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
                                      static_cast<cudaStream_t>(stream)),
                      "copy to device");
 }
 
-status cuda_copy_to_host(void* dst, const void* src, size_t bytes, void* stream) noexcept {
+status cuda_copy_to_host(void* dst, const void* src, size_t bytes,
+                         void* stream) noexcept {
   return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
                                      static_cast<cudaStream_t>(stream)),
                      "copy to host");

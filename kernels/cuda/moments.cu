@@ -22,8 +22,8 @@ unsigned row_blocks(size_t rows) {
   return static_cast<unsigned>(std::clamp<size_t>(blocks, 1, max_row_blocks));
 }
 
-__device__ inline void chan_merge(double& na, double& mean_a, double& m2_a,
-                                  double nb, double mean_b, double m2_b) {
+__device__ inline void chan_merge(double& na, double& mean_a, double& m2_a, double nb,
+                                  double mean_b, double m2_b) {
   if (nb == 0.0)
     return;
   if (na == 0.0) {
@@ -41,8 +41,8 @@ __device__ inline void chan_merge(double& na, double& mean_a, double& m2_a,
 
 // Partials layout in the workspace: [3][row_blocks][dim] doubles
 // (count, mean, m2).
-__global__ void moments_partials(const float* __restrict__ x, size_t rows,
-                                 size_t dim, double* __restrict__ partials) {
+__global__ void moments_partials(const float* __restrict__ x, size_t rows, size_t dim,
+                                 double* __restrict__ partials) {
   __shared__ double s_n[tile_rows][tile_cols];
   __shared__ double s_mean[tile_rows][tile_cols];
   __shared__ double s_m2[tile_rows][tile_cols];
@@ -50,8 +50,8 @@ __global__ void moments_partials(const float* __restrict__ x, size_t rows,
   double n = 0.0, mean = 0.0, m2 = 0.0;
   if (col < dim) {
     const size_t stride = static_cast<size_t>(gridDim.y) * tile_rows;
-    for (size_t r = static_cast<size_t>(blockIdx.y) * tile_rows + threadIdx.y;
-         r < rows; r += stride) {
+    for (size_t r = static_cast<size_t>(blockIdx.y) * tile_rows + threadIdx.y; r < rows;
+         r += stride) {
       const double v = static_cast<double>(x[r * dim + col]);
       n += 1.0;
       const double delta = v - mean;
@@ -86,9 +86,8 @@ __global__ void moments_partials(const float* __restrict__ x, size_t rows,
   }
 }
 
-__global__ void moments_finish(const double* __restrict__ partials,
-                               unsigned blocks, size_t dim,
-                               double* __restrict__ out) {
+__global__ void moments_finish(const double* __restrict__ partials, unsigned blocks,
+                               size_t dim, double* __restrict__ out) {
   const size_t col = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (col >= dim)
     return;
@@ -105,8 +104,8 @@ __global__ void moments_finish(const double* __restrict__ partials,
 }
 
 error cuda_error(const char* what, cudaError_t code) {
-  return make_error(errc::device_error, "{}: {} ({})", what,
-                    cudaGetErrorString(code), static_cast<int>(code));
+  return make_error(errc::device_error, "{}: {} ({})", what, cudaGetErrorString(code),
+                    static_cast<int>(code));
 }
 
 } // namespace
@@ -115,15 +114,15 @@ size_t cuda_moments_workspace_bytes(size_t rows, size_t dim) noexcept {
   return 3 * static_cast<size_t>(row_blocks(rows)) * dim * sizeof(double);
 }
 
-status cuda_moments_async(const float* d_x, size_t rows, size_t dim,
-                          double* d_out, void* d_workspace,
-                          size_t workspace_bytes, void* stream) noexcept {
+status cuda_moments_async(const float* d_x, size_t rows, size_t dim, double* d_out,
+                          void* d_workspace, size_t workspace_bytes,
+                          void* stream) noexcept {
   if (dim == 0)
     return make_error(errc::invalid_argument, "cuda moments: dim must be > 0");
   if (workspace_bytes < cuda_moments_workspace_bytes(rows, dim))
     return make_error(errc::invalid_argument,
-                      "cuda moments: workspace of {} bytes, need {}",
-                      workspace_bytes, cuda_moments_workspace_bytes(rows, dim));
+                      "cuda moments: workspace of {} bytes, need {}", workspace_bytes,
+                      cuda_moments_workspace_bytes(rows, dim));
   auto s = static_cast<cudaStream_t>(stream);
   const unsigned blocks = row_blocks(rows);
   dim3 grid(static_cast<unsigned>((dim + tile_cols - 1) / tile_cols), blocks);
@@ -131,8 +130,8 @@ status cuda_moments_async(const float* d_x, size_t rows, size_t dim,
   auto partials = static_cast<double*>(d_workspace);
   moments_partials<<<grid, block, 0, s>>>(d_x, rows, dim, partials);
   const unsigned threads = 128;
-  moments_finish<<<static_cast<unsigned>((dim + threads - 1) / threads),
-                   threads, 0, s>>>(partials, blocks, dim, d_out);
+  moments_finish<<<static_cast<unsigned>((dim + threads - 1) / threads), threads, 0, s>>>(
+    partials, blocks, dim, d_out);
   if (auto code = cudaGetLastError(); code != cudaSuccess)
     return cuda_error("cuda moments launch", code);
   return {};
@@ -166,8 +165,8 @@ result<moments> cuda_compute_moments(const float* x, size_t rows, size_t dim) {
     return st.err();
   }
   std::vector<double> host(2 * dim + 1);
-  code = cudaMemcpy(host.data(), d_out, host.size() * sizeof(double),
-                    cudaMemcpyDeviceToHost);
+  code =
+    cudaMemcpy(host.data(), d_out, host.size() * sizeof(double), cudaMemcpyDeviceToHost);
   release();
   if (code != cudaSuccess)
     return cuda_error("cuda moments copy-back", code);

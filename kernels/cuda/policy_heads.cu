@@ -9,8 +9,8 @@ namespace {
 
 constexpr float half_log_two_pi = 0.918938533204672742f;
 
-#define TROUPE_ROWS_LOOP(r, rows)                                                  \
-  for (size_t r = blockIdx.x * size_t{blockDim.x} + threadIdx.x; r < (rows);       \
+#define TROUPE_ROWS_LOOP(r, rows)                                                        \
+  for (size_t r = blockIdx.x * size_t{blockDim.x} + threadIdx.x; r < (rows);             \
        r += size_t{gridDim.x} * blockDim.x)
 
 __global__ void categorical_forward_kernel(const float* logits, const int64_t* actions,
@@ -36,10 +36,10 @@ __global__ void categorical_forward_kernel(const float* logits, const int64_t* a
   }
 }
 
-__global__ void categorical_backward_kernel(const float* log_softmax, const float* entropy,
-                                            const int64_t* actions, const float* d_logp,
-                                            const float* d_entropy, size_t rows, size_t n,
-                                            float* d_logits) {
+__global__ void categorical_backward_kernel(const float* log_softmax,
+                                            const float* entropy, const int64_t* actions,
+                                            const float* d_logp, const float* d_entropy,
+                                            size_t rows, size_t n, float* d_logits) {
   TROUPE_ROWS_LOOP(r, rows) {
     const float* ls = log_softmax + r * n;
     float* out = d_logits + r * n;
@@ -81,9 +81,10 @@ __global__ void gaussian_backward_kernel(const float* z, const float* log_std,
   }
 }
 
-__global__ void ppo_terms_kernel(const float* logp, const float* entropy, const float* value,
-                                 const float* old_logp, const float* advantages,
-                                 const float* returns, const float* old_values, size_t rows,
+__global__ void ppo_terms_kernel(const float* logp, const float* entropy,
+                                 const float* value, const float* old_logp,
+                                 const float* advantages, const float* returns,
+                                 const float* old_values, size_t rows,
                                  ppo_term_constants c, float* d_logp, float* d_entropy,
                                  float* d_value, float* terms) {
   TROUPE_ROWS_LOOP(r, rows) {
@@ -100,10 +101,11 @@ __global__ void ppo_terms_kernel(const float* logp, const float* entropy, const 
     if (c.clip_value_loss) {
       const float delta = value[r] - old_values[r];
       const float err_clipped =
-          old_values[r] + fminf(fmaxf(delta, -c.clip), c.clip) - returns[r];
+        old_values[r] + fminf(fmaxf(delta, -c.clip), c.clip) - returns[r];
       if (err_clipped * err_clipped > sq) {
         sq = err_clipped * err_clipped;
-        dv = delta > -c.clip && delta < c.clip ? c.vf_coef * err_clipped * c.inv_rows : 0.0f;
+        dv =
+          delta > -c.clip && delta < c.clip ? c.vf_coef * err_clipped * c.inv_rows : 0.0f;
       }
     }
     d_value[r] = dv;
@@ -129,11 +131,12 @@ using cuda_detail::launch_status;
 
 status cuda_categorical_forward_async(const float* logits, const int64_t* actions,
                                       size_t rows, size_t n, float* log_softmax,
-                                      float* logp, float* entropy, void* stream) noexcept {
+                                      float* logp, float* entropy,
+                                      void* stream) noexcept {
   if (rows == 0)
     return ok_status();
   categorical_forward_kernel<<<grid_for(rows), block_threads, 0, as_stream(stream)>>>(
-      logits, actions, rows, n, log_softmax, logp, entropy);
+    logits, actions, rows, n, log_softmax, logp, entropy);
   return launch_status("categorical_forward");
 }
 
@@ -144,7 +147,7 @@ status cuda_categorical_backward_async(const float* log_softmax, const float* en
   if (rows == 0)
     return ok_status();
   categorical_backward_kernel<<<grid_for(rows), block_threads, 0, as_stream(stream)>>>(
-      log_softmax, entropy, actions, d_logp, d_entropy, rows, n, d_logits);
+    log_softmax, entropy, actions, d_logp, d_entropy, rows, n, d_logits);
   return launch_status("categorical_backward");
 }
 
@@ -154,7 +157,7 @@ status cuda_gaussian_forward_async(const float* mean, const float* log_std,
   if (rows == 0)
     return ok_status();
   gaussian_forward_kernel<<<grid_for(rows), block_threads, 0, as_stream(stream)>>>(
-      mean, log_std, actions, rows, d, z, logp, entropy);
+    mean, log_std, actions, rows, d, z, logp, entropy);
   return launch_status("gaussian_forward");
 }
 
@@ -165,7 +168,7 @@ status cuda_gaussian_backward_async(const float* z, const float* log_std,
   if (rows == 0)
     return ok_status();
   gaussian_backward_kernel<<<grid_for(rows), block_threads, 0, as_stream(stream)>>>(
-      z, log_std, d_logp, d_entropy, rows, d, d_mean, d_log_std_rows);
+    z, log_std, d_logp, d_entropy, rows, d, d_mean, d_log_std_rows);
   return launch_status("gaussian_backward");
 }
 
@@ -177,8 +180,8 @@ status cuda_ppo_terms_async(const float* logp, const float* entropy, const float
   if (rows == 0)
     return ok_status();
   ppo_terms_kernel<<<grid_for(rows), block_threads, 0, as_stream(stream)>>>(
-      logp, entropy, value, old_logp, advantages, returns, old_values, rows, c, d_logp,
-      d_entropy, d_value, terms);
+    logp, entropy, value, old_logp, advantages, returns, old_values, rows, c, d_logp,
+    d_entropy, d_value, terms);
   return launch_status("ppo_terms");
 }
 

@@ -19,10 +19,10 @@ namespace {
 
 using kernels::device_array;
 
-#define TROUPE_TRY(expr)                                                           \
-  do {                                                                             \
-    if (auto troupe_try_status = (expr); !troupe_try_status)                       \
-      return troupe_try_status.err();                                              \
+#define TROUPE_TRY(expr)                                                                 \
+  do {                                                                                   \
+    if (auto troupe_try_status = (expr); !troupe_try_status)                             \
+      return troupe_try_status.err();                                                    \
   } while (false)
 
 kernels::activation_op to_op(activation_kind kind) {
@@ -44,8 +44,7 @@ class cuda_backend final : public learner_backend {
 public:
   cuda_backend(const model_spec& spec, const adam_config& adam,
                std::unique_ptr<kernels::cuda_context> context)
-    : spec_(spec), layout_(make_layout(spec)), adam_(adam), ctx_(std::move(context)) {
-  }
+    : spec_(spec), layout_(make_layout(spec)), adam_(adam), ctx_(std::move(context)) {}
 
   status init() {
     TROUPE_TRY(params_.reserve(std::max<size_t>(layout_.param_count, 1)));
@@ -53,9 +52,12 @@ public:
     TROUPE_TRY(grad_.reserve(std::max<size_t>(layout_.param_count, 1)));
     TROUPE_TRY(m_.reserve(std::max<size_t>(layout_.param_count, 1)));
     TROUPE_TRY(v_.reserve(std::max<size_t>(layout_.param_count, 1)));
-    TROUPE_TRY(kernels::cuda_zero(grad_.data(), layout_.param_count * sizeof(float), stream()));
-    TROUPE_TRY(kernels::cuda_zero(m_.data(), layout_.param_count * sizeof(float), stream()));
-    TROUPE_TRY(kernels::cuda_zero(v_.data(), layout_.param_count * sizeof(float), stream()));
+    TROUPE_TRY(
+      kernels::cuda_zero(grad_.data(), layout_.param_count * sizeof(float), stream()));
+    TROUPE_TRY(
+      kernels::cuda_zero(m_.data(), layout_.param_count * sizeof(float), stream()));
+    TROUPE_TRY(
+      kernels::cuda_zero(v_.data(), layout_.param_count * sizeof(float), stream()));
     size_t widest = 1;
     for (auto w : spec_.hidden)
       widest = std::max(widest, static_cast<size_t>(w));
@@ -77,11 +79,11 @@ public:
   device_kind device() const noexcept override { return device_kind::cuda; }
 
   status load(const float* params, const float* buffers) override {
-    TROUPE_TRY(kernels::cuda_copy_to_device(params_.data(), params,
-                                            layout_.param_count * sizeof(float), stream()));
+    TROUPE_TRY(kernels::cuda_copy_to_device(
+      params_.data(), params, layout_.param_count * sizeof(float), stream()));
     if (layout_.buffer_count)
-      TROUPE_TRY(kernels::cuda_copy_to_device(buffers_.data(), buffers,
-                                              layout_.buffer_count * sizeof(float), stream()));
+      TROUPE_TRY(kernels::cuda_copy_to_device(
+        buffers_.data(), buffers, layout_.buffer_count * sizeof(float), stream()));
     return ctx_->synchronize();
   }
 
@@ -89,8 +91,8 @@ public:
     TROUPE_TRY(kernels::cuda_copy_to_host(params, params_.data(),
                                           layout_.param_count * sizeof(float), stream()));
     if (layout_.buffer_count)
-      TROUPE_TRY(kernels::cuda_copy_to_host(buffers, buffers_.data(),
-                                            layout_.buffer_count * sizeof(float), stream()));
+      TROUPE_TRY(kernels::cuda_copy_to_host(
+        buffers, buffers_.data(), layout_.buffer_count * sizeof(float), stream()));
     return ctx_->synchronize();
   }
 
@@ -101,7 +103,8 @@ public:
     if (layout_.buffer_count == 0)
       return copy_global_stats(layout_, views, host_buffers_.data());
     TROUPE_TRY(kernels::cuda_copy_to_host(host_buffers_.data(), buffers_.data(),
-                                          layout_.buffer_count * sizeof(float), stream()));
+                                          layout_.buffer_count * sizeof(float),
+                                          stream()));
     TROUPE_TRY(ctx_->synchronize());
     TROUPE_TRY(copy_global_stats(layout_, views, host_buffers_.data()));
     return kernels::cuda_copy_to_device(buffers_.data(), host_buffers_.data(),
@@ -143,13 +146,12 @@ public:
     TROUPE_TRY(head_aux_.reserve(rows * head));
     if (box)
       TROUPE_TRY(kernels::cuda_gaussian_forward_async(
-          actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), rows, head,
-          head_aux_.data(), logp_.data(), entropy_.data(), stream()));
+        actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), rows,
+        head, head_aux_.data(), logp_.data(), entropy_.data(), stream()));
     else
-      TROUPE_TRY(kernels::cuda_categorical_forward_async(actor_.out.data(), actions_.data(),
-                                                         rows, head, head_aux_.data(),
-                                                         logp_.data(), entropy_.data(),
-                                                         stream()));
+      TROUPE_TRY(kernels::cuda_categorical_forward_async(
+        actor_.out.data(), actions_.data(), rows, head, head_aux_.data(), logp_.data(),
+        entropy_.data(), stream()));
     TROUPE_TRY(d_logp_.reserve(rows));
     TROUPE_TRY(d_entropy_.reserve(rows));
     TROUPE_TRY(d_value_.reserve(rows));
@@ -161,31 +163,31 @@ public:
     c.ent_coef = static_cast<float>(config.ent_coef);
     c.inv_rows = 1.0f / static_cast<float>(rows);
     c.clip_value_loss = config.clip_value_loss;
-    TROUPE_TRY(kernels::cuda_ppo_terms_async(logp_.data(), entropy_.data(), critic_.out.data(),
-                                             old_logp_.data(), adv_.data(), ret_.data(),
-                                             old_v_.data(), rows, c, d_logp_.data(),
-                                             d_entropy_.data(), d_value_.data(),
-                                             terms_.data(), stream()));
+    TROUPE_TRY(kernels::cuda_ppo_terms_async(
+      logp_.data(), entropy_.data(), critic_.out.data(), old_logp_.data(), adv_.data(),
+      ret_.data(), old_v_.data(), rows, c, d_logp_.data(), d_entropy_.data(),
+      d_value_.data(), terms_.data(), stream()));
     TROUPE_TRY(ctx_->column_sums(terms_.data(), rows, 5, term_sums_.data()));
 
     TROUPE_TRY(d_head_.reserve(rows * head));
     if (box) {
       TROUPE_TRY(d_log_std_rows_.reserve(rows * head));
       TROUPE_TRY(kernels::cuda_gaussian_backward_async(
-          head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
-          d_entropy_.data(), rows, head, d_head_.data(), d_log_std_rows_.data(), stream()));
+        head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
+        d_entropy_.data(), rows, head, d_head_.data(), d_log_std_rows_.data(), stream()));
       TROUPE_TRY(ctx_->column_sums(d_log_std_rows_.data(), rows, head,
                                    grad_.data() + layout_.log_std));
     } else {
       TROUPE_TRY(kernels::cuda_categorical_backward_async(
-          head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(), d_entropy_.data(),
-          rows, head, d_head_.data(), stream()));
+        head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(),
+        d_entropy_.data(), rows, head, d_head_.data(), stream()));
     }
     TROUPE_TRY(backward(layout_.actor, actor_, obs_.data(), rows, d_head_.data()));
     TROUPE_TRY(backward(layout_.critic, critic_, obs_.data(), rows, d_value_.data()));
 
     float sums[5];
-    TROUPE_TRY(kernels::cuda_copy_to_host(sums, term_sums_.data(), sizeof(sums), stream()));
+    TROUPE_TRY(
+      kernels::cuda_copy_to_host(sums, term_sums_.data(), sizeof(sums), stream()));
     TROUPE_TRY(ctx_->synchronize());
     collect_moments();
     loss_report report;
@@ -195,8 +197,8 @@ public:
     report.entropy = sums[2] / n;
     report.approx_kl = sums[3] / n;
     report.clip_fraction = sums[4] / n;
-    report.loss = report.policy_loss + config.vf_coef * report.value_loss
-                  - config.ent_coef * report.entropy;
+    report.loss = report.policy_loss + config.vf_coef * report.value_loss -
+                  config.ent_coef * report.entropy;
     return report;
   }
 
@@ -223,19 +225,19 @@ public:
     TROUPE_TRY(head_aux_.reserve(n * head));
     if (box)
       TROUPE_TRY(kernels::cuda_gaussian_forward_async(
-          actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), n, head,
-          head_aux_.data(), logp_.data(), entropy_.data(), stream()));
+        actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), n, head,
+        head_aux_.data(), logp_.data(), entropy_.data(), stream()));
     else
-      TROUPE_TRY(kernels::cuda_categorical_forward_async(actor_.out.data(), actions_.data(), n,
-                                                         head, head_aux_.data(), logp_.data(),
-                                                         entropy_.data(), stream()));
+      TROUPE_TRY(kernels::cuda_categorical_forward_async(
+        actor_.out.data(), actions_.data(), n, head, head_aux_.data(), logp_.data(),
+        entropy_.data(), stream()));
     // The recursion runs backward in time along each trajectory: a sequential
     // loop of steps * envs numbers, done on the host.
     host_logp_.resize(n);
     host_entropy_.resize(n);
     host_values_.resize(rows);
-    TROUPE_TRY(kernels::cuda_copy_to_host(host_logp_.data(), logp_.data(), n * sizeof(float),
-                                          stream()));
+    TROUPE_TRY(kernels::cuda_copy_to_host(host_logp_.data(), logp_.data(),
+                                          n * sizeof(float), stream()));
     TROUPE_TRY(kernels::cuda_copy_to_host(host_entropy_.data(), entropy_.data(),
                                           n * sizeof(float), stream()));
     TROUPE_TRY(kernels::cuda_copy_to_host(host_values_.data(), critic_.out.data(),
@@ -244,8 +246,9 @@ public:
     std::vector<float> log_rhos(n), vs(n), adv(n);
     for (size_t i = 0; i < n; ++i)
       log_rhos[i] = host_logp_[i] - batch.behavior_logprob[i];
-    vtrace_targets(batch.steps, batch.envs, log_rhos.data(), batch.discounts, batch.rewards,
-                   host_values_.data(), host_values_.data() + n, config, vs.data(), adv.data());
+    vtrace_targets(batch.steps, batch.envs, log_rhos.data(), batch.discounts,
+                   batch.rewards, host_values_.data(), host_values_.data() + n, config,
+                   vs.data(), adv.data());
     std::vector<float> d_logp(n), d_entropy(n), d_value(rows, 0.0f);
     const float inv_n = 1.0f / static_cast<float>(n);
     double pg = 0, vl = 0, ent = 0;
@@ -266,14 +269,14 @@ public:
     if (box) {
       TROUPE_TRY(d_log_std_rows_.reserve(n * head));
       TROUPE_TRY(kernels::cuda_gaussian_backward_async(
-          head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
-          d_entropy_.data(), n, head, d_head_.data(), d_log_std_rows_.data(), stream()));
+        head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
+        d_entropy_.data(), n, head, d_head_.data(), d_log_std_rows_.data(), stream()));
       TROUPE_TRY(ctx_->column_sums(d_log_std_rows_.data(), n, head,
                                    grad_.data() + layout_.log_std));
     } else {
       TROUPE_TRY(kernels::cuda_categorical_backward_async(
-          head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(), d_entropy_.data(),
-          n, head, d_head_.data(), stream()));
+        head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(),
+        d_entropy_.data(), n, head, d_head_.data(), stream()));
     }
     TROUPE_TRY(backward(layout_.actor, actor_, obs_.data(), rows, d_head_.data()));
     TROUPE_TRY(backward(layout_.critic, critic_, obs_.data(), rows, d_value_.data()));
@@ -284,8 +287,8 @@ public:
     report.policy_loss = pg / count;
     report.value_loss = 0.5 * vl / count;
     report.entropy = ent / count;
-    report.loss = report.policy_loss + config.baseline_coef * report.value_loss
-                  - config.ent_coef * report.entropy;
+    report.loss = report.policy_loss + config.baseline_coef * report.value_loss -
+                  config.ent_coef * report.entropy;
     return report;
   }
 
@@ -304,12 +307,14 @@ public:
     if (max_grad_norm > 0) {
       const double coef = max_grad_norm / (*norm + 1e-6);
       if (coef < 1.0)
-        TROUPE_TRY(ctx_->scale(grad_.data(), layout_.param_count, static_cast<float>(coef)));
+        TROUPE_TRY(
+          ctx_->scale(grad_.data(), layout_.param_count, static_cast<float>(coef)));
     }
     ++steps_;
     auto hyper = adam_hyper_for(adam_, lr, steps_);
-    TROUPE_TRY(kernels::cuda_adam_step_async(params_.data(), grad_.data(), m_.data(), v_.data(),
-                                             layout_.param_count, hyper, stream()));
+    TROUPE_TRY(kernels::cuda_adam_step_async(params_.data(), grad_.data(), m_.data(),
+                                             v_.data(), layout_.param_count, hyper,
+                                             stream()));
     return *norm;
   }
 
@@ -365,13 +370,13 @@ private:
                                  ds.z.data()));
       if (!stage.has_batch_norm) {
         TROUPE_TRY(kernels::cuda_bias_activation_async(
-            ds.z.data(), params_.data() + stage.linear.bias, rows, width, act, ds.h.data(),
-            stream()));
+          ds.z.data(), params_.data() + stage.linear.bias, rows, width, act, ds.h.data(),
+          stream()));
       } else {
         const auto& bn = stage.batch_norm;
         TROUPE_TRY(kernels::cuda_bias_activation_async(
-            ds.z.data(), params_.data() + stage.linear.bias, rows, width,
-            kernels::activation_op::identity, ds.z.data(), stream()));
+          ds.z.data(), params_.data() + stage.linear.bias, rows, width,
+          kernels::activation_op::identity, ds.z.data(), stream()));
         TROUPE_TRY(ds.zhat.reserve(rows * width));
         TROUPE_TRY(ds.mean.reserve(width));
         TROUPE_TRY(ds.var.reserve(width));
@@ -385,30 +390,30 @@ private:
           return ws.err();
         double* raw = moments_raw_.data() + moment_offsets_[moment_index_];
         ++moment_index_;
-        TROUPE_TRY(kernels::cuda_moments_async(ds.z.data(), rows, width, raw, *ws, ws_bytes,
-                                               stream()));
+        TROUPE_TRY(kernels::cuda_moments_async(ds.z.data(), rows, width, raw, *ws,
+                                               ws_bytes, stream()));
         host_moments_.emplace_back(2 * width + 1);
-        TROUPE_TRY(kernels::cuda_copy_to_host(host_moments_.back().data(), raw,
-                                              (2 * width + 1) * sizeof(double), stream()));
+        TROUPE_TRY(kernels::cuda_copy_to_host(
+          host_moments_.back().data(), raw, (2 * width + 1) * sizeof(double), stream()));
         const float* mean = ds.mean.data();
         if (spec_.batch_norm == batch_norm_mode::local) {
-          TROUPE_TRY(kernels::cuda_moments_to_stats_async(raw, width, spec_.batch_norm_eps,
-                                                          ds.mean.data(), ds.var.data(),
-                                                          ds.inv_std.data(), stream()));
+          TROUPE_TRY(kernels::cuda_moments_to_stats_async(
+            raw, width, spec_.batch_norm_eps, ds.mean.data(), ds.var.data(),
+            ds.inv_std.data(), stream()));
           TROUPE_TRY(kernels::cuda_running_stats_update_async(
-              raw, width, spec_.batch_norm_momentum, buffers_.data() + bn.running_mean,
-              buffers_.data() + bn.running_var, stream()));
+            raw, width, spec_.batch_norm_momentum, buffers_.data() + bn.running_mean,
+            buffers_.data() + bn.running_var, stream()));
         } else {
           mean = buffers_.data() + bn.running_mean;
-          TROUPE_TRY(kernels::cuda_inverse_std_async(buffers_.data() + bn.running_var, width,
-                                                     spec_.batch_norm_eps, ds.inv_std.data(),
-                                                     stream()));
+          TROUPE_TRY(kernels::cuda_inverse_std_async(buffers_.data() + bn.running_var,
+                                                     width, spec_.batch_norm_eps,
+                                                     ds.inv_std.data(), stream()));
         }
         TROUPE_TRY(kernels::cuda_batch_norm_forward_async(
-            ds.z.data(), mean, ds.inv_std.data(), params_.data() + bn.weight,
-            params_.data() + bn.bias, rows, width, ds.zhat.data(), ds.h.data(), stream()));
-        TROUPE_TRY(kernels::cuda_bias_activation_async(ds.h.data(), zeros_.data(), rows, width,
-                                                       act, ds.h.data(), stream()));
+          ds.z.data(), mean, ds.inv_std.data(), params_.data() + bn.weight,
+          params_.data() + bn.bias, rows, width, ds.zhat.data(), ds.h.data(), stream()));
+        TROUPE_TRY(kernels::cuda_bias_activation_async(
+          ds.h.data(), zeros_.data(), rows, width, act, ds.h.data(), stream()));
       }
       x = ds.h.data();
     }
@@ -417,10 +422,9 @@ private:
     TROUPE_TRY(ctx_->gemm_x_wt(x, params_.data() + out.weight, rows,
                                static_cast<size_t>(out.in), static_cast<size_t>(out.out),
                                dn.out.data()));
-    return kernels::cuda_bias_activation_async(dn.out.data(), params_.data() + out.bias, rows,
-                                               static_cast<size_t>(out.out),
-                                               kernels::activation_op::identity,
-                                               dn.out.data(), stream());
+    return kernels::cuda_bias_activation_async(
+      dn.out.data(), params_.data() + out.bias, rows, static_cast<size_t>(out.out),
+      kernels::activation_op::identity, dn.out.data(), stream());
   }
 
   status backward(const network_layout& net, device_network& dn, const float* input,
@@ -428,9 +432,10 @@ private:
     const auto& out = net.output;
     const size_t stages = net.hidden.size();
     const float* last = stages ? dn.stages.back().h.data() : input;
-    const size_t out_in = static_cast<size_t>(out.in), out_w = static_cast<size_t>(out.out);
+    const size_t out_in = static_cast<size_t>(out.in),
+                 out_w = static_cast<size_t>(out.out);
     TROUPE_TRY(
-        ctx_->gemm_dzt_x(d_output, last, rows, out_in, out_w, grad_.data() + out.weight));
+      ctx_->gemm_dzt_x(d_output, last, rows, out_in, out_w, grad_.data() + out.weight));
     TROUPE_TRY(ctx_->column_sums(d_output, rows, out_w, grad_.data() + out.bias));
     if (stages == 0)
       return ok_status();
@@ -459,19 +464,20 @@ private:
         TROUPE_TRY(ctx_->column_sums(d_b_.data(), rows, width, grad_.data() + bn.weight));
         TROUPE_TRY(ctx_->column_sums(d_a_.data(), rows, width, grad_.data() + bn.bias));
         TROUPE_TRY(kernels::cuda_batch_norm_backward_async(
-            d_a_.data(), ds.zhat.data(), params_.data() + bn.weight, ds.inv_std.data(),
-            grad_.data() + bn.bias, grad_.data() + bn.weight, rows, width,
-            spec_.batch_norm == batch_norm_mode::local, d_b_.data(), stream()));
+          d_a_.data(), ds.zhat.data(), params_.data() + bn.weight, ds.inv_std.data(),
+          grad_.data() + bn.bias, grad_.data() + bn.weight, rows, width,
+          spec_.batch_norm == batch_norm_mode::local, d_b_.data(), stream()));
         d_linear = d_b_.data();
       }
       const float* x = l == 0 ? input : dn.stages[l - 1].h.data();
       TROUPE_TRY(ctx_->gemm_dzt_x(d_linear, x, rows, in, width,
                                   grad_.data() + stage.linear.weight));
-      TROUPE_TRY(ctx_->column_sums(d_linear, rows, width, grad_.data() + stage.linear.bias));
+      TROUPE_TRY(
+        ctx_->column_sums(d_linear, rows, width, grad_.data() + stage.linear.bias));
       if (l > 0) {
         float* target = d_linear == d_a_.data() ? d_b_.data() : d_a_.data();
-        TROUPE_TRY(ctx_->gemm_dz_w(d_linear, params_.data() + stage.linear.weight, rows, in,
-                                   width, target));
+        TROUPE_TRY(ctx_->gemm_dz_w(d_linear, params_.data() + stage.linear.weight, rows,
+                                   in, width, target));
         if (target == d_b_.data())
           std::swap(d_a_, d_b_);
       }
@@ -488,7 +494,7 @@ private:
   device_array<int64_t> actions_;
   device_network actor_, critic_;
   device_array<float> logp_, entropy_, head_aux_, d_logp_, d_entropy_, d_value_, terms_,
-      term_sums_, d_head_, d_log_std_rows_, d_a_, d_b_;
+    term_sums_, d_head_, d_log_std_rows_, d_a_, d_b_;
   device_array<double> moments_raw_;
   std::vector<size_t> moment_offsets_; // per batch-norm layer, into moments_raw_
   size_t moment_index_ = 0;
@@ -500,9 +506,9 @@ private:
 
 } // namespace
 
-result<std::unique_ptr<learner_backend>> make_cuda_backend(const model_spec& spec,
-                                                           const adam_config& adam,
-                                                           const backend_options& options) {
+result<std::unique_ptr<learner_backend>>
+make_cuda_backend(const model_spec& spec, const adam_config& adam,
+                  const backend_options& options) {
   if (auto valid = spec.validate(); !valid)
     return valid.err();
   auto ctx = kernels::cuda_context::create(0, options.allow_tf32);

@@ -35,8 +35,8 @@ result<int64_t> parsed_args::get_int(const std::string& name, int64_t fallback,
   long long x = std::strtoll(v->c_str(), &end, 10);
   if (v->empty() || *end != '\0' || errno == ERANGE || x < min || x > max)
     return make_error(errc::invalid_argument,
-                      "--{}: expected an integer in [{}, {}], got '{}'", name,
-                      min, max, *v);
+                      "--{}: expected an integer in [{}, {}], got '{}'", name, min, max,
+                      *v);
   return static_cast<int64_t>(x);
 }
 
@@ -49,8 +49,8 @@ result<double> parsed_args::get_float(const std::string& name, double fallback,
   double x = std::strtod(v->c_str(), &end);
   if (v->empty() || *end != '\0' || !std::isfinite(x) || x < min || x > max)
     return make_error(errc::invalid_argument,
-                      "--{}: expected a number in [{}, {}], got '{}'", name,
-                      min, max, *v);
+                      "--{}: expected a number in [{}, {}], got '{}'", name, min, max,
+                      *v);
   return x;
 }
 
@@ -90,18 +90,16 @@ result<parsed_args> parse_args(const std::string& command,
       std::string valid;
       for (auto& s : specs)
         valid += fmt::format("{}--{}", valid.empty() ? "" : ", ", s.name);
-      return make_error(errc::invalid_argument,
-                        "{}: unknown option '--{}'{} (valid: {})", command,
-                        name,
-                        hint.empty() ? std::string{}
-                                     : fmt::format(", did you mean '--{}'?", hint),
-                        valid.empty() ? "none" : valid);
+      return make_error(
+        errc::invalid_argument, "{}: unknown option '--{}'{} (valid: {})", command, name,
+        hint.empty() ? std::string{} : fmt::format(", did you mean '--{}'?", hint),
+        valid.empty() ? "none" : valid);
     }
     if (!spec->takes_value) {
       if (inline_value)
         return make_error(errc::invalid_argument,
-                          "{}: option '--{}' takes no value, got '{}'", command,
-                          name, *inline_value);
+                          "{}: option '--{}' takes no value, got '{}'", command, name,
+                          *inline_value);
       out.add(name, "");
       continue;
     }
@@ -111,12 +109,12 @@ result<parsed_args> parse_args(const std::string& command,
     } else if (i + 1 < args.size()) {
       v = args[++i];
     } else {
-      return make_error(errc::invalid_argument,
-                        "{}: option '--{}' needs a value", command, name);
+      return make_error(errc::invalid_argument, "{}: option '--{}' needs a value",
+                        command, name);
     }
     if (!spec->repeatable && out.get(name))
-      return make_error(errc::invalid_argument,
-                        "{}: option '--{}' given more than once", command, name);
+      return make_error(errc::invalid_argument, "{}: option '--{}' given more than once",
+                        command, name);
     out.add(name, std::move(v));
   }
   return out;

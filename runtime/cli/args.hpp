@@ -29,13 +29,15 @@ public:
   std::vector<std::string> all(const std::string& name) const;
 
   /// An integer option in [min, max]; default when absent.
-  result<int64_t> get_int(const std::string& name, int64_t fallback,
-                          int64_t min, int64_t max) const;
+  result<int64_t> get_int(const std::string& name, int64_t fallback, int64_t min,
+                          int64_t max) const;
   /// A float option in [min, max]; default when absent.
-  result<double> get_float(const std::string& name, double fallback,
-                           double min, double max) const;
+  result<double> get_float(const std::string& name, double fallback, double min,
+                           double max) const;
 
-  void add(const std::string& name, std::string v) { values_.emplace(name, std::move(v)); }
+  void add(const std::string& name, std::string v) {
+    values_.emplace(name, std::move(v));
+  }
 
 private:
   std::multimap<std::string, std::string> values_;

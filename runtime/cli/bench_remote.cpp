@@ -186,8 +186,8 @@ result<std::pair<uint64_t, double>> timed(size_t threads, double seconds, Work w
   return std::make_pair(total, static_cast<double>(total) / elapsed);
 }
 
-result<remote_figures> measure(size_t clients, size_t envs, double seconds,
-                               uint64_t seed, const curve_keys* curve) {
+result<remote_figures> measure(size_t clients, size_t envs, double seconds, uint64_t seed,
+                               const curve_keys* curve) {
   remote_figures f;
   f.clients = clients;
   // Through troupe: server, decoding, the agent's inference.

@@ -116,16 +116,20 @@ caf::behavior paced_producer(caf::event_based_actor* self, caf::actor dest,
 }
 
 void declare(caf::scoped_actor& self, const caf::actor& keeper) {
-  self->request(keeper, caf::infinite, actors::declare_atom::value, stream,
-                uint64_t{bench_dim})
+  self
+    ->request(keeper, caf::infinite, actors::declare_atom::value, stream,
+              uint64_t{bench_dim})
     .receive([](uint64_t) {}, [](caf::error&) {});
 }
 
 // Deltas per second handled by `dest` from two producers.
-double two_producer_rate(caf::actor_system& sys, const caf::actor& dest, uint64_t per_producer) {
+double two_producer_rate(caf::actor_system& sys, const caf::actor& dest,
+                         uint64_t per_producer) {
   caf::scoped_actor self{sys};
-  auto a = sys.spawn(producer, dest, per_producer, std::string{"producer-a"}, caf::actor{self});
-  auto b = sys.spawn(producer, dest, per_producer, std::string{"producer-b"}, caf::actor{self});
+  auto a =
+    sys.spawn(producer, dest, per_producer, std::string{"producer-a"}, caf::actor{self});
+  auto b =
+    sys.spawn(producer, dest, per_producer, std::string{"producer-b"}, caf::actor{self});
   auto t0 = clock_type::now();
   self->send(a, run_atom::value);
   self->send(b, run_atom::value);
@@ -310,8 +314,8 @@ int bench_stats(const args_t& args) {
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
   if (!parsed->positional.empty())
-    return fail(exit_bad_input,
-                fmt::format("bench stats: unexpected argument '{}'", parsed->positional[0]));
+    return fail(exit_bad_input, fmt::format("bench stats: unexpected argument '{}'",
+                                            parsed->positional[0]));
   auto deltas = parsed->get_int("deltas", 500000, 1000, 1000000000);
   auto repeats = parsed->get_int("repeats", 3, 1, 100);
   auto reads = parsed->get_int("reads", 4000000, 1000, 1000000000);
@@ -353,9 +357,12 @@ int bench_stats(const args_t& args) {
     caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
   }
   double merges = median(merge_rates), raw = median(raw_rates);
-  say(fmt::format("merges_per_s        {:>14.0f}  (dim {}, 2 producers, {} scheduler threads)",
-                  merges, bench_dim, threads));
-  say(fmt::format("raw_caf_msgs_per_s  {:>14.0f}  (same deltas to an actor that only reads them)", raw));
+  say(fmt::format(
+    "merges_per_s        {:>14.0f}  (dim {}, 2 producers, {} scheduler threads)", merges,
+    bench_dim, threads));
+  say(fmt::format(
+    "raw_caf_msgs_per_s  {:>14.0f}  (same deltas to an actor that only reads them)",
+    raw));
   say(fmt::format("merge/raw ratio     {:>14.3f}", merges / raw));
 
   const uint64_t default_every = actors::stats_keeper_options{}.publish_every_merges;

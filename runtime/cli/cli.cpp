@@ -19,39 +19,56 @@ const std::vector<command>& commands() {
   static const std::vector<command> table = {
     {{"train"},
      "CONFIG [--set section.key=value ...] [--resume RUN_DIR] [--listen HOST:PORT]",
-     "train from a config file into a run folder (metrics, checkpoints, curve)", cmd_train},
+     "train from a config file into a run folder (metrics, checkpoints, curve)",
+     cmd_train},
     {{"worker"},
-     "(--connect HOST:PORT [--run RUN] | --connect-file CLUSTER_JSON) [--learners N] [--runners-per-learner M] "
+     "(--connect HOST:PORT [--run RUN] | --connect-file CLUSTER_JSON) [--learners N] "
+     "[--runners-per-learner M] "
      "[--device D] [--name NAME]",
      "join a run across processes: host learners and runners for its coordinator",
      cmd_worker},
-    {{"eval"}, "CHECKPOINT [--env ID] [--episodes N] [--seed S] [--stochastic] [--json]",
-     "run evaluation episodes with a checkpoint's policy", cmd_eval},
-    {{"plot"}, "RUN_DIR... [--out FILE]",
-     "write learning curves of one or more runs as an SVG", cmd_plot},
-    {{"check"}, "FILE [--set section.key=value ...]",
-     "validate a config file and print the resolved config", cmd_check},
-    {{"config", "describe"}, "",
+    {{"eval"},
+     "CHECKPOINT [--env ID] [--episodes N] [--seed S] [--stochastic] [--json]",
+     "run evaluation episodes with a checkpoint's policy",
+     cmd_eval},
+    {{"plot"},
+     "RUN_DIR... [--out FILE]",
+     "write learning curves of one or more runs as an SVG",
+     cmd_plot},
+    {{"check"},
+     "FILE [--set section.key=value ...]",
+     "validate a config file and print the resolved config",
+     cmd_check},
+    {{"config", "describe"},
+     "",
      "print every config option with its type, default, range and meaning",
      cmd_config_describe},
     {{"stats", "compute"},
      "FILE... [--batch-rows N] [--mode cumulative|ema] [--momentum M] [--json]",
      "normalization statistics (count, mean, variance) of CSV datasets",
      cmd_stats_compute},
-    {{"env", "list"}, "", "list the registered environments with their spaces and time limits",
+    {{"env", "list"},
+     "",
+     "list the registered environments with their spaces and time limits",
      cmd_env_list},
     {{"env", "replay"},
      "--env ID --state=V1,V2,... [--elapsed N] --actions FILE [--json]",
      "set an environment's state and replay actions, printing each step",
      cmd_env_replay},
-    {{"policy", "act"}, "--checkpoint FILE --obs FILE.csv [--json]",
-     "print a checkpoint's deterministic outputs for observations", cmd_policy_act},
-    {{"remote", "keygen"}, "PATH",
-     "write a CURVE key pair for remote environments: the secret key to PATH (mode 0600), "
+    {{"policy", "act"},
+     "--checkpoint FILE --obs FILE.csv [--json]",
+     "print a checkpoint's deterministic outputs for observations",
+     cmd_policy_act},
+    {{"remote", "keygen"},
+     "PATH",
+     "write a CURVE key pair for remote environments: the secret key to PATH (mode "
+     "0600), "
      "the public key to PATH.pub",
      cmd_remote_keygen},
-    {{"bench"}, "AREA [--json] (areas: stats, envs, learner, embed, remote)",
-     "measure throughput and latency; see docs/benchmarks.md", cmd_bench},
+    {{"bench"},
+     "AREA [--json] (areas: stats, envs, learner, embed, remote)",
+     "measure throughput and latency; see docs/benchmarks.md",
+     cmd_bench},
     {{"version"}, "", "print the version", cmd_version},
     {{"help"}, "", "list the commands", cmd_help},
   };
@@ -107,18 +124,18 @@ int run_cli(int argc, char** argv) {
     auto hint = nearest(given, names);
     if (hint.empty())
       hint = nearest(args[0], names);
-    return fail(exit_bad_input,
-                fmt::format("unknown command '{}'{}; run 'troupe help' for the list",
-                            given,
-                            hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+    return fail(
+      exit_bad_input,
+      fmt::format("unknown command '{}'{}; run 'troupe help' for the list", given,
+                  hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
   }
-  args_t rest(args.begin() + static_cast<std::ptrdiff_t>(best->words.size()),
-              args.end());
+  args_t rest(args.begin() + static_cast<std::ptrdiff_t>(best->words.size()), args.end());
   for (auto& a : rest) {
     if (a == "--")
       break;
     if (a == "--help" || a == "-h") {
-      std::printf("usage: troupe %s %s\n%s\n", fmt::format("{}", fmt::join(best->words, " ")).c_str(),
+      std::printf("usage: troupe %s %s\n%s\n",
+                  fmt::format("{}", fmt::join(best->words, " ")).c_str(),
                   best->usage.c_str(), best->summary.c_str());
       return 0;
     }

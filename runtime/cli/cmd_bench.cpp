@@ -14,11 +14,8 @@ struct bench_area {
 };
 
 constexpr bench_area areas[] = {
-  {"stats", bench_stats},
-  {"envs", bench_envs},
-  {"learner", bench_learner},
-  {"embed", bench_embed},
-  {"remote", bench_remote},
+  {"stats", bench_stats}, {"envs", bench_envs},     {"learner", bench_learner},
+  {"embed", bench_embed}, {"remote", bench_remote},
 };
 
 } // namespace

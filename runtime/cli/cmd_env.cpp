@@ -102,8 +102,9 @@ result<std::vector<double>> parse_numbers(const char* option, const std::string&
   for (auto& part : split_commas(text)) {
     auto v = parse_double(part);
     if (!v || !std::isfinite(*v))
-      return make_error(errc::invalid_argument, "{}: value {} '{}' is not a finite number",
-                        option, out.size() + 1, part);
+      return make_error(errc::invalid_argument,
+                        "{}: value {} '{}' is not a finite number", option,
+                        out.size() + 1, part);
     out.push_back(*v);
   }
   return out;
@@ -133,11 +134,13 @@ int cmd_env_list(const args_t& args) {
 int cmd_env_replay(const args_t& args) {
   static const std::vector<arg_spec> specs = {
     {"env", true, false, "environment id (see troupe env list)"},
-    {"state", true, false, "internal state V1,V2,... in Gymnasium's env.unwrapped.state order"},
+    {"state", true, false,
+     "internal state V1,V2,... in Gymnasium's env.unwrapped.state order"},
     {"qpos", true, false, "MuJoCo tasks, instead of --state: the positions data.qpos"},
     {"qvel", true, false, "MuJoCo tasks, with --qpos: the velocities data.qvel"},
     {"qacc-warmstart", true, false,
-     "MuJoCo tasks, with --qpos: the solver's warm start (default zeros, as after a reset)"},
+     "MuJoCo tasks, with --qpos: the solver's warm start (default zeros, as after a "
+     "reset)"},
     {"elapsed", true, false, "steps already taken, for the time limit (default 0)"},
     {"actions", true, false, "file with one action per line"},
     {"json", false, false, "print one JSON object per step"},
@@ -149,27 +152,30 @@ int cmd_env_replay(const args_t& args) {
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
   if (!parsed->positional.empty())
-    return fail(exit_bad_input, fmt::format("troupe env replay: unexpected argument '{}'\n{}",
-                                            parsed->positional[0], usage));
+    return fail(exit_bad_input,
+                fmt::format("troupe env replay: unexpected argument '{}'\n{}",
+                            parsed->positional[0], usage));
   for (const char* required : {"env", "actions"})
     if (!parsed->get(required))
-      return fail(exit_bad_input,
-                  fmt::format("troupe env replay: --{} is required\n{}", required, usage));
-  const bool by_parts = parsed->get("qpos") || parsed->get("qvel") ||
-                        parsed->get("qacc-warmstart");
+      return fail(exit_bad_input, fmt::format("troupe env replay: --{} is required\n{}",
+                                              required, usage));
+  const bool by_parts =
+    parsed->get("qpos") || parsed->get("qvel") || parsed->get("qacc-warmstart");
   if (by_parts && parsed->get("state"))
     return fail(exit_bad_input,
                 fmt::format("troupe env replay: give --state or --qpos and --qvel, not "
                             "both\n{}",
                             usage));
   if (!by_parts && !parsed->get("state"))
-    return fail(exit_bad_input,
-                fmt::format("troupe env replay: --state (or, for a MuJoCo task, --qpos and "
-                            "--qvel) is required\n{}",
-                            usage));
+    return fail(
+      exit_bad_input,
+      fmt::format("troupe env replay: --state (or, for a MuJoCo task, --qpos and "
+                  "--qvel) is required\n{}",
+                  usage));
   if (by_parts && (!parsed->get("qpos") || !parsed->get("qvel")))
-    return fail(exit_bad_input,
-                fmt::format("troupe env replay: --qpos and --qvel go together\n{}", usage));
+    return fail(
+      exit_bad_input,
+      fmt::format("troupe env replay: --qpos and --qvel go together\n{}", usage));
 
   auto e = envs::make_env(*parsed->get("env"));
   if (!e)
@@ -206,9 +212,9 @@ int cmd_env_replay(const args_t& args) {
         if (!read)
           return fail(exit_bad_input, read.err().message);
         if (read->size() != names.size())
-          return fail(exit_bad_input,
-                      fmt::format("{}: {} has {} values ({}), got {}", options[k], spec.id,
-                                  names.size(), fmt::join(names, ", "), read->size()));
+          return fail(exit_bad_input, fmt::format("{}: {} has {} values ({}), got {}",
+                                                  options[k], spec.id, names.size(),
+                                                  fmt::join(names, ", "), read->size()));
         values = std::move(*read);
       }
       state.insert(state.end(), values.begin(), values.end());
@@ -235,8 +241,8 @@ int cmd_env_replay(const args_t& args) {
   const std::string path = *parsed->get("actions");
   std::ifstream in(path);
   if (!in)
-    return fail(exit_bad_input,
-                fmt::format("--actions: cannot read '{}': {}", path, std::strerror(errno)));
+    return fail(exit_bad_input, fmt::format("--actions: cannot read '{}': {}", path,
+                                            std::strerror(errno)));
   std::vector<std::vector<float>> actions;
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
@@ -266,8 +272,8 @@ int cmd_env_replay(const args_t& args) {
   for (auto& action : actions) {
     auto r = environment.step(action.data(), obs.data());
     if (!r) // actions were checked above; kept for safety at the boundary
-      return fail(exit_bad_input, fmt::format("{}: step {}: {}", path, step_no + 1,
-                                              r.err().message));
+      return fail(exit_bad_input,
+                  fmt::format("{}: step {}: {}", path, step_no + 1, r.err().message));
     ++step_no;
     std::vector<double> obs64(obs.begin(), obs.end());
     if (as_json) {
@@ -279,11 +285,11 @@ int cmd_env_replay(const args_t& args) {
       line["state"] = environment.state();
       std::fputs(json_line(line).c_str(), stdout);
     } else {
-      std::printf("step %zu  action %s  reward %.9g%s%s\n  obs   %s\n  state %s\n", step_no,
-                  text_list(std::vector<double>(action.begin(), action.end())).c_str(),
-                  r->reward, r->terminated ? "  terminated" : "",
-                  r->truncated ? "  truncated" : "", text_list(obs64).c_str(),
-                  text_list(environment.state()).c_str());
+      std::printf(
+        "step %zu  action %s  reward %.9g%s%s\n  obs   %s\n  state %s\n", step_no,
+        text_list(std::vector<double>(action.begin(), action.end())).c_str(), r->reward,
+        r->terminated ? "  terminated" : "", r->truncated ? "  truncated" : "",
+        text_list(obs64).c_str(), text_list(environment.state()).c_str());
     }
     if (r->terminated || r->truncated) {
       stop = r->terminated ? "terminated" : "truncated";

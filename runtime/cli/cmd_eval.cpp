@@ -41,8 +41,8 @@ status check_match(const learners::model_spec& spec, const envs::env_spec& env,
   bool obs_ok = static_cast<int64_t>(obs.size()) == spec.obs_dim;
   bool act_ok = spec.action == learners::action_kind::discrete
                   ? act.kind == envs::space_kind::discrete && act.n == spec.n
-                  : act.kind == envs::space_kind::box
-                      && static_cast<int64_t>(act.size()) == spec.act_dim;
+                  : act.kind == envs::space_kind::box &&
+                      static_cast<int64_t>(act.size()) == spec.act_dim;
   if (obs_ok && act_ok)
     return ok_status();
   return make_error(errc::dimension_mismatch,
@@ -95,7 +95,8 @@ result<episode_stats> run_episodes(const learners::policy_checkpoint& policy,
       // The learners' action selection (learners/rollout.hpp), as the runners act.
       if (spec.action == learners::action_kind::discrete) {
         if (options.stochastic)
-          learners::sample_categorical(out.logits.data(), 1, head, gen, action.data(), nullptr);
+          learners::sample_categorical(out.logits.data(), 1, head, gen, action.data(),
+                                       nullptr);
         else
           learners::most_likely_categorical(out.logits.data(), 1, head, action.data());
       } else {
@@ -114,12 +115,14 @@ result<episode_stats> run_episodes(const learners::policy_checkpoint& policy,
                           episode, length, stepped.err().message);
       if (!std::isfinite(stepped->reward))
         return make_error(errc::non_finite,
-                          "{} episode {} step {}: reward {} is not finite", options.env_id,
-                          episode, length, stepped->reward);
+                          "{} episode {} step {}: reward {} is not finite",
+                          options.env_id, episode, length, stepped->reward);
       if (!std::all_of(next_obs.begin(), next_obs.end(),
                        [](float x) { return std::isfinite(x); }))
-        return make_error(errc::non_finite, "{} episode {} step {}: the observation is not "
-                          "finite", options.env_id, episode, length);
+        return make_error(errc::non_finite,
+                          "{} episode {} step {}: the observation is not "
+                          "finite",
+                          options.env_id, episode, length);
       total += stepped->reward;
       ++length;
       obs.swap(next_obs);
@@ -175,9 +178,8 @@ int cmd_eval(const args_t& args) {
                        describe_args(specs));
   };
   if (parsed->positional.size() != 1)
-    return fail(exit_bad_input,
-                fmt::format("eval: expected one CHECKPOINT, got {}\n{}",
-                            parsed->positional.size(), usage()));
+    return fail(exit_bad_input, fmt::format("eval: expected one CHECKPOINT, got {}\n{}",
+                                            parsed->positional.size(), usage()));
   eval_options options;
   auto episodes = parsed->get_int("episodes", 10, 1, 1000000);
   if (!episodes)
@@ -189,9 +191,10 @@ int cmd_eval(const args_t& args) {
   options.seed = static_cast<uint64_t>(*seed);
   options.stochastic = parsed->flag("stochastic");
 
-  auto policy_path = learners::resolve_policy_file(
-    parsed->positional[0],
-    [](const std::string& why) { std::fprintf(stderr, "troupe: %s\n", why.c_str()); });
+  auto policy_path =
+    learners::resolve_policy_file(parsed->positional[0], [](const std::string& why) {
+      std::fprintf(stderr, "troupe: %s\n", why.c_str());
+    });
   if (!policy_path)
     return fail(exit_bad_input, policy_path.err().message);
   auto policy = learners::load_checkpoint(*policy_path);
@@ -203,10 +206,11 @@ int cmd_eval(const args_t& args) {
   } else if (auto it = policy->metadata.find("env_id"); it != policy->metadata.end()) {
     options.env_id = it->second;
   } else {
-    return fail(exit_bad_input,
-                fmt::format("{}: the checkpoint names no environment (no env_id metadata); "
-                            "give one with --env ID",
-                            *policy_path));
+    return fail(
+      exit_bad_input,
+      fmt::format("{}: the checkpoint names no environment (no env_id metadata); "
+                  "give one with --env ID",
+                  *policy_path));
   }
   auto env_spec = envs::find_spec(options.env_id);
   if (!env_spec)

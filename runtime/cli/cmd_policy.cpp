@@ -57,8 +57,8 @@ void print_json(const learners::model_spec& spec, const learners::policy_output&
       row["logits"] = std::vector<float>(out.logits.begin() + r * act,
                                          out.logits.begin() + (r + 1) * act);
     } else {
-      row["mean"] = std::vector<float>(out.mean.begin() + r * act,
-                                       out.mean.begin() + (r + 1) * act);
+      row["mean"] =
+        std::vector<float>(out.mean.begin() + r * act, out.mean.begin() + (r + 1) * act);
       row["log_std"] = std::vector<float>(out.log_std.begin(), out.log_std.begin() + act);
     }
     row["value"] = out.value[r];

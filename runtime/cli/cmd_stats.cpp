@@ -46,8 +46,8 @@ void file_worker(caf::blocking_actor* self, std::shared_ptr<csv_reader> reader,
     if (*rows == 0)
       break;
     kernels::compute_moments_into(batch.data(), *rows, reader->width(), m);
-    self->send(keeper, actors::moments_delta{stream_name, reader->path(), m.count,
-                                             m.mean, m.m2});
+    self->send(keeper,
+               actors::moments_delta{stream_name, reader->path(), m.count, m.mean, m.m2});
     total += *rows;
   }
   self->request(keeper, caf::infinite, actors::sync_atom::value)
@@ -59,7 +59,8 @@ void file_worker(caf::blocking_actor* self, std::shared_ptr<csv_reader> reader,
 
 int cmd_stats_compute(const args_t& args) {
   static const std::vector<arg_spec> specs = {
-    {"batch-rows", true, false, "rows per batch (delta) sent to the keeper (default 1024)"},
+    {"batch-rows", true, false,
+     "rows per batch (delta) sent to the keeper (default 1024)"},
     {"mode", true, false, "cumulative (default) or ema"},
     {"momentum", true, false, "ema momentum in [0, 1) (default 0.99)"},
     {"json", false, false, "print one JSON object"},
@@ -120,8 +121,9 @@ int cmd_stats_compute(const args_t& args) {
   auto keeper = actors::spawn_stats_keeper(sys, opts);
   caf::scoped_actor self{sys};
   std::string failure;
-  self->request(keeper, caf::infinite, actors::declare_atom::value,
-                actors::stream_decl{stream_name, dim, mode, *momentum})
+  self
+    ->request(keeper, caf::infinite, actors::declare_atom::value,
+              actors::stream_decl{stream_name, dim, mode, *momentum})
     .receive([](uint64_t) {},
              [&](caf::error& e) { failure = actors::error_message(sys, e); });
   if (!failure.empty())
@@ -129,13 +131,13 @@ int cmd_stats_compute(const args_t& args) {
 
   // All workers run at once, each on its own thread; each reports once.
   for (auto& r : readers)
-    sys.spawn(file_worker, r, static_cast<size_t>(*batch_rows), keeper,
-              caf::actor{self});
+    sys.spawn(file_worker, r, static_cast<size_t>(*batch_rows), keeper, caf::actor{self});
   std::vector<std::string> errors;
   uint64_t rows = 0;
   for (size_t i = 0; i < readers.size(); ++i)
-    self->receive([&](done_atom, uint64_t n) { rows += n; },
-                  [&](caf::error& e) { errors.push_back(actors::error_message(sys, e)); });
+    self->receive(
+      [&](done_atom, uint64_t n) { rows += n; },
+      [&](caf::error& e) { errors.push_back(actors::error_message(sys, e)); });
   if (!errors.empty()) {
     for (auto& e : errors)
       std::fprintf(stderr, "troupe: %s\n", e.c_str());
@@ -143,13 +145,16 @@ int cmd_stats_compute(const args_t& args) {
     return exit_bad_input;
   }
   learners::stats_snapshot snap;
-  self->request(keeper, caf::infinite, actors::snapshot_atom::value, std::string{stream_name})
+  self
+    ->request(keeper, caf::infinite, actors::snapshot_atom::value,
+              std::string{stream_name})
     .receive([&](learners::stats_snapshot& s) { snap = std::move(s); },
              [&](caf::error& e) { failure = actors::error_message(sys, e); });
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
   if (!failure.empty())
     return fail(exit_failure, failure);
-  TROUPE_CHECK(snap.count == rows, "keeper merged {} rows, workers read {}", snap.count, rows);
+  TROUPE_CHECK(snap.count == rows, "keeper merged {} rows, workers read {}", snap.count,
+               rows);
 
   if (parsed->flag("json")) {
     json out;

@@ -133,8 +133,9 @@ int cmd_train(const args_t& args) {
   if (!cfg)
     return fail(exit_bad_input, cfg.err().message);
   if (!migrated.empty())
-    std::fprintf(stderr, "troupe: %s: written by an older troupe; moved %zu [algo] key(s) "
-                         "to [algo.%s]: %s\n",
+    std::fprintf(stderr,
+                 "troupe: %s: written by an older troupe; moved %zu [algo] key(s) "
+                 "to [algo.%s]: %s\n",
                  path.c_str(), migrated.size(), cfg->get_string("algo.name").c_str(),
                  fmt::format("{}", fmt::join(migrated, ", ")).c_str());
   if (auto listen = parsed->get("listen"))

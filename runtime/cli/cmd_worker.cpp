@@ -24,7 +24,8 @@ int cmd_worker(const args_t& args) {
     {"connect", true, false, "HOST:PORT of the coordinator (its cluster.json)"},
     {"run", true, false,
      "the run's name (cluster.json's \"run\"), checked when given: a coordinator of "
-     "another run refuses the connection (default: any run, learned from the coordinator)"},
+     "another run refuses the connection (default: any run, learned from the "
+     "coordinator)"},
     {"connect-file", true, false,
      "instead of --connect and --run: the coordinator's cluster.json (its run "
      "folder's, on a file system this host sees), read again before every attempt "
@@ -60,8 +61,7 @@ int cmd_worker(const args_t& args) {
   if (by_file && connect)
     return fail(exit_bad_input, "--connect and --connect-file: give one of them, got '" +
                                   *connect + "' and '" + *connect_file + "'");
-  if ((by_file ? connect_file->empty() : !connect) ||
-      !parsed->positional.empty())
+  if ((by_file ? connect_file->empty() : !connect) || !parsed->positional.empty())
     return fail(exit_bad_input,
                 "usage: troupe worker (--connect HOST:PORT [--run RUN] | --connect-file "
                 "CLUSTER_JSON) [--learners N] "

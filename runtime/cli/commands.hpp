@@ -18,16 +18,16 @@ using args_t = std::vector<std::string>;
 
 int cmd_config_describe(const args_t& args);
 int cmd_check(const args_t& args);
-int cmd_stats_compute(const args_t& args);   // runtime/cli/cmd_stats.cpp
-int cmd_env_list(const args_t& args);        // runtime/cli/cmd_env.cpp
-int cmd_env_replay(const args_t& args);      // runtime/cli/cmd_env.cpp
-int cmd_policy_act(const args_t& args);      // runtime/cli/cmd_policy.cpp
-int cmd_train(const args_t& args);           // runtime/cli/cmd_train.cpp
-int cmd_worker(const args_t& args);          // runtime/cli/cmd_worker.cpp
-int cmd_eval(const args_t& args);            // runtime/cli/cmd_eval.cpp
-int cmd_plot(const args_t& args);            // runtime/cli/cmd_plot.cpp
-int cmd_bench(const args_t& args);           // runtime/cli/cmd_bench.cpp
-int cmd_remote_keygen(const args_t& args);   // runtime/cli/cmd_remote.cpp
+int cmd_stats_compute(const args_t& args); // runtime/cli/cmd_stats.cpp
+int cmd_env_list(const args_t& args);      // runtime/cli/cmd_env.cpp
+int cmd_env_replay(const args_t& args);    // runtime/cli/cmd_env.cpp
+int cmd_policy_act(const args_t& args);    // runtime/cli/cmd_policy.cpp
+int cmd_train(const args_t& args);         // runtime/cli/cmd_train.cpp
+int cmd_worker(const args_t& args);        // runtime/cli/cmd_worker.cpp
+int cmd_eval(const args_t& args);          // runtime/cli/cmd_eval.cpp
+int cmd_plot(const args_t& args);          // runtime/cli/cmd_plot.cpp
+int cmd_bench(const args_t& args);         // runtime/cli/cmd_bench.cpp
+int cmd_remote_keygen(const args_t& args); // runtime/cli/cmd_remote.cpp
 int cmd_version(const args_t& args);
 
 // `troupe bench AREA`, one function per area.

@@ -37,16 +37,19 @@ bool csv_reader::parse_line(const std::string& line, std::vector<float>& out,
       ++b;
     double x = 0;
     auto [ptr, ec] = std::from_chars(b, e, x);
-    if (text.empty() || ptr != e || (ec != std::errc{} && ec != std::errc::result_out_of_range)) {
+    if (text.empty() || ptr != e ||
+        (ec != std::errc{} && ec != std::errc::result_out_of_range)) {
       why = fmt::format("field {}: '{}' is not a number", field, text);
       return false;
     }
-    if (ec == std::errc::result_out_of_range || (std::isfinite(x) && std::fabs(x) > FLT_MAX)) {
+    if (ec == std::errc::result_out_of_range ||
+        (std::isfinite(x) && std::fabs(x) > FLT_MAX)) {
       why = fmt::format("field {}: {} is outside the float32 range", field, text);
       return false;
     }
     if (!std::isfinite(x)) {
-      why = fmt::format("field {}: {} is not allowed (values must be finite)", field, text);
+      why =
+        fmt::format("field {}: {} is not allowed (values must be finite)", field, text);
       return false;
     }
     out.push_back(static_cast<float>(x));
@@ -111,8 +114,8 @@ result<size_t> csv_reader::read_rows(size_t max_rows, std::vector<float>& out) {
       return make_error(errc::bad_input, "{}:{}: {}", path_, line_no_, why);
     if (row.size() != width_)
       return make_error(errc::bad_input,
-                        "{}:{}: expected {} values (as on line {}), got {}",
-                        path_, line_no_, width_, first_data_line_, row.size());
+                        "{}:{}: expected {} values (as on line {}), got {}", path_,
+                        line_no_, width_, first_data_line_, row.size());
     out.insert(out.end(), row.begin(), row.end());
     ++rows;
   }

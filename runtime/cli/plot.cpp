@@ -136,10 +136,10 @@ status read_metrics(const fs::path& path, run_curve& run) {
   for (size_t c = 0; c < 3; ++c) {
     auto it = std::find(header.begin(), header.end(), curve_columns[c]);
     if (it == header.end())
-      return make_error(errc::bad_input,
-                        "{}:{}: the header has no column '{}' (a learning curve needs {})",
-                        file, header_line + 1, curve_columns[c],
-                        fmt::join(curve_columns, ", "));
+      return make_error(
+        errc::bad_input,
+        "{}:{}: the header has no column '{}' (a learning curve needs {})", file,
+        header_line + 1, curve_columns[c], fmt::join(curve_columns, ", "));
     column[c] = static_cast<size_t>(it - header.begin());
   }
 
@@ -170,11 +170,21 @@ std::string escape_xml(const std::string& s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-    case '&': out += "&amp;"; break;
-    case '<': out += "&lt;"; break;
-    case '>': out += "&gt;"; break;
-    case '"': out += "&quot;"; break;
-    case '\'': out += "&apos;"; break;
+    case '&':
+      out += "&amp;";
+      break;
+    case '<':
+      out += "&lt;";
+      break;
+    case '>':
+      out += "&gt;";
+      break;
+    case '"':
+      out += "&quot;";
+      break;
+    case '\'':
+      out += "&apos;";
+      break;
     default:
       // Control characters are not allowed in XML 1.0 text.
       if (static_cast<unsigned char>(c) >= 0x20 || c == '\t' || c == '\n')
@@ -445,7 +455,9 @@ void draw_panel(std::string& svg, const panel_def& panel, double left,
   const axis ax = make_axis(x_lo, x_hi, false);
   const axis ay = make_axis(y_lo, y_hi, true);
   auto px = [&](double x) { return left + (x - ax.lo) / (ax.hi - ax.lo) * panel_width; };
-  auto py = [&](double y) { return bottom - (y - ay.lo) / (ay.hi - ay.lo) * panel_height; };
+  auto py = [&](double y) {
+    return bottom - (y - ay.lo) / (ay.hi - ay.lo) * panel_height;
+  };
 
   const double x_largest = std::max(std::abs(ax.lo), std::abs(ax.hi));
   const double y_largest = std::max(std::abs(ay.lo), std::abs(ay.hi));
@@ -487,7 +499,8 @@ void draw_panel(std::string& svg, const panel_def& panel, double left,
       if (finite_point(run, xs, i))
         rows.push_back(i);
     if (rows.size() > max_points_per_curve)
-      rows = thin_rows(rows, [&](size_t i) { return px(xs[i]); }, run.return_mean_100);
+      rows = thin_rows(
+        rows, [&](size_t i) { return px(xs[i]); }, run.return_mean_100);
     std::string coords;
     for (size_t i : rows) {
       if (!coords.empty())
@@ -514,8 +527,8 @@ std::string summary(const run_curve& run) {
       at += fmt::format(" at {:.0f} env steps", run.env_steps[i]);
     if (std::isfinite(run.wall_time_s[i]))
       at += fmt::format(", {:.1f} s", run.wall_time_s[i]);
-    return fmt::format("{}: last mean return {:.1f}{}", run.folder, run.return_mean_100[i],
-                       at);
+    return fmt::format("{}: last mean return {:.1f}{}", run.folder,
+                       run.return_mean_100[i], at);
   }
   return fmt::format("{}: no episode finished yet", run.folder);
 }
@@ -532,7 +545,8 @@ status write_file_atomically(const std::string& path, const std::string& text) {
     if (!out) {
       std::error_code ec;
       fs::remove(tmp, ec);
-      return make_error(errc::io_error, "{}: write failed: {}", tmp, std::strerror(errno));
+      return make_error(errc::io_error, "{}: write failed: {}", tmp,
+                        std::strerror(errno));
     }
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -551,12 +565,14 @@ result<run_curve> read_run_curve(const std::string& run_dir) {
   std::error_code ec;
   fs::path dir(run_dir);
   if (!fs::is_directory(dir, ec))
-    return make_error(errc::not_found, "{}: not a folder (expected a run folder)", run_dir);
+    return make_error(errc::not_found, "{}: not a folder (expected a run folder)",
+                      run_dir);
   run_curve run;
   run.dir = run_dir;
   auto normal = dir.lexically_normal();
-  run.folder = (normal.has_filename() ? normal.filename() : normal.parent_path().filename())
-                 .string();
+  run.folder =
+    (normal.has_filename() ? normal.filename() : normal.parent_path().filename())
+      .string();
   read_labels(dir, run);
   if (auto read = read_metrics(dir / "metrics.csv", run); !read)
     return read.err();
@@ -641,9 +657,10 @@ std::string render_curves_svg(const std::vector<run_curve>& runs, bool bands) {
                      "font-size=\"17\">{}</text>\n",
                      width / 2, escape_xml(title));
   if (runs.size() == 1 && !bands)
-    svg += fmt::format("<text class=\"subtitle\" x=\"{}\" y=\"46\" text-anchor=\"middle\" "
-                       "fill=\"#555\">{}</text>\n",
-                       width / 2, escape_xml(summary(runs[0])));
+    svg +=
+      fmt::format("<text class=\"subtitle\" x=\"{}\" y=\"46\" text-anchor=\"middle\" "
+                  "fill=\"#555\">{}</text>\n",
+                  width / 2, escape_xml(summary(runs[0])));
   for (size_t p = 0; p < 2; ++p)
     draw_panel(svg, panels[p], panel_left[p], runs, bands);
   if (legend) {

@@ -16,12 +16,12 @@ inline constexpr const char* curve_columns[] = {"wall_time_s", "env_steps",
 
 /// What a plot needs of one run folder.
 struct run_curve {
-  std::string dir;        ///< the run folder as given
-  std::string folder;     ///< its last path component, e.g. "cartpole-20260101-120000"
-  std::string name;       ///< run.name (the folder name when config.toml lacks it)
-  std::string env_id;     ///< env.id ("unknown" when absent)
-  std::string algo;       ///< algo.name ("unknown" when absent)
-  std::string mode;       ///< algo.mode (empty when absent)
+  std::string dir;    ///< the run folder as given
+  std::string folder; ///< its last path component, e.g. "cartpole-20260101-120000"
+  std::string name;   ///< run.name (the folder name when config.toml lacks it)
+  std::string env_id; ///< env.id ("unknown" when absent)
+  std::string algo;   ///< algo.name ("unknown" when absent)
+  std::string mode;   ///< algo.mode (empty when absent)
   std::vector<double> wall_time_s;     ///< one per metrics row, NaN where missing
   std::vector<double> env_steps;       ///< one per metrics row, NaN where missing
   std::vector<double> return_mean_100; ///< one per metrics row, NaN where missing

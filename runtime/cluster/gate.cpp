@@ -133,8 +133,8 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
     actors::write_log(st->opts.log,
                       fmt::format("cluster: refused a join from {} (worker '{}'): {}",
                                   address, req.name, why));
-    rp.deliver(
-      actors::to_caf_error(make_error(code, "the coordinator refused the join: {}", why)));
+    rp.deliver(actors::to_caf_error(
+      make_error(code, "the coordinator refused the join: {}", why)));
   };
   if (req.protocol != protocol_version)
     return refuse(fmt::format("it speaks protocol {}, this coordinator speaks {}",
@@ -325,10 +325,10 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       if (st->stopping || st->budget_told)
         return;
       st->budget_told = true;
-      actors::write_log(st->opts.log,
-                        fmt::format("cluster: host {} spent the step budget "
-                                    "(algo.total_env_steps) on its own count; the run ends",
-                                    name));
+      actors::write_log(
+        st->opts.log, fmt::format("cluster: host {} spent the step budget "
+                                  "(algo.total_env_steps) on its own count; the run ends",
+                                  name));
       if (st->opts.supervisor)
         self->send(st->opts.supervisor, actors::done_atom::value);
     },

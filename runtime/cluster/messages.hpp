@@ -45,7 +45,8 @@ struct policy_push {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, policy_push& x) {
-  return f(caf::meta::type_name("policy_push"), x.version, actors::raw(x.params), actors::raw(x.buffers));
+  return f(caf::meta::type_name("policy_push"), x.version, actors::raw(x.params),
+           actors::raw(x.buffers));
 }
 
 /// A host's answer to a policy_push: its host_counters (actors/host_counters.hpp)

@@ -67,9 +67,10 @@ result<node_settings> node_settings_from(const runtime::config& cfg,
   s.tls.certificate = cfg.get_string("cluster.tls_certificate");
   s.tls.key = cfg.get_string("cluster.tls_key");
   s.tls.ca = cfg.get_string("cluster.tls_ca");
-  if (auto ok = check_tls(s.tls, {"cluster.tls_certificate", "cluster.tls_key", "cluster.tls_ca"},
-                          {cfg.origin("cluster.tls_certificate"), cfg.origin("cluster.tls_key"),
-                           cfg.origin("cluster.tls_ca")});
+  if (auto ok =
+        check_tls(s.tls, {"cluster.tls_certificate", "cluster.tls_key", "cluster.tls_ca"},
+                  {cfg.origin("cluster.tls_certificate"), cfg.origin("cluster.tls_key"),
+                   cfg.origin("cluster.tls_ca")});
       !ok)
     return ok.err();
   return s;
@@ -115,8 +116,9 @@ status check_tls(const tls_files& t, const std::array<std::string, 3>& keys,
   if (given.empty())
     return {};
   if (t.certificate.empty() || t.key.empty() || t.ca.empty())
-    return make_error(errc::bad_config, "TLS needs all three of {}, {} and {}; got only {}",
-                      keys[0], keys[1], keys[2], given);
+    return make_error(errc::bad_config,
+                      "TLS needs all three of {}, {} and {}; got only {}", keys[0],
+                      keys[1], keys[2], given);
   std::array<std::string, 3> names;
   for (size_t i = 0; i < 3; ++i)
     names[i] = origins[i].empty() ? keys[i] : origins[i] + ": " + keys[i];

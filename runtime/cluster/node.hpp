@@ -34,10 +34,10 @@ struct tls_files {
 
 /// The middleman's settings of one node.
 struct node_settings {
-  uint64_t heartbeat_ms = 500; ///< middleman.heartbeat-interval
-  uint64_t timeout_ms = 3000;  ///< middleman.connection-timeout
+  uint64_t heartbeat_ms = 500;              ///< middleman.heartbeat-interval
+  uint64_t timeout_ms = 3000;               ///< middleman.connection-timeout
   std::vector<std::string> app_identifiers; ///< middleman.app-identifiers
-  tls_files tls;               ///< with a certificate: TLS on every connection
+  tls_files tls; ///< with a certificate: TLS on every connection
 };
 
 /// Checks a node's TLS files before anything starts (the rules:
@@ -81,7 +81,6 @@ caf::expected<uint16_t> publish_gate(const caf::actor& gate, const endpoint& at,
 /// Connects to the gate at `at`, over TLS when `s` has it.
 caf::expected<caf::actor> connect_gate(caf::actor_system& sys, const endpoint& at,
                                        const node_settings& s);
-
 
 /// Parses "HOST:PORT" (an IPv6 host in brackets); `what` names the value
 /// in the error (e.g. "--listen").

@@ -21,8 +21,8 @@ namespace troupe::cluster {
 
 /// Settings of a worker.
 struct worker_options {
-  endpoint connect;                 ///< the coordinator's HOST:PORT
-  std::string run;                  ///< the run's name (cluster.json's "run")
+  endpoint connect; ///< the coordinator's HOST:PORT
+  std::string run;  ///< the run's name (cluster.json's "run")
   /// When set, the coordinator's cluster.json (on a file system both see):
   /// `connect` and `run` come from it, and it is read again before every
   /// attempt to reach the coordinator, so that a worker follows a
@@ -33,12 +33,12 @@ struct worker_options {
   uint64_t learners = 1;            ///< learners it hosts
   uint64_t runners_per_learner = 0; ///< 0: the run's algo.runners_per_learner
   uint64_t runners = 0; ///< with learners = 0: runners feeding the coordinator's learners
-  std::string device;               ///< empty: the run's run.device
-  std::string token;                ///< empty: TROUPE_CLUSTER_TOKEN
-  uint64_t heartbeat_ms = 500;      ///< as the coordinator's cluster.heartbeat_ms
-  uint64_t timeout_ms = 3000;       ///< as the coordinator's cluster.timeout_ms
-  uint64_t reconnect_s = 60;        ///< how long it tries to reach the coordinator
-  tls_files tls;                    ///< with a certificate: TLS (the run's cluster.tls_*)
+  std::string device;   ///< empty: the run's run.device
+  std::string token;    ///< empty: TROUPE_CLUSTER_TOKEN
+  uint64_t heartbeat_ms = 500; ///< as the coordinator's cluster.heartbeat_ms
+  uint64_t timeout_ms = 3000;  ///< as the coordinator's cluster.timeout_ms
+  uint64_t reconnect_s = 60;   ///< how long it tries to reach the coordinator
+  tls_files tls;               ///< with a certificate: TLS (the run's cluster.tls_*)
   /// Set (milliseconds since the epoch, system clock) when this process is
   /// the restart of a worker that lost its coordinator: it tries to reach
   /// the coordinator until then instead of for reconnect_s.

@@ -420,9 +420,8 @@ troupe_status troupe_session_resume(int abi_version, const char* run_dir,
 
 troupe_status troupe_session_start(troupe_session* s) {
   constexpr const char* call = "troupe_session_start";
-  return with_handle(call, s, [&](auto& sess) {
-    return done_as(sess.start(), "session::start", call);
-  });
+  return with_handle(
+    call, s, [&](auto& sess) { return done_as(sess.start(), "session::start", call); });
 }
 
 troupe_status troupe_session_progress(const troupe_session* s, troupe_progress* out) {
@@ -447,9 +446,7 @@ troupe_status troupe_session_save_checkpoint(troupe_session* s, char* path, size
 
 troupe_status troupe_session_request_stop(troupe_session* s) {
   constexpr const char* call = "troupe_session_request_stop";
-  return with_handle(call, s, [&](auto& sess) {
-    return done(sess.request_stop());
-  });
+  return with_handle(call, s, [&](auto& sess) { return done(sess.request_stop()); });
 }
 
 troupe_status troupe_session_wait(troupe_session* s, int64_t timeout_ms, int* finished) {
@@ -483,9 +480,8 @@ troupe_status troupe_session_close(troupe_session* s, troupe_progress* out) {
 
 troupe_status troupe_session_run_dir(const troupe_session* s, char* buf, size_t size) {
   constexpr const char* call = "troupe_session_run_dir";
-  return with_handle(call, s, [&](auto& sess) {
-    return copy_out(call, sess.run_dir(), buf, size);
-  });
+  return with_handle(
+    call, s, [&](auto& sess) { return copy_out(call, sess.run_dir(), buf, size); });
 }
 
 void troupe_session_free(troupe_session* s) {

@@ -100,7 +100,8 @@ status agent::act(size_t slot, const float* obs, float* action) {
   }
 }
 
-status agent::act_batch(size_t first_slot, size_t count, const float* obs, float* actions) {
+status agent::act_batch(size_t first_slot, size_t count, const float* obs,
+                        float* actions) {
   if (!impl_)
     return error{errc::invalid_argument, "agent::act_batch: the agent was moved from"};
   auto* a = impl_->get();
@@ -250,7 +251,8 @@ result<session> session::resume(const std::string& run_dir,
 namespace {
 
 error moved_from(const char* call) {
-  return error{errc::invalid_argument, std::string(call) + ": the session was moved from"};
+  return error{errc::invalid_argument,
+               std::string(call) + ": the session was moved from"};
 }
 
 } // namespace
@@ -261,18 +263,22 @@ result<agent> session::make_agent(size_t slots, agent_options options) {
       return moved_from("session::make_agent");
     base::mutex_lock lock(impl_->mutex);
     if (impl_->closed)
-      return make_error(errc::invalid_argument, "session::make_agent: the session is closed");
+      return make_error(errc::invalid_argument,
+                        "session::make_agent: the session is closed");
     if (impl_->inner)
-      return make_error(errc::invalid_argument,
-                        "session::make_agent: call it before start() (the agent's "
-                        "feeders take the learners' runner slots when the cast is built)");
+      return make_error(
+        errc::invalid_argument,
+        "session::make_agent: call it before start() (the agent's "
+        "feeders take the learners' runner slots when the cast is built)");
     if (impl_->game)
-      return make_error(errc::invalid_argument,
-                        "session::make_agent: this session already has an agent of {} slots",
-                        impl_->game->slots);
+      return make_error(
+        errc::invalid_argument,
+        "session::make_agent: this session already has an agent of {} slots",
+        impl_->game->slots);
     if (slots == 0 || slots > (1u << 20))
       return make_error(errc::invalid_argument,
-                        "session::make_agent: slots must be in [1, 1048576], got {}", slots);
+                        "session::make_agent: slots must be in [1, 1048576], got {}",
+                        slots);
     auto spec = envs::find_spec(impl_->cfg.get_string("env.id"));
     if (!spec)
       return spec.err();
@@ -364,14 +370,15 @@ troupe::progress session::progress() const {
 }
 
 result<std::string> session::save_checkpoint() {
-  return embed::guarded<std::string>("session::save_checkpoint", [&]() -> result<std::string> {
-    if (!impl_)
-      return moved_from("session::save_checkpoint");
-    if (!impl_->inner)
-      return make_error(errc::invalid_argument,
-                        "session::save_checkpoint: the session was not started");
-    return impl_->inner->save_checkpoint();
-  });
+  return embed::guarded<std::string>(
+    "session::save_checkpoint", [&]() -> result<std::string> {
+      if (!impl_)
+        return moved_from("session::save_checkpoint");
+      if (!impl_->inner)
+        return make_error(errc::invalid_argument,
+                          "session::save_checkpoint: the session was not started");
+      return impl_->inner->save_checkpoint();
+    });
 }
 
 status session::request_stop() {

@@ -105,8 +105,8 @@ void check_replay(const std::vector<trajectory_batch>& batches, const std::strin
         CAPTURE(t);
         CAPTURE(i);
         for (size_t j = 0; j < od; ++j)
-          CHECK(std::fabs(b.observations[(t * n + i) * od + j] - obs[i][j])
-                <= obs_tol * (1 + std::fabs(obs[i][j])));
+          CHECK(std::fabs(b.observations[(t * n + i) * od + j] - obs[i][j]) <=
+                obs_tol * (1 + std::fabs(obs[i][j])));
         const size_t k = t * n + i;
         if (ended[i]) {
           obs[i].assign(od, 0.0f);
@@ -134,8 +134,8 @@ void check_replay(const std::vector<trajectory_batch>& batches, const std::strin
     }
     for (size_t i = 0; i < n; ++i)
       for (size_t j = 0; j < od; ++j)
-        CHECK(std::fabs(b.observations[(b.steps * n + i) * od + j] - obs[i][j])
-              <= obs_tol * (1 + std::fabs(obs[i][j])));
+        CHECK(std::fabs(b.observations[(b.steps * n + i) * od + j] - obs[i][j]) <=
+              obs_tol * (1 + std::fabs(obs[i][j])));
     CHECK(b.episode_lengths == lengths);
     REQUIRE(b.episode_returns.size() == returns.size());
     for (size_t e = 0; e < returns.size(); ++e)
@@ -145,7 +145,8 @@ void check_replay(const std::vector<trajectory_batch>& batches, const std::strin
 
 } // namespace
 
-TEST_CASE("the env runner streams fixed-length batches that replay in scalar environments") {
+TEST_CASE(
+  "the env runner streams fixed-length batches that replay in scalar environments") {
   runner_fixture fx;
   caf::scoped_actor self{*fx.sys};
   for (std::string id : {"CartPole-v1", "Pendulum-v1"}) {
@@ -181,7 +182,8 @@ TEST_CASE("the env runner streams fixed-length batches that replay in scalar env
       CHECK_FALSE(b.normalized);
       CHECK(b.episode_reward_terms.empty()); // classic control: no terms, no counters
       CHECK(b.env_counters.empty());
-      CHECK(std::equal(b.observations.begin() + steps * n * b.obs_dim, b.observations.end(),
+      CHECK(std::equal(b.observations.begin() + steps * n * b.obs_dim,
+                       b.observations.end(),
                        k + 1 < 3 ? batches[k + 1].observations.begin()
                                  : b.observations.begin() + steps * n * b.obs_dim));
     }
@@ -202,7 +204,8 @@ TEST_CASE("the env runner streams fixed-length batches that replay in scalar env
   }
 }
 
-TEST_CASE("the env runner normalizes with the view's snapshot and sends raw moments to the keeper") {
+TEST_CASE("the env runner normalizes with the view's snapshot and sends raw moments to "
+          "the keeper") {
   runner_fixture fx;
   caf::scoped_actor self{*fx.sys};
   uint64_t seed = fresh_seed();
@@ -267,8 +270,8 @@ TEST_CASE("the env runner normalizes with the view's snapshot and sends raw mome
   auto status = ask<stream_status>(self, keeper, status_atom::value, std::string("obs"));
   CHECK(status.count == 2 * steps * n);
   CHECK(status.rejected == 0);
-  auto snap = ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value,
-                                            std::string("obs"));
+  auto snap =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string("obs"));
   REQUIRE(snap.mean.size() == od);
   for (size_t j = 0; j < od; ++j) {
     long double s = 0, q = 0;
@@ -328,7 +331,8 @@ private:
 
 } // namespace
 
-TEST_CASE("a non-finite observation is counted, logged with the env id and kept from the keeper") {
+TEST_CASE("a non-finite observation is counted, logged with the env id and kept from the "
+          "keeper") {
   runner_fixture fx;
   caf::scoped_actor self{*fx.sys};
   stats_keeper_options ko;
@@ -405,7 +409,8 @@ TEST_CASE("a random policy draws only actions inside the action space") {
   }
 }
 
-TEST_CASE("a store policy records the log-probability of each action under the acting weights") {
+TEST_CASE(
+  "a store policy records the log-probability of each action under the acting weights") {
   runner_fixture fx;
   caf::scoped_actor self{*fx.sys};
   for (std::string id : {"CartPole-v1", "Pendulum-v1"}) {
@@ -474,8 +479,8 @@ namespace {
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size()
-         && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // Every field of two batches but the runner's name, floats bit for bit.
@@ -635,7 +640,8 @@ TEST_CASE("a runner given a state that does not fit quits with a message naming 
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   // A state from a runner over 4 CartPole environments.
-  std::shared_ptr<envs::vector_env> source = envs::make_vector_env("CartPole-v1", 4).value();
+  std::shared_ptr<envs::vector_env> source =
+    envs::make_vector_env("CartPole-v1", 4).value();
   env_runner_options opts;
   opts.name = "runner-src";
   opts.seed = seed;
@@ -654,34 +660,55 @@ TEST_CASE("a runner given a state that does not fit quits with a message naming 
     std::vector<std::string> words;
   };
   std::vector<bad_case> cases = {
-    {"another env id", "Acrobot-v1", 4, [](auto&) {}, {"env_id", "CartPole-v1", "Acrobot-v1"}},
+    {"another env id",
+     "Acrobot-v1",
+     4,
+     [](auto&) {},
+     {"env_id", "CartPole-v1", "Acrobot-v1"}},
     {"another size", "CartPole-v1", 5, [](auto&) {}, {"num_envs", "5", "4"}},
-    {"zero policy generator", "CartPole-v1", 4, [](auto& s) { s.gen = {0, 0, 0, 0}; },
+    {"zero policy generator",
+     "CartPole-v1",
+     4,
+     [](auto& s) {
+       s.gen = {0, 0, 0, 0};
+     },
      {"gen", "all zero"}},
-    {"NaN episode return", "CartPole-v1", 4,
-     [](auto& s) { s.episode_return[2] = NAN; }, {"environment 2", "episode_return", "nan"}},
-    {"short episode lengths", "CartPole-v1", 4, [](auto& s) { s.episode_length.pop_back(); },
+    {"NaN episode return",
+     "CartPole-v1",
+     4,
+     [](auto& s) { s.episode_return[2] = NAN; },
+     {"environment 2", "episode_return", "nan"}},
+    {"short episode lengths",
+     "CartPole-v1",
+     4,
+     [](auto& s) { s.episode_length.pop_back(); },
      {"episode_length", "3"}},
-    {"zero environment generator", "CartPole-v1", 4,
+    {"zero environment generator",
+     "CartPole-v1",
+     4,
      [](auto& s) { std::fill(&s.env.rng[4], &s.env.rng[8], 0); },
      {"environment 1", "rng", "all zero"}},
-    {"counter past the time limit", "CartPole-v1", 4,
-     [](auto& s) { s.env.elapsed_steps[3] = 501; }, {"environment 3", "elapsed_steps", "501"}},
+    {"counter past the time limit",
+     "CartPole-v1",
+     4,
+     [](auto& s) { s.env.elapsed_steps[3] = 501; },
+     {"environment 3", "elapsed_steps", "501"}},
   };
   for (auto& c : cases) {
     CAPTURE(c.what);
     auto bad = good;
     c.spoil(bad);
-    std::shared_ptr<envs::vector_env> vec = envs::make_vector_env(c.env_id, c.num_envs).value();
+    std::shared_ptr<envs::vector_env> vec =
+      envs::make_vector_env(c.env_id, c.num_envs).value();
     vec->reset(seed + 7);
     const auto before = vec->save_state();
     env_runner_options o;
     o.name = "runner-bad";
     o.steps_per_batch = 16;
     o.start_state = bad;
-    auto runner = spawn_env_runner(*fx.sys, o, vec,
-                                   make_random_policy(vec->spec().action_space),
-                                   caf::actor_cast<caf::actor>(self));
+    auto runner =
+      spawn_env_runner(*fx.sys, o, vec, make_random_policy(vec->spec().action_space),
+                       caf::actor_cast<caf::actor>(self));
     self->monitor(runner);
     std::string message;
     self->receive(

@@ -259,8 +259,9 @@ TEST_CASE("keeper: a sequenced delta merges once and in order, and duplicates, g
   CHECK(s.status_of("obs")->count == st.count + 2 * b1.delta.count);
 }
 
-TEST_CASE("keeper: the state file keeps the sender table and the fenced incarnations, and "
-          "a version 1 file still loads") {
+TEST_CASE(
+  "keeper: the state file keeps the sender table and the fenced incarnations, and "
+  "a version 1 file still loads") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
@@ -383,8 +384,9 @@ TEST_CASE("an outbox forwards both forms of a stream declaration to its keeper a
 
   auto offline = spawn_delta_outbox(*fx.sys, oo, caf::actor{});
   std::string why;
-  self->request(offline, std::chrono::seconds(10), declare_atom::value, std::string("obs"),
-                dim)
+  self
+    ->request(offline, std::chrono::seconds(10), declare_atom::value, std::string("obs"),
+              dim)
     .receive([&](uint64_t) { why = "answered"; },
              [&](caf::error& e) { why = error_message(*fx.sys, e); });
   CHECK(why.find("no keeper to declare stream 'obs'") != std::string::npos);
@@ -621,7 +623,8 @@ TEST_CASE("parameter server: a resent gradient is not applied twice, and a fence
 }
 
 TEST_CASE("parameter server sync: a learner that leaves lets the waiting step complete "
-          "with the rest, weighted by rows, one that joins during a step takes part from the next one, and a fence refuses a waiting gradient") {
+          "with the rest, weighted by rows, one that joins during a step takes part from "
+          "the next one, and a fence refuses a waiting gradient") {
   system_fixture fx;
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);

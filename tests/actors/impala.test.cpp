@@ -181,9 +181,9 @@ TEST_CASE("V-trace with the log-probabilities the store policy recorded equals V
       mu64[i] = ws.head.logp[i];
       REQUIRE(recorded[i] == doctest::Approx(mu64[i]).epsilon(1e-5).scale(1.0));
     }
-    auto ref = learners::vtrace_loss_and_grad(spec, model.layout(), p64.data(),
-                                              buf64.data(), b64, config, options, targets,
-                                              ws, g64.data());
+    auto ref =
+      learners::vtrace_loss_and_grad(spec, model.layout(), p64.data(), buf64.data(), b64,
+                                     config, options, targets, ws, g64.data());
     CHECK(report->loss == doctest::Approx(ref.loss).epsilon(1e-5));
     CHECK(report->policy_loss == doctest::Approx(ref.policy_loss).epsilon(1e-5));
     CHECK(report->entropy == doctest::Approx(ref.entropy).epsilon(1e-5));
@@ -191,8 +191,9 @@ TEST_CASE("V-trace with the log-probabilities the store policy recorded equals V
   }
 }
 
-TEST_CASE("an IMPALA learner learns an on-policy batch with its recorded log-probabilities "
-          "as it does by recomputing the behavior policy") {
+TEST_CASE(
+  "an IMPALA learner learns an on-policy batch with its recorded log-probabilities "
+  "as it does by recomputing the behavior policy") {
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);

@@ -302,8 +302,8 @@ TEST_CASE("a learner skips a batch its algorithm cannot learn, logging the algor
       logs->push_back(line);
     };
     auto budget = std::make_shared<actors::step_budget>(2 * steps * envs);
-    auto learner = actors::spawn_learner(sys, lo, server,
-                                         caf::actor_cast<caf::actor>(self), store, budget);
+    auto learner = actors::spawn_learner(
+      sys, lo, server, caf::actor_cast<caf::actor>(self), store, budget);
     self->monitor(learner);
     auto runner = sys.spawn(scripted_runner, std::string{"L.runner0"}, learner, batches);
     self->send(learner, actors::runner_atom::value, uint64_t{0}, runner);
@@ -322,19 +322,19 @@ TEST_CASE("a learner skips a batch its algorithm cannot learn, logging the algor
     CAPTURE((*logs)[0]);
     if (algo == "ppo")
       CHECK((*logs)[0].find("ppo: the batch has 4 transitions (3 steps x 2 environments, "
-                            "2 reset steps), fewer than num_minibatches = 5; skipped")
-            != std::string::npos);
+                            "2 reset steps), fewer than num_minibatches = 5; skipped") !=
+            std::string::npos);
     else
       CHECK((*logs)[0].find("impala: V-trace needs the behavior log-probability of every "
-                            "step; the batch has 4 for 6 steps")
-            != std::string::npos);
+                            "step; the batch has 4 for 6 steps") != std::string::npos);
     self->send_exit(server, caf::exit_reason::user_shutdown);
     self->send_exit(runner, caf::exit_reason::user_shutdown);
   }
 }
 
-TEST_CASE("with one gradient in flight a learner computes each gradient before the answer "
-          "to the last is taken, and every gradient is answered and applied by its end") {
+TEST_CASE(
+  "with one gradient in flight a learner computes each gradient before the answer "
+  "to the last is taken, and every gradient is answered and applied by its end") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -367,14 +367,15 @@ TEST_CASE("with one gradient in flight a learner computes each gradient before t
     lo.name = "L";
     lo.spec = spec;
     learners::settings_of<learners::ppo_settings>(lo.algorithm).update_epochs = 1;
-    learners::settings_of<learners::ppo_settings>(lo.algorithm).num_minibatches = minibatches;
+    learners::settings_of<learners::ppo_settings>(lo.algorithm).num_minibatches =
+      minibatches;
     lo.anneal_lr = false;
     lo.steps_per_runner_batch = steps * envs;
     lo.cluster.emplace().gradients_in_flight = in_flight;
     lo.log = [](const std::string&) {};
     auto budget = std::make_shared<actors::step_budget>(batches_n * steps * envs);
-    auto learner = actors::spawn_learner(sys, lo, server, caf::actor_cast<caf::actor>(self),
-                                         store, budget);
+    auto learner = actors::spawn_learner(
+      sys, lo, server, caf::actor_cast<caf::actor>(self), store, budget);
     self->monitor(learner);
     auto runner = sys.spawn(scripted_runner, std::string{"L.runner0"}, learner, batches);
     self->send(learner, actors::runner_atom::value, uint64_t{0}, runner);

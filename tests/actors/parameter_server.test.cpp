@@ -356,18 +356,20 @@ TEST_CASE("a stale gradient that is dropped leaves the batch-norm buffers as the
   parameter_server_options opts;
   opts.max_staleness = 0;
   opts.log = [](const std::string&) {};
-  auto server =
-    spawn_parameter_server(*fx.sys, opts, random_vector(gen, n, 1.0), random_vector(gen, nb, 1.0));
+  auto server = spawn_parameter_server(*fx.sys, opts, random_vector(gen, n, 1.0),
+                                       random_vector(gen, nb, 1.0));
   caf::scoped_actor self{*fx.sys};
   const auto fresh_buffers = random_vector(gen, nb, 1.0);
   auto w = ask<weights_reply>(
-    self, server, gradient_update{"l", 0, 4, 1e-3, random_vector(gen, n, 0.1), fresh_buffers});
+    self, server,
+    gradient_update{"l", 0, 4, 1e-3, random_vector(gen, n, 0.1), fresh_buffers});
   REQUIRE(w.applied);
   CHECK(w.buffers == fresh_buffers);
   // Computed on version 0, now 1: staler than max_staleness 0.
   const auto stale_buffers = random_vector(gen, nb, 1.0);
   auto d = ask<weights_reply>(
-    self, server, gradient_update{"l", 0, 4, 1e-3, random_vector(gen, n, 0.1), stale_buffers});
+    self, server,
+    gradient_update{"l", 0, 4, 1e-3, random_vector(gen, n, 0.1), stale_buffers});
   CHECK_FALSE(d.applied);
   CHECK(d.buffers == fresh_buffers);
   auto st = ask<parameter_server_state>(self, server, state_atom::value);

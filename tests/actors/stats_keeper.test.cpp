@@ -57,8 +57,7 @@ struct keeper_fixture {
 
 using test::ask;
 
-caf::error ask_error(caf::scoped_actor& self, const caf::actor& dest,
-                     caf::message msg) {
+caf::error ask_error(caf::scoped_actor& self, const caf::actor& dest, caf::message msg) {
   caf::error out;
   self->request(dest, test::wait_limit, std::move(msg))
     .receive([&](caf::message&) { FAIL("request unexpectedly succeeded"); },
@@ -112,7 +111,8 @@ TEST_CASE("the keeper merges deltas from several workers into the exact pooled m
   auto keeper = spawn_stats_keeper(*fx.sys, fx.options(4, 0));
   caf::scoped_actor self{*fx.sys};
   const size_t dim = 6;
-  CHECK(ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"}, uint64_t{dim}) == dim);
+  CHECK(ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"},
+                      uint64_t{dim}) == dim);
   // Workers with different batch sizes and different means.
   std::vector<float> all;
   std::vector<moments_delta> deltas;
@@ -129,19 +129,22 @@ TEST_CASE("the keeper merges deltas from several workers into the exact pooled m
   for (auto& d : deltas)
     self->send(keeper, d);
   sync(self, keeper);
-  auto snap = ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"obs"});
+  auto snap =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"obs"});
   auto want = reference(all, dim);
   auto var = want.variance();
   CHECK(snap.version == deltas.size());
   CHECK(snap.count == want.count);
   for (size_t j = 0; j < dim; ++j) {
-    CHECK(std::fabs(snap.mean[j] - want.mean[j]) <= 1e-12 * std::fabs(want.mean[j]) + 1e-12);
+    CHECK(std::fabs(snap.mean[j] - want.mean[j]) <=
+          1e-12 * std::fabs(want.mean[j]) + 1e-12);
     CHECK(std::fabs(snap.var[j] - var[j]) <= 1e-12 * var[j]);
   }
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("bad deltas are rejected, counted per worker, logged, and never change the statistics") {
+TEST_CASE("bad deltas are rejected, counted per worker, logged, and never change the "
+          "statistics") {
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
@@ -153,7 +156,8 @@ TEST_CASE("bad deltas are rejected, counted per worker, logged, and never change
   auto good = delta_of("obs", "good", kernels::compute_moments(x.data(), 50, 3));
   self->send(keeper, good);
   sync(self, keeper);
-  auto before = ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"obs"});
+  auto before =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"obs"});
 
   std::vector<moments_delta> bad;
   auto nan_mean = good;
@@ -184,7 +188,8 @@ TEST_CASE("bad deltas are rejected, counted per worker, logged, and never change
   self->send(keeper, unknown);
   sync(self, keeper);
 
-  auto after = ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"obs"});
+  auto after =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"obs"});
   CHECK(after.version == before.version);
   CHECK(after.count == before.count);
   CHECK(after.mean == before.mean);
@@ -214,7 +219,8 @@ TEST_CASE("versions increase by one per merged delta and are published every K m
   auto keeper = spawn_stats_keeper(*fx.sys, fx.options(k, 0));
   caf::scoped_actor self{*fx.sys};
   ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"}, uint64_t{2});
-  auto first = ask<learners::stats_snapshot>(self, keeper, subscribe_atom::value, std::string{"obs"});
+  auto first = ask<learners::stats_snapshot>(self, keeper, subscribe_atom::value,
+                                             std::string{"obs"});
   CHECK(first.version == 0);
   auto send_one = [&] {
     auto x = random_rows(rng, 10, 2, 0.0, 1.0);
@@ -278,7 +284,8 @@ TEST_CASE("ema streams follow running = momentum * running + (1 - momentum) * ba
     self->send(keeper, delta_of("bn", "w", m));
   }
   sync(self, keeper);
-  auto snap = ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"bn"});
+  auto snap =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"bn"});
   CHECK(snap.version == 20);
   CHECK(snap.count == 20 * 64);
   for (size_t j = 0; j < 4; ++j) {
@@ -293,20 +300,29 @@ TEST_CASE("declaring a stream again with another dimension or mode is an error")
   auto keeper = spawn_stats_keeper(*fx.sys, fx.options());
   caf::scoped_actor self{*fx.sys};
   ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"}, uint64_t{3});
-  CHECK(ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"}, uint64_t{3}) == 3);
-  auto e = ask_error(self, keeper, caf::make_message(declare_atom::value, std::string{"obs"}, uint64_t{4}));
+  CHECK(ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"},
+                      uint64_t{3}) == 3);
+  auto e =
+    ask_error(self, keeper,
+              caf::make_message(declare_atom::value, std::string{"obs"}, uint64_t{4}));
   CHECK(e.category() == error_category);
   CHECK(error_message(*fx.sys, e).find("dim 3") != std::string::npos);
-  e = ask_error(self, keeper, caf::make_message(declare_atom::value, stream_decl{"obs", 3, "ema", 0.9}));
+  e =
+    ask_error(self, keeper,
+              caf::make_message(declare_atom::value, stream_decl{"obs", 3, "ema", 0.9}));
   CHECK(error_message(*fx.sys, e).find("mode cumulative") != std::string::npos);
-  e = ask_error(self, keeper, caf::make_message(declare_atom::value, stream_decl{"x", 0, "cumulative", 0.9}));
+  e = ask_error(
+    self, keeper,
+    caf::make_message(declare_atom::value, stream_decl{"x", 0, "cumulative", 0.9}));
   CHECK(error_message(*fx.sys, e).find("at least 1") != std::string::npos);
-  e = ask_error(self, keeper, caf::make_message(snapshot_atom::value, std::string{"missing"}));
+  e = ask_error(self, keeper,
+                caf::make_message(snapshot_atom::value, std::string{"missing"}));
   CHECK(error_message(*fx.sys, e).find("unknown stream 'missing'") != std::string::npos);
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("a view read completes while the keeper is blocked, with the last published snapshot") {
+TEST_CASE(
+  "a view read completes while the keeper is blocked, with the last published snapshot") {
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
@@ -342,7 +358,9 @@ TEST_CASE("a view read completes while the keeper is blocked, with the last publ
   }
   release.set_value();
   sync(self, keeper);
-  CHECK(ask<stream_status>(self, keeper, status_atom::value, std::string{"obs"}).version == 2);
+  CHECK(
+    ask<stream_status>(self, keeper, status_atom::value, std::string{"obs"}).version ==
+    2);
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
 }
 
@@ -419,14 +437,18 @@ TEST_CASE("the keeper's state saves and loads, and a damaged file changes nothin
   auto dir = std::string{"/tmp/troupe-test-"} + std::to_string(seed);
   auto path = dir + ".stats";
   ask<caf::ok_atom>(self, keeper, save_atom::value, path);
-  auto obs = ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"obs"});
-  auto bn = ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"bn"});
+  auto obs =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"obs"});
+  auto bn =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string{"bn"});
 
   // A fresh keeper loads the same state.
   auto other = spawn_stats_keeper(*fx.sys, fx.options());
   ask<caf::ok_atom>(self, other, load_atom::value, path);
-  auto obs2 = ask<learners::stats_snapshot>(self, other, snapshot_atom::value, std::string{"obs"});
-  auto bn2 = ask<learners::stats_snapshot>(self, other, snapshot_atom::value, std::string{"bn"});
+  auto obs2 =
+    ask<learners::stats_snapshot>(self, other, snapshot_atom::value, std::string{"obs"});
+  auto bn2 =
+    ask<learners::stats_snapshot>(self, other, snapshot_atom::value, std::string{"bn"});
   CHECK(obs2.version == obs.version);
   CHECK(obs2.count == obs.count);
   CHECK(obs2.mean == obs.mean);
@@ -436,7 +458,8 @@ TEST_CASE("the keeper's state saves and loads, and a damaged file changes nothin
 
   // Damaged files: each is refused, and the loaded state stays as it was.
   std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
   auto write = [&](const std::string& p, const std::string& b) {
     std::ofstream(p, std::ios::binary) << b;
   };
@@ -449,14 +472,17 @@ TEST_CASE("the keeper's state saves and loads, and a damaged file changes nothin
   write(dir + ".version", versioned);
   write(dir + ".truncated", bytes.substr(0, bytes.size() / 2));
   write(dir + ".magic", "not a statistics file at all");
-  struct damaged { std::string suffix, says; };
+  struct damaged {
+    std::string suffix, says;
+  };
   for (auto& d : {damaged{".flipped", "checksum"}, damaged{".version", "version 99"},
                   damaged{".truncated", "truncated"}, damaged{".magic", "magic"},
                   damaged{".missing", "cannot open"}}) {
     CAPTURE(d.suffix);
     auto e = ask_error(self, other, caf::make_message(load_atom::value, dir + d.suffix));
     CHECK(error_message(*fx.sys, e).find(d.says) != std::string::npos);
-    auto still = ask<learners::stats_snapshot>(self, other, snapshot_atom::value, std::string{"obs"});
+    auto still = ask<learners::stats_snapshot>(self, other, snapshot_atom::value,
+                                               std::string{"obs"});
     CHECK(still.mean == obs.mean);
     CHECK(still.version == obs.version);
   }
@@ -606,8 +632,8 @@ TEST_CASE("a host's statistics relay subscribes once per stream and hands the ke
   auto keeper = spawn_stats_keeper(*fx.sys, fx.options(1, 0));
   caf::scoped_actor self{*fx.sys};
   const size_t dim = 5;
-  CHECK(ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"}, uint64_t{dim}) ==
-        dim);
+  CHECK(ask<uint64_t>(self, keeper, declare_atom::value, std::string{"obs"},
+                      uint64_t{dim}) == dim);
   // Between the relay and the keeper, a forwarder that counts subscriptions
   // (delegating keeps the relay as the keeper's subscriber).
   auto subscriptions = std::make_shared<std::atomic<int>>(0);
@@ -641,8 +667,8 @@ TEST_CASE("a host's statistics relay subscribes once per stream and hands the ke
   for (uint64_t b = 0; b < batches; ++b) {
     auto x = random_rows(rng, rows(rng), dim, 3.0, 2.0);
     all.insert(all.end(), x.begin(), x.end());
-    self->send(keeper,
-               delta_of("obs", "w1", kernels::compute_moments(x.data(), x.size() / dim, dim)));
+    self->send(keeper, delta_of("obs", "w1",
+                                kernels::compute_moments(x.data(), x.size() / dim, dim)));
   }
   sync(self, keeper);
   const auto want = reference(all, dim);
@@ -656,7 +682,8 @@ TEST_CASE("a host's statistics relay subscribes once per stream and hands the ke
     REQUIRE_MESSAGE(snap.version == batches, "a view did not reach the keeper's version");
     CHECK(snap.count == want.count);
     for (size_t j = 0; j < dim; ++j) {
-      CHECK(std::fabs(snap.mean[j] - want.mean[j]) <= 1e-12 * std::fabs(want.mean[j]) + 1e-12);
+      CHECK(std::fabs(snap.mean[j] - want.mean[j]) <=
+            1e-12 * std::fabs(want.mean[j]) + 1e-12);
       CHECK(std::fabs(snap.var[j] - var[j]) <= 1e-12 * var[j]);
     }
   }

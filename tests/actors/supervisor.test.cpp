@@ -99,8 +99,10 @@ struct supervisor_fixture {
       learner_plan lp;
       lp.options.name = "learner" + std::to_string(li);
       lp.options.spec = spec;
-      learners::settings_of<learners::ppo_settings>(lp.options.algorithm).update_epochs = 1;
-      learners::settings_of<learners::ppo_settings>(lp.options.algorithm).num_minibatches = 2;
+      learners::settings_of<learners::ppo_settings>(lp.options.algorithm).update_epochs =
+        1;
+      learners::settings_of<learners::ppo_settings>(lp.options.algorithm)
+        .num_minibatches = 2;
       lp.options.num_runners = runners;
       lp.options.steps_per_runner_batch = envs * steps;
       lp.options.pipelined = true;

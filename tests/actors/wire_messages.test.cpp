@@ -74,7 +74,8 @@ bool holds_native_block(const std::vector<char>& buf, const std::vector<T>& v) {
 
 } // namespace
 
-TEST_CASE("wire: gradients, weights, batches and moments cross bit for bit as raw blocks") {
+TEST_CASE(
+  "wire: gradients, weights, batches and moments cross bit for bit as raw blocks") {
   system_fixture fx;
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
@@ -228,7 +229,8 @@ TEST_CASE("wire: a truncated message or one whose count lies is an error, not a 
     REQUIRE_FALSE(sink.begin_sequence(huge));
   }
   size_t small_count_bytes = 1; // 8 < 128: one varint byte
-  forged.insert(forged.end(), lie.begin() + static_cast<long>(small_count_bytes), lie.end());
+  forged.insert(forged.end(), lie.begin() + static_cast<long>(small_count_bytes),
+                lie.end());
   std::vector<float> out;
   caf::binary_deserializer source{*fx.sys, forged};
   auto arr = raw(out);

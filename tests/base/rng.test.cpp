@@ -29,7 +29,8 @@ uint64_t reference_next(std::array<uint64_t, 4>& s) {
 
 } // namespace
 
-TEST_CASE("the state words are xoshiro256++'s: a reference generator from them draws the same") {
+TEST_CASE(
+  "the state words are xoshiro256++'s: a reference generator from them draws the same") {
   const uint64_t seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   rng gen(seed);

@@ -385,9 +385,8 @@ static void agent_before_start(void) {
   float obs[4] = {0, 0, 0, 0}, action = 0;
   float batch_obs[8] = {0, 0, 0, 0, 0, 0, 0, 0}, batch_actions[2] = {0, 0};
   char buf[256];
-  if (troupe_session_open_toml(TROUPE_ABI_VERSION,
-                               "[env]\nid = \"CartPole-v1\"\n", "game.toml", NULL, 0,
-                               &s) != TROUPE_OK) {
+  if (troupe_session_open_toml(TROUPE_ABI_VERSION, "[env]\nid = \"CartPole-v1\"\n",
+                               "game.toml", NULL, 0, &s) != TROUPE_OK) {
     CHECK(!"opening a CartPole session");
     return;
   }

@@ -368,8 +368,9 @@ TEST_CASE_FIXTURE(cluster_run,
   CHECK(coord.err().find("lost host w1") != std::string::npos);
   // The replacement trains: updates go on.
   const double updates = metric(run, "updates");
-  CHECK(poll_until([&] { return !coord.running() || metric(run, "updates") > updates + 5; },
-                   std::chrono::seconds(120)));
+  CHECK(
+    poll_until([&] { return !coord.running() || metric(run, "updates") > updates + 5; },
+               std::chrono::seconds(120)));
   stop_run({{"coordinator", &coord}, {"next", &next}});
 }
 
@@ -644,7 +645,8 @@ bool make_certificates(const temp_folder& dir, const std::string& ca,
     dir.path.string(), ca, ca, ca);
   for (const auto& n : names)
     script += fmt::format(
-      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout {}.key "
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "
+      "{}.key "
       "-out {}.csr -subj /CN={} 2>&1; openssl x509 -req -in {}.csr -CA {}_ca.pem -CAkey "
       "{}_ca.key -CAcreateserial -out {}.pem -days 2 2>&1; ",
       n, n, n, n, ca, ca, n);
@@ -715,7 +717,8 @@ TEST_CASE("TLS files are checked before anything starts, naming the key or flag"
   };
   const std::vector<bad> cases = {
     {set("tls_certificate", p("coord.pem")),
-     "TLS needs all three of cluster.tls_certificate, cluster.tls_key and cluster.tls_ca; "
+     "TLS needs all three of cluster.tls_certificate, cluster.tls_key and "
+     "cluster.tls_ca; "
      "got only cluster.tls_certificate (--set)"},
     {set("tls_certificate", p("coord.pem")) + " " + set("tls_key", p("w1.key")) + " " +
        set("tls_ca", p("run_ca.pem")),
@@ -738,18 +741,20 @@ TEST_CASE("TLS files are checked before anything starts, naming the key or flag"
     CHECK(r.err.find(c.message) != std::string::npos);
     CHECK(!fs::exists(dir.path / "runs"));
   }
-  auto r = run_troupe(fmt::format("worker --connect 127.0.0.1:1 --run r --tls-certificate "
-                                  "'{}' --tls-key '{}'",
-                                  p("w1.pem"), p("w1.key")),
-                      dir);
+  auto r =
+    run_troupe(fmt::format("worker --connect 127.0.0.1:1 --run r --tls-certificate "
+                           "'{}' --tls-key '{}'",
+                           p("w1.pem"), p("w1.key")),
+               dir);
   CAPTURE(r.err);
   CHECK(r.status == 2);
   CHECK(r.err.find("TLS needs all three of --tls-certificate, --tls-key and --tls-ca") !=
         std::string::npos);
-  r = run_troupe(fmt::format("worker --connect 127.0.0.1:1 --run r --tls-certificate '{}' "
-                             "--tls-key '{}' --tls-ca '{}'",
-                             p("w1.pem"), p("coord.key"), p("run_ca.pem")),
-                 dir);
+  r =
+    run_troupe(fmt::format("worker --connect 127.0.0.1:1 --run r --tls-certificate '{}' "
+                           "--tls-key '{}' --tls-ca '{}'",
+                           p("w1.pem"), p("coord.key"), p("run_ca.pem")),
+               dir);
   CAPTURE(r.err);
   CHECK(r.status == 2);
   CHECK(r.err.find("--tls-key: the key in") != std::string::npos);

@@ -52,9 +52,10 @@ TEST_CASE("gate: a host that spent the step budget on its own count ends the run
   {
     const auto lines = log.lines();
     REQUIRE(lines.size() == 1);
-    CHECK(lines.front() ==
-          "cluster: host w1 spent the step budget (algo.total_env_steps) on its own count; "
-          "the run ends");
+    CHECK(
+      lines.front() ==
+      "cluster: host w1 spent the step budget (algo.total_env_steps) on its own count; "
+      "the run ends");
   }
   supervisor->send_exit(gate, caf::exit_reason::user_shutdown);
 }

@@ -156,7 +156,8 @@ TEST_CASE("worker join refused for a wrong token is an error naming the coordina
     go.log = refusals.sink();
     auto gate = cluster::spawn_gate(*sys, std::move(go));
     auto published = cluster::publish_gate(gate, cluster::endpoint{"127.0.0.1", 0}, ns);
-    REQUIRE_MESSAGE(published, "cannot publish the gate: " << to_string(published.error()));
+    REQUIRE_MESSAGE(published,
+                    "cannot publish the gate: " << to_string(published.error()));
     port = *published;
     {
       auto o = options_for(*port);
@@ -190,5 +191,6 @@ TEST_CASE("worker join refused for a wrong token is an error naming the coordina
   }
   // A system with a middleman that had a peer: its end is bounded (as a
   // coordinator's is).
-  CHECK(runtime::destroy_within(std::move(sys), std::move(sys_cfg), std::chrono::seconds(20)));
+  CHECK(runtime::destroy_within(std::move(sys), std::move(sys_cfg),
+                                std::chrono::seconds(20)));
 }

@@ -825,7 +825,8 @@ TEST_CASE("CURVE settings are checked: a malformed key, an empty allow-list, or 
   CHECK(made.err().message.find("needs a CURVE secret key") != std::string::npos);
 }
 
-// -- reconnecting -------------------------------------------------------------------------
+// -- reconnecting
+// -------------------------------------------------------------------------
 
 TEST_CASE("the C++ client survives a server that goes away without a word and comes "
           "back on the same address: it reconnects with back-off and steps again") {
@@ -894,8 +895,8 @@ TEST_CASE("the C++ client survives a server that goes away without a word and co
   const auto reply = [&](const std::string& id, const std::vector<frame>& frames) {
     gone.send(zmq::buffer(id), zmq::send_flags::sndmore);
     for (size_t i = 0; i < frames.size(); ++i)
-      gone.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore
-                                                              : zmq::send_flags::none);
+      gone.send(zmq::buffer(frames[i]),
+                i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   };
   auto parts = receive_from("HELLO");
   const std::string id = parts[0].to_string();
@@ -1263,7 +1264,8 @@ TEST_CASE(
   CHECK(h.session == stopped.session);
 }
 
-// -- a slow client ------------------------------------------------------------------------
+// -- a slow client
+// ------------------------------------------------------------------------
 
 TEST_CASE("a stalled client does not hold the others up: while it neither steps nor "
           "reads its replies, another client's steps all complete") {
@@ -1282,9 +1284,8 @@ TEST_CASE("a stalled client does not hold the others up: while it neither steps 
   constexpr int unread = 50;
   for (int i = 0; i < unread; ++i)
     slow.send(encode_step(slow.next_header(), random_step(gen, 2, false)));
-  troupe::test::wait_until(
-    [&] { return s.server->counters().steps == 1 + unread; },
-    "the server to answer every STEP of the stalled client");
+  troupe::test::wait_until([&] { return s.server->counters().steps == 1 + unread; },
+                           "the server to answer every STEP of the stalled client");
   client fast(ctx, s.server->endpoint());
   fast.hello(2, "fast");
   fast.step_once(random_step(gen, 2, true));

@@ -68,8 +68,8 @@ env_runner_state random_state(const std::string& name, const std::string& id, si
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size()
-         && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 void check_same(const env_runner_state& a, const env_runner_state& b) {
@@ -147,10 +147,10 @@ TEST_CASE("runner states round trip through the file field by field") {
   CHECK(raw.metadata.at(fmt::format("runner.{}.env_state", stateless)) == "none");
   const auto* st = raw.find(fmt::format("runner.{}.env.state", full));
   REQUIRE(st != nullptr);
-  CHECK(st->shape
-        == std::vector<int64_t>{
-          static_cast<int64_t>(states[full].env.num_envs),
-          static_cast<int64_t>(envs::find_spec(states[full].env_id).value()->state_dim())});
+  CHECK(st->shape == std::vector<int64_t>{
+                       static_cast<int64_t>(states[full].env.num_envs),
+                       static_cast<int64_t>(
+                         envs::find_spec(states[full].env_id).value()->state_dim())});
   for (const char* field : {"env.rng", "env.state", "env.elapsed_steps"})
     CHECK(raw.find(fmt::format("runner.{}.{}", stateless, field)) == nullptr);
 
@@ -161,7 +161,8 @@ TEST_CASE("runner states round trip through the file field by field") {
   CHECK(none->empty());
 }
 
-TEST_CASE("a malformed runner state file is refused with the file, runner, tensor and problem") {
+TEST_CASE(
+  "a malformed runner state file is refused with the file, runner, tensor and problem") {
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
@@ -174,7 +175,8 @@ TEST_CASE("a malformed runner state file is refused with the file, runner, tenso
 
   SUBCASE("a truncated file") {
     std::ifstream in(good_path, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string bytes((std::istreambuf_iterator<char>(in)),
+                      std::istreambuf_iterator<char>());
     const size_t cut = 1 + gen() % (bytes.size() - 1);
     CAPTURE(cut);
     const std::string path = dir.write("truncated.safetensors", bytes.substr(0, cut));
@@ -185,7 +187,8 @@ TEST_CASE("a malformed runner state file is refused with the file, runner, tenso
   }
 
   // Writes `good` changed by `spoil` and checks the load's message.
-  auto refused = [&](const std::string& what, std::function<void(learners::st_file&)> spoil,
+  auto refused = [&](const std::string& what,
+                     std::function<void(learners::st_file&)> spoil,
                      std::vector<std::string> words) {
     CAPTURE(what);
     auto file = good;
@@ -200,7 +203,8 @@ TEST_CASE("a malformed runner state file is refused with the file, runner, tenso
     for (auto& w : words)
       CHECK(contains(message, w));
   };
-  auto tensor = [](learners::st_file& f, const std::string& name) -> learners::st_tensor& {
+  auto tensor = [](learners::st_file& f,
+                   const std::string& name) -> learners::st_tensor& {
     for (auto& t : f.tensors)
       if (t.name == name)
         return t;
@@ -269,7 +273,8 @@ TEST_CASE("a malformed runner state file is refused with the file, runner, tenso
   refused("unknown tensor",
           [&](auto& f) {
             double x = 1.5;
-            f.tensors.push_back(learners::st_tensor::from_f64("runner.2.env.state", {1}, &x));
+            f.tensors.push_back(
+              learners::st_tensor::from_f64("runner.2.env.state", {1}, &x));
           },
           {"runner.2.env.state", "not part of the format"});
   refused("count of runners too small", [](auto& f) { f.metadata["runners"] = "1"; },
@@ -363,7 +368,8 @@ TEST_CASE("a version 2 file (no discounted returns) still loads, and a discounte
   }
 }
 
-TEST_CASE("states whose arrays disagree with their number of environments are not saved") {
+TEST_CASE(
+  "states whose arrays disagree with their number of environments are not saved") {
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);

@@ -26,11 +26,12 @@ using troupe::test::temp_folder;
 namespace {
 
 std::string game_config(const temp_folder& dir, uint64_t seed) {
-  return fmt::format("[run]\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = 0\n"
-                     "[env]\nid = \"CartPole-v1\"\nnum_envs = 2\n"
-                     "[algo]\nname = \"ppo\"\nmode = \"sync\"\n"
-                     "total_env_steps = 100000000\nnum_steps = 16\n",
-                     seed, (dir.path / "runs").string());
+  return fmt::format(
+    "[run]\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = 0\n"
+    "[env]\nid = \"CartPole-v1\"\nnum_envs = 2\n"
+    "[algo]\nname = \"ppo\"\nmode = \"sync\"\n"
+    "total_env_steps = 100000000\nnum_steps = 16\n",
+    seed, (dir.path / "runs").string());
 }
 
 bool contains(const troupe::status& s, const std::string& text) {
@@ -42,7 +43,8 @@ bool contains(const troupe::status& s, const std::string& text) {
 TEST_CASE("a game-driven session acts from the caller's loop and learns from what it "
           "reports") {
   temp_folder dir("embed-agent");
-  auto opened = troupe::session::open_toml(game_config(dir, fresh_seed() % 1000), "game.toml");
+  auto opened =
+    troupe::session::open_toml(game_config(dir, fresh_seed() % 1000), "game.toml");
   REQUIRE_MESSAGE(opened.ok(), (opened ? std::string() : opened.err().message));
   troupe::session s = std::move(*opened);
   constexpr size_t slots = 3;
@@ -146,12 +148,12 @@ TEST_CASE("an environment registered with its spaces only trains in the game-dri
   CHECK(made.err().message.find("registered with its spaces only") != std::string::npos);
   CHECK_FALSE(troupe::envs::make_vector_env(id, 2).ok());
 
-  const auto config = fmt::format(
-    "[run]\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = 0\n"
-    "[env]\nid = \"{}\"\nnum_envs = 2\n"
-    "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 100000000\n"
-    "num_steps = 16\n",
-    fresh_seed() % 1000, (dir.path / "runs").string(), id);
+  const auto config =
+    fmt::format("[run]\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = 0\n"
+                "[env]\nid = \"{}\"\nnum_envs = 2\n"
+                "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 100000000\n"
+                "num_steps = 16\n",
+                fresh_seed() % 1000, (dir.path / "runs").string(), id);
 
   // The runtime-driven form: start() refuses before any runner tries to make it.
   {
@@ -171,7 +173,8 @@ TEST_CASE("an environment registered with its spaces only trains in the game-dri
   REQUIRE_MESSAGE(opened.ok(), (opened ? std::string() : opened.err().message));
   troupe::session s = std::move(*opened);
   auto agent_made = s.make_agent(2);
-  REQUIRE_MESSAGE(agent_made.ok(), (agent_made ? std::string() : agent_made.err().message));
+  REQUIRE_MESSAGE(agent_made.ok(),
+                  (agent_made ? std::string() : agent_made.err().message));
   troupe::agent agent = *agent_made;
   CHECK(agent.obs_dim() == 3);
   CHECK(agent.action_dim() == 1);

@@ -290,12 +290,12 @@ TEST_CASE("a session trains a registered environment on its own thread and close
 
 TEST_CASE("a running session saves a checkpoint on request and stops on request") {
   temp_folder dir("embed-stop");
-  const std::string toml = fmt::format(
-    "[run]\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = 0\n"
-    "[env]\nid = \"CartPole-v1\"\nnum_envs = 2\n"
-    "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 100000000\n"
-    "num_steps = 32\n",
-    fresh_seed() % 1000, (dir.path / "runs").string());
+  const std::string toml =
+    fmt::format("[run]\nseed = {}\noutput_dir = \"{}\"\ncheckpoint_every_updates = 0\n"
+                "[env]\nid = \"CartPole-v1\"\nnum_envs = 2\n"
+                "[algo]\nname = \"ppo\"\nmode = \"sync\"\ntotal_env_steps = 100000000\n"
+                "num_steps = 32\n",
+                fresh_seed() % 1000, (dir.path / "runs").string());
   auto opened = troupe::session::open_toml(toml, "stop.toml");
   REQUIRE_MESSAGE(opened.ok(), (opened ? std::string() : opened.err().message));
   troupe::session s = std::move(*opened);
@@ -333,9 +333,9 @@ TEST_CASE("unregister_environment removes an embedder's id and refuses built-in 
           "unknown ones") {
   walk_context context;
   const std::string id = fmt::format("Unreg{}-v0", fresh_seed() % 100000);
-  REQUIRE(troupe::register_environment(walk_description(id),
-                                       [&] { return std::make_unique<walk>(context); })
-            .ok());
+  REQUIRE(troupe::register_environment(walk_description(id), [&] {
+            return std::make_unique<walk>(context);
+          }).ok());
   auto ids = troupe::environment_ids();
   CHECK(std::find(ids.begin(), ids.end(), id) != ids.end());
   REQUIRE(troupe::unregister_environment(id).ok());

@@ -35,20 +35,14 @@ void check_in_space(const env_spec& spec, const std::vector<float>& obs) {
 } // namespace
 
 TEST_CASE("every environment is registered under its Gymnasium id with its time limit") {
-  std::vector<std::pair<std::string, int>> want = {{"CartPole-v1", 500},
-                                                   {"Pendulum-v1", 200},
-                                                   {"MountainCar-v0", 200},
-                                                   {"MountainCarContinuous-v0", 999},
-                                                   {"Acrobot-v1", 500},
-                                                   {"InvertedPendulum-v4", 1000},
-                                                   {"HalfCheetah-v4", 1000},
-                                                   {"Hopper-v4", 1000},
-                                                   {"Walker2d-v4", 1000},
-                                                   {"Swimmer-v4", 1000},
-                                                   {"Reacher-v4", 50},
-                                                   {"InvertedDoublePendulum-v4", 1000},
-                                                   {"Ant-v4", 1000},
-                                                   {"Humanoid-v4", 1000}};
+  std::vector<std::pair<std::string, int>> want = {
+    {"CartPole-v1", 500},     {"Pendulum-v1", 200},
+    {"MountainCar-v0", 200},  {"MountainCarContinuous-v0", 999},
+    {"Acrobot-v1", 500},      {"InvertedPendulum-v4", 1000},
+    {"HalfCheetah-v4", 1000}, {"Hopper-v4", 1000},
+    {"Walker2d-v4", 1000},    {"Swimmer-v4", 1000},
+    {"Reacher-v4", 50},       {"InvertedDoublePendulum-v4", 1000},
+    {"Ant-v4", 1000},         {"Humanoid-v4", 1000}};
   REQUIRE(registry().size() == want.size());
   for (auto& entry : want) {
     // Named copies: clang 14 lets no lambda (CAPTURE's) refer to a structured binding.
@@ -99,7 +93,8 @@ TEST_CASE("the same seed and actions give the same trajectory in every environme
   }
 }
 
-TEST_CASE("observations stay finite and inside the observation space under random actions") {
+TEST_CASE(
+  "observations stay finite and inside the observation space under random actions") {
   for (auto& id : registered_ids()) {
     CAPTURE(id);
     uint64_t seed = fresh_seed();
@@ -117,7 +112,8 @@ TEST_CASE("observations stay finite and inside the observation space under rando
   }
 }
 
-TEST_CASE("actions outside the action space are rejected with an error naming the space") {
+TEST_CASE(
+  "actions outside the action space are rejected with an error naming the space") {
   for (auto& id : registered_ids()) {
     CAPTURE(id);
     auto e = make_env(id).value();

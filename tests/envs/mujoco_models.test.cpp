@@ -470,7 +470,8 @@ TEST_CASE(
     CAPTURE(body);
     CHECK(humanoid[static_cast<size_t>(72 + 10 * b)] == "cinert." + body + ".0");
     CHECK(humanoid[static_cast<size_t>(72 + 140 + 6 * b)] == "cvel." + body + ".0");
-    CHECK(humanoid[static_cast<size_t>(72 + 247 + 6 * b + 5)] == "cfrc_ext." + body + ".5");
+    CHECK(humanoid[static_cast<size_t>(72 + 247 + 6 * b + 5)] ==
+          "cfrc_ext." + body + ".5");
   }
 
   auto ball = mujoco::compile_model(

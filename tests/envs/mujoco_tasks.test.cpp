@@ -1417,7 +1417,8 @@ TEST_CASE("the float32 control cost is v4's: float32 squares summed in NumPy's o
     CHECK(mujoco::float32_control_cost<2>(1e-4, a) == 1e-4f * two);
     CHECK(mujoco::float32_control_cost<2>(1.0, a) == two);
     // Eight: the eight partial sums added as a tree.
-    const float eight = ((sq[0] + sq[1]) + (sq[2] + sq[3])) + ((sq[4] + sq[5]) + (sq[6] + sq[7]));
+    const float eight =
+      ((sq[0] + sq[1]) + (sq[2] + sq[3])) + ((sq[4] + sq[5]) + (sq[6] + sq[7]));
     CHECK(mujoco::float32_control_cost<8>(0.5, a) == 0.5f * eight);
     // And within float32 rounding of the float64 cost.
     double exact = 0;

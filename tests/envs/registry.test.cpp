@@ -29,13 +29,11 @@ using troupe::test::scoped_drift_env;
 
 namespace {
 
-const std::vector<std::string> builtin_ids = {"CartPole-v1", "Pendulum-v1",
-                                              "MountainCar-v0",
-                                              "MountainCarContinuous-v0", "Acrobot-v1",
-                                              "InvertedPendulum-v4", "HalfCheetah-v4",
-                                              "Hopper-v4", "Walker2d-v4", "Swimmer-v4",
-                                              "Reacher-v4", "InvertedDoublePendulum-v4",
-                                              "Ant-v4", "Humanoid-v4"};
+const std::vector<std::string> builtin_ids = {
+  "CartPole-v1", "Pendulum-v1",         "MountainCar-v0", "MountainCarContinuous-v0",
+  "Acrobot-v1",  "InvertedPendulum-v4", "HalfCheetah-v4", "Hopper-v4",
+  "Walker2d-v4", "Swimmer-v4",          "Reacher-v4",     "InvertedDoublePendulum-v4",
+  "Ant-v4",      "Humanoid-v4"};
 
 bool contains(const std::string& text, const std::string& word) {
   return text.find(word) != std::string::npos;
@@ -75,8 +73,9 @@ TEST_CASE(
   "in order") {
   const auto before = registered_ids();
   REQUIRE(before.size() >= builtin_ids.size());
-  CHECK(std::vector<std::string>(before.begin(), before.begin() + static_cast<long>(builtin_ids.size()))
-        == builtin_ids);
+  CHECK(std::vector<std::string>(
+          before.begin(), before.begin() + static_cast<long>(builtin_ids.size())) ==
+        builtin_ids);
   scoped_drift_env a("DriftA-v0", false), b("DriftB-v0", true);
   REQUIRE(a.registered());
   REQUIRE(b.registered());
@@ -453,8 +452,9 @@ TEST_CASE("a callback env with missing or unpaired callbacks is refused naming t
   }
 }
 
-TEST_CASE("a batch of callback envs with state callbacks restores bit for bit, and without "
-          "them it saves no state and refuses to restore") {
+TEST_CASE(
+  "a batch of callback envs with state callbacks restores bit for bit, and without "
+  "them it saves no state and refuses to restore") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   scoped_drift_env with("DriftState-v0", true), without("DriftNoState-v0", false);

@@ -79,8 +79,8 @@ reference_step cartpole_reference(const std::vector<double>& s, int action) {
   double f = action == 1 ? f_mag : -f_mag;
   double m = mc + mp;
   double tmp = (f + mp * half_len * w * w * std::sin(th)) / m;
-  double alpha = (g * std::sin(th) - std::cos(th) * tmp)
-                 / (half_len * (4.0 / 3.0 - mp * std::cos(th) * std::cos(th) / m));
+  double alpha = (g * std::sin(th) - std::cos(th) * tmp) /
+                 (half_len * (4.0 / 3.0 - mp * std::cos(th) * std::cos(th) / m));
   double acc = tmp - mp * half_len * alpha * std::cos(th) / m;
   std::vector<double> n = {x + dt * v, v + dt * acc, th + dt * w, w + dt * alpha};
   bool done = std::fabs(n[0]) > 2.4 || std::fabs(n[2]) > 12 * 2 * pi / 360;
@@ -129,15 +129,15 @@ reference_step continuous_car_reference(const std::vector<double>& s, double a) 
 std::vector<double> acrobot_derivative(const std::vector<double>& y, double tau) {
   const double m1 = 1, m2 = 1, l1 = 1, lc1 = 0.5, lc2 = 0.5, i1 = 1, i2 = 1, g = 9.8;
   double t1 = y[0], t2 = y[1], w1 = y[2], w2 = y[3];
-  double d1 = m1 * lc1 * lc1 + m2 * (l1 * l1 + lc2 * lc2 + 2 * l1 * lc2 * std::cos(t2)) + i1
-              + i2;
+  double d1 =
+    m1 * lc1 * lc1 + m2 * (l1 * l1 + lc2 * lc2 + 2 * l1 * lc2 * std::cos(t2)) + i1 + i2;
   double d2 = m2 * (lc2 * lc2 + l1 * lc2 * std::cos(t2)) + i2;
   double phi2 = m2 * lc2 * g * std::sin(t1 + t2); // cos(a - pi/2) = sin(a)
-  double phi1 = -m2 * l1 * lc2 * w2 * w2 * std::sin(t2)
-                - 2 * m2 * l1 * lc2 * w2 * w1 * std::sin(t2)
-                + (m1 * lc1 + m2 * l1) * g * std::sin(t1) + phi2;
-  double a2 = (tau + d2 / d1 * phi1 - m2 * l1 * lc2 * w1 * w1 * std::sin(t2) - phi2)
-              / (m2 * lc2 * lc2 + i2 - d2 * d2 / d1);
+  double phi1 = -m2 * l1 * lc2 * w2 * w2 * std::sin(t2) -
+                2 * m2 * l1 * lc2 * w2 * w1 * std::sin(t2) +
+                (m1 * lc1 + m2 * l1) * g * std::sin(t1) + phi2;
+  double a2 = (tau + d2 / d1 * phi1 - m2 * l1 * lc2 * w1 * w1 * std::sin(t2) - phi2) /
+              (m2 * lc2 * lc2 + i2 - d2 * d2 / d1);
   double a1 = -(d2 * a2 + phi1) / d1;
   return {w1, w2, a1, a2};
 }
@@ -245,15 +245,16 @@ TEST_CASE("Acrobot transitions match an RK4 step of the book's equations") {
   std::mt19937_64 gen(seed);
   for (int k = 0; k < 500; ++k) {
     std::vector<double> s = {uniform(gen, -pi, pi), uniform(gen, -pi, pi),
-                             uniform(gen, -4 * pi, 4 * pi), uniform(gen, -9 * pi, 9 * pi)};
+                             uniform(gen, -4 * pi, 4 * pi),
+                             uniform(gen, -9 * pi, 9 * pi)};
     int action = k % 3;
     CAPTURE(s[0]);
     CAPTURE(s[1]);
     CAPTURE(s[2]);
     CAPTURE(s[3]);
     CAPTURE(action);
-    check_step("Acrobot-v1", s, {static_cast<float>(action)}, acrobot_reference(s, action),
-               1e-10, 1e-11);
+    check_step("Acrobot-v1", s, {static_cast<float>(action)},
+               acrobot_reference(s, action), 1e-10, 1e-11);
   }
 }
 
@@ -343,7 +344,8 @@ TEST_CASE("Acrobot wraps angles into [-pi, pi] and bounds angular velocities") {
   auto e = make_env("Acrobot-v1").value();
   for (int k = 0; k < 200; ++k) {
     std::vector<double> s = {uniform(gen, -pi, pi), uniform(gen, -pi, pi),
-                             uniform(gen, -4 * pi, 4 * pi), uniform(gen, -9 * pi, 9 * pi)};
+                             uniform(gen, -4 * pi, 4 * pi),
+                             uniform(gen, -9 * pi, 9 * pi)};
     REQUIRE(e->set_state(s));
     e->step({static_cast<float>(k % 3)}).value();
     auto n = e->state();
@@ -386,7 +388,8 @@ TEST_CASE("initial states follow Gymnasium's uniform ranges") {
     // A uniform mean is within 5 standard errors of the midpoint.
     for (size_t j = 0; j < mean.size(); ++j) {
       double width = r.hi[j] - r.lo[j];
-      CHECK(std::fabs(mean[j] - (r.lo[j] + r.hi[j]) / 2) <= 5 * width / std::sqrt(12.0 * n) + 1e-12);
+      CHECK(std::fabs(mean[j] - (r.lo[j] + r.hi[j]) / 2) <=
+            5 * width / std::sqrt(12.0 * n) + 1e-12);
     }
   }
 }

@@ -17,7 +17,9 @@ using troupe::test::fresh_seed;
 
 namespace {
 
-bool close(double a, double b) { return std::fabs(a - b) <= 1e-5 + 1e-5 * std::fabs(b); }
+bool close(double a, double b) {
+  return std::fabs(a - b) <= 1e-5 + 1e-5 * std::fabs(b);
+}
 
 // Steps a vector env and N scalar envs side by side; the scalar envs apply
 // the next-step autoreset rule by hand: after an episode ends, the next step
@@ -155,7 +157,8 @@ TEST_CASE("the polynomial sine and cosine are within an ulp of long double refer
   uint64_t seed = device();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> angle(-fast::max_small_angle, fast::max_small_angle);
+  std::uniform_real_distribution<double> angle(-fast::max_small_angle,
+                                               fast::max_small_angle);
   for (int k = 0; k < 100000; ++k) {
     double x = angle(gen);
     CAPTURE(x);

@@ -40,13 +40,14 @@ step_record record(const vector_env& v) {
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 bool same_record(const step_record& a, const step_record& b) {
-  return same_bits(a.observations, b.observations) && same_bits(a.rewards, b.rewards)
-         && a.terminated == b.terminated && a.truncated == b.truncated
-         && a.autoreset == b.autoreset;
+  return same_bits(a.observations, b.observations) && same_bits(a.rewards, b.rewards) &&
+         a.terminated == b.terminated && a.truncated == b.truncated &&
+         a.autoreset == b.autoreset;
 }
 
 // Random valid actions, Box actions also beyond the bounds (clipped by the
@@ -220,7 +221,8 @@ TEST_CASE("a single environment's generator state restores the stream of its res
   }
 }
 
-TEST_CASE("an invalid vector env state is refused with its rule and leaves the env unchanged") {
+TEST_CASE(
+  "an invalid vector env state is refused with its rule and leaves the env unchanged") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   for (std::string id : {"CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0"}) {
@@ -246,26 +248,34 @@ TEST_CASE("an invalid vector env state is refused with its rule and leaves the e
       {"another id", [](auto& s) { s.env_id = "Acrobot-v1"; }, {"env_id", "Acrobot-v1"}},
       {"another count", [](auto& s) { s.num_envs = 7; }, {"num_envs", "6", "7"}},
       {"short rng", [](auto& s) { s.rng.pop_back(); }, {"rng", "24", "23"}},
-      {"long state", [](auto& s) { s.state.push_back(0.5); },
+      {"long state",
+       [](auto& s) { s.state.push_back(0.5); },
        {"state", std::to_string(n * sd), std::to_string(n * sd + 1)}},
-      {"short counters", [](auto& s) { s.elapsed_steps.pop_back(); },
+      {"short counters",
+       [](auto& s) { s.elapsed_steps.pop_back(); },
        {"elapsed_steps", "5"}},
       {"short rewards", [](auto& s) { s.rewards.pop_back(); }, {"rewards", "5"}},
       {"short flags", [](auto& s) { s.autoreset.push_back(0); }, {"autoreset", "7"}},
       {"zero generator",
        [&](auto& s) { std::fill(&s.rng[bad_env * 4], &s.rng[bad_env * 4] + 4, 0); },
        {env_name, "rng", "all zero"}},
-      {"NaN state", [&](auto& s) { s.state[bad_env * sd + 1] = NAN; },
+      {"NaN state",
+       [&](auto& s) { s.state[bad_env * sd + 1] = NAN; },
        {env_name, "state[1]", v->spec().state_names[1], "finite", "nan"}},
-      {"infinite state", [&](auto& s) { s.state[bad_env * sd] = -INFINITY; },
+      {"infinite state",
+       [&](auto& s) { s.state[bad_env * sd] = -INFINITY; },
        {env_name, "state[0]", "finite", "-inf"}},
-      {"negative counter", [&](auto& s) { s.elapsed_steps[bad_env] = -3; },
+      {"negative counter",
+       [&](auto& s) { s.elapsed_steps[bad_env] = -3; },
        {env_name, "elapsed_steps", std::to_string(limit), "-3"}},
-      {"counter past the limit", [&](auto& s) { s.elapsed_steps[bad_env] = limit + 1; },
+      {"counter past the limit",
+       [&](auto& s) { s.elapsed_steps[bad_env] = limit + 1; },
        {env_name, "elapsed_steps", std::to_string(limit + 1)}},
-      {"NaN reward", [&](auto& s) { s.rewards[bad_env] = NAN; },
+      {"NaN reward",
+       [&](auto& s) { s.rewards[bad_env] = NAN; },
        {env_name, "rewards", "finite", "nan"}},
-      {"flag 2", [&](auto& s) { s.terminated[bad_env] = 2; },
+      {"flag 2",
+       [&](auto& s) { s.terminated[bad_env] = 2; },
        {env_name, "terminated", "0 or 1", "2"}},
       {"truncated before the limit",
        [&](auto& s) {

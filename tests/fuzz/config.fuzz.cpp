@@ -31,8 +31,8 @@ bool hits_toml_unreachable(const std::string& text) {
     uint32_t cp = len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
     for (size_t k = 1; k < len; ++k)
       cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3f);
-    if ((cp >= 0xa1 && cp <= 0x499) || (cp >= 0x2c5e && cp <= 0x3057)
-        || (cp >= 0xfba6 && cp <= 0xfefe))
+    if ((cp >= 0xa1 && cp <= 0x499) || (cp >= 0x2c5e && cp <= 0x3057) ||
+        (cp >= 0xfba6 && cp <= 0xfefe))
       return true;
     i += len;
   }
@@ -68,8 +68,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto again = runtime::parse_config(resolved, "config.toml");
   TROUPE_FUZZ_EXPECT(again.ok(), "the resolved config does not parse again: {}\n{}",
                      again ? std::string{} : again.err().message, resolved);
-  TROUPE_FUZZ_EXPECT(again->to_toml() == resolved,
-                     "the resolved config changes when read back:\n{}\n--- became ---\n{}",
-                     resolved, again->to_toml());
+  TROUPE_FUZZ_EXPECT(
+    again->to_toml() == resolved,
+    "the resolved config changes when read back:\n{}\n--- became ---\n{}", resolved,
+    again->to_toml());
   return 0;
 }

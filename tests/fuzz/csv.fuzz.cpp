@@ -33,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<float> values;
   for (;;) {
     auto n = reader->read_rows(3, values);
-    TROUPE_FUZZ_EXPECT(n.ok(), "reading in batches fails: {}", n ? std::string{} : n.err().message);
+    TROUPE_FUZZ_EXPECT(n.ok(), "reading in batches fails: {}",
+                       n ? std::string{} : n.err().message);
     if (*n == 0)
       break;
   }

@@ -29,7 +29,8 @@ public:
   /// Replaces the file's contents with `size` bytes and returns its path.
   const std::string& write(const uint8_t* data, size_t size) {
     std::FILE* f = std::fopen(path_.c_str(), "wb");
-    if (!f || (size > 0 && std::fwrite(data, 1, size, f) != size) || std::fclose(f) != 0) {
+    if (!f || (size > 0 && std::fwrite(data, 1, size, f) != size) ||
+        std::fclose(f) != 0) {
       std::fprintf(stderr, "fuzz: cannot write %s\n", path_.c_str());
       std::abort();
     }
@@ -44,13 +45,13 @@ private:
 };
 
 /// Aborts (a crash for libFuzzer) when `cond` is false.
-#define TROUPE_FUZZ_EXPECT(cond, ...)                                          \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      std::fprintf(stderr, "%s:%d: fuzz invariant broken: %s: %s\n", __FILE__, \
-                   __LINE__, #cond, ::fmt::format(__VA_ARGS__).c_str());       \
-      std::abort();                                                            \
-    }                                                                          \
+#define TROUPE_FUZZ_EXPECT(cond, ...)                                                    \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      std::fprintf(stderr, "%s:%d: fuzz invariant broken: %s: %s\n", __FILE__, __LINE__, \
+                   #cond, ::fmt::format(__VA_ARGS__).c_str());                           \
+      std::abort();                                                                      \
+    }                                                                                    \
   } while (false)
 
 } // namespace troupe::fuzz

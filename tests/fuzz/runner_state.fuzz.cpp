@@ -21,24 +21,26 @@ namespace {
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size()
-         && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 bool same(const env_runner_state& a, const env_runner_state& b) {
-  return a.runner == b.runner && a.env_id == b.env_id && a.env.env_id == b.env.env_id
-         && a.env.num_envs == b.env.num_envs && a.env.with_state == b.env.with_state
-         && a.env.rng == b.env.rng
-         && same_bits(a.env.state, b.env.state) && a.env.elapsed_steps == b.env.elapsed_steps
-         && same_bits(a.env.rewards, b.env.rewards) && a.env.terminated == b.env.terminated
-         && a.env.truncated == b.env.truncated && a.env.autoreset == b.env.autoreset
-         && a.gen == b.gen && same_bits(a.episode_return, b.episode_return)
-         && a.episode_length == b.episode_length
-         && same_bits(a.discounted_return, b.discounted_return)
-         && a.status.batches == b.status.batches
-         && a.status.env_steps == b.status.env_steps && a.status.episodes == b.status.episodes
-         && a.status.non_finite == b.status.non_finite
-         && a.status.deltas_sent == b.status.deltas_sent;
+  return a.runner == b.runner && a.env_id == b.env_id && a.env.env_id == b.env.env_id &&
+         a.env.num_envs == b.env.num_envs && a.env.with_state == b.env.with_state &&
+         a.env.rng == b.env.rng && same_bits(a.env.state, b.env.state) &&
+         a.env.elapsed_steps == b.env.elapsed_steps &&
+         same_bits(a.env.rewards, b.env.rewards) &&
+         a.env.terminated == b.env.terminated && a.env.truncated == b.env.truncated &&
+         a.env.autoreset == b.env.autoreset && a.gen == b.gen &&
+         same_bits(a.episode_return, b.episode_return) &&
+         a.episode_length == b.episode_length &&
+         same_bits(a.discounted_return, b.discounted_return) &&
+         a.status.batches == b.status.batches &&
+         a.status.env_steps == b.status.env_steps &&
+         a.status.episodes == b.status.episodes &&
+         a.status.non_finite == b.status.non_finite &&
+         a.status.deltas_sent == b.status.deltas_sent;
 }
 
 // Restores `s` into fresh environments (or starts fresh episodes, for a state

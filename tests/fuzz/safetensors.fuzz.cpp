@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   TROUPE_FUZZ_EXPECT(again.ok(), "a rewritten file does not parse: {}",
                      again ? std::string{} : again.err().message);
   TROUPE_FUZZ_EXPECT(again->metadata == file->metadata, "metadata changed");
-  TROUPE_FUZZ_EXPECT(again->tensors.size() == file->tensors.size(), "tensor count changed");
+  TROUPE_FUZZ_EXPECT(again->tensors.size() == file->tensors.size(),
+                     "tensor count changed");
   for (auto& t : file->tensors) {
     auto u = again->find(t.name);
     TROUPE_FUZZ_EXPECT(u != nullptr, "tensor '{}' lost", t.name);

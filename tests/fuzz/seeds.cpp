@@ -86,13 +86,15 @@ void stats_seeds(const fs::path& out, const fs::path& tmp) {
   // payload alone (the target adds header and checksum).
   write(out / "file.bin", "\x01" + file);
   const size_t head = 8 + 4 + 8;
-  write(out / "payload.bin", std::string(1, '\0') + file.substr(head, file.size() - head - 8));
+  write(out / "payload.bin",
+        std::string(1, '\0') + file.substr(head, file.size() - head - 8));
 }
 
 void runner_state_seeds(const fs::path& out, const fs::path& tmp) {
   std::mt19937_64 gen(7);
   std::vector<actors::env_runner_state> states;
-  for (auto [id, n] : {std::pair<const char*, size_t>{"CartPole-v1", 2}, {"Pendulum-v1", 1}}) {
+  for (auto [id, n] :
+       {std::pair<const char*, size_t>{"CartPole-v1", 2}, {"Pendulum-v1", 1}}) {
     auto env = envs::make_vector_env(id, n, 1);
     must(env.ok() ? status{} : status{env.err()}, "make env");
     (*env)->reset(gen());
@@ -144,8 +146,8 @@ void remote_wire_seeds(const fs::path& out) {
   h.sequence = 7;
   h.session = 42;
   for (uint8_t b2 : {uint8_t{3}, uint8_t{0x10}}) {
-    const auto in = fuzz::read_remote_wire_input(
-      std::vector<uint8_t>{3, 2, b2}.data(), 3);
+    const auto in =
+      fuzz::read_remote_wire_input(std::vector<uint8_t>{3, 2, b2}.data(), 3);
     const rw::env_shape& shape = in.shape;
     const std::string tag = shape.discrete ? "discrete" : "box";
     auto put = [&](const std::string& name, const std::vector<rw::frame>& frames) {

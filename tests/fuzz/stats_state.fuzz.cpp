@@ -83,12 +83,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const stats_stream* s = streams.find(name);
     TROUPE_FUZZ_EXPECT(s && !s->name.empty() && s->name == name && s->dim() >= 1,
                        "stream '{}' without name or dimension", name);
-    TROUPE_FUZZ_EXPECT(std::isfinite(s->momentum) && s->momentum >= 0.0 && s->momentum < 1.0,
+    TROUPE_FUZZ_EXPECT(std::isfinite(s->momentum) && s->momentum >= 0.0 &&
+                         s->momentum < 1.0,
                        "stream '{}': momentum {}", name, s->momentum);
     TROUPE_FUZZ_EXPECT(s->acc.well_formed() && s->acc.m2.size() == s->dim(),
                        "stream '{}': moments not well formed", name);
     if (s->mode == stats_mode::ema)
-      TROUPE_FUZZ_EXPECT(s->ema_var.size() == s->dim() && finite_and_non_negative(s->ema_var),
+      TROUPE_FUZZ_EXPECT(s->ema_var.size() == s->dim() &&
+                           finite_and_non_negative(s->ema_var),
                          "stream '{}': an ema variance is negative or not finite", name);
     else
       TROUPE_FUZZ_EXPECT(finite_and_non_negative(s->acc.m2),
@@ -98,7 +100,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // Saved and loaded again, the state is the same; a sane delta merges.
   auto saved = streams.save(copy.path());
-  TROUPE_FUZZ_EXPECT(saved.ok(), "save failed: {}", saved ? std::string{} : saved.err().message);
+  TROUPE_FUZZ_EXPECT(saved.ok(), "save failed: {}",
+                     saved ? std::string{} : saved.err().message);
   stats_streams again;
   auto reloaded = again.load(copy.path());
   TROUPE_FUZZ_EXPECT(reloaded.ok(), "a saved state does not load: {}",
@@ -129,7 +132,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Finite values near the largest double may overflow when merged: a
     // numerical limit, not a parser's, so only the snapshot's shape counts.
     auto snap = streams.snapshot(name);
-    TROUPE_FUZZ_EXPECT(snap.ok() && snap->mean.size() == a->dim() && snap->var.size() == a->dim(),
+    TROUPE_FUZZ_EXPECT(snap.ok() && snap->mean.size() == a->dim() &&
+                         snap->var.size() == a->dim(),
                        "stream '{}': no snapshot of its dimension after a merge", name);
   }
   return 0;

@@ -66,7 +66,8 @@ void require_close(const std::vector<float>& a, const std::vector<float>& b, dou
 
 } // namespace
 
-TEST_CASE("bias plus activation and its backward match float64 for tanh, relu and identity") {
+TEST_CASE(
+  "bias plus activation and its backward match float64 for tanh, relu and identity") {
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
@@ -98,7 +99,8 @@ TEST_CASE("bias plus activation and its backward match float64 for tanh, relu an
     REQUIRE(dh.reserve(rows * cols));
     REQUIRE(cuda_bias_activation_async(dz.data(), db.data(), rows, cols, act, dh.data(),
                                        nullptr));
-    REQUIRE(cuda_activation_backward_async(dh.data(), dd.data(), rows * cols, act, nullptr));
+    REQUIRE(
+      cuda_activation_backward_async(dh.data(), dd.data(), rows * cols, act, nullptr));
     require_close(to_host(dh, rows * cols), h, 1e-6);
     require_close(to_host(dd, rows * cols), d_out, 1e-5);
   }
@@ -135,8 +137,8 @@ TEST_CASE("the categorical head's log-softmax, entropy and backward match float6
     CHECK(close(logp[r], std::log(p[actions[r]])));
     CHECK(close(ent[r], h));
     for (size_t j = 0; j < n; ++j) {
-      double want = d_logp[r] * ((j == static_cast<size_t>(actions[r])) - p[j])
-                    - d_ent[r] * p[j] * (std::log(p[j]) + h);
+      double want = d_logp[r] * ((j == static_cast<size_t>(actions[r])) - p[j]) -
+                    d_ent[r] * p[j] * (std::log(p[j]) + h);
       CHECK(close(d_logits[r * n + j], want));
     }
   }
@@ -170,8 +172,8 @@ TEST_CASE("the diagonal Gaussian head's log-probability and backward match float
   auto log_std = random_floats(d, rng, 0.5f);
   auto d_logp = random_floats(rows, rng), d_ent = random_floats(rows, rng);
   std::vector<float> z(rows * d), logp(rows), ent(rows), d_mean(rows * d), d_ls(rows * d);
-  gaussian_forward(mean.data(), log_std.data(), actions.data(), rows, d, z.data(), logp.data(),
-                   ent.data());
+  gaussian_forward(mean.data(), log_std.data(), actions.data(), rows, d, z.data(),
+                   logp.data(), ent.data());
   gaussian_backward(z.data(), log_std.data(), d_logp.data(), d_ent.data(), rows, d,
                     d_mean.data(), d_ls.data());
   const double pi = 3.14159265358979323846;
@@ -201,10 +203,10 @@ TEST_CASE("the diagonal Gaussian head's log-probability and backward match float
   REQUIRE(dent.reserve(rows));
   REQUIRE(ddm.reserve(rows * d));
   REQUIRE(ddls.reserve(rows * d));
-  REQUIRE(cuda_gaussian_forward_async(dm.data(), dls.data(), dact.data(), rows, d, dz.data(),
-                                      dlogp.data(), dent.data(), nullptr));
-  REQUIRE(cuda_gaussian_backward_async(dz.data(), dls.data(), ddl.data(), dde.data(), rows, d,
-                                       ddm.data(), ddls.data(), nullptr));
+  REQUIRE(cuda_gaussian_forward_async(dm.data(), dls.data(), dact.data(), rows, d,
+                                      dz.data(), dlogp.data(), dent.data(), nullptr));
+  REQUIRE(cuda_gaussian_backward_async(dz.data(), dls.data(), ddl.data(), dde.data(),
+                                       rows, d, ddm.data(), ddls.data(), nullptr));
   require_close(to_host(dlogp, rows), logp, 1e-5);
   require_close(to_host(ddm, rows * d), d_mean, 1e-5);
   require_close(to_host(ddls, rows * d), d_ls, 1e-5);
@@ -221,8 +223,9 @@ TEST_CASE("PPO's per-row terms pick the clipped or unclipped branch like the los
   auto old_v = random_floats(rows, rng);
   ppo_term_constants c{0.2f, 0.5f, 0.01f, 1.0f / rows, true};
   std::vector<float> dl(rows), de(rows), dv(rows), terms(rows * 5);
-  ppo_terms(logp.data(), ent.data(), value.data(), old_logp.data(), adv.data(), ret.data(),
-            old_v.data(), rows, c, dl.data(), de.data(), dv.data(), terms.data());
+  ppo_terms(logp.data(), ent.data(), value.data(), old_logp.data(), adv.data(),
+            ret.data(), old_v.data(), rows, c, dl.data(), de.data(), dv.data(),
+            terms.data());
   size_t clipped_rows = 0;
   for (size_t r = 0; r < rows; ++r) {
     double ratio = std::exp(static_cast<double>(logp[r]) - old_logp[r]);
@@ -252,9 +255,9 @@ TEST_CASE("PPO's per-row terms pick the clipped or unclipped branch like the los
   REQUIRE(gde.reserve(rows));
   REQUIRE(gdv.reserve(rows));
   REQUIRE(gterms.reserve(rows * 5));
-  REQUIRE(cuda_ppo_terms_async(d_logp.data(), d_ent.data(), d_value.data(), d_old.data(),
-                               d_adv.data(), d_ret.data(), d_oldv.data(), rows, c, gdl.data(),
-                               gde.data(), gdv.data(), gterms.data(), nullptr));
+  REQUIRE(cuda_ppo_terms_async(
+    d_logp.data(), d_ent.data(), d_value.data(), d_old.data(), d_adv.data(), d_ret.data(),
+    d_oldv.data(), rows, c, gdl.data(), gde.data(), gdv.data(), gterms.data(), nullptr));
   require_close(to_host(gdl, rows), dl, 1e-5);
   require_close(to_host(gdv, rows), dv, 1e-5);
   require_close(to_host(gterms, rows * 5), terms, 1e-5);
@@ -276,30 +279,32 @@ TEST_CASE("observation normalization and batch norm forward and backward match f
   std::vector<float> out(rows * cols);
   normalize_clip(x.data(), mean.data(), inv_std.data(), rows, cols, 2.5f, out.data());
   for (size_t i = 0; i < rows * cols; ++i)
-    CHECK(close(out[i], std::clamp((x[i] - static_cast<double>(mean[i % cols])) *
-                                       inv_std[i % cols],
-                                   -2.5, 2.5)));
+    CHECK(close(
+      out[i], std::clamp((x[i] - static_cast<double>(mean[i % cols])) * inv_std[i % cols],
+                         -2.5, 2.5)));
   auto gamma = random_floats(cols, rng), beta = random_floats(cols, rng);
   auto dy = random_floats(rows * cols, rng);
   std::vector<float> zhat(rows * cols), y(rows * cols), dz(rows * cols);
-  batch_norm_forward(x.data(), mean.data(), inv_std.data(), gamma.data(), beta.data(), rows,
-                     cols, zhat.data(), y.data());
+  batch_norm_forward(x.data(), mean.data(), inv_std.data(), gamma.data(), beta.data(),
+                     rows, cols, zhat.data(), y.data());
   std::vector<float> sum_dy(cols, 0.0f), sum_dy_zhat(cols, 0.0f);
   for (size_t i = 0; i < rows * cols; ++i) {
     sum_dy[i % cols] += dy[i];
     sum_dy_zhat[i % cols] += dy[i] * zhat[i];
   }
   for (bool batch_stats : {true, false}) {
-    batch_norm_backward(dy.data(), zhat.data(), gamma.data(), inv_std.data(), sum_dy.data(),
-                        sum_dy_zhat.data(), rows, cols, batch_stats, dz.data());
+    batch_norm_backward(dy.data(), zhat.data(), gamma.data(), inv_std.data(),
+                        sum_dy.data(), sum_dy_zhat.data(), rows, cols, batch_stats,
+                        dz.data());
     for (size_t i = 0; i < rows * cols; ++i) {
       size_t j = i % cols;
       double n = (x[i] - static_cast<double>(mean[j])) * inv_std[j];
       CHECK(close(zhat[i], n));
       CHECK(close(y[i], gamma[j] * n + beta[j]));
       double s = static_cast<double>(gamma[j]) * inv_std[j];
-      double want = batch_stats ? s * (dy[i] - sum_dy[j] / rows - n * sum_dy_zhat[j] / rows)
-                                : s * dy[i];
+      double want = batch_stats
+                      ? s * (dy[i] - sum_dy[j] / rows - n * sum_dy_zhat[j] / rows)
+                      : s * dy[i];
       CHECK(close(dz[i], want, 1e-4));
     }
     if (!have_gpu())
@@ -312,14 +317,14 @@ TEST_CASE("observation normalization and batch norm forward and backward match f
     REQUIRE(dzhat.reserve(rows * cols));
     REQUIRE(dyy.reserve(rows * cols));
     REQUIRE(ddz.reserve(rows * cols));
-    REQUIRE(cuda_normalize_clip_async(dx.data(), dmean.data(), dinv.data(), rows, cols, 2.5f,
-                                      dout.data(), nullptr));
-    REQUIRE(cuda_batch_norm_forward_async(dx.data(), dmean.data(), dinv.data(), dgamma.data(),
-                                          dbeta.data(), rows, cols, dzhat.data(), dyy.data(),
-                                          nullptr));
-    REQUIRE(cuda_batch_norm_backward_async(ddy.data(), dzhat.data(), dgamma.data(), dinv.data(),
-                                           dsum.data(), dsumz.data(), rows, cols, batch_stats,
-                                           ddz.data(), nullptr));
+    REQUIRE(cuda_normalize_clip_async(dx.data(), dmean.data(), dinv.data(), rows, cols,
+                                      2.5f, dout.data(), nullptr));
+    REQUIRE(cuda_batch_norm_forward_async(dx.data(), dmean.data(), dinv.data(),
+                                          dgamma.data(), dbeta.data(), rows, cols,
+                                          dzhat.data(), dyy.data(), nullptr));
+    REQUIRE(cuda_batch_norm_backward_async(ddy.data(), dzhat.data(), dgamma.data(),
+                                           dinv.data(), dsum.data(), dsumz.data(), rows,
+                                           cols, batch_stats, ddz.data(), nullptr));
     require_close(to_host(dout, rows * cols), out, 1e-6);
     require_close(to_host(dyy, rows * cols), y, 1e-5);
     require_close(to_host(ddz, rows * cols), dz, 1e-5);
@@ -362,8 +367,8 @@ TEST_CASE("local batch norm's running statistics follow PyTorch's momentum updat
   }
   auto d_raw = to_device(raw);
   auto d_rm = to_device(rm0), d_rv = to_device(rv0);
-  REQUIRE(cuda_running_stats_update_async(d_raw.data(), cols, 0.1, d_rm.data(), d_rv.data(),
-                                          nullptr));
+  REQUIRE(cuda_running_stats_update_async(d_raw.data(), cols, 0.1, d_rm.data(),
+                                          d_rv.data(), nullptr));
   require_close(to_host(d_rm, cols), running_mean, 1e-6);
   require_close(to_host(d_rv, cols), running_var, 1e-6);
 }
@@ -383,7 +388,8 @@ TEST_CASE("the CUDA Adam step matches the CPU twin") {
   hyper.lr = 1e-3;
   hyper.step = 7;
   adam_step(p.data(), g.data(), m.data(), v.data(), n, hyper);
-  REQUIRE(cuda_adam_step_async(dp.data(), dg.data(), dm.data(), dv.data(), n, hyper, nullptr));
+  REQUIRE(
+    cuda_adam_step_async(dp.data(), dg.data(), dm.data(), dv.data(), n, hyper, nullptr));
   require_close(to_host(dp, n), p, 1e-6);
   require_close(to_host(dm, n), m, 1e-6);
   require_close(to_host(dv, n), v, 1e-6);
@@ -413,8 +419,8 @@ TEST_CASE("the CUDA context's GEMMs and column sums match row-major float64 prod
   REQUIRE(c.gemm_dz_w(ddz.data(), dw.data(), rows, in, out, dX.data()));
   REQUIRE(c.column_sums(ddz.data(), rows, out, sums.data()));
   REQUIRE(c.synchronize());
-  auto hz = to_host(z, rows * out), hW = to_host(dW, out * in), hX = to_host(dX, rows * in),
-       hs = to_host(sums, out);
+  auto hz = to_host(z, rows * out), hW = to_host(dW, out * in),
+       hX = to_host(dX, rows * in), hs = to_host(sums, out);
   for (size_t r = 0; r < rows; ++r)
     for (size_t o = 0; o < out; ++o) {
       double acc = 0;

@@ -54,8 +54,8 @@ void check_close(const moments& got, const moments& want, double rel) {
   REQUIRE(got.dim() == want.dim());
   CHECK(got.count == want.count);
   for (size_t j = 0; j < want.dim(); ++j) {
-    CHECK(std::fabs(got.mean[j] - want.mean[j])
-          <= rel * std::max(1e-300, std::fabs(want.mean[j])) + 1e-300);
+    CHECK(std::fabs(got.mean[j] - want.mean[j]) <=
+          rel * std::max(1e-300, std::fabs(want.mean[j])) + 1e-300);
     CHECK(std::fabs(got.m2[j] - want.m2[j]) <= rel * std::fabs(want.m2[j]));
   }
 }
@@ -78,7 +78,8 @@ TEST_CASE("the moments of a batch equal the float64 two-pass reference") {
   }
 }
 
-TEST_CASE("merging random shards in any order and grouping equals the single-pass result") {
+TEST_CASE(
+  "merging random shards in any order and grouping equals the single-pass result") {
   auto seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
@@ -94,8 +95,8 @@ TEST_CASE("merging random shards in any order and grouping equals the single-pas
     std::sort(cuts.begin(), cuts.end());
     std::vector<moments> shards;
     for (size_t i = 0; i + 1 < cuts.size(); ++i)
-      shards.push_back(compute_moments(x.data() + cuts[i] * dim,
-                                       cuts[i + 1] - cuts[i], dim));
+      shards.push_back(
+        compute_moments(x.data() + cuts[i] * dim, cuts[i + 1] - cuts[i], dim));
     std::shuffle(shards.begin(), shards.end(), rng);
     // Random grouping: repeatedly merge two random entries.
     while (shards.size() > 1) {
@@ -133,7 +134,8 @@ TEST_CASE("a large offset with a tiny spread keeps the variance to 1e-6 relative
     CHECK(std::fabs(var_merged[j] - var_want[j]) <= 1e-6 * var_want[j]);
 }
 
-TEST_CASE("unequal shards with different means give the pooled variance, not the average") {
+TEST_CASE(
+  "unequal shards with different means give the pooled variance, not the average") {
   auto seed = troupe::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);

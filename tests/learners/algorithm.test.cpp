@@ -246,7 +246,8 @@ double largest_ratio_error(const std::vector<double>& pi_logp,
 } // namespace
 
 TEST_CASE("the registry makes every algorithm it lists with its defaults, and refuses an "
-          "unknown algorithm, another algorithm's settings and a value out of range, naming them") {
+          "unknown algorithm, another algorithm's settings and a value out of range, "
+          "naming them") {
   REQUIRE(algorithms().size() >= 3);
   for (auto& a : algorithms()) {
     CAPTURE(a.name);
@@ -264,7 +265,8 @@ TEST_CASE("the registry makes every algorithm it lists with its defaults, and re
   settings_of<ppo_settings>(s).loss.clip_coef = 0.1;
   auto foreign = make_algorithm(small_spec(), s);
   REQUIRE_FALSE(foreign.ok());
-  CHECK(contains(foreign.err().message, "impala: the settings given are another algorithm's"));
+  CHECK(contains(foreign.err().message,
+                 "impala: the settings given are another algorithm's"));
 
   s.name = "ppo";
   settings_of<ppo_settings>(s).loss.clip_coef = -0.5;
@@ -433,7 +435,8 @@ TEST_CASE("a PPO update sends update_epochs x num_minibatches gradients covering
 }
 
 TEST_CASE("local batch norm: PPO's ratio takes the acting weights normalized as the "
-          "learning pass normalizes, so it is 1 for unchanged weights, and taken from the acting pass it is not") {
+          "learning pass normalizes, so it is 1 for unchanged weights, and taken from "
+          "the acting pass it is not") {
   const uint64_t seed = test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 gen(seed);

@@ -31,8 +31,8 @@ struct host_batch {
     for (auto& a : actions)
       a = static_cast<int64_t>(rng() % 3);
     for (size_t r = 0; r < rows; ++r) {
-      old_logp.push_back((spec.action == action_kind::box ? -2.0f : -1.1f)
-                         + 0.2f * normal(rng));
+      old_logp.push_back((spec.action == action_kind::box ? -2.0f : -1.1f) +
+                         0.2f * normal(rng));
       adv.push_back(normal(rng));
       ret.push_back(normal(rng));
       old_v.push_back(normal(rng));
@@ -40,7 +40,7 @@ struct host_batch {
   }
 
   ppo_batch<float> view() const {
-    return {actions.size(), obs.data(),     actions.data(), box_actions.data(),
+    return {actions.size(),  obs.data(), actions.data(), box_actions.data(),
             old_logp.data(), adv.data(), ret.data(),     old_v.data()};
   }
 
@@ -75,7 +75,7 @@ double normwise(const std::vector<float>& a, const std::vector<double>& b) {
 } // namespace
 
 using backend_factory =
-    std::function<std::unique_ptr<learner_backend>(const model_spec&, const adam_config&)>;
+  std::function<std::unique_ptr<learner_backend>(const model_spec&, const adam_config&)>;
 
 // Gradient, loss, batch-norm moments and one clipped Adam step of `make`'s
 // backend against the float64 reference, for every batch norm mode and head.
@@ -128,8 +128,8 @@ void check_against_float64(const backend_factory& make) {
       for (size_t l = 0; l < moments.size(); ++l) {
         CHECK(moments[l].count == rows);
         for (size_t j = 0; j < moments[l].dim(); ++j) {
-          CHECK(moments[l].mean[j]
-                == doctest::Approx(moments64[l].mean[j]).epsilon(1e-5).scale(1));
+          CHECK(moments[l].mean[j] ==
+                doctest::Approx(moments64[l].mean[j]).epsilon(1e-5).scale(1));
           CHECK(moments[l].m2[j] == doctest::Approx(moments64[l].m2[j]).epsilon(1e-5));
         }
       }
@@ -150,7 +150,8 @@ void check_against_float64(const backend_factory& make) {
         double g = g64[i] * coef;
         double m = (1 - adam.beta1) * g, v = (1 - adam.beta2) * g * g;
         double step = 1e-3 / (1 - adam.beta1);
-        expected[i] = p64[i] - step * m / (std::sqrt(v) / std::sqrt(1 - adam.beta2) + adam.eps);
+        expected[i] =
+          p64[i] - step * m / (std::sqrt(v) / std::sqrt(1 - adam.beta2) + adam.eps);
       }
       // Adam moves every parameter by about lr: compare the moves.
       double worst = 0;
@@ -159,8 +160,8 @@ void check_against_float64(const backend_factory& make) {
       CHECK(worst <= 1e-3 * 0.02);
       if (bn == batch_norm_mode::local) {
         const auto& slot = model.layout().actor.hidden[0].batch_norm;
-        CHECK(buffers[slot.running_mean]
-              == doctest::Approx(buf64[slot.running_mean]).epsilon(1e-5));
+        CHECK(buffers[slot.running_mean] ==
+              doctest::Approx(buf64[slot.running_mean]).epsilon(1e-5));
       }
     }
 }
@@ -174,7 +175,8 @@ TEST_CASE("the CPU backend's sharded gradient, moments and Adam step match a flo
   });
 }
 
-TEST_CASE("the CUDA backend's gradient, moments and Adam step match a float64 reference") {
+TEST_CASE(
+  "the CUDA backend's gradient, moments and Adam step match a float64 reference") {
   if (troupe::kernels::cuda_device_count() == 0) {
     model_spec spec;
     spec.obs_dim = 3;
@@ -191,7 +193,8 @@ TEST_CASE("the CUDA backend's gradient, moments and Adam step match a float64 re
   });
 }
 
-TEST_CASE("device auto picks the CPU without a GPU and says why, and cuda without one fails") {
+TEST_CASE(
+  "device auto picks the CPU without a GPU and says why, and cuda without one fails") {
   auto cpu = choose_device("cpu");
   REQUIRE(cpu);
   CHECK(cpu->kind == device_kind::cpu);
@@ -282,8 +285,9 @@ void check_vtrace_against_float64(const backend_factory& make) {
         rewards[i] = normal(rng);
         discounts[i] = u(rng) < 0.1f ? 0.0f : 0.99f;
       }
-      vtrace_batch<float> b32{steps, envs, obs.data(), actions.data(), acts.data(),
-                              behavior.data(), rewards.data(), discounts.data()};
+      vtrace_batch<float> b32{
+        steps,           envs,           obs.data(),      actions.data(), acts.data(),
+        behavior.data(), rewards.data(), discounts.data()};
       auto report = backend->vtrace_gradient(b32, vtrace_config{});
       REQUIRE(report);
       auto widen = [](const std::vector<float>& v) {
@@ -291,8 +295,8 @@ void check_vtrace_against_float64(const backend_factory& make) {
       };
       auto obs64 = widen(obs), acts64 = widen(acts), beh64 = widen(behavior),
            rew64 = widen(rewards), disc64 = widen(discounts);
-      vtrace_batch<double> b64{steps, envs, obs64.data(), actions.data(), acts64.data(),
-                               beh64.data(), rew64.data(), disc64.data()};
+      vtrace_batch<double> b64{steps,         envs,         obs64.data(), actions.data(),
+                               acts64.data(), beh64.data(), rew64.data(), disc64.data()};
       std::vector<double> p64(model.params(), model.params() + model.param_count());
       std::vector<double> buf64(model.buffers(), model.buffers() + model.buffer_count());
       std::vector<double> g64(p64.size());

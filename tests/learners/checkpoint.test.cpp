@@ -36,8 +36,9 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 // Compares a model's evaluation with the float64 reference on the file.
-void check_outputs(const reference_arch& a, const st_file& file, const actor_critic& model,
-                   const stats_snapshot* stats, std::mt19937_64& rng) {
+void check_outputs(const reference_arch& a, const st_file& file,
+                   const actor_critic& model, const stats_snapshot* stats,
+                   std::mt19937_64& rng) {
   const size_t rows = 7;
   auto obs = random_obs(rows, a.obs_dim, rng);
   policy_output out;
@@ -104,7 +105,8 @@ TEST_CASE("a saved policy loads back with identical tensors, statistics and spec
       CAPTURE(want_tensors[i].name);
       CHECK(got_tensors[i].name == want_tensors[i].name);
       CHECK(got_tensors[i].shape == want_tensors[i].shape);
-      CHECK(std::equal(want_tensors[i].data, want_tensors[i].data + want_tensors[i].size(),
+      CHECK(std::equal(want_tensors[i].data,
+                       want_tensors[i].data + want_tensors[i].size(),
                        got_tensors[i].data));
     }
     if (a.has_bn())
@@ -204,9 +206,9 @@ TEST_CASE("loading names the tensor and the expectation when a tensor is missing
   expect_error(missing, {"missing tensor 'actor.3.weight'", "expected F32 [8, 8]"});
 
   auto missing_rms = good;
-  missing_rms.tensors.erase(std::find_if(missing_rms.tensors.begin(),
-                                         missing_rms.tensors.end(),
-                                         [](auto& t) { return t.name == "obs_rms.var"; }));
+  missing_rms.tensors.erase(
+    std::find_if(missing_rms.tensors.begin(), missing_rms.tensors.end(),
+                 [](auto& t) { return t.name == "obs_rms.var"; }));
   expect_error(missing_rms, {"missing tensor 'obs_rms.var'", "expected F64 [4]"});
 
   auto shaped = good;
@@ -282,8 +284,8 @@ TEST_CASE("loading rejects an unknown format version and bad metadata with the k
                  "\"format_version\" must be a decimal integer, got \"one\""));
   CHECK(contains(error_for("hidden", "").message, "missing metadata key \"hidden\""));
   CHECK(contains(error_for("hidden", "64,64").message, "\"hidden\" must be a JSON list"));
-  CHECK(contains(error_for("hidden", "[64, -1]").message,
-                 "\"hidden\" must be a JSON list"));
+  CHECK(
+    contains(error_for("hidden", "[64, -1]").message, "\"hidden\" must be a JSON list"));
   CHECK(contains(error_for("activation", "gelu").message,
                  "\"activation\" must be \"tanh\" or \"relu\", got \"gelu\""));
   CHECK(contains(error_for("action_space", "multi").message, "\"action_space\""));

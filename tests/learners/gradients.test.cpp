@@ -133,7 +133,7 @@ random_model make_random_model(const model_spec& spec, std::mt19937_64& rng) {
     if (t.is_buffer)
       for (size_t i = 0; i < t.size; ++i)
         m.buffers[t.offset + i] =
-            t.name.find("running_var") != std::string::npos ? pos(rng) : u(rng) * 0.3;
+          t.name.find("running_var") != std::string::npos ? pos(rng) : u(rng) * 0.3;
   return m;
 }
 
@@ -146,7 +146,8 @@ TEST_CASE("PPO gradients match finite differences for every head, activation and
   std::mt19937_64 rng(seed);
   for (bool box : {false, true})
     for (auto act : {activation_kind::tanh, activation_kind::relu})
-      for (auto bn : {batch_norm_mode::none, batch_norm_mode::global, batch_norm_mode::local})
+      for (auto bn :
+           {batch_norm_mode::none, batch_norm_mode::global, batch_norm_mode::local})
         for (bool clip_v : {true, false}) {
           CAPTURE(box);
           std::string act_name = to_string(act), bn_name = to_string(bn);
@@ -163,7 +164,8 @@ TEST_CASE("PPO gradients match finite differences for every head, activation and
             const size_t rows = 7;
             std::normal_distribution<double> normal(0.0, 1.0);
             std::uniform_real_distribution<double> u(-1.0, 1.0);
-            std::vector<double> obs(rows * spec.obs_dim), box_actions(rows * spec.act_dim);
+            std::vector<double> obs(rows * spec.obs_dim),
+              box_actions(rows * spec.act_dim);
             std::vector<int64_t> actions(rows);
             std::vector<double> old_logp(rows), adv(rows), ret(rows), old_v(rows);
             for (auto& v : obs)
@@ -195,8 +197,8 @@ TEST_CASE("PPO gradients match finite differences for every head, activation and
             options.update_running_stats = false;
             std::vector<double> grad(m.params.size());
             auto buffers = m.buffers;
-            ppo_loss_and_grad(spec, m.layout, m.params.data(), buffers.data(), batch, config,
-                              options, ws, grad.data());
+            ppo_loss_and_grad(spec, m.layout, m.params.data(), buffers.data(), batch,
+                              config, options, ws, grad.data());
             // Ratios and value deltas on both sides of the clip range, kept 0.02
             // away from the kinks at 1 +- c, at +-c and where the clipped and
             // unclipped value errors are equal, so finite steps never cross one.
@@ -224,13 +226,14 @@ TEST_CASE("PPO gradients match finite differences for every head, activation and
                 delta = u(rng) * 0.5;
                 err = v - ret[r];
                 err_clipped = v - delta + std::clamp(delta, -c, c) - ret[r];
-              } while (near_kink(delta, {-c, c})
-                       || (std::abs(delta) > c
-                           && std::abs(err * err - err_clipped * err_clipped) < 0.02));
+              } while (near_kink(delta, {-c, c}) ||
+                       (std::abs(delta) > c &&
+                        std::abs(err * err - err_clipped * err_clipped) < 0.02));
               old_v[r] = v - delta;
             }
-            auto report = ppo_loss_and_grad(spec, m.layout, m.params.data(), buffers.data(),
-                                            batch, config, options, ws, grad.data());
+            auto report =
+              ppo_loss_and_grad(spec, m.layout, m.params.data(), buffers.data(), batch,
+                                config, options, ws, grad.data());
             CHECK(report.clip_fraction > 0.0);
             auto loss = [&](const std::vector<double>& p) {
               std::vector<double> scratch(p.size());
@@ -238,11 +241,11 @@ TEST_CASE("PPO gradients match finite differences for every head, activation and
               auto b = m.buffers;
               return ppo_loss_and_grad(spec, m.layout, p.data(), b.data(), batch, config,
                                        options, w, scratch.data())
-                  .loss;
+                .loss;
             };
             auto checked = check_gradient(m.layout, m.params, grad, loss);
-            if (act == activation_kind::relu && checked.non_smooth * 50 > m.params.size()
-                && draw < 4)
+            if (act == activation_kind::relu &&
+                checked.non_smooth * 50 > m.params.size() && draw < 4)
               continue;
             require_good(checked, m.params.size());
             break;
@@ -255,7 +258,8 @@ TEST_CASE("V-trace gradients match finite differences with the targets held fixe
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   for (bool box : {false, true})
-    for (auto bn : {batch_norm_mode::none, batch_norm_mode::global, batch_norm_mode::local}) {
+    for (auto bn :
+         {batch_norm_mode::none, batch_norm_mode::global, batch_norm_mode::local}) {
       CAPTURE(box);
       std::string mode_name = to_string(bn);
       CAPTURE(mode_name);
@@ -309,7 +313,7 @@ TEST_CASE("V-trace gradients match finite differences with the targets held fixe
         auto b = m.buffers;
         return vtrace_loss_and_grad(spec, m.layout, p.data(), b.data(), batch, config,
                                     options, targets, w, scratch.data())
-            .loss;
+          .loss;
       };
       require_good(check_gradient(m.layout, m.params, grad, loss), m.params.size());
     }
@@ -350,8 +354,8 @@ TEST_CASE("V-trace targets equal the paper's sum of discounted, trace-cut TD err
       for (size_t t = s; t < steps; ++t) {
         size_t i = t * envs + e;
         double rho = std::exp(log_rhos[i]);
-        double delta = std::min(config.rho_bar, rho)
-                       * (rewards[i] + discounts[i] * value_at(t + 1, e) - values[i]);
+        double delta = std::min(config.rho_bar, rho) *
+                       (rewards[i] + discounts[i] * value_at(t + 1, e) - values[i]);
         total += weight * delta;
         weight *= discounts[i] * std::min(config.c_bar, rho);
       }
@@ -365,8 +369,8 @@ TEST_CASE("V-trace targets equal the paper's sum of discounted, trace-cut TD err
     for (size_t s = 0; s < steps; ++s) {
       size_t i = s * envs + e;
       double next = s + 1 < steps ? expected[i + envs] : bootstrap[e];
-      double want = std::min(config.pg_rho_bar, std::exp(log_rhos[i]))
-                    * (rewards[i] + discounts[i] * next - values[i]);
+      double want = std::min(config.pg_rho_bar, std::exp(log_rhos[i])) *
+                    (rewards[i] + discounts[i] * next - values[i]);
       CHECK(adv[i] == doctest::Approx(want).epsilon(1e-12));
     }
 }
@@ -405,11 +409,14 @@ TEST_CASE("the float32 PPO gradient agrees with the float64 one within 1e-5 per 
       auto obs64 = widen(obs), box64 = widen(box_actions), old_logp64 = widen(old_logp),
            adv64 = widen(adv), ret64 = widen(ret), old_v64 = widen(old_v);
       std::vector<double> params64(model.params(), model.params() + model.param_count());
-      std::vector<double> buffers64(model.buffers(), model.buffers() + model.buffer_count());
-      ppo_batch<float> b32{rows, obs.data(), actions.data(), box_actions.data(),
-                           old_logp.data(), adv.data(), ret.data(), old_v.data()};
-      ppo_batch<double> b64{rows, obs64.data(), actions.data(), box64.data(),
-                            old_logp64.data(), adv64.data(), ret64.data(), old_v64.data()};
+      std::vector<double> buffers64(model.buffers(),
+                                    model.buffers() + model.buffer_count());
+      ppo_batch<float> b32{
+        rows,       obs.data(), actions.data(), box_actions.data(), old_logp.data(),
+        adv.data(), ret.data(), old_v.data()};
+      ppo_batch<double> b64{rows,         obs64.data(),      actions.data(),
+                            box64.data(), old_logp64.data(), adv64.data(),
+                            ret64.data(), old_v64.data()};
       train_options options;
       options.update_running_stats = false;
       loss_workspace<float> w32;
@@ -438,7 +445,8 @@ TEST_CASE("the float32 PPO gradient agrees with the float64 one within 1e-5 per 
           diff += (g32[i] - g64[i]) * (g32[i] - g64[i]);
           norm += g64[i] * g64[i];
         }
-        CHECK(std::sqrt(diff) <= 1e-5 * std::max(std::sqrt(norm), 5e-2 * std::sqrt(total)));
+        CHECK(std::sqrt(diff) <=
+              1e-5 * std::max(std::sqrt(norm), 5e-2 * std::sqrt(total)));
       }
     }
 }
@@ -459,16 +467,16 @@ TEST_CASE("global batch norm reports the batch moments of each layer's input and
     std::vector<int64_t> actions(rows, 1);
     for (auto& v : obs)
       v = normal(rng);
-    ppo_batch<double> batch{rows, obs.data(), actions.data(), nullptr, zeros.data(),
-                            ones.data(), ones.data(), zeros.data()};
+    ppo_batch<double> batch{rows,         obs.data(),  actions.data(), nullptr,
+                            zeros.data(), ones.data(), ones.data(),    zeros.data()};
     std::vector<troupe::kernels::moments> deltas;
     train_options options;
     options.batch_moments = &deltas;
     loss_workspace<double> ws;
     std::vector<double> grad(m.params.size());
     auto buffers = m.buffers;
-    ppo_loss_and_grad(spec, m.layout, m.params.data(), buffers.data(), batch, ppo_config{},
-                      options, ws, grad.data());
+    ppo_loss_and_grad(spec, m.layout, m.params.data(), buffers.data(), batch,
+                      ppo_config{}, options, ws, grad.data());
     REQUIRE(deltas.size() == 4);
     // The first actor layer's input is obs W^T + b; recompute it directly.
     const auto& lin = m.layout.actor.hidden[0].linear;
@@ -489,10 +497,11 @@ TEST_CASE("global batch norm reports the batch moments of each layer's input and
       CHECK(deltas[0].m2[j] == doctest::Approx(sq).epsilon(1e-10));
       const auto& slot = m.layout.actor.hidden[0].batch_norm;
       if (bn == batch_norm_mode::local) {
-        double m0 = m.buffers[slot.running_mean + j], v0 = m.buffers[slot.running_var + j];
+        double m0 = m.buffers[slot.running_mean + j],
+               v0 = m.buffers[slot.running_var + j];
         CHECK(buffers[slot.running_mean + j] == doctest::Approx(0.9 * m0 + 0.1 * mean));
-        CHECK(buffers[slot.running_var + j]
-              == doctest::Approx(0.9 * v0 + 0.1 * sq / (rows - 1)));
+        CHECK(buffers[slot.running_var + j] ==
+              doctest::Approx(0.9 * v0 + 0.1 * sq / (rows - 1)));
       } else {
         CHECK(buffers[slot.running_mean + j] == m.buffers[slot.running_mean + j]);
       }
@@ -500,7 +509,8 @@ TEST_CASE("global batch norm reports the batch moments of each layer's input and
   }
 }
 
-TEST_CASE("normalize_advantages matches a float64 reference and leaves one row unchanged") {
+TEST_CASE(
+  "normalize_advantages matches a float64 reference and leaves one row unchanged") {
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);

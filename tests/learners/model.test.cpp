@@ -67,8 +67,9 @@ std::vector<double> reference_sequential(const actor_critic& m, const std::strin
         for (size_t r = 0; r < rows; ++r)
           for (size_t o = 0; o < out; ++o) {
             double& v = next[r * out + o];
-            v = (v - rm.data[o]) / std::sqrt(rv.data[o] + spec.batch_norm_eps) * g.data[o]
-                + be.data[o];
+            v =
+              (v - rm.data[o]) / std::sqrt(rv.data[o] + spec.batch_norm_eps) * g.data[o] +
+              be.data[o];
           }
       }
       for (auto& v : next)
@@ -101,9 +102,9 @@ double rel_err(double a, double b) {
 TEST_CASE("a discrete policy's tensors carry CleanRL's names and PyTorch shapes") {
   actor_critic m(discrete_spec({64, 64}, batch_norm_mode::none), 1);
   std::vector<std::string> expected{
-      "critic.0.weight", "critic.0.bias", "critic.2.weight", "critic.2.bias",
-      "critic.4.weight", "critic.4.bias", "actor.0.weight",  "actor.0.bias",
-      "actor.2.weight",  "actor.2.bias",  "actor.4.weight",  "actor.4.bias"};
+    "critic.0.weight", "critic.0.bias", "critic.2.weight", "critic.2.bias",
+    "critic.4.weight", "critic.4.bias", "actor.0.weight",  "actor.0.bias",
+    "actor.2.weight",  "actor.2.bias",  "actor.4.weight",  "actor.4.bias"};
   CHECK(names(m) == expected);
   auto t = m.tensors();
   CHECK(t[0].shape == std::vector<int64_t>{64, 5});
@@ -122,11 +123,10 @@ TEST_CASE("a box policy has actor_mean layers and a [1, act_dim] actor_logstd") 
   s.act_dim = 2;
   s.hidden = {8};
   actor_critic m(s, 7);
-  std::vector<std::string> expected{"critic.0.weight",     "critic.0.bias",
-                                    "critic.2.weight",     "critic.2.bias",
-                                    "actor_mean.0.weight", "actor_mean.0.bias",
-                                    "actor_mean.2.weight", "actor_mean.2.bias",
-                                    "actor_logstd"};
+  std::vector<std::string> expected{
+    "critic.0.weight",     "critic.0.bias",       "critic.2.weight",
+    "critic.2.bias",       "actor_mean.0.weight", "actor_mean.0.bias",
+    "actor_mean.2.weight", "actor_mean.2.bias",   "actor_logstd"};
   CHECK(names(m) == expected);
   CHECK(m.tensors().back().shape == std::vector<int64_t>{1, 2});
 }
@@ -147,7 +147,8 @@ TEST_CASE("batch norm layers sit between Linear and activation in the Sequential
   CHECK(layers[2].prefix == "critic.1");
 }
 
-TEST_CASE("orthogonal initialization gives orthogonal rows or columns scaled by the gain") {
+TEST_CASE(
+  "orthogonal initialization gives orthogonal rows or columns scaled by the gain") {
   auto seed = fresh_seed();
   CAPTURE(seed);
   actor_critic m(discrete_spec({64, 32}, batch_norm_mode::none), seed);
@@ -193,12 +194,14 @@ TEST_CASE("the same seed gives the same parameters and another seed different on
   CHECK_FALSE(std::equal(a.params(), a.params() + a.param_count(), c.params()));
 }
 
-TEST_CASE("evaluation matches a float64 reference for every activation and batch norm mode") {
+TEST_CASE(
+  "evaluation matches a float64 reference for every activation and batch norm mode") {
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   for (auto act : {activation_kind::tanh, activation_kind::relu})
-    for (auto bn : {batch_norm_mode::none, batch_norm_mode::global, batch_norm_mode::local})
+    for (auto bn :
+         {batch_norm_mode::none, batch_norm_mode::global, batch_norm_mode::local})
       for (bool box : {false, true}) {
         std::string act_name = to_string(act), bn_name = to_string(bn);
         CAPTURE(act_name);
@@ -305,8 +308,8 @@ TEST_CASE("evaluation normalizes and clips observations with the given statistic
   size_t clipped = 0;
   for (size_t r = 0; r < rows; ++r)
     for (int j = 0; j < spec.obs_dim; ++j) {
-      double v = (obs[r * spec.obs_dim + j] - stats.mean[j])
-                 / std::sqrt(stats.var[j] + spec.obs_norm_eps);
+      double v = (obs[r * spec.obs_dim + j] - stats.mean[j]) /
+                 std::sqrt(stats.var[j] + spec.obs_norm_eps);
       clipped += std::abs(v) > 2.0;
       normalized[r * spec.obs_dim + j] = static_cast<float>(std::clamp(v, -2.0, 2.0));
     }

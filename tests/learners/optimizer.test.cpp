@@ -35,7 +35,8 @@ TEST_CASE("Adam follows PyTorch's update with bias correction and eps after the 
       m64[i] = config.beta1 * m64[i] + (1 - config.beta1) * g[i];
       v64[i] = config.beta2 * v64[i] + (1 - config.beta2) * g[i] * g[i];
       double m_hat_step = lr / (1 - std::pow(config.beta1, t));
-      double denom = std::sqrt(v64[i]) / std::sqrt(1 - std::pow(config.beta2, t)) + config.eps;
+      double denom =
+        std::sqrt(v64[i]) / std::sqrt(1 - std::pow(config.beta2, t)) + config.eps;
       p64[i] -= m_hat_step * m64[i] / denom;
     }
   }

@@ -255,7 +255,7 @@ inline learners::model_spec to_spec(const reference_arch& a) {
   s.obs_norm = a.obs_norm;
   s.obs_norm_eps = a.obs_eps;
   s.obs_norm_clip = a.obs_clip;
-  s.batch_norm = a.batch_norm == "global" ? batch_norm_mode::global
+  s.batch_norm = a.batch_norm == "global"  ? batch_norm_mode::global
                  : a.batch_norm == "local" ? batch_norm_mode::local
                                            : batch_norm_mode::none;
   s.batch_norm_eps = a.bn_eps;

@@ -143,10 +143,10 @@ TEST_CASE("the written image follows the format's layout byte for byte") {
   CHECK((8 + header_len) % 8 == 0);
   std::string header(reinterpret_cast<const char*>(b.data()) + 8, header_len);
   auto end = header.find_last_not_of(' ');
-  CHECK(header.substr(0, end + 1)
-        == "{\"__metadata__\":{\"k\":\"v\"},"
-           "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
-           "\"steps\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[24,32]}}");
+  CHECK(header.substr(0, end + 1) ==
+        "{\"__metadata__\":{\"k\":\"v\"},"
+        "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+        "\"steps\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[24,32]}}");
   REQUIRE(b.size() == 8 + header_len + 32);
   CHECK(std::memcmp(b.data() + 8 + header_len, w.data(), 24) == 0);
   CHECK(std::memcmp(b.data() + 8 + header_len + 24, steps.data(), 8) == 0);
@@ -158,10 +158,12 @@ TEST_CASE("a file assembled by hand as another writer would reads correctly") {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<double> mean{normal(rng), normal(rng), normal(rng)};
-  std::vector<float> bias{static_cast<float>(normal(rng)), static_cast<float>(normal(rng))};
+  std::vector<float> bias{static_cast<float>(normal(rng)),
+                          static_cast<float>(normal(rng))};
   // Offsets listed out of order, whitespace and escapes as Python's json emits.
   std::string header =
-    "{\"obs_rms.mean\": {\"dtype\": \"F64\", \"shape\": [3], \"data_offsets\": [8, 32]},\n"
+    "{\"obs_rms.mean\": {\"dtype\": \"F64\", \"shape\": [3], \"data_offsets\": [8, "
+    "32]},\n"
     " \"__metadata__\": {\"name\": \"caf\\u00e9 \\ud83d\\ude00 \\\"x\\\"\"},\n"
     " \"b\": {\"shape\": [2], \"data_offsets\": [0, 8], \"dtype\": \"F32\"}}   ";
   auto data = bytes_of(bias);
@@ -212,8 +214,9 @@ TEST_CASE("a malformed length field or header is an error naming the file") {
                  "__metadata__ entry \"k\" must be a string"));
 }
 
-TEST_CASE("a file that is not safetensors is reported as not a safetensors file, with its "
-          "path") {
+TEST_CASE(
+  "a file that is not safetensors is reported as not a safetensors file, with its "
+  "path") {
   temp_folder dir("safetensors-other");
   // A config handed over in place of a policy: "[run]\nse" read as a length
   // is 7,306,000,000,000,000,000 or so; byte 8 is the 'e' of "seed".
@@ -301,20 +304,22 @@ TEST_CASE("a malformed tensor entry is an error naming the tensor and the expect
                     data);
   CHECK(contains(msg, "go beyond the data buffer of 16 bytes"));
 
-  msg = parse_error("{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
-                    " \"v\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [4, 16]}}",
-                    data);
+  msg = parse_error(
+    "{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+    " \"v\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [4, 16]}}",
+    data);
   CHECK(contains(msg, "tensor 'v'"));
   CHECK(contains(msg, "overlap tensor 'w'"));
 
-  msg = parse_error("{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
-                    " \"v\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}",
-                    data);
+  msg = parse_error(
+    "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+    " \"v\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}",
+    data);
   CHECK(contains(msg, "tensor 'v'"));
   CHECK(contains(msg, "gap of 4 bytes"));
 
-  msg = parse_error("{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}",
-                    data);
+  msg = parse_error(
+    "{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", data);
   CHECK(contains(msg, "cover 8 bytes of the 16-byte data buffer"));
 
   msg = parse_error("{\"w\": {\"dtype\": \"F32\", \"shape\": [99999999999, 99999999999, "
@@ -436,7 +441,8 @@ TEST_CASE("write_file_atomically replaces a file whole and leaves no temporary f
     auto bytes = random_bytes(size);
     REQUIRE(write_file_atomically(path, bytes.data(), bytes.size()));
     std::ifstream in(path, std::ios::binary);
-    std::string back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string back((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
     CHECK(back == bytes);
     size_t files = 0;
     for ([[maybe_unused]] auto& e : fs::directory_iterator(dir.path))

@@ -75,7 +75,8 @@ std::string state_file(const std::vector<stream_record>& streams) {
 
 } // namespace
 
-TEST_CASE("a state file whose values merges never produce is refused and changes nothing") {
+TEST_CASE(
+  "a state file whose values merges never produce is refused and changes nothing") {
   // Found while writing the stats_state fuzz target's invariants: load
   // checked the mean and m2 but not an ema stream's variance or any stream's
   // momentum, so a file with a NaN or negative ema variance or a momentum
@@ -136,31 +137,34 @@ TEST_CASE("a state file whose values merges never produce is refused and changes
   }
 }
 
-TEST_CASE("a state file whose ema stream claims more values than it holds is refused, not thrown") {
+TEST_CASE("a state file whose ema stream claims more values than it holds is refused, "
+          "not thrown") {
   // Found by the stats_state fuzz target (input in tests/fuzz/regressions/
   // stats_state/, a payload the target wraps in a header and checksum): load
   // sized the ema stream's m2 from the file's dimension before checking that
   // the payload held that many values, and threw std::length_error (or ran
   // out of memory), ending the keeper.
   test::temp_folder dir("stats-streams");
-  const std::string path = std::string(TROUPE_SOURCE_DIR)
-                           + "/tests/fuzz/regressions/stats_state/ema-dim-beyond-payload";
+  const std::string path = std::string(TROUPE_SOURCE_DIR) +
+                           "/tests/fuzz/regressions/stats_state/ema-dim-beyond-payload";
   std::ifstream in(path, std::ios::binary);
   REQUIRE(in);
-  std::string input((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string input((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
   REQUIRE(input.size() > 1);
   REQUIRE(input[0] == '\0'); // the target's payload mode
   stats_streams streams;
   auto loaded = streams.load(dir.write("fuzz.bin", wrap(input.substr(1))));
   REQUIRE_FALSE(loaded.ok());
   CHECK(loaded.err().code == errc::corrupt_file);
-  CHECK(loaded.err().message.find("payload structure does not match its size")
-        != std::string::npos);
+  CHECK(loaded.err().message.find("payload structure does not match its size") !=
+        std::string::npos);
 
   // The same with fresh values: an ema stream whose dimension is beyond any
   // payload, after a valid stream.
   std::mt19937_64 gen(test::fresh_seed());
-  for (uint64_t dim : {uint64_t{1} << 61, uint64_t{1} << 40, uint64_t{3} + gen() % 1000}) {
+  for (uint64_t dim :
+       {uint64_t{1} << 61, uint64_t{1} << 40, uint64_t{3} + gen() % 1000}) {
     CAPTURE(dim);
     std::string payload;
     put<uint32_t>(payload, 1);
@@ -175,7 +179,7 @@ TEST_CASE("a state file whose ema stream claims more values than it holds is ref
     put<uint64_t>(payload, 0);
     auto again = streams.load(dir.write("dim.bin", wrap(payload)));
     REQUIRE_FALSE(again.ok());
-    CHECK(again.err().message.find("payload structure does not match its size")
-          != std::string::npos);
+    CHECK(again.err().message.find("payload structure does not match its size") !=
+          std::string::npos);
   }
 }

@@ -43,7 +43,7 @@ struct torch_result {
 
 torch_result run_torch(const std::string& case_path) {
   std::string script =
-      std::string(TROUPE_SOURCE_DIR) + "/tests/learners/torch_ppo_reference.py";
+    std::string(TROUPE_SOURCE_DIR) + "/tests/learners/torch_ppo_reference.py";
   std::string cmd = fmt::format("{} {} {}", python, script, case_path);
   torch_result out;
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -80,12 +80,14 @@ TEST_CASE("the PPO loss and gradient equal PyTorch autograd on the documented mo
   if (!torch_available()) {
     TROUPE_SKIP("/usr/bin/python3 cannot import torch (install Debian's python3-torch)");
   }
-  auto seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  auto seed =
+    (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   int index = 0;
   for (bool box : {false, true})
-    for (auto bn : {batch_norm_mode::none, batch_norm_mode::global, batch_norm_mode::local})
+    for (auto bn :
+         {batch_norm_mode::none, batch_norm_mode::global, batch_norm_mode::local})
       for (auto act : {activation_kind::tanh, activation_kind::relu}) {
         std::string bn_name = to_string(bn), act_name = to_string(act);
         CAPTURE(box);
@@ -109,9 +111,8 @@ TEST_CASE("the PPO loss and gradient equal PyTorch autograd on the documented mo
           if (t.name.find("running_var") != std::string::npos)
             for (size_t i = 0; i < t.size(); ++i)
               t.data[i] = 0.5f + std::abs(normal(rng));
-          else if (t.name.find("running_mean") != std::string::npos
-                   || t.name.find("bias") != std::string::npos
-                   || t.name == "actor_logstd")
+          else if (t.name.find("running_mean") != std::string::npos ||
+                   t.name.find("bias") != std::string::npos || t.name == "actor_logstd")
             for (size_t i = 0; i < t.size(); ++i)
               t.data[i] = 0.3f * normal(rng);
           else if (t.name.rfind("actor", 0) == 0)
@@ -138,15 +139,18 @@ TEST_CASE("the PPO loss and gradient equal PyTorch autograd on the documented mo
         config.ent_coef = 0.05;
         config.clip_value_loss = index % 2 == 0;
         std::vector<double> params(model.params(), model.params() + model.param_count());
-        std::vector<double> buffers(model.buffers(), model.buffers() + model.buffer_count());
-        ppo_batch<double> batch{rows,       obs.data(), actions.data(), box_actions.data(),
-                                old_logp.data(), adv.data(), ret.data(), old_v.data()};
+        std::vector<double> buffers(model.buffers(),
+                                    model.buffers() + model.buffer_count());
+        ppo_batch<double> batch{
+          rows,       obs.data(), actions.data(), box_actions.data(), old_logp.data(),
+          adv.data(), ret.data(), old_v.data()};
         train_options options;
         options.update_running_stats = false;
         loss_workspace<double> ws;
         std::vector<double> grad(params.size());
-        auto report = ppo_loss_and_grad(spec, model.layout(), params.data(), buffers.data(),
-                                        batch, config, options, ws, grad.data());
+        auto report =
+          ppo_loss_and_grad(spec, model.layout(), params.data(), buffers.data(), batch,
+                            config, options, ws, grad.data());
         CHECK(report.clip_fraction > 0.0);
 
         std::string path = fmt::format("/tmp/troupe_torch_parity_{}_{}.json",
@@ -154,10 +158,12 @@ TEST_CASE("the PPO loss and gradient equal PyTorch autograd on the documented mo
         {
           std::ofstream f(path);
           f << "{\"spec\": {\"action\": \"" << (box ? "box" : "discrete")
-            << "\", \"obs_dim\": " << spec.obs_dim << ", \"head_dim\": " << spec.head_dim()
+            << "\", \"obs_dim\": " << spec.obs_dim
+            << ", \"head_dim\": " << spec.head_dim()
             << ", \"hidden\": [16, 8], \"activation\": \"" << act_name
-            << "\", \"batch_norm\": \"" << bn_name << "\", \"batch_norm_eps\": "
-            << fmt::format("{:.17g}", spec.batch_norm_eps) << "},\n\"config\": {"
+            << "\", \"batch_norm\": \"" << bn_name
+            << "\", \"batch_norm_eps\": " << fmt::format("{:.17g}", spec.batch_norm_eps)
+            << "},\n\"config\": {"
             << fmt::format("\"clip_coef\": {}, \"vf_coef\": {}, \"ent_coef\": {}, "
                            "\"clip_value_loss\": {}, \"normalize_advantages\": true",
                            config.clip_coef, config.vf_coef, config.ent_coef,
@@ -166,8 +172,8 @@ TEST_CASE("the PPO loss and gradient equal PyTorch autograd on the documented mo
           bool first = true;
           for (const auto& t : model.tensors()) {
             f << (first ? "" : ",\n") << "\"" << t.name << "\": {\"shape\": ["
-              << fmt::format("{}", fmt::join(t.shape, ",")) << "], \"data\": "
-              << json_list(t.data, t.size()) << "}";
+              << fmt::format("{}", fmt::join(t.shape, ","))
+              << "], \"data\": " << json_list(t.data, t.size()) << "}";
             first = false;
           }
           f << "},\n\"batch\": {\"obs\": " << json_list(obs.data(), obs.size())
@@ -193,10 +199,12 @@ TEST_CASE("the PPO loss and gradient equal PyTorch autograd on the documented mo
           for (auto g : grad)
             total += g * g;
           for (size_t i = 0; i < t.size; ++i) {
-            diff += (grad[t.offset + i] - it->second[i]) * (grad[t.offset + i] - it->second[i]);
+            diff +=
+              (grad[t.offset + i] - it->second[i]) * (grad[t.offset + i] - it->second[i]);
             norm += it->second[i] * it->second[i];
           }
-          CHECK(std::sqrt(diff) <= 1e-9 * std::max(std::sqrt(norm), 1e-3 * std::sqrt(total)));
+          CHECK(std::sqrt(diff) <=
+                1e-9 * std::max(std::sqrt(norm), 1e-3 * std::sqrt(total)));
           ++compared;
         }
         CHECK(compared == torch.grads.size());
@@ -208,7 +216,8 @@ TEST_CASE("clipping plus Adam with linear annealing equals PyTorch's clip_grad_n
   if (!torch_available()) {
     TROUPE_SKIP("/usr/bin/python3 cannot import torch (install Debian's python3-torch)");
   }
-  auto seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  auto seed =
+    (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -229,7 +238,8 @@ TEST_CASE("clipping plus Adam with linear annealing equals PyTorch's clip_grad_n
   size_t clipped_steps = 0;
   for (size_t t = 1; t <= steps; ++t) {
     std::vector<float> g(n);
-    const float scale = t % 2 ? 1.0f : 0.05f; // some steps above the clip norm, some below
+    const float scale =
+      t % 2 ? 1.0f : 0.05f; // some steps above the clip norm, some below
     for (auto& x : g)
       x = scale * normal(rng);
     input += "grad";
@@ -237,18 +247,19 @@ TEST_CASE("clipping plus Adam with linear annealing equals PyTorch's clip_grad_n
       input += fmt::format(" {:.9g}", x);
     input += "\n";
     clipped_steps += clip_grad_norm(g.data(), n, max_norm) > max_norm;
-    opt.step(params.data(), g.data(), linear_lr(config.lr, static_cast<int64_t>(t), steps));
+    opt.step(params.data(), g.data(),
+             linear_lr(config.lr, static_cast<int64_t>(t), steps));
   }
   CHECK(clipped_steps > 0);
   CHECK(clipped_steps < steps);
   std::string in_path =
-      fmt::format("/tmp/troupe_torch_adam_{}.txt", static_cast<long>(getpid()));
+    fmt::format("/tmp/troupe_torch_adam_{}.txt", static_cast<long>(getpid()));
   {
     std::ofstream f(in_path);
     f << input;
   }
-  std::string cmd = fmt::format("{} {}/tests/learners/torch_adam_reference.py < {}", python,
-                                TROUPE_SOURCE_DIR, in_path);
+  std::string cmd = fmt::format("{} {}/tests/learners/torch_adam_reference.py < {}",
+                                python, TROUPE_SOURCE_DIR, in_path);
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string text;

@@ -127,8 +127,9 @@ TEST_CASE(
   CHECK(bad.err.find("reads") != std::string::npos);
 }
 
-TEST_CASE("bench embed --json reports act() latency percentiles in order, env step counts "
-          "that add up and the rates they imply") {
+TEST_CASE(
+  "bench embed --json reports act() latency percentiles in order, env step counts "
+  "that add up and the rates they imply") {
   temp_folder dir("bench-embed-cli");
   auto r = run_troupe("bench embed --json --steps 4096 --slots 3 --seed 5", dir);
   INFO(r.err);
@@ -138,8 +139,8 @@ TEST_CASE("bench embed --json reports act() latency percentiles in order, env st
   CHECK(keys_of(out) ==
         std::vector<std::string>{"slots", "act_p50_us", "act_p99_us", "act_max_us",
                                  "act_samples", "game_env_steps", "game_env_steps_per_s",
-                                 "learned_env_steps", "learned_env_steps_per_s", "dropped",
-                                 "episodes", "return_mean_100", "seconds"});
+                                 "learned_env_steps", "learned_env_steps_per_s",
+                                 "dropped", "episodes", "return_mean_100", "seconds"});
   CHECK(out.at("slots") == 3);
   const double p50 = out.at("act_p50_us").get<double>(),
                p99 = out.at("act_p99_us").get<double>(),
@@ -237,8 +238,9 @@ TEST_CASE("bench embed --hz reports the first act() of a frame apart from the re
   CHECK(spin_alone.err.find("--spin needs --hz") != std::string::npos);
 }
 
-TEST_CASE("bench remote --json reports, per number of clients, the env steps through troupe "
-          "and through the raw ZeroMQ floor, and refuses a bad --clients") {
+TEST_CASE(
+  "bench remote --json reports, per number of clients, the env steps through troupe "
+  "and through the raw ZeroMQ floor, and refuses a bad --clients") {
   temp_folder dir("bench-remote-cli");
   auto r = run_troupe("bench remote --json --seconds 1 --clients 1,2 --envs 8", dir);
   INFO(r.err);
@@ -275,6 +277,7 @@ TEST_CASE("bench remote --json reports, per number of clients, the env steps thr
   CHECK(curve.at("runs")[0].at("env_steps").get<uint64_t>() > 0);
   auto bad = run_troupe("bench remote --clients 1,x", dir);
   CHECK(bad.status == 2);
-  CHECK(bad.err.find("--clients takes numbers in [1, 256] separated by commas, got 'x'") !=
-        std::string::npos);
+  CHECK(
+    bad.err.find("--clients takes numbers in [1, 256] separated by commas, got 'x'") !=
+    std::string::npos);
 }

@@ -71,8 +71,7 @@ TEST_CASE(
   for (auto& e : fs::directory_iterator(run / "checkpoints"))
     if (e.path() > last)
       last = e.path();
-  auto after =
-    troupe::edge::load_runner_states((last / "runners.safetensors").string());
+  auto after = troupe::edge::load_runner_states((last / "runners.safetensors").string());
   REQUIRE(after.ok());
   REQUIRE(after->size() == 1);
   CHECK((*after)[0].status.batches == 4096 / (128 * 4));

@@ -22,7 +22,8 @@ using troupe::test::temp_folder;
 
 namespace {
 
-std::string errors_of(const std::string& text, const std::vector<std::string>& sets = {}) {
+std::string errors_of(const std::string& text,
+                      const std::vector<std::string>& sets = {}) {
   auto cfg = parse_config(text, "cartpole.toml", sets);
   REQUIRE_FALSE(cfg.has_value());
   CHECK(cfg.err().code == troupe::errc::bad_config);
@@ -47,7 +48,8 @@ TEST_CASE("a valid file resolves every option, with file values and their lines"
 
 TEST_CASE("an unknown key names file, line and the nearest valid key") {
   auto msg = errors_of("[run]\nseed = 1\n\n[stats]\nmode = \"ema\"\n\nmomentun = 0.9\n");
-  CHECK(msg == "cartpole.toml:7: unknown key 'stats.momentun' (did you mean 'stats.momentum'?)");
+  CHECK(msg ==
+        "cartpole.toml:7: unknown key 'stats.momentun' (did you mean 'stats.momentum'?)");
 }
 
 TEST_CASE("stats.epsilon is refused in a file and in --set, saying to write "
@@ -69,8 +71,9 @@ TEST_CASE("stats.epsilon is refused in a file and in --set, saying to write "
 TEST_CASE("unknown sections and top-level keys are reported with their lines") {
   auto msg = errors_of("seed = 3\n[statz]\nmode = \"ema\"\n");
   CHECK(msg.find("cartpole.toml:1: unknown top-level key 'seed'") != std::string::npos);
-  CHECK(msg.find("cartpole.toml:2: unknown section '[statz]' (did you mean '[stats]'?)")
-        != std::string::npos);
+  CHECK(
+    msg.find("cartpole.toml:2: unknown section '[statz]' (did you mean '[stats]'?)") !=
+    std::string::npos);
 }
 
 TEST_CASE("a wrong type names the expected type and the value given") {
@@ -78,16 +81,19 @@ TEST_CASE("a wrong type names the expected type and the value given") {
   CHECK(msg == "cartpole.toml:2: run.seed: expected an integer in [0, 4294967295], "
                "got string \"abc\"");
   msg = errors_of("[stats]\npublish_every_merges = 2.5\n");
-  CHECK(msg.find("cartpole.toml:2: stats.publish_every_merges: expected an integer") == 0);
+  CHECK(msg.find("cartpole.toml:2: stats.publish_every_merges: expected an integer") ==
+        0);
   CHECK(msg.find("got float 2.5") != std::string::npos);
 }
 
 TEST_CASE("an out-of-range value names the range and the value given") {
   auto msg = errors_of("[stats]\nmomentum = 1.0\n");
-  CHECK(msg == "cartpole.toml:2: stats.momentum: expected a float in [0, 1), got float 1");
+  CHECK(msg ==
+        "cartpole.toml:2: stats.momentum: expected a float in [0, 1), got float 1");
   msg = errors_of("[run]\ndevice = \"gpu\"\n");
-  CHECK(msg == "cartpole.toml:2: run.device: expected one of \"auto\", \"cpu\", \"cuda\", "
-               "got string \"gpu\"");
+  CHECK(msg ==
+        "cartpole.toml:2: run.device: expected one of \"auto\", \"cpu\", \"cuda\", "
+        "got string \"gpu\"");
   msg = errors_of("[model]\nobs_norm_eps = 0\n");
   CHECK(msg.find("expected a float in (0, 1], got integer 0") != std::string::npos);
 }
@@ -109,8 +115,9 @@ TEST_CASE("invalid TOML syntax names the file and line") {
 }
 
 TEST_CASE("--set overrides are applied after the file and validated the same way") {
-  auto cfg = parse_config("[run]\nseed = 1\n", "a.toml",
-                          {"run.seed=7", "stats.mode=ema", "run.name=my run", "stats.momentum=0.5"});
+  auto cfg = parse_config(
+    "[run]\nseed = 1\n", "a.toml",
+    {"run.seed=7", "stats.mode=ema", "run.name=my run", "stats.momentum=0.5"});
   REQUIRE(cfg.has_value());
   CHECK(cfg->get_int("run.seed") == 7);
   CHECK(cfg->origin("run.seed") == "--set");
@@ -133,8 +140,9 @@ TEST_CASE("a bad --set names the override, the key, the expectation and the valu
 }
 
 TEST_CASE("the resolved config printed as TOML parses back to the same values") {
-  auto cfg = parse_config("[run]\nname = \"q\\\"uote\"\nseed = 99\n[stats]\nmomentum = 0.25\n",
-                          "a.toml", {"stats.publish_interval_ms=0"});
+  auto cfg =
+    parse_config("[run]\nname = \"q\\\"uote\"\nseed = 99\n[stats]\nmomentum = 0.25\n",
+                 "a.toml", {"stats.publish_interval_ms=0"});
   REQUIRE(cfg.has_value());
   auto again = parse_config(cfg->to_toml(), "resolved.toml");
   REQUIRE(again.has_value());
@@ -143,7 +151,8 @@ TEST_CASE("the resolved config printed as TOML parses back to the same values") 
   CHECK(again->get_int("stats.publish_interval_ms") == 0);
 }
 
-TEST_CASE("a resolved config whose strings hold control characters parses back to the same config") {
+TEST_CASE("a resolved config whose strings hold control characters parses back to the "
+          "same config") {
   // Found while writing the config fuzz target's round-trip invariant:
   // to_toml wrote control characters raw, which TOML forbids, so --resume
   // could not read the run's config.toml.
@@ -169,28 +178,29 @@ TEST_CASE("a --set string that is not UTF-8 is refused, naming the override") {
   // config.toml, which then no longer parsed.
   auto msg = errors_of("", {"run.name=ab\xff\xfe"});
   CHECK(msg.find("--set run.name=ab\xff\xfe: run.name: expected a number, a boolean or a "
-                 "UTF-8 string")
-        == 0);
+                 "UTF-8 string") == 0);
   auto cfg = parse_config("", "a.toml", {"run.name=caf\xc3\xa9 bar"});
   REQUIRE(cfg.has_value());
   CHECK(cfg->get_string("run.name") == "caf\xc3\xa9 bar");
 }
 
-TEST_CASE("a table header starting with a character no key may start with is a TOML error with its line") {
+TEST_CASE("a table header starting with a character no key may start with is a TOML "
+          "error with its line") {
   // Found by the config fuzz target (input in tests/fuzz/regressions/config/):
   // toml++ 3.3.0 aborted on an assertion for "[`un]" in builds that keep
   // assertions, instead of reporting a parse error.
-  const std::string path = std::string(TROUPE_SOURCE_DIR)
-                           + "/tests/fuzz/regressions/config/table-header-backtick.toml";
+  const std::string path = std::string(TROUPE_SOURCE_DIR) +
+                           "/tests/fuzz/regressions/config/table-header-backtick.toml";
   std::ifstream in(path, std::ios::binary);
   REQUIRE(in);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
   auto msg = errors_of(text);
   CHECK(msg.find("cartpole.toml:9: invalid TOML") == 0);
   for (const char* header : {"[`x]\n", "[[[1]]]\n", "[[[a]]\n", "[[=\n", "[ \x01]\n"}) {
     CAPTURE(header);
-    CHECK(errors_of(std::string("[run]\nseed = 2\n") + header).find("cartpole.toml:3: invalid TOML")
-          == 0);
+    CHECK(errors_of(std::string("[run]\nseed = 2\n") + header)
+            .find("cartpole.toml:3: invalid TOML") == 0);
   }
 }
 
@@ -233,8 +243,9 @@ TEST_CASE("troupe check prints the resolved config, or every error with exit sta
   r = run_troupe(fmt::format("check '{}'", bad), dir);
   CHECK(r.status == 2);
   CHECK(r.out.empty());
-  CHECK(r.err.find("bad.toml:4: unknown key 'stats.momentun' (did you mean 'stats.momentum'?)")
-        != std::string::npos);
+  CHECK(r.err.find(
+          "bad.toml:4: unknown key 'stats.momentun' (did you mean 'stats.momentum'?)") !=
+        std::string::npos);
   r = run_troupe("check missing.toml", dir);
   CHECK(r.status == 2);
   CHECK(r.err.find("missing.toml: no such config file") != std::string::npos);
@@ -327,26 +338,25 @@ TEST_CASE("a flat [algo] key of an older troupe names its new place, in a file a
   auto msg = errors_of("[algo]\nname = \"ppo\"\nclip_coef = 0.1\nnum_steps = 64\n"
                        "update_epochs = 2\nrho_bar = 0.9\n");
   CHECK(msg.find("cartpole.toml:3: algo.clip_coef has moved to the algorithm's own "
-                 "section: write 'clip_coef' under [algo.ppo] (algo.ppo.clip_coef)")
-        != std::string::npos);
-  CHECK(msg.find("cartpole.toml:5: algo.update_epochs has moved to the algorithm's own "
-                 "section: write 'update_epochs' under [algo.ppo] (algo.ppo.update_epochs)")
-        != std::string::npos);
+                 "section: write 'clip_coef' under [algo.ppo] (algo.ppo.clip_coef)") !=
+        std::string::npos);
+  CHECK(msg.find(
+          "cartpole.toml:5: algo.update_epochs has moved to the algorithm's own "
+          "section: write 'update_epochs' under [algo.ppo] (algo.ppo.update_epochs)") !=
+        std::string::npos);
   CHECK(msg.find("cartpole.toml:6: algo.rho_bar has moved to [algo.impala]; this run's "
-                 "algorithm 'ppo' has no 'rho_bar'")
-        != std::string::npos);
+                 "algorithm 'ppo' has no 'rho_bar'") != std::string::npos);
   CHECK(msg.find("delete the line") != std::string::npos);
   CHECK(msg.find("num_steps") == std::string::npos); // a shared key stays in [algo]
   // The run's algorithm decides where a key of several algorithms goes.
   msg = errors_of("[algo]\nname = \"a3c\"\nent_coef = 0.02\n");
   CHECK(msg.find("cartpole.toml:3: algo.ent_coef has moved to the algorithm's own "
-                 "section: write 'ent_coef' under [algo.a3c] (algo.a3c.ent_coef)")
-        != std::string::npos);
+                 "section: write 'ent_coef' under [algo.a3c] (algo.a3c.ent_coef)") !=
+        std::string::npos);
   msg = errors_of("", {"algo.name=impala", "algo.vf_coef=0.3"});
   CHECK(msg.find("--set algo.vf_coef=0.3: unknown key 'algo.vf_coef' (algo.vf_coef has "
                  "moved to the algorithm's own section: write 'vf_coef' under "
-                 "[algo.impala] (algo.impala.vf_coef))")
-        != std::string::npos);
+                 "[algo.impala] (algo.impala.vf_coef))") != std::string::npos);
 }
 
 TEST_CASE("a key of another algorithm's section is an error naming the file:line, the "
@@ -355,30 +365,28 @@ TEST_CASE("a key of another algorithm's section is an error naming the file:line
   auto msg = errors_of("[algo]\nname = \"ppo\"\n\n[algo.impala]\nrho_bar = 0.5\n");
   CHECK(msg.find("cartpole.toml:5: algo.impala.rho_bar is a key of [algo.impala], but "
                  "this run's algorithm is 'ppo' (algo.name, cartpole.toml:2): its "
-                 "hyperparameters are in [algo.ppo]")
-        != std::string::npos);
+                 "hyperparameters are in [algo.ppo]") != std::string::npos);
   msg = errors_of("", {"algo.a3c.vf_coef=1"});
   CHECK(msg.find("--set algo.a3c.vf_coef: algo.a3c.vf_coef is a key of [algo.a3c], but "
-                 "this run's algorithm is 'ppo' (algo.name, default)")
-        != std::string::npos);
+                 "this run's algorithm is 'ppo' (algo.name, default)") !=
+        std::string::npos);
   // clip_coef under [algo.impala]: a key of [algo.ppo] only.
   msg = errors_of("[algo]\nname = \"impala\"\n[algo.impala]\nclip_coef = 0.2\n");
   CHECK(msg.find("cartpole.toml:4: unknown key 'algo.impala.clip_coef' ('clip_coef' is a "
                  "key of [algo.ppo], not of [algo.impala], whose keys are: rho_bar, "
-                 "c_bar, pg_rho_bar, ent_coef, vf_coef, local_bn_same_pass)")
-        != std::string::npos);
+                 "c_bar, pg_rho_bar, ent_coef, vf_coef, local_bn_same_pass)") !=
+        std::string::npos);
   msg = errors_of("[algo.ppoo]\nclip_coef = 0.2\n");
   CHECK(msg.find("cartpole.toml:1: unknown section '[algo.ppoo]' (did you mean "
-                 "'[algo.ppo]'?)")
-        != std::string::npos);
+                 "'[algo.ppo]'?)") != std::string::npos);
 }
 
 TEST_CASE("a run folder's config of an older troupe is migrated on resume: the run's "
           "algorithm's flat keys move to its section, another algorithm's are dropped") {
   temp_folder dir("migrate");
-  auto old = dir.write("config.toml",
-                       "[algo]\nname = \"a3c\"\nnum_steps = 5\ngae_lambda = 1.0\n"
-                       "clip_coef = 0.3\nent_coef = 0.02\nrho_bar = 1.0\n");
+  auto old =
+    dir.write("config.toml", "[algo]\nname = \"a3c\"\nnum_steps = 5\ngae_lambda = 1.0\n"
+                             "clip_coef = 0.3\nent_coef = 0.02\nrho_bar = 1.0\n");
   auto refused = load_config(old);
   REQUIRE_FALSE(refused.has_value());
   CHECK(refused.err().message.find("algo.gae_lambda has moved") != std::string::npos);
@@ -403,8 +411,7 @@ TEST_CASE("troupe train refuses a config with flat [algo] keys with exit status 
   CHECK(r.status == 2);
   CHECK(r.err.find("old.toml:5: algo.num_minibatches has moved to the algorithm's own "
                    "section: write 'num_minibatches' under [algo.ppo] "
-                   "(algo.ppo.num_minibatches)")
-        != std::string::npos);
+                   "(algo.ppo.num_minibatches)") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir.path / "runs"));
   // A batch shorter than the minibatch count: refused before anything starts.
   auto small = dir.write("small.toml", fmt::format("[run]\noutput_dir = '{}'\n[env]\n"
@@ -414,8 +421,7 @@ TEST_CASE("troupe train refuses a config with flat [algo] keys with exit status 
   r = run_troupe(fmt::format("train '{}'", small), dir);
   CHECK(r.status == 2);
   CHECK(r.err.find("ppo: a batch of 6 transitions (num_steps x num_envs) cannot be split "
-                   "into num_minibatches = 8 minibatches")
-        != std::string::npos);
+                   "into num_minibatches = 8 minibatches") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir.path / "runs"));
 }
 

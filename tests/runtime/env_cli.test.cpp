@@ -57,12 +57,12 @@ TEST_CASE("env list prints every id with its spaces and time limit") {
   temp_folder dir("env-cli");
   auto r = run_troupe("env list", dir);
   CHECK(r.status == 0);
-  for (const auto& entry : std::vector<std::pair<std::string, int>>{
-         {"CartPole-v1", 500},
-         {"Pendulum-v1", 200},
-         {"MountainCar-v0", 200},
-         {"MountainCarContinuous-v0", 999},
-         {"Acrobot-v1", 500}}) {
+  for (const auto& entry :
+       std::vector<std::pair<std::string, int>>{{"CartPole-v1", 500},
+                                                {"Pendulum-v1", 200},
+                                                {"MountainCar-v0", 200},
+                                                {"MountainCarContinuous-v0", 999},
+                                                {"Acrobot-v1", 500}}) {
     // Named copies: clang 14 lets no lambda (CAPTURE's) refer to a structured binding.
     const std::string& id = entry.first;
     const int limit = entry.second;
@@ -104,8 +104,8 @@ TEST_CASE("env replay prints CartPole steps that match the float64 equations") {
     // Euler step of the cart-pole equations in float64.
     double f = actions[t] == 1 ? 10.0 : -10.0, m = 1.1, ml = 0.05;
     double tmp = (f + ml * s[3] * s[3] * std::sin(s[2])) / m;
-    double alpha = (9.8 * std::sin(s[2]) - std::cos(s[2]) * tmp)
-                   / (0.5 * (4.0 / 3.0 - 0.1 * std::cos(s[2]) * std::cos(s[2]) / m));
+    double alpha = (9.8 * std::sin(s[2]) - std::cos(s[2]) * tmp) /
+                   (0.5 * (4.0 / 3.0 - 0.1 * std::cos(s[2]) * std::cos(s[2]) / m));
     double acc = tmp - ml * alpha * std::cos(s[2]) / m;
     s = {s[0] + 0.02 * s[1], s[1] + 0.02 * acc, s[2] + 0.02 * s[3], s[3] + 0.02 * alpha};
     auto state = json_array(lines[t], "state");
@@ -117,8 +117,8 @@ TEST_CASE("env replay prints CartPole steps that match the float64 equations") {
       CHECK(obs[j] == static_cast<double>(static_cast<float>(state[j])));
     }
     CHECK(json_number(lines[t], "reward") == 1.0);
-    CHECK(json_flag(lines[t], "terminated")
-          == (std::fabs(s[0]) > 2.4 || std::fabs(s[2]) > 12 * 2 * pi / 360));
+    CHECK(json_flag(lines[t], "terminated") ==
+          (std::fabs(s[0]) > 2.4 || std::fabs(s[2]) > 12 * 2 * pi / 360));
     CHECK_FALSE(json_flag(lines[t], "truncated"));
   }
 }
@@ -135,9 +135,10 @@ TEST_CASE("env replay stops at termination and at the time limit set by --elapse
   REQUIRE(lines.size() == 1);
   CHECK(json_flag(lines[0], "terminated"));
 
-  auto trunc = run_troupe(fmt::format(
-    "env replay --env Pendulum-v1 --state=0.5,-0.25 --elapsed 197 --actions '{}' --json",
-    path), dir);
+  auto trunc = run_troupe(fmt::format("env replay --env Pendulum-v1 --state=0.5,-0.25 "
+                                      "--elapsed 197 --actions '{}' --json",
+                                      path),
+                          dir);
   CHECK(trunc.status == 0);
   lines = lines_of(trunc.out);
   REQUIRE(lines.size() == 3);
@@ -283,8 +284,8 @@ TEST_CASE("env replay of a MuJoCo task from --qpos and --qvel matches MuJoCo ste
     float squares = 0;
     for (float x : actions[t])
       squares += x * x;
-    const double reward =
-      (d->qpos[0] - x_before) / (5 * m.opt.timestep) - static_cast<double>(0.1f * squares);
+    const double reward = (d->qpos[0] - x_before) / (5 * m.opt.timestep) -
+                          static_cast<double>(0.1f * squares);
     CHECK(json_number(lines[t], "reward") == doctest::Approx(reward).epsilon(1e-12));
     auto obs = json_array(lines[t], "obs");
     REQUIRE(obs.size() == 17);
@@ -305,19 +306,21 @@ TEST_CASE("env replay rejects bad MuJoCo parts with exit status 2, naming the op
   auto actions = dir.write("ok", "0,0,0,0,0,0\n");
   const std::string q9 = "0,0,0,0,0,0,0,0,0";
   SUBCASE("a qpos of the wrong length names the joints") {
-    auto r = run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos=0,0 --qvel={} "
-                                    "--actions '{}'",
-                                    q9, actions),
-                        dir);
+    auto r =
+      run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos=0,0 --qvel={} "
+                             "--actions '{}'",
+                             q9, actions),
+                 dir);
     CHECK(r.status == 2);
     CHECK(r.err.find("--qpos: HalfCheetah-v4 has 9 values") != std::string::npos);
     CHECK(r.err.find("qpos.rootx") != std::string::npos);
     CHECK(r.out.empty());
   }
   SUBCASE("--qpos without --qvel, and with --state") {
-    auto r = run_troupe(
-      fmt::format("env replay --env HalfCheetah-v4 --qpos={} --actions '{}'", q9, actions),
-      dir);
+    auto r =
+      run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos={} --actions '{}'",
+                             q9, actions),
+                 dir);
     CHECK(r.status == 2);
     CHECK(r.err.find("--qpos and --qvel go together") != std::string::npos);
     r = run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos={} --qvel={} "
@@ -333,7 +336,8 @@ TEST_CASE("env replay rejects bad MuJoCo parts with exit status 2, naming the op
                                     q9, actions),
                         dir);
     CHECK(r.status == 2);
-    CHECK(r.err.find("--qvel: value 5 'nan' is not a finite number") != std::string::npos);
+    CHECK(r.err.find("--qvel: value 5 'nan' is not a finite number") !=
+          std::string::npos);
     auto cart = dir.write("cart", "1\n");
     r = run_troupe(
       fmt::format("env replay --env CartPole-v1 --qpos=0 --qvel=0 --actions '{}'", cart),
@@ -424,10 +428,10 @@ TEST_CASE("bench envs --json gives a MuJoCo task's rows their floor and ratio, a
       continue;
     }
     ++speed_rows;
-    CHECK(keys == std::vector<std::string>{"env", "api", "num_envs", "threads",
-                                           "threads_used", "steps_per_s",
-                                           "steps_per_s_per_core", "floor_steps_per_s",
-                                           "ratio_to_floor", "floor_no_reset_steps_per_s"});
+    CHECK(keys == std::vector<std::string>{
+                    "env", "api", "num_envs", "threads", "threads_used", "steps_per_s",
+                    "steps_per_s_per_core", "floor_steps_per_s", "ratio_to_floor",
+                    "floor_no_reset_steps_per_s"});
     const double steps = row.at("steps_per_s").get<double>();
     const double floor = row.at("floor_steps_per_s").get<double>();
     const double used = row.at("threads_used").get<double>();

@@ -55,8 +55,8 @@ model_spec cartpole_spec(bool obs_norm) {
 // logits are (-h, h); on a tie (h = 0) argmax takes action 0.
 actor_critic lean_policy(bool obs_norm = false) {
   return hand_set_policy(cartpole_spec(obs_norm), [](auto& t) {
-    t.at("actor.0.weight").data[2] = 1.0f; // row 0, column theta
-    t.at("actor.0.weight").data[3] = 1.0f; // row 0, column theta_dot
+    t.at("actor.0.weight").data[2] = 1.0f;  // row 0, column theta
+    t.at("actor.0.weight").data[3] = 1.0f;  // row 0, column theta_dot
     t.at("actor.2.weight").data[0] = -1.0f; // logit 0 = -h
     t.at("actor.2.weight").data[8] = 1.0f;  // logit 1 = +h
   });
@@ -80,7 +80,8 @@ actor_critic constant_torque_policy(float torque) {
   });
 }
 
-std::string save(const temp_folder& dir, const std::string& name, const actor_critic& model,
+std::string save(const temp_folder& dir, const std::string& name,
+                 const actor_critic& model,
                  const std::map<std::string, std::string>& extra,
                  const stats_snapshot* stats = nullptr) {
   auto path = dir.path / name;
@@ -178,19 +179,17 @@ TEST_CASE("deterministic eval of a lean-following CartPole policy matches an epi
   temp_folder dir("eval");
   auto path = save(dir, "lean.safetensors", lean_policy(), {{"env_id", "CartPole-v1"}});
   auto ref = play("CartPole-v1", seed, episodes, lean_action);
-  auto r = run_troupe(fmt::format("eval '{}' --episodes {} --seed {} --json", path,
-                                  episodes, seed),
-                      dir);
+  auto r = run_troupe(
+    fmt::format("eval '{}' --episodes {} --seed {} --json", path, episodes, seed), dir);
   REQUIRE_MESSAGE(r.status == 0, r.err);
   check_matches(r.out, ref);
   CHECK(json_field(r.out, "env_id") == "CartPole-v1");
 
-  auto table = run_troupe(fmt::format("eval '{}' --episodes {} --seed {}", path, episodes,
-                                      seed),
-                          dir);
+  auto table = run_troupe(
+    fmt::format("eval '{}' --episodes {} --seed {}", path, episodes, seed), dir);
   REQUIRE_MESSAGE(table.status == 0, table.err);
-  CHECK(table.out.find(fmt::format("mean {:.3f}", ref.mean(ref.returns)))
-        != std::string::npos);
+  CHECK(table.out.find(fmt::format("mean {:.3f}", ref.mean(ref.returns))) !=
+        std::string::npos);
   CHECK(table.out.find("deterministic") != std::string::npos);
 }
 
@@ -222,8 +221,8 @@ TEST_CASE("eval normalizes observations with the checkpoint's statistics as the 
                    {{"env_id", "CartPole-v1"}}, &stats);
   const uint64_t first = seed % 100000;
   auto ref = play("CartPole-v1", first, 8, act);
-  auto r = run_troupe(fmt::format("eval '{}' --episodes 8 --seed {} --json", path, first),
-                      dir);
+  auto r =
+    run_troupe(fmt::format("eval '{}' --episodes 8 --seed {} --json", path, first), dir);
   REQUIRE_MESSAGE(r.status == 0, r.err);
   check_matches(r.out, ref);
 }
@@ -244,17 +243,18 @@ TEST_CASE("a continuous policy acts with its mean clipped to the action space") 
                      {{"env_id", "Pendulum-v1"}});
     const float applied = std::clamp(torque, -2.0f, 2.0f);
     const uint64_t first = gen() % 100000;
-    auto ref = play("Pendulum-v1", first, 4,
-                    [&](auto&) { return std::vector<float>{applied}; });
-    auto r = run_troupe(fmt::format("eval '{}' --episodes 4 --seed {} --json", path, first),
-                        dir);
+    auto ref =
+      play("Pendulum-v1", first, 4, [&](auto&) { return std::vector<float>{applied}; });
+    auto r = run_troupe(
+      fmt::format("eval '{}' --episodes 4 --seed {} --json", path, first), dir);
     REQUIRE_MESSAGE(r.status == 0, r.err);
     check_matches(r.out, ref);
     CHECK(json_number(r.out, "length_mean") == 200);
   }
 }
 
-TEST_CASE("--stochastic samples actions: a uniform CartPole policy scores as random play") {
+TEST_CASE(
+  "--stochastic samples actions: a uniform CartPole policy scores as random play") {
   const auto seed = fresh_seed() % 1000000;
   CAPTURE(seed);
   temp_folder dir("eval");
@@ -262,9 +262,10 @@ TEST_CASE("--stochastic samples actions: a uniform CartPole policy scores as ran
     save(dir, "uniform.safetensors", uniform_policy(), {{"env_id", "CartPole-v1"}});
 
   // Deterministic: equal logits pick action 0 every step.
-  auto left = play("CartPole-v1", seed, 20, [](auto&) { return std::vector<float>{0.0f}; });
-  auto det = run_troupe(fmt::format("eval '{}' --episodes 20 --seed {} --json", path, seed),
-                        dir);
+  auto left =
+    play("CartPole-v1", seed, 20, [](auto&) { return std::vector<float>{0.0f}; });
+  auto det =
+    run_troupe(fmt::format("eval '{}' --episodes 20 --seed {} --json", path, seed), dir);
   REQUIRE_MESSAGE(det.status == 0, det.err);
   check_matches(det.out, left);
 
@@ -315,7 +316,8 @@ TEST_CASE("a run folder evaluates its newest complete checkpoint and a checkpoin
   CHECK(newest.err.find("0000000040: not usable") != std::string::npos);
   CHECK(newest.err.find("falling back to") != std::string::npos);
 
-  auto left = play("CartPole-v1", seed, 5, [](auto&) { return std::vector<float>{0.0f}; });
+  auto left =
+    play("CartPole-v1", seed, 5, [](auto&) { return std::vector<float>{0.0f}; });
   auto older = run_troupe(fmt::format("eval run/checkpoints/0000000010 --episodes 5 "
                                       "--seed {} --json",
                                       seed),
@@ -344,10 +346,11 @@ TEST_CASE("--env overrides the checkpoint's env_id, and a mismatch names both sp
   CHECK(mismatch.out.empty());
 
   auto lean = play("CartPole-v1", seed, 3, lean_action);
-  auto fixed = run_troupe(fmt::format("eval '{}' --env CartPole-v1 --episodes 3 --seed {} "
-                                      "--json",
-                                      path, seed),
-                          dir);
+  auto fixed =
+    run_troupe(fmt::format("eval '{}' --env CartPole-v1 --episodes 3 --seed {} "
+                           "--json",
+                           path, seed),
+               dir);
   REQUIRE_MESSAGE(fixed.status == 0, fixed.err);
   check_matches(fixed.out, lean);
 

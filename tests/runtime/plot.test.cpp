@@ -160,9 +160,11 @@ void check_panel(const std::string& svg, const std::string& id,
 
   // Map fitted in float64 from the extreme points of the data.
   auto lo_y = std::min_element(data.begin(), data.end(),
-                               [](auto& a, auto& b) { return a.y < b.y; }) - data.begin();
+                               [](auto& a, auto& b) { return a.y < b.y; }) -
+              data.begin();
   auto hi_y = std::max_element(data.begin(), data.end(),
-                               [](auto& a, auto& b) { return a.y < b.y; }) - data.begin();
+                               [](auto& a, auto& b) { return a.y < b.y; }) -
+              data.begin();
   const size_t last = data.size() - 1;
   double x_slope = (pts[last].x - pts[0].x) / (data[last].x - data[0].x);
   double y_slope = (pts[hi_y].y - pts[lo_y].y) / (data[hi_y].y - data[lo_y].y);
@@ -266,13 +268,15 @@ TEST_CASE("a long run is thinned to a few points per pixel column, keeping each 
   double top = std::min_element(pts.begin(), pts.end(), by_y)->y;
   double bottom = std::max_element(pts.begin(), pts.end(), by_y)->y;
   double y_slope = (top - bottom) / (m.returns[hi] - m.returns[lo]);
-  auto map_y = [&](size_t i) { return bottom + (m.returns[i] - m.returns[lo]) * y_slope; };
+  auto map_y = [&](size_t i) {
+    return bottom + (m.returns[i] - m.returns[lo]) * y_slope;
+  };
   // Every point is the image of a finite row, in row order.
   size_t k = 0;
   for (size_t p = 0; p < pts.size(); ++p) {
     CAPTURE(p);
-    while (k < finite.size() && !(std::abs(map_x(finite[k]) - pts[p].x) <= 0.05
-                                  && std::abs(map_y(finite[k]) - pts[p].y) <= 0.05))
+    while (k < finite.size() && !(std::abs(map_x(finite[k]) - pts[p].x) <= 0.05 &&
+                                  std::abs(map_y(finite[k]) - pts[p].y) <= 0.05))
       ++k;
     REQUIRE(k < finite.size());
     ++k;
@@ -282,9 +286,9 @@ TEST_CASE("a long run is thinned to a few points per pixel column, keeping each 
 TEST_CASE("the title names the run, the algorithm with its mode and the environment") {
   temp_folder dir("plot");
   fake_metrics m(fresh_seed(), 10, 0, 500, 0);
-  auto run = make_run(dir, "pend-20260101-000000",
-                      config_toml("pendulum_ppo", "Pendulum-v1", "impala", "sync"),
-                      m.csv());
+  auto run =
+    make_run(dir, "pend-20260101-000000",
+             config_toml("pendulum_ppo", "Pendulum-v1", "impala", "sync"), m.csv());
   auto out = dir.path / "c.svg";
   REQUIRE(write_curve_svg(run.string(), out.string()));
   auto svg = read_text(out);
@@ -302,8 +306,8 @@ TEST_CASE("the title names the run, the algorithm with its mode and the environm
 TEST_CASE("the svg is self-contained and escapes names that look like markup") {
   temp_folder dir("plot");
   fake_metrics m(fresh_seed(), 10, 0, 500, 0);
-  auto run = make_run(dir, "r", config_toml("a&b <c>", "CartPole-v1", "ppo", "async"),
-                      m.csv());
+  auto run =
+    make_run(dir, "r", config_toml("a&b <c>", "CartPole-v1", "ppo", "async"), m.csv());
   auto out = dir.path / "c.svg";
   REQUIRE(write_curve_svg(run.string(), out.string()));
   auto svg = read_text(out);
@@ -360,8 +364,8 @@ TEST_CASE("columns are found by name in any order, extra columns ignored") {
   fake_metrics m(seed, 12, -200, 0, 0.1);
   std::string text = "extra,return_mean_100,env_steps,note,wall_time_s\n";
   for (size_t i = 0; i < 12; ++i)
-    text += fmt::format("x{},{:.17g},{:.17g},7,{:.17g}\n", i, m.returns[i], m.env_steps[i],
-                        m.wall_time_s[i]);
+    text += fmt::format("x{},{:.17g},{:.17g},7,{:.17g}\n", i, m.returns[i],
+                        m.env_steps[i], m.wall_time_s[i]);
   temp_folder dir("plot");
   auto run = make_run(dir, "r", "", text);
   auto out = dir.path / "c.svg";
@@ -404,15 +408,16 @@ TEST_CASE("a cell that is not a number is an error naming FILE:LINE, column and 
   auto written = write_curve_svg(run.string(), (dir.path / "c.svg").string());
   REQUIRE_FALSE(written);
   CAPTURE(written.err().message);
-  CHECK(written.err().message.find(fmt::format("metrics.csv:{}:", k + 2))
-        != std::string::npos);
+  CHECK(written.err().message.find(fmt::format("metrics.csv:{}:", k + 2)) !=
+        std::string::npos);
   CHECK(written.err().message.find("'env_steps'") != std::string::npos);
   CHECK(written.err().message.find("'12x'") != std::string::npos);
 }
 
 TEST_CASE("a row with more or fewer cells than the header is an error naming its line") {
   temp_folder dir("plot");
-  auto run = make_run(dir, "r", "", "wall_time_s,env_steps,return_mean_100\n1,2,3\n2,3\n");
+  auto run =
+    make_run(dir, "r", "", "wall_time_s,env_steps,return_mean_100\n1,2,3\n2,3\n");
   auto written = write_curve_svg(run.string(), (dir.path / "c.svg").string());
   REQUIRE_FALSE(written);
   CHECK(written.err().message.find("metrics.csv:3:") != std::string::npos);
@@ -466,13 +471,13 @@ TEST_CASE("troupe plot writes RUN_DIR/curve.svg and overlays several runs with -
   CHECK_MESSAGE(one.status == 0, one.err);
   CHECK(fs::exists(run_a / "curve.svg"));
 
-  auto missing_out = run_troupe(fmt::format("plot '{}' '{}'", run_a.string(),
-                                            run_b.string()), dir);
+  auto missing_out =
+    run_troupe(fmt::format("plot '{}' '{}'", run_a.string(), run_b.string()), dir);
   CHECK(missing_out.status == 2);
   CHECK(missing_out.err.find("--out") != std::string::npos);
 
-  auto both = run_troupe(fmt::format("plot '{}' '{}' --out both.svg", run_a.string(),
-                                     run_b.string()), dir);
+  auto both = run_troupe(
+    fmt::format("plot '{}' '{}' --out both.svg", run_a.string(), run_b.string()), dir);
   REQUIRE_MESSAGE(both.status == 0, both.err);
   auto svg = read_text(dir.path / "both.svg");
   for (const char* id : {"env_steps", "wall_time_s"}) {

@@ -226,26 +226,27 @@ TEST_CASE("bad options and bad checkpoints fail with exit status 2 and a message
   CHECK(contains(unknown.err, "unknown option '--jsn'"));
   CHECK(contains(unknown.err, "--json"));
 
-  auto absent = run_troupe(
-    fmt::format("policy act --checkpoint '{}' --obs '{}'", (dir.path / "none.st").string(),
-                csv),
-    dir);
+  auto absent = run_troupe(fmt::format("policy act --checkpoint '{}' --obs '{}'",
+                                       (dir.path / "none.st").string(), csv),
+                           dir);
   CHECK(absent.status == 2);
   CHECK(contains(absent.err, "none.st"));
 
   auto broken = dir.path / "broken.safetensors";
-  file.tensors.erase(std::find_if(file.tensors.begin(), file.tensors.end(),
-                                  [](auto& t) { return t.name == "critic.4.running_mean"; }));
+  file.tensors.erase(std::find_if(file.tensors.begin(), file.tensors.end(), [](auto& t) {
+    return t.name == "critic.4.running_mean";
+  }));
   REQUIRE(write_safetensors(broken.string(), file));
   auto missing = run_troupe(
     fmt::format("policy act --checkpoint '{}' --obs '{}'", broken.string(), csv), dir);
   CHECK(missing.status == 2);
-  CHECK(contains(missing.err, "missing tensor 'critic.4.running_mean' (expected F32 [3])"));
+  CHECK(
+    contains(missing.err, "missing tensor 'critic.4.running_mean' (expected F32 [3])"));
 
   auto garbage = dir.write("garbage.safetensors",
                            std::string("\x10\0\0\0\0\0\0\0{\"a\": [1, 2}    ", 24));
-  auto corrupt = run_troupe(
-    fmt::format("policy act --checkpoint '{}' --obs '{}'", garbage, csv), dir);
+  auto corrupt =
+    run_troupe(fmt::format("policy act --checkpoint '{}' --obs '{}'", garbage, csv), dir);
   CHECK(corrupt.status == 2);
   CHECK(contains(corrupt.err, "garbage.safetensors"));
   CHECK(contains(corrupt.err, "malformed JSON"));

@@ -113,8 +113,9 @@ void check_same_outputs(const std::string& troupe_out, const std::string& torch_
 
 } // namespace
 
-TEST_CASE("a checkpoint saved by troupe loads into the documented PyTorch module with the "
-          "same outputs") {
+TEST_CASE(
+  "a checkpoint saved by troupe loads into the documented PyTorch module with the "
+  "same outputs") {
   if (!torch_available()) {
     TROUPE_SKIP(std::string(python) +
                 " cannot import torch (install Debian's python3-torch)");
@@ -138,8 +139,8 @@ TEST_CASE("a checkpoint saved by troupe loads into the documented PyTorch module
       fmt::format("policy act --checkpoint '{}' --obs '{}' --json", ckpt, csv), dir);
     CAPTURE(ours.err);
     REQUIRE(ours.status == 0);
-    auto theirs = run_command(fmt::format("{} '{}' act --checkpoint '{}' --obs '{}'", python,
-                                          torch_policy_script(), ckpt, csv),
+    auto theirs = run_command(fmt::format("{} '{}' act --checkpoint '{}' --obs '{}'",
+                                          python, torch_policy_script(), ckpt, csv),
                               dir);
     CAPTURE(theirs.err);
     REQUIRE(theirs.status == 0);

@@ -106,8 +106,9 @@ TEST_CASE("troupe remote keygen writes a CURVE key pair (the secret mode 0600) a
   CHECK(read_line(dir.path / "server.key") == secret);
 }
 
-TEST_CASE("a remote run with a missing, malformed or half-given CURVE key file exits with "
-          "status 2 before anything starts, naming the key and the file") {
+TEST_CASE(
+  "a remote run with a missing, malformed or half-given CURVE key file exits with "
+  "status 2 before anything starts, naming the key and the file") {
   temp_folder dir("remote-curve-bad");
   REQUIRE(run_troupe("remote keygen server.key", dir).status == 0);
   REQUIRE(run_troupe("remote keygen client.key", dir).status == 0);
@@ -126,7 +127,9 @@ TEST_CASE("a remote run with a missing, malformed or half-given CURVE key file e
                    "file") != std::string::npos);
   {
     std::ofstream bad(dir.path / "allowed");
-    bad << "\n" << std::string(40, 'A') << " alice\n" << "short-key bob\n";
+    bad << "\n"
+        << std::string(40, 'A') << " alice\n"
+        << "short-key bob\n";
   }
   r = train("server.key", "allowed");
   CAPTURE(r.err);

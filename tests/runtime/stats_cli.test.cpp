@@ -34,8 +34,9 @@ struct dataset {
   size_t dim;
   std::vector<float> values; // every file's rows, in file order
 
-  std::string add_file(const temp_folder& dir, const std::string& name, std::mt19937_64& rng,
-                       size_t rows, double offset, double scale, bool header) {
+  std::string add_file(const temp_folder& dir, const std::string& name,
+                       std::mt19937_64& rng, size_t rows, double offset, double scale,
+                       bool header) {
     std::normal_distribution<double> n(0.0, 1.0);
     std::string text;
     if (header) {
@@ -57,7 +58,8 @@ struct dataset {
 
 } // namespace
 
-TEST_CASE("stats compute merges several files into the float64 pooled mean and variance") {
+TEST_CASE(
+  "stats compute merges several files into the float64 pooled mean and variance") {
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
@@ -66,12 +68,13 @@ TEST_CASE("stats compute merges several files into the float64 pooled mean and v
   dataset data{dims(rng), {}};
   std::string files;
   for (int f = 0; f < 3; ++f)
-    files += " '" + data.add_file(dir, fmt::format("part{}.csv", f), rng, sizes(rng),
-                                  100.0 * f - 50.0, 0.5 + f, f == 1)
-             + "'";
+    files += " '" +
+             data.add_file(dir, fmt::format("part{}.csv", f), rng, sizes(rng),
+                           100.0 * f - 50.0, 0.5 + f, f == 1) +
+             "'";
   const size_t batch_rows = batch(rng);
-  auto r = run_troupe(fmt::format("stats compute{} --batch-rows {} --json", files, batch_rows),
-                      dir);
+  auto r = run_troupe(
+    fmt::format("stats compute{} --batch-rows {} --json", files, batch_rows), dir);
   REQUIRE_MESSAGE(r.status == 0, r.err);
   const size_t rows = data.values.size() / data.dim;
   CHECK(json_number(r.out, "count") == rows);
@@ -88,7 +91,8 @@ TEST_CASE("stats compute merges several files into the float64 pooled mean and v
     for (size_t i = 0; i < rows; ++i)
       q += (data.values[i * data.dim + j] - m) * (data.values[i * data.dim + j] - m);
     double want_var = static_cast<double>(q / rows);
-    CHECK(std::fabs(mean[j] - static_cast<double>(m)) <= 1e-12 * std::fabs(static_cast<double>(m)) + 1e-12);
+    CHECK(std::fabs(mean[j] - static_cast<double>(m)) <=
+          1e-12 * std::fabs(static_cast<double>(m)) + 1e-12);
     CHECK(std::fabs(var[j] - want_var) <= 1e-12 * want_var);
   }
   // One delta per batch of each file.
@@ -105,7 +109,9 @@ TEST_CASE("stats compute in ema mode applies the momentum update batch by batch"
   dataset data{3, {}};
   auto file = data.add_file(dir, "d.csv", rng, 1000, 4.0, 2.0, false);
   auto r = run_troupe(fmt::format("stats compute '{}' --mode ema --momentum 0.8 "
-                                  "--batch-rows 100 --json", file), dir);
+                                  "--batch-rows 100 --json",
+                                  file),
+                      dir);
   REQUIRE_MESSAGE(r.status == 0, r.err);
   std::vector<double> mean(3), var(3);
   for (size_t b = 0; b < 10; ++b) {
@@ -115,7 +121,8 @@ TEST_CASE("stats compute in ema mode applies the momentum update batch by batch"
         s += data.values[(b * 100 + i) * 3 + j];
       long double m = s / 100;
       for (size_t i = 0; i < 100; ++i)
-        q += (data.values[(b * 100 + i) * 3 + j] - m) * (data.values[(b * 100 + i) * 3 + j] - m);
+        q += (data.values[(b * 100 + i) * 3 + j] - m) *
+             (data.values[(b * 100 + i) * 3 + j] - m);
       double bm = static_cast<double>(m), bv = static_cast<double>(q / 100);
       mean[j] = b == 0 ? bm : 0.8 * mean[j] + 0.2 * bm;
       var[j] = b == 0 ? bv : 0.8 * var[j] + 0.2 * bv;
@@ -129,14 +136,16 @@ TEST_CASE("stats compute in ema mode applies the momentum update batch by batch"
   CHECK(json_number(r.out, "version") == 10);
 }
 
-TEST_CASE("stats compute rejects bad files with FILE:LINE and exit status 2, printing no result") {
+TEST_CASE("stats compute rejects bad files with FILE:LINE and exit status 2, printing no "
+          "result") {
   temp_folder dir("stats-bad");
   auto good = dir.write("good.csv", "x,y,z\n1,2,3\n4,5,6\n");
   struct bad_case {
     std::string name, text, says;
   };
   std::vector<bad_case> cases = {
-    {"ragged.csv", "1,2,3\n4,5\n", "ragged.csv:2: expected 3 values (as on line 1), got 2"},
+    {"ragged.csv", "1,2,3\n4,5\n",
+     "ragged.csv:2: expected 3 values (as on line 1), got 2"},
     {"word.csv", "1,2,3\n4,five,6\n", "word.csv:2: field 2: 'five' is not a number"},
     {"nan.csv", "1,2,3\n4,nan,6\n", "nan.csv:2: field 2: nan is not allowed"},
     {"inf.csv", "h1,h2,h3\n1,2,3\n-inf,5,6\n", "inf.csv:3: field 1: -inf is not allowed"},
@@ -144,7 +153,8 @@ TEST_CASE("stats compute rejects bad files with FILE:LINE and exit status 2, pri
     {"empty.csv", "", "empty.csv: no data rows"},
     {"header_only.csv", "a,b,c\n", "header_only.csv: no data rows"},
     {"narrow.csv", "1,2\n", "narrow.csv: 2 values per row, but"},
-    {"blank_field.csv", "1,2,3\n1,,3\n", "blank_field.csv:2: field 2: '' is not a number"},
+    {"blank_field.csv", "1,2,3\n1,,3\n",
+     "blank_field.csv:2: field 2: '' is not a number"},
   };
   for (auto& c : cases) {
     CAPTURE(c.name);
@@ -162,7 +172,8 @@ TEST_CASE("stats compute rejects bad files with FILE:LINE and exit status 2, pri
   CHECK(r.err.find("--batch-rows: expected an integer in [1,") != std::string::npos);
   r = run_troupe(fmt::format("stats compute '{}' --mode median", good), dir);
   CHECK(r.status == 2);
-  CHECK(r.err.find("--mode: expected cumulative or ema, got 'median'") != std::string::npos);
+  CHECK(r.err.find("--mode: expected cumulative or ema, got 'median'") !=
+        std::string::npos);
   r = run_troupe("stats compute", dir);
   CHECK(r.status == 2);
   CHECK(r.err.find("usage: troupe stats compute") != std::string::npos);

@@ -346,7 +346,8 @@ TEST_CASE("a run folder whose metrics.csv has an older troupe's columns resumes 
     }
   }
   auto again = run_troupe(
-    fmt::format("train --resume '{}' --set algo.total_env_steps=10240", run.string()), dir);
+    fmt::format("train --resume '{}' --set algo.total_env_steps=10240", run.string()),
+    dir);
   INFO(again.err);
   REQUIRE(again.status == 0);
   const auto lines = lines_of(read_file(run / "metrics.csv"));
@@ -515,7 +516,8 @@ TEST_CASE("a checkpoint due as the run ends fails nothing and leaves no partial 
   CHECK(entries.front() < entries.back());
   CHECK(entries.back() == fmt::format("{:010d}", 20)); // 10240 / 512
   // The final checkpoint carries every runner's state.
-  CHECK(fs::file_size(run / "checkpoints" / entries.back() / "runners.safetensors") > 1000);
+  CHECK(fs::file_size(run / "checkpoints" / entries.back() / "runners.safetensors") >
+        1000);
 }
 
 TEST_CASE("a run folder killed before its first complete checkpoint starts over on "
@@ -559,8 +561,10 @@ TEST_CASE("a run folder killed before its first complete checkpoint starts over 
 
 // The weights and Adam's moments of two checkpoints are equal bit for bit.
 void check_same_optimizer(const fs::path& ckpt_a, const fs::path& ckpt_b) {
-  auto a = troupe::learners::read_safetensors((ckpt_a / "optimizer.safetensors").string());
-  auto b = troupe::learners::read_safetensors((ckpt_b / "optimizer.safetensors").string());
+  auto a =
+    troupe::learners::read_safetensors((ckpt_a / "optimizer.safetensors").string());
+  auto b =
+    troupe::learners::read_safetensors((ckpt_b / "optimizer.safetensors").string());
   REQUIRE(a);
   REQUIRE(b);
   for (const char* name : {"params", "adam_m", "adam_v"}) {
@@ -653,7 +657,8 @@ namespace {
 
 // The observation statistics' count saved in a checkpoint's policy.
 double saved_obs_count(const fs::path& ckpt) {
-  auto policy = troupe::learners::read_safetensors((ckpt / "policy.safetensors").string());
+  auto policy =
+    troupe::learners::read_safetensors((ckpt / "policy.safetensors").string());
   REQUIRE(policy);
   auto* count = policy->find("obs_rms.count");
   REQUIRE(count);
@@ -751,7 +756,8 @@ void check_exact_midrun_resume(const temp_folder& dir, const std::string& extra)
       INFO("row " << i << ", column " << column);
       CHECK(rows_resumed[i].at(column) == item.second);
     }
-  check_same_optimizer(run / "checkpoints" / final_ckpt, copy / "checkpoints" / final_ckpt);
+  check_same_optimizer(run / "checkpoints" / final_ckpt,
+                       copy / "checkpoints" / final_ckpt);
 }
 
 } // namespace
@@ -813,8 +819,9 @@ fs::path copy_run(const fs::path& run, const fs::path& copy) {
 
 } // namespace
 
-TEST_CASE("a damaged newest checkpoint is named with what is wrong and --resume falls "
-          "back to the one before it, and a mismatched model stops it with exit status 2") {
+TEST_CASE(
+  "a damaged newest checkpoint is named with what is wrong and --resume falls "
+  "back to the one before it, and a mismatched model stops it with exit status 2") {
   temp_folder dir("train-damaged");
   const auto run = finished_run(dir);
   const auto names = checkpoint_names(run);
@@ -899,7 +906,8 @@ TEST_CASE("--resume with no checkpoint left whole stops with exit status 2 namin
   const auto older = run / "checkpoints" / names.front();
   const std::string metrics_before = read_file(run / "metrics.csv");
   auto r = run_troupe(
-    fmt::format("train --resume '{}' --set algo.total_env_steps=10240", run.string()), dir);
+    fmt::format("train --resume '{}' --set algo.total_env_steps=10240", run.string()),
+    dir);
   CHECK(r.status == 2);
   CHECK(r.err.find((newest / "optimizer.safetensors").string()) != std::string::npos);
   CHECK(r.err.find((older / "stats.bin").string() + ": missing") != std::string::npos);
@@ -1018,14 +1026,15 @@ TEST_CASE("a metrics file that cannot be opened or written stops the run with th
       dir);
     INFO(r.err);
     CHECK(r.status == 1);
-    CHECK(r.err.find((run / "metrics.csv").string() + " for appending: " +
-                     std::strerror(EISDIR)) != std::string::npos);
+    CHECK(r.err.find((run / "metrics.csv").string() +
+                     " for appending: " + std::strerror(EISDIR)) != std::string::npos);
     CHECK(r.err.find("stopping the run") != std::string::npos);
   }
   SUBCASE("the disk fills while a row is written") {
     // metrics.csv padded with copies of its last row to just under the limit
     // (rows up to the checkpoint are kept on resume); checkpoint files fit.
-    const uint64_t blocks = largest_file(run / "checkpoints" / fmt::format("{:010d}", 10)) / 512 + 4;
+    const uint64_t blocks =
+      largest_file(run / "checkpoints" / fmt::format("{:010d}", 10)) / 512 + 4;
     auto lines = lines_of(read_file(run / "metrics.csv"));
     REQUIRE(lines.size() >= 2);
     std::string text;
@@ -1077,7 +1086,8 @@ pid_t spawn_troupe(std::vector<std::string> args, const fs::path& err_path) {
   posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ);
+  const int rc =
+    posix_spawn(&pid, TROUPE_BINARY, &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   REQUIRE(rc == 0);
   return pid;
@@ -1107,7 +1117,8 @@ progress progress_of(const fs::path& ckpt) {
   p.env_steps = std::stoull(c.at("env_steps"));
   p.updates = std::stoull(c.at("updates"));
   p.episodes = std::stoull(c.at("episodes"));
-  auto opt = troupe::learners::read_safetensors((ckpt / "optimizer.safetensors").string());
+  auto opt =
+    troupe::learners::read_safetensors((ckpt / "optimizer.safetensors").string());
   REQUIRE(opt);
   auto* counters = opt->find("counters");
   REQUIRE(counters);
@@ -1127,7 +1138,8 @@ TEST_CASE("runs killed with SIGKILL at random moments each resume from the newes
   // Run 1: a fresh run, killed once its first checkpoint is complete.
   const pid_t first = start_until_first_checkpoint(out, seed % 1000);
   std::uniform_int_distribution<int> delay_ms(0, 1500);
-  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(gen))); // the fault's moment
+  std::this_thread::sleep_for(
+    std::chrono::milliseconds(delay_ms(gen))); // the fault's moment
   kill(first, SIGKILL);
   waitpid(first, nullptr, 0);
   const auto run = only_run(out);
@@ -1138,10 +1150,10 @@ TEST_CASE("runs killed with SIGKILL at random moments each resume from the newes
     const auto newest = newest_complete(run);
     REQUIRE(!newest.empty());
     const auto err = dir.path / fmt::format("stderr-{}.txt", k);
-    const pid_t pid =
-      spawn_troupe({"train", "--resume", run.string(), "--set", "algo.total_env_steps=50000000",
-                    "--set", "run.checkpoint_every_updates=3"},
-                   err);
+    const pid_t pid = spawn_troupe({"train", "--resume", run.string(), "--set",
+                                    "algo.total_env_steps=50000000", "--set",
+                                    "run.checkpoint_every_updates=3"},
+                                   err);
     // Killed at a random moment once it has chosen its checkpoint.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     bool resumed = false;

@@ -100,9 +100,9 @@ int main(int argc, char** argv) {
   double mean = 0;
   while (env_steps < max_steps) {
     uint64_t version = 0;
-    const int got =
-      troupe_remote_step(r, n, ids, obs, first ? NULL : rewards, first ? NULL : flags,
-                         ended ? final_obs : NULL, actions, &version, error, sizeof error);
+    const int got = troupe_remote_step(r, n, ids, obs, first ? NULL : rewards,
+                                       first ? NULL : flags, ended ? final_obs : NULL,
+                                       actions, &version, error, sizeof error);
     if (got != TROUPE_REMOTE_OK) {
       fprintf(stderr, "cartpole_c: %s\n", error);
       if (troupe_remote_retryable(r, got) &&

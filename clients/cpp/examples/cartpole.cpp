@@ -78,7 +78,8 @@ std::string first_word(const std::string& path) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: cartpole_cpp ENDPOINT [ENVS [MAX_ENV_STEPS [TARGET]]]\n");
+    std::fprintf(stderr,
+                 "usage: cartpole_cpp ENDPOINT [ENVS [MAX_ENV_STEPS [TARGET]]]\n");
     return 2;
   }
   const uint32_t n = argc > 2 ? static_cast<uint32_t>(std::atoi(argv[2])) : 16;
