@@ -15,7 +15,7 @@
 #include "tests/fuzz/remote_wire_input.hpp"
 
 using namespace troupe;
-using namespace troupe::actors::remote;
+using namespace troupe::edge::remote;
 
 namespace {
 

@@ -16,6 +16,7 @@
 
 using namespace troupe;
 using namespace troupe::actors;
+using namespace troupe::edge;
 
 namespace {
 

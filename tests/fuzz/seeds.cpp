@@ -141,7 +141,7 @@ void csv_seeds(const fs::path& out) {
 // (tests/fuzz/remote_wire_input.hpp): 4 environments, obs_dim 3, and
 // Discrete(2) (b2 = 3) or Box(2) (b2 = 0x10).
 void remote_wire_seeds(const fs::path& out) {
-  namespace rw = actors::remote;
+  namespace rw = edge::remote;
   rw::header h;
   h.sequence = 7;
   h.session = 42;
