@@ -4,11 +4,34 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "base/error.hpp"
 
 namespace troupe::kernels {
+
+/// A recorded sequence of a stream's work, instantiated and ready to launch
+/// again and again (a cudaGraphExec_t); move-only.
+class cuda_graph {
+public:
+  cuda_graph() = default;
+  ~cuda_graph();
+  cuda_graph(cuda_graph&& other) noexcept;
+  cuda_graph& operator=(cuda_graph&& other) noexcept;
+  cuda_graph(const cuda_graph&) = delete;
+  cuda_graph& operator=(const cuda_graph&) = delete;
+
+  /// Whether it holds a graph.
+  explicit operator bool() const noexcept { return exec_ != nullptr; }
+
+  /// Enqueues the whole graph on `stream`.
+  status launch(void* stream) const;
+
+private:
+  friend class cuda_context;
+  void* exec_ = nullptr;
+};
 
 /// Stream, cuBLAS handle and workspace of one device.
 class cuda_context {
@@ -30,6 +53,23 @@ public:
 
   /// Waits for the stream.
   status synchronize();
+
+  /// Makes room so that column sums over up to `rows` rows allocate nothing
+  /// (a stream being captured must not allocate).
+  status reserve_rows(size_t rows);
+
+  /// Counts reallocations of the context's own buffers (the workspace, the
+  /// column-sum vector): a graph captured before a change is stale.
+  uint64_t generation() const noexcept;
+
+  /// Starts recording what this thread enqueues on the stream into a graph;
+  /// nothing runs until the graph is launched. No host synchronization or
+  /// allocation may happen until end_capture.
+  status begin_capture();
+
+  /// Ends the recording and instantiates the graph (an error when anything
+  /// recorded failed or the capture was invalidated).
+  result<cuda_graph> end_capture();
 
   /// z[rows x out] = x[rows x in] * w[out x in]^T.
   status gemm_x_wt(const float* x, const float* w, size_t rows, size_t in, size_t out,

@@ -1,4 +1,6 @@
 // CUDA twin of kernels/cpu/activation.cpp.
+#include <cstdint>
+
 #include "kernels/activation.hpp"
 #include "kernels/cuda/launch.cuh"
 
@@ -6,14 +8,18 @@ namespace troupe::kernels {
 
 namespace {
 
-__global__ void bias_activation_kernel(float* __restrict__ z,
-                                       const float* __restrict__ bias, size_t rows,
-                                       size_t cols, activation_op act, float* out) {
-  const size_t count = rows * cols;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count;
-       i += size_t{gridDim.x} * blockDim.x) {
+// In place when out == z (one write per element); Index is 32-bit where the
+// element count fits, which spares the 64-bit division of the bias index.
+template <class Index>
+__global__ void bias_activation_kernel(float* z, const float* __restrict__ bias,
+                                       Index count, Index cols, activation_op act,
+                                       float* out) {
+  const bool in_place = out == z;
+  for (Index i = blockIdx.x * Index{blockDim.x} + threadIdx.x; i < count;
+       i += Index{gridDim.x} * blockDim.x) {
     const float v = z[i] + bias[i % cols];
-    z[i] = v;
+    if (!in_place)
+      z[i] = v;
     out[i] = act == activation_op::tanh   ? tanhf(v)
              : act == activation_op::relu ? fmaxf(v, 0.0f)
                                           : v;
@@ -43,9 +49,16 @@ status cuda_bias_activation_async(float* d_z, const float* d_bias, size_t rows,
                                   void* stream) noexcept {
   if (rows * cols == 0)
     return ok_status();
-  bias_activation_kernel<<<grid_for(rows * cols), block_threads, 0,
-                           static_cast<cudaStream_t>(stream)>>>(d_z, d_bias, rows, cols,
-                                                                act, d_out);
+  const size_t count = rows * cols;
+  const auto s = static_cast<cudaStream_t>(stream);
+  // The grid-stride index may pass count by one grid before the loop ends.
+  const size_t reach = count + size_t{grid_for(count)} * block_threads;
+  if (reach <= UINT32_MAX)
+    bias_activation_kernel<uint32_t><<<grid_for(count), block_threads, 0, s>>>(
+      d_z, d_bias, static_cast<uint32_t>(count), static_cast<uint32_t>(cols), act, d_out);
+  else
+    bias_activation_kernel<size_t>
+      <<<grid_for(count), block_threads, 0, s>>>(d_z, d_bias, count, cols, act, d_out);
   return launch_status("bias_activation");
 }
 

@@ -33,6 +33,8 @@ struct cuda_context::impl {
   size_t workspace_bytes = 0;
   float* ones = nullptr; // column sums are gemv with a vector of ones
   size_t ones_count = 0;
+  void* cublas_workspace = nullptr; // set explicitly, so that a capture allocates nothing
+  uint64_t generation = 0;
 
   ~impl() {
     if (cublas)
@@ -41,6 +43,7 @@ struct cuda_context::impl {
       cudaStreamDestroy(stream);
     cudaFree(workspace);
     cudaFree(ones);
+    cudaFree(cublas_workspace);
   }
 
   status ensure_ones(size_t count) {
@@ -49,6 +52,7 @@ struct cuda_context::impl {
     cudaFree(ones);
     ones = nullptr;
     ones_count = 0;
+    ++generation;
     if (auto st = cuda_status(cudaMalloc(&ones, count * sizeof(float)), "cudaMalloc");
         !st)
       return st;
@@ -89,6 +93,19 @@ result<std::unique_ptr<cuda_context>> cuda_context::create(int device, bool allo
   if (auto st = cublas_status(cublasSetStream(p->cublas, p->stream), "cublasSetStream");
       !st)
     return st.err();
+  // cuBLAS's own workspace, given once: with it no cuBLAS call allocates,
+  // which a captured stream requires (32 MiB, the size cuBLAS suggests for
+  // Hopper).
+  constexpr size_t cublas_workspace_bytes = size_t{32} << 20;
+  if (auto st = cuda_status(cudaMalloc(&p->cublas_workspace, cublas_workspace_bytes),
+                            "cudaMalloc (cuBLAS workspace)");
+      !st)
+    return st.err();
+  if (auto st = cublas_status(
+        cublasSetWorkspace(p->cublas, p->cublas_workspace, cublas_workspace_bytes),
+        "cublasSetWorkspace");
+      !st)
+    return st.err();
   auto mode = allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
   if (auto st = cublas_status(cublasSetMathMode(p->cublas, mode), "cublasSetMathMode");
       !st)
@@ -106,6 +123,7 @@ result<void*> cuda_context::workspace(size_t bytes) {
     cudaFree(impl_->workspace);
     impl_->workspace = nullptr;
     impl_->workspace_bytes = 0;
+    ++impl_->generation;
     if (auto st = cuda_status(cudaMalloc(&impl_->workspace, bytes), "cudaMalloc"); !st)
       return st.err();
     impl_->workspace_bytes = bytes;
@@ -115,6 +133,67 @@ result<void*> cuda_context::workspace(size_t bytes) {
 
 status cuda_context::synchronize() {
   return cuda_status(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
+}
+
+status cuda_context::reserve_rows(size_t rows) {
+  return impl_->ensure_ones(rows);
+}
+
+uint64_t cuda_context::generation() const noexcept {
+  return impl_->generation;
+}
+
+status cuda_context::begin_capture() {
+  return cuda_status(
+    cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal),
+    "cudaStreamBeginCapture");
+}
+
+result<cuda_graph> cuda_context::end_capture() {
+  cudaGraph_t graph = nullptr;
+  if (auto st =
+        cuda_status(cudaStreamEndCapture(impl_->stream, &graph), "cudaStreamEndCapture");
+      !st) {
+    if (graph)
+      cudaGraphDestroy(graph);
+    cudaGetLastError(); // a launch refused during the capture leaves its error behind
+    return st.err();
+  }
+  cudaGraphExec_t exec = nullptr;
+  auto st = cuda_status(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(graph);
+  if (!st)
+    return st.err();
+  cuda_graph out;
+  out.exec_ = exec;
+  return out;
+}
+
+cuda_graph::~cuda_graph() {
+  if (exec_)
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+
+cuda_graph::cuda_graph(cuda_graph&& other) noexcept : exec_(other.exec_) {
+  other.exec_ = nullptr;
+}
+
+cuda_graph& cuda_graph::operator=(cuda_graph&& other) noexcept {
+  if (this != &other) {
+    if (exec_)
+      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    exec_ = other.exec_;
+    other.exec_ = nullptr;
+  }
+  return *this;
+}
+
+status cuda_graph::launch(void* stream) const {
+  if (!exec_)
+    return make_error(errc::invalid_argument, "launching an empty CUDA graph");
+  return cuda_status(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
+                                     static_cast<cudaStream_t>(stream)),
+                     "cudaGraphLaunch");
 }
 
 // Row-major A[r x c] is column-major A^T[c x r] with leading dimension c.
