@@ -41,6 +41,31 @@ struct backend_options {
   bool allow_tf32 = false;
 };
 
+/// A whole PPO update handed to a backend at once: `epochs` passes over a
+/// batch of `batch.rows` rows, each pass cut into `minibatches` minibatches
+/// in the order `order` gives, each minibatch a gradient, a clip and an Adam
+/// step with nobody else's weights in between.
+struct ppo_update_request {
+  ppo_batch<float> batch; ///< the whole batch (advantages not normalized)
+  const uint32_t* order =
+    nullptr;                ///< epochs x batch.rows row indices, each pass a permutation
+  size_t epochs = 1;        ///< passes over the batch
+  size_t minibatches = 1;   ///< per pass; minibatch m of a pass holds positions
+                            ///< [rows * m / minibatches, rows * (m + 1) / minibatches)
+  double lr = 0;            ///< Adam's learning rate for every step
+  double max_grad_norm = 0; ///< clipping threshold (<= 0: none)
+};
+
+/// What a whole update did.
+struct ppo_update_report {
+  std::vector<loss_report> losses; ///< one per minibatch, in order
+  std::vector<double> norms;       ///< each gradient's norm before clipping
+  size_t taken = 0;                ///< steps applied
+  size_t rejected = 0;             ///< gradients with a non-finite norm, not applied
+  bool graphed = false;            ///< CUDA: replayed (or just captured) as one graph
+  std::string graph_error;         ///< CUDA: why a capture failed (it then ran eagerly)
+};
+
 /// The compute of one learner.
 class learner_backend {
 public:
@@ -78,6 +103,19 @@ public:
   /// clipping and applying nothing when that norm is not finite.
   virtual result<double> apply_gradient(double lr, double max_grad_norm) = 0;
 
+  /// Whether ppo_update runs the whole update on the device without the host
+  /// in between (the CUDA backend: one graph per update); where it does not,
+  /// the caller's own minibatch loop is as fast.
+  virtual bool fuses_updates() const noexcept { return false; }
+
+  /// Runs a whole PPO update (see ppo_update_request) on the backend's own
+  /// weights and Adam state. Models with batch norm are refused (their
+  /// statistics move between minibatches through the keeper). The CPU
+  /// backend loops over ppo_gradient and apply_gradient
+  /// (ppo_update_stepwise); the default is errc::unavailable.
+  virtual result<ppo_update_report> ppo_update(const ppo_update_request& request,
+                                               const ppo_config& config);
+
   /// Copies out Adam's first and second moments (param_count floats each)
   /// and its step counter, or errc::unavailable where the backend cannot.
   virtual status read_optimizer(float* m, float* v, int64_t* steps) = 0;
@@ -89,6 +127,19 @@ public:
   /// batch_norm_layers() order: the deltas for the statistics keeper.
   virtual const std::vector<kernels::moments>& batch_moments() const noexcept = 0;
 };
+
+/// Checks a whole-update request: at least one row, 1 <= minibatches <=
+/// rows, epochs >= 1, every order entry below rows, no batch norm; the error
+/// names the first rule broken and the value.
+status validate_ppo_update(const model_spec& spec, const ppo_update_request& request);
+
+/// A whole update done minibatch by minibatch through `backend`'s
+/// ppo_gradient and apply_gradient: the reference the fused CUDA update is
+/// compared with.
+result<ppo_update_report> ppo_update_stepwise(learner_backend& backend,
+                                              const model_spec& spec,
+                                              const ppo_update_request& request,
+                                              const ppo_config& config);
 
 /// Copies the snapshots of `views` (one per batch-norm layer of `layout`, in
 /// order) into `buffers` as float32 running statistics; the error names the

@@ -153,6 +153,11 @@ public:
     return norm;
   }
 
+  result<ppo_update_report> ppo_update(const ppo_update_request& request,
+                                       const ppo_config& config) override {
+    return ppo_update_stepwise(*this, spec_, request, config);
+  }
+
   status read_optimizer(float* m, float* v, int64_t* steps) override {
     std::copy(optimizer_.first_moment().begin(), optimizer_.first_moment().end(), m);
     std::copy(optimizer_.second_moment().begin(), optimizer_.second_moment().end(), v);

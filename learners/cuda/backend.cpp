@@ -3,6 +3,7 @@
 // elementwise work through the kernels of kernels/cuda/. One step launches
 // everything asynchronously and synchronizes once, to copy the loss report
 // and the batch-norm moments back.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/activation.hpp"
@@ -11,6 +12,7 @@
 #include "kernels/moments.hpp"
 #include "kernels/normalize.hpp"
 #include "kernels/policy_heads.hpp"
+#include "kernels/ppo_update.hpp"
 #include "learners/backend.hpp"
 
 namespace troupe::learners {
@@ -138,67 +140,124 @@ public:
     moments_.clear();
     host_moments_.clear();
     moment_index_ = 0;
-    TROUPE_TRY(forward(layout_.actor, actor_, obs_.data(), rows));
-    TROUPE_TRY(forward(layout_.critic, critic_, obs_.data(), rows));
-
-    TROUPE_TRY(logp_.reserve(rows));
-    TROUPE_TRY(entropy_.reserve(rows));
-    TROUPE_TRY(head_aux_.reserve(rows * head));
-    if (box)
-      TROUPE_TRY(kernels::cuda_gaussian_forward_async(
-        actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), rows,
-        head, head_aux_.data(), logp_.data(), entropy_.data(), stream()));
-    else
-      TROUPE_TRY(kernels::cuda_categorical_forward_async(
-        actor_.out.data(), actions_.data(), rows, head, head_aux_.data(), logp_.data(),
-        entropy_.data(), stream()));
-    TROUPE_TRY(d_logp_.reserve(rows));
-    TROUPE_TRY(d_entropy_.reserve(rows));
-    TROUPE_TRY(d_value_.reserve(rows));
-    TROUPE_TRY(terms_.reserve(rows * 5));
     TROUPE_TRY(term_sums_.reserve(5));
-    kernels::ppo_term_constants c;
-    c.clip = static_cast<float>(config.clip_coef);
-    c.vf_coef = static_cast<float>(config.vf_coef);
-    c.ent_coef = static_cast<float>(config.ent_coef);
-    c.inv_rows = 1.0f / static_cast<float>(rows);
-    c.clip_value_loss = config.clip_value_loss;
-    TROUPE_TRY(kernels::cuda_ppo_terms_async(
-      logp_.data(), entropy_.data(), critic_.out.data(), old_logp_.data(), adv_.data(),
-      ret_.data(), old_v_.data(), rows, c, d_logp_.data(), d_entropy_.data(),
-      d_value_.data(), terms_.data(), stream()));
-    TROUPE_TRY(ctx_->column_sums(terms_.data(), rows, 5, term_sums_.data()));
-
-    TROUPE_TRY(d_head_.reserve(rows * head));
-    if (box) {
-      TROUPE_TRY(d_log_std_rows_.reserve(rows * head));
-      TROUPE_TRY(kernels::cuda_gaussian_backward_async(
-        head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
-        d_entropy_.data(), rows, head, d_head_.data(), d_log_std_rows_.data(), stream()));
-      TROUPE_TRY(ctx_->column_sums(d_log_std_rows_.data(), rows, head,
-                                   grad_.data() + layout_.log_std));
-    } else {
-      TROUPE_TRY(kernels::cuda_categorical_backward_async(
-        head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(),
-        d_entropy_.data(), rows, head, d_head_.data(), stream()));
-    }
-    TROUPE_TRY(backward(layout_.actor, actor_, obs_.data(), rows, d_head_.data()));
-    TROUPE_TRY(backward(layout_.critic, critic_, obs_.data(), rows, d_value_.data()));
-
+    TROUPE_TRY(enqueue_ppo(rows, config, term_sums_.data()));
     float sums[5];
     TROUPE_TRY(
       kernels::cuda_copy_to_host(sums, term_sums_.data(), sizeof(sums), stream()));
     TROUPE_TRY(ctx_->synchronize());
     collect_moments();
-    loss_report report;
-    const double n = static_cast<double>(rows);
-    report.policy_loss = sums[0] / n;
-    report.value_loss = 0.5 * sums[1] / n;
-    report.entropy = sums[2] / n;
-    report.approx_kl = sums[3] / n;
-    report.clip_fraction = sums[4] / n;
-    report.loss = report.policy_loss + config.vf_coef * report.value_loss -
-                  config.ent_coef * report.entropy;
+    return report_of(sums, rows, config);
+  }
+
+  bool fuses_updates() const noexcept override { return true; }
+
+  // The whole update as one CUDA graph: the batch and the row order go up
+  // once, every minibatch is gathered, normalized, differentiated, clipped
+  // and stepped on the device, and the loss reports come back once. The
+  // first update of a shape runs eagerly (it sizes every buffer); the next
+  // one of the same shape is captured, and later ones replay the graph.
+  result<ppo_update_report> ppo_update(const ppo_update_request& request,
+                                       const ppo_config& config) override {
+    TROUPE_TRY(validate_ppo_update(spec_, request));
+    const auto& b = request.batch;
+    const size_t rows = b.rows;
+    const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
+    const size_t head = static_cast<size_t>(spec_.head_dim());
+    const bool box = spec_.action == action_kind::box;
+    const size_t mbs = request.minibatches;
+    const size_t steps = request.epochs * mbs;
+    TROUPE_TRY(upload(full_obs_, b.obs, rows * obs_dim));
+    if (box)
+      TROUPE_TRY(upload(full_box_, b.box_actions, rows * head));
+    else
+      TROUPE_TRY(upload(full_actions_, b.discrete_actions, rows));
+    TROUPE_TRY(upload(full_old_logp_, b.old_logprob, rows));
+    TROUPE_TRY(upload(full_adv_, b.advantages, rows));
+    TROUPE_TRY(upload(full_ret_, b.returns, rows));
+    TROUPE_TRY(upload(full_old_v_, b.old_values, rows));
+    TROUPE_TRY(upload(order_, request.order, request.epochs * rows));
+    const size_t widest_mb = (rows + mbs - 1) / mbs;
+    TROUPE_TRY(reserve_ppo(widest_mb));
+    // Room for many minibatches at once, so that the records seldom move
+    // (a graph holds their addresses).
+    TROUPE_TRY(update_sums_.reserve(std::max<size_t>(steps, 1024) * 5));
+    TROUPE_TRY(update_norms_.reserve(std::max<size_t>(steps, 1024)));
+    TROUPE_TRY(norm_partials_.reserve(kernels::squared_norm_partials));
+    TROUPE_TRY(term_sums_.reserve(5));
+    TROUPE_TRY(control_.reserve(1));
+    kernels::device_step_control control;
+    control.lr = request.lr;
+    control.max_grad_norm = request.max_grad_norm;
+    control.beta1 = adam_.beta1;
+    control.beta2 = adam_.beta2;
+    control.eps = adam_.eps;
+    control.step = steps_;
+    TROUPE_TRY(
+      kernels::cuda_copy_to_device(control_.data(), &control, sizeof(control), stream()));
+
+    // A buffer that moved makes every graph stale.
+    if (auto signature = buffer_signature(); signature != graph_buffers_) {
+      graphs_.clear();
+      graph_buffers_ = std::move(signature);
+    }
+    ppo_update_report report;
+    report.graphed = warmed_ && graph_error_.empty();
+    for (size_t e = 0; e < request.epochs; ++e)
+      for (size_t m = 0; m < mbs; ++m) {
+        const size_t mb = rows * (m + 1) / mbs - rows * m / mbs;
+        if (!warmed_ || !graph_error_.empty()) {
+          // The first update runs eagerly: it loads the kernels and lets
+          // cuBLAS pick its algorithms, which a capture must not be the first
+          // to do.
+          TROUPE_TRY(enqueue_minibatch(mb, config));
+          continue;
+        }
+        graph_key key{mb,
+                      config.clip_coef,
+                      config.vf_coef,
+                      config.ent_coef,
+                      config.clip_value_loss,
+                      config.normalize_advantages};
+        auto cached = std::find_if(graphs_.begin(), graphs_.end(),
+                                   [&](const auto& g) { return g.first == key; });
+        if (cached != graphs_.end()) {
+          TROUPE_TRY(cached->second.launch(stream()));
+        } else if (auto captured = capture_minibatch(mb, config)) {
+          if (graphs_.size() >= max_graphs)
+            graphs_.erase(graphs_.begin()); // the oldest size
+          graphs_.emplace_back(key, std::move(*captured));
+          TROUPE_TRY(graphs_.back().second.launch(stream()));
+        } else {
+          // Nothing recorded ran: this minibatch runs eagerly (loading what
+          // the capture missed); after a few failures no capture is tried.
+          if (++capture_failures_ >= max_capture_failures)
+            graph_error_ = captured.err().message;
+          TROUPE_TRY(enqueue_minibatch(mb, config));
+          report.graphed = false;
+        }
+      }
+    warmed_ = true;
+    report.graph_error = graph_error_;
+    host_update_sums_.resize(steps * 5);
+    report.norms.resize(steps);
+    TROUPE_TRY(kernels::cuda_copy_to_host(host_update_sums_.data(), update_sums_.data(),
+                                          steps * 5 * sizeof(float), stream()));
+    TROUPE_TRY(kernels::cuda_copy_to_host(report.norms.data(), update_norms_.data(),
+                                          steps * sizeof(double), stream()));
+    TROUPE_TRY(
+      kernels::cuda_copy_to_host(&control, control_.data(), sizeof(control), stream()));
+    TROUPE_TRY(ctx_->synchronize());
+    steps_ = control.step;
+    report.taken = static_cast<size_t>(control.taken);
+    report.rejected = static_cast<size_t>(control.rejected);
+    for (size_t e = 0; e < request.epochs; ++e)
+      for (size_t m = 0; m < mbs; ++m) {
+        const size_t mb = rows * (m + 1) / mbs - rows * m / mbs;
+        report.losses.push_back(
+          report_of(host_update_sums_.data() + (e * mbs + m) * 5, mb, config));
+      }
+    moments_.clear();
     return report;
   }
 
@@ -318,16 +377,25 @@ public:
     return *norm;
   }
 
-  // Not yet: a learner with this backend sends each gradient to the
-  // parameter server (actors/learner.cpp falls back to it).
-  status read_optimizer(float*, float*, int64_t*) override {
-    return make_error(errc::unavailable,
-                      "the CUDA backend does not hand out its optimizer state yet");
+  status read_optimizer(float* m, float* v, int64_t* steps) override {
+    const size_t bytes = layout_.param_count * sizeof(float);
+    TROUPE_TRY(kernels::cuda_copy_to_host(m, m_.data(), bytes, stream()));
+    TROUPE_TRY(kernels::cuda_copy_to_host(v, v_.data(), bytes, stream()));
+    TROUPE_TRY(ctx_->synchronize());
+    *steps = steps_;
+    return ok_status();
   }
 
-  status write_optimizer(const float*, const float*, int64_t) override {
-    return make_error(errc::unavailable,
-                      "the CUDA backend does not take an optimizer state yet");
+  status write_optimizer(const float* m, const float* v, int64_t steps) override {
+    if (steps < 0)
+      return make_error(errc::invalid_argument, "Adam's step count must be >= 0, got {}",
+                        steps);
+    const size_t bytes = layout_.param_count * sizeof(float);
+    TROUPE_TRY(kernels::cuda_copy_to_device(m_.data(), m, bytes, stream()));
+    TROUPE_TRY(kernels::cuda_copy_to_device(v_.data(), v, bytes, stream()));
+    TROUPE_TRY(ctx_->synchronize());
+    steps_ = steps;
+    return ok_status();
   }
 
   const std::vector<kernels::moments>& batch_moments() const noexcept override {
@@ -335,7 +403,210 @@ public:
   }
 
 private:
+  // What a captured minibatch depends on besides the buffers' addresses: its
+  // rows and the constants baked into its kernels.
+  struct graph_key {
+    size_t rows = 0;
+    double clip = 0, vf = 0, ent = 0;
+    bool clip_value = false, normalize = false;
+    bool operator==(const graph_key& o) const {
+      return rows == o.rows && clip == o.clip && vf == o.vf && ent == o.ent &&
+             clip_value == o.clip_value && normalize == o.normalize;
+    }
+  };
+
   void* stream() const noexcept { return ctx_->stream(); }
+
+  // The loss report of a minibatch of `rows` rows from its five term sums.
+  static loss_report report_of(const float* sums, size_t rows, const ppo_config& config) {
+    loss_report report;
+    const double n = static_cast<double>(rows);
+    report.policy_loss = sums[0] / n;
+    report.value_loss = 0.5 * sums[1] / n;
+    report.entropy = sums[2] / n;
+    report.approx_kl = sums[3] / n;
+    report.clip_fraction = sums[4] / n;
+    report.loss = report.policy_loss + config.vf_coef * report.value_loss -
+                  config.ent_coef * report.entropy;
+    return report;
+  }
+
+  // The addresses of every buffer a captured update touches, and the
+  // context's reallocation count: when one moved, the graph is stale.
+  std::vector<const void*> buffer_signature() const {
+    std::vector<const void*> out{params_.data(),
+                                 grad_.data(),
+                                 m_.data(),
+                                 v_.data(),
+                                 zeros_.data(),
+                                 obs_.data(),
+                                 box_actions_.data(),
+                                 old_logp_.data(),
+                                 adv_.data(),
+                                 ret_.data(),
+                                 old_v_.data(),
+                                 actions_.data(),
+                                 logp_.data(),
+                                 entropy_.data(),
+                                 head_aux_.data(),
+                                 d_logp_.data(),
+                                 d_entropy_.data(),
+                                 d_value_.data(),
+                                 terms_.data(),
+                                 d_head_.data(),
+                                 d_log_std_rows_.data(),
+                                 d_a_.data(),
+                                 d_b_.data(),
+                                 full_obs_.data(),
+                                 full_box_.data(),
+                                 full_actions_.data(),
+                                 full_old_logp_.data(),
+                                 full_adv_.data(),
+                                 full_ret_.data(),
+                                 full_old_v_.data(),
+                                 order_.data(),
+                                 update_sums_.data(),
+                                 update_norms_.data(),
+                                 norm_partials_.data(),
+                                 term_sums_.data(),
+                                 control_.data(),
+                                 actor_.out.data(),
+                                 critic_.out.data()};
+    for (const auto* net : {&actor_, &critic_})
+      for (const auto& st : net->stages)
+        for (const auto* a : {&st.z, &st.zhat, &st.h, &st.mean, &st.var, &st.inv_std})
+          out.push_back(a->data());
+    out.push_back(
+      reinterpret_cast<const void*>(static_cast<uintptr_t>(ctx_->generation())));
+    return out;
+  }
+
+  // Sizes every buffer a minibatch of up to `rows` rows uses, so that
+  // enqueue_ppo allocates nothing (a captured stream must not).
+  status reserve_ppo(size_t rows) {
+    const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
+    const size_t head = static_cast<size_t>(spec_.head_dim());
+    size_t widest = 1;
+    for (auto w : spec_.hidden)
+      widest = std::max(widest, static_cast<size_t>(w));
+    for (auto* a : {&obs_})
+      TROUPE_TRY(a->reserve(rows * obs_dim));
+    for (auto* a : {&box_actions_, &head_aux_, &d_head_, &d_log_std_rows_})
+      TROUPE_TRY(a->reserve(rows * head));
+    TROUPE_TRY(actions_.reserve(rows));
+    for (auto* a : {&old_logp_, &adv_, &ret_, &old_v_, &logp_, &entropy_, &d_logp_,
+                    &d_entropy_, &d_value_})
+      TROUPE_TRY(a->reserve(rows));
+    TROUPE_TRY(terms_.reserve(rows * 5));
+    TROUPE_TRY(d_a_.reserve(rows * widest));
+    TROUPE_TRY(d_b_.reserve(rows * widest));
+    for (auto [net, dn] :
+         {std::pair{&layout_.actor, &actor_}, std::pair{&layout_.critic, &critic_}}) {
+      for (size_t l = 0; l < net->hidden.size(); ++l) {
+        const size_t width = static_cast<size_t>(net->hidden[l].linear.out);
+        TROUPE_TRY(dn->stages[l].z.reserve(rows * width));
+        TROUPE_TRY(dn->stages[l].h.reserve(rows * width));
+      }
+      TROUPE_TRY(dn->out.reserve(rows * static_cast<size_t>(net->output.out)));
+    }
+    return ctx_->reserve_rows(rows);
+  }
+
+  // Enqueues the loss and gradient (into grad_) of the minibatch in obs_,
+  // actions_ or box_actions_, old_logp_, adv_ (normalized), ret_ and old_v_,
+  // with its five term sums written to `sums` (device): no host
+  // synchronization, and no allocation once reserve_ppo(rows) was called.
+  status enqueue_ppo(size_t rows, const ppo_config& config, float* sums) {
+    const size_t head = static_cast<size_t>(spec_.head_dim());
+    const bool box = spec_.action == action_kind::box;
+    TROUPE_TRY(forward(layout_.actor, actor_, obs_.data(), rows));
+    TROUPE_TRY(forward(layout_.critic, critic_, obs_.data(), rows));
+
+    TROUPE_TRY(logp_.reserve(rows));
+    TROUPE_TRY(entropy_.reserve(rows));
+    TROUPE_TRY(head_aux_.reserve(rows * head));
+    if (box)
+      TROUPE_TRY(kernels::cuda_gaussian_forward_async(
+        actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), rows,
+        head, head_aux_.data(), logp_.data(), entropy_.data(), stream()));
+    else
+      TROUPE_TRY(kernels::cuda_categorical_forward_async(
+        actor_.out.data(), actions_.data(), rows, head, head_aux_.data(), logp_.data(),
+        entropy_.data(), stream()));
+    TROUPE_TRY(d_logp_.reserve(rows));
+    TROUPE_TRY(d_entropy_.reserve(rows));
+    TROUPE_TRY(d_value_.reserve(rows));
+    TROUPE_TRY(terms_.reserve(rows * 5));
+    kernels::ppo_term_constants c;
+    c.clip = static_cast<float>(config.clip_coef);
+    c.vf_coef = static_cast<float>(config.vf_coef);
+    c.ent_coef = static_cast<float>(config.ent_coef);
+    c.inv_rows = 1.0f / static_cast<float>(rows);
+    c.clip_value_loss = config.clip_value_loss;
+    TROUPE_TRY(kernels::cuda_ppo_terms_async(
+      logp_.data(), entropy_.data(), critic_.out.data(), old_logp_.data(), adv_.data(),
+      ret_.data(), old_v_.data(), rows, c, d_logp_.data(), d_entropy_.data(),
+      d_value_.data(), terms_.data(), stream()));
+    TROUPE_TRY(ctx_->column_sums(terms_.data(), rows, 5, sums));
+
+    TROUPE_TRY(d_head_.reserve(rows * head));
+    if (box) {
+      TROUPE_TRY(d_log_std_rows_.reserve(rows * head));
+      TROUPE_TRY(kernels::cuda_gaussian_backward_async(
+        head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
+        d_entropy_.data(), rows, head, d_head_.data(), d_log_std_rows_.data(), stream()));
+      TROUPE_TRY(ctx_->column_sums(d_log_std_rows_.data(), rows, head,
+                                   grad_.data() + layout_.log_std));
+    } else {
+      TROUPE_TRY(kernels::cuda_categorical_backward_async(
+        head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(),
+        d_entropy_.data(), rows, head, d_head_.data(), stream()));
+    }
+    TROUPE_TRY(backward(layout_.actor, actor_, obs_.data(), rows, d_head_.data()));
+    return backward(layout_.critic, critic_, obs_.data(), rows, d_value_.data());
+  }
+
+  // Records one minibatch of `rows` rows into a graph (run by launching it).
+  result<kernels::cuda_graph> capture_minibatch(size_t rows, const ppo_config& config) {
+    TROUPE_TRY(ctx_->begin_capture());
+    auto enqueued = enqueue_minibatch(rows, config);
+    auto captured = ctx_->end_capture();
+    if (!enqueued)
+      return enqueued.err();
+    return captured;
+  }
+
+  // Enqueues the next minibatch of a whole update (see ppo_update): its
+  // rows are read from full_*_ at the order's device-side cursor, and its
+  // records go to the device-side index, so that the same work serves every
+  // minibatch of its size. No host synchronization, no allocation.
+  status enqueue_minibatch(size_t mb, const ppo_config& config) {
+    const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
+    const size_t head = static_cast<size_t>(spec_.head_dim());
+    const bool box = spec_.action == action_kind::box;
+    const size_t n = layout_.param_count;
+    kernels::gather_part parts[6] = {
+      {full_obs_.data(), obs_.data(), obs_dim, sizeof(float)},
+      box
+        ? kernels::gather_part{full_box_.data(), box_actions_.data(), head, sizeof(float)}
+        : kernels::gather_part{full_actions_.data(), actions_.data(), 1, sizeof(int64_t)},
+      {full_old_logp_.data(), old_logp_.data(), 1, sizeof(float)},
+      {full_adv_.data(), adv_.data(), 1, sizeof(float)},
+      {full_ret_.data(), ret_.data(), 1, sizeof(float)},
+      {full_old_v_.data(), old_v_.data(), 1, sizeof(float)}};
+    TROUPE_TRY(kernels::cuda_gather_parts_async(order_.data(), control_.data(), mb, parts,
+                                                6, stream()));
+    if (config.normalize_advantages)
+      TROUPE_TRY(kernels::cuda_normalize_advantages_async(adv_.data(), mb, stream()));
+    TROUPE_TRY(enqueue_ppo(mb, config, term_sums_.data()));
+    TROUPE_TRY(
+      kernels::cuda_squared_norm_async(grad_.data(), n, norm_partials_.data(), stream()));
+    TROUPE_TRY(kernels::cuda_step_prepare_async(norm_partials_.data(), term_sums_.data(),
+                                                mb, control_.data(), update_norms_.data(),
+                                                update_sums_.data(), stream()));
+    return kernels::cuda_clipped_adam_step_async(params_.data(), grad_.data(), m_.data(),
+                                                 v_.data(), n, control_.data(), stream());
+  }
 
   // Turns the raw (count, mean, m2) copies of the last forward into moments.
   void collect_moments() {
@@ -366,13 +637,17 @@ private:
       const size_t width = static_cast<size_t>(stage.linear.out);
       TROUPE_TRY(ds.z.reserve(rows * width));
       TROUPE_TRY(ds.h.reserve(rows * width));
-      TROUPE_TRY(ctx_->gemm_x_wt(x, params_.data() + stage.linear.weight, rows, in, width,
-                                 ds.z.data()));
       if (!stage.has_batch_norm) {
+        // No batch norm: nothing reads the pre-activation, so the GEMM writes
+        // straight into h and the activation runs in place (a pass saved).
+        TROUPE_TRY(ctx_->gemm_x_wt(x, params_.data() + stage.linear.weight, rows, in,
+                                   width, ds.h.data()));
         TROUPE_TRY(kernels::cuda_bias_activation_async(
-          ds.z.data(), params_.data() + stage.linear.bias, rows, width, act, ds.h.data(),
+          ds.h.data(), params_.data() + stage.linear.bias, rows, width, act, ds.h.data(),
           stream()));
       } else {
+        TROUPE_TRY(ctx_->gemm_x_wt(x, params_.data() + stage.linear.weight, rows, in,
+                                   width, ds.z.data()));
         const auto& bn = stage.batch_norm;
         TROUPE_TRY(kernels::cuda_bias_activation_async(
           ds.z.data(), params_.data() + stage.linear.bias, rows, width,
@@ -502,6 +777,25 @@ private:
   std::vector<kernels::moments> moments_;
   std::vector<float> host_adv_, host_logp_, host_entropy_, host_values_, host_buffers_;
   int64_t steps_ = 0;
+  // the whole update (ppo_update)
+  device_array<float> full_obs_, full_box_, full_old_logp_, full_adv_, full_ret_,
+    full_old_v_, update_sums_;
+  device_array<int64_t> full_actions_;
+  device_array<uint32_t> order_;
+  device_array<double> update_norms_, norm_partials_;
+  device_array<kernels::device_step_control> control_;
+  std::vector<float> host_update_sums_;
+  // Captured minibatches by size (a batch's valid rows vary with its
+  // episode ends, and so its minibatches' sizes), oldest first; all of them
+  // used the buffers in graph_buffers_.
+  static constexpr size_t max_graphs = 64;
+  static constexpr int max_capture_failures = 4;
+  std::vector<std::pair<graph_key, kernels::cuda_graph>> graphs_;
+  std::vector<const void*> graph_buffers_;
+  bool warmed_ = false;      // an update ran eagerly once
+  int capture_failures_ = 0; // captures that failed so far
+  std::string graph_error_;  // the last failure's reason, once updates run eagerly
+  kernels::cuda_graph graph_;
 };
 
 } // namespace

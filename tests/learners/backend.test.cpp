@@ -1,5 +1,6 @@
 #include "learners/backend.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -451,4 +452,211 @@ TEST_CASE("the CPU backend applies no gradient that holds a NaN, and its optimiz
   std::vector<float> p2(n), b2(model.buffer_count());
   REQUIRE(other->store(p2.data(), b2.data()));
   CHECK(p2 == params());
+}
+
+namespace {
+
+// A whole-update request over `data` with `epochs` random permutations.
+struct update_input {
+  std::vector<uint32_t> order;
+  ppo_update_request request;
+
+  update_input(const host_batch& data, size_t epochs, size_t minibatches,
+               std::mt19937_64& rng) {
+    const size_t rows = data.old_logp.size();
+    for (size_t e = 0; e < epochs; ++e) {
+      std::vector<uint32_t> perm(rows);
+      for (size_t i = 0; i < rows; ++i)
+        perm[i] = static_cast<uint32_t>(i);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      order.insert(order.end(), perm.begin(), perm.end());
+    }
+    request.batch = data.view();
+    request.order = order.data();
+    request.epochs = epochs;
+    request.minibatches = minibatches;
+    request.lr = 3e-3;
+    request.max_grad_norm = 0.5;
+  }
+};
+
+std::vector<float> params_of(learner_backend& b, const actor_critic& model) {
+  std::vector<float> params(model.param_count()), buffers(model.buffer_count() + 1);
+  REQUIRE(b.store(params.data(), buffers.data()));
+  return params;
+}
+
+} // namespace
+
+TEST_CASE("a whole PPO update is refused with a message naming the broken rule") {
+  std::mt19937_64 rng(fresh_seed());
+  model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 3;
+  spec.hidden = {8};
+  auto backend = make_cpu_backend(spec, adam_config{});
+  host_batch data(spec, 10, rng);
+  auto refused = [&](update_input& in, const std::string& part) {
+    auto r = backend->ppo_update(in.request, ppo_config{});
+    REQUIRE_FALSE(r);
+    CHECK_MESSAGE(r.err().message.find(part) != std::string::npos, r.err().message);
+  };
+  {
+    update_input in(data, 2, 3, rng);
+    in.order[13] = 10;
+    refused(in, "entry 13 (epoch 1)");
+  }
+  {
+    update_input in(data, 1, 11, rng);
+    refused(in, "minibatches <= 10, got 11");
+  }
+  {
+    update_input in(data, 1, 2, rng);
+    in.request.epochs = 0;
+    refused(in, "epochs >= 1");
+  }
+  {
+    update_input in(data, 1, 2, rng);
+    data.actions[4] = 7;
+    refused(in, "row 4");
+    data.actions[4] = 1;
+  }
+  {
+    update_input in(data, 1, 2, rng);
+    in.request.lr = std::nan("");
+    refused(in, "learning rate");
+  }
+  model_spec bn = spec;
+  bn.batch_norm = batch_norm_mode::global;
+  auto with_bn = make_cpu_backend(bn, adam_config{});
+  update_input in(data, 1, 2, rng);
+  auto r = with_bn->ppo_update(in.request, ppo_config{});
+  REQUIRE_FALSE(r);
+  CHECK(r.err().message.find("batch norm") != std::string::npos);
+  // Nothing was applied by any refused update.
+  const actor_critic model(spec, 1);
+  std::vector<float> m(model.param_count()), v(m.size());
+  int64_t steps = -1;
+  REQUIRE(backend->read_optimizer(m.data(), v.data(), &steps));
+  CHECK(steps == 0);
+}
+
+TEST_CASE("the CUDA backend's whole update, eager, captured and replayed, matches its "
+          "minibatch-by-minibatch steps") {
+  if (troupe::kernels::cuda_device_count() == 0)
+    TROUPE_SKIP("CUDA whole-update parity (no GPU)");
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (bool box : {false, true}) {
+    CAPTURE(box);
+    model_spec spec;
+    spec.obs_dim = 5;
+    spec.hidden = {32, 16};
+    if (box) {
+      spec.action = action_kind::box;
+      spec.act_dim = 2;
+    } else {
+      spec.n = 3;
+    }
+    actor_critic model(spec, rng());
+    adam_config adam;
+    auto fused = make_cuda_backend(spec, adam);
+    auto stepwise = make_cuda_backend(spec, adam);
+    REQUIRE(fused);
+    REQUIRE(stepwise);
+    REQUIRE((*fused)->fuses_updates());
+    REQUIRE((*fused)->load(model.params(), model.buffers()));
+    REQUIRE((*stepwise)->load(model.params(), model.buffers()));
+    const size_t rows = 103, epochs = 2, mbs = 4;
+    for (int call = 0; call < 4; ++call) {
+      CAPTURE(call);
+      host_batch data(spec, rows, rng);
+      // A NaN observation makes its minibatch's gradient non-finite (a NaN
+      // advantage would not: the clipped surrogate's min and max drop it).
+      if (call == 3)
+        data.obs[37 * static_cast<size_t>(spec.obs_dim)] = std::nan("");
+      update_input in(data, epochs, mbs, rng);
+      auto a = (*fused)->ppo_update(in.request, ppo_config{});
+      auto b = ppo_update_stepwise(**stepwise, spec, in.request, ppo_config{});
+      REQUIRE(a);
+      REQUIRE(b);
+      CHECK(a->graph_error.empty());
+      CHECK(a->graphed == (call >= 1)); // the first run of a shape sizes the buffers
+      REQUIRE(a->losses.size() == epochs * mbs);
+      REQUIRE(a->norms.size() == epochs * mbs);
+      CHECK(a->taken == b->taken);
+      CHECK(a->rejected == b->rejected);
+      CHECK(a->rejected == (call == 3 ? epochs : 0));
+      for (size_t k = 0; k < a->losses.size(); ++k) {
+        CAPTURE(k);
+        if (!std::isfinite(b->norms[k])) {
+          CHECK_FALSE(std::isfinite(a->norms[k]));
+          continue;
+        }
+        CHECK(a->norms[k] == doctest::Approx(b->norms[k]).epsilon(1e-4));
+        CHECK(a->losses[k].loss == doctest::Approx(b->losses[k].loss).epsilon(1e-4));
+        CHECK(a->losses[k].approx_kl ==
+              doctest::Approx(b->losses[k].approx_kl).epsilon(1e-3).scale(1e-3));
+      }
+      // Adam moves each parameter by about lr per step: compare the moves.
+      auto pa = params_of(**fused, model), pb = params_of(**stepwise, model);
+      double worst = 0;
+      for (size_t i = 0; i < pa.size(); ++i)
+        worst = std::max(worst, static_cast<double>(std::abs(pa[i] - pb[i])));
+      CHECK(worst <= in.request.lr * 0.05);
+    }
+    std::vector<float> ma(model.param_count()), va(ma.size()), mb(ma.size()),
+      vb(ma.size());
+    int64_t sa = 0, sb = 0;
+    REQUIRE((*fused)->read_optimizer(ma.data(), va.data(), &sa));
+    REQUIRE((*stepwise)->read_optimizer(mb.data(), vb.data(), &sb));
+    CHECK(sa == sb);
+    CHECK(sa == static_cast<int64_t>(4 * epochs * mbs - epochs));
+  }
+}
+
+TEST_CASE("the CUDA backend hands out and takes Adam's state, and steps from it as the "
+          "CPU backend does") {
+  if (troupe::kernels::cuda_device_count() == 0)
+    TROUPE_SKIP("CUDA optimizer state (no GPU)");
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  model_spec spec;
+  spec.obs_dim = 4;
+  spec.n = 3; // host_batch draws actions in [0, 3)
+  spec.hidden = {16, 16};
+  actor_critic model(spec, rng());
+  auto cuda = make_cuda_backend(spec, adam_config{});
+  REQUIRE(cuda);
+  auto cpu = make_cpu_backend(spec, adam_config{});
+  const size_t n = model.param_count();
+  std::vector<float> m(n), v(n);
+  std::normal_distribution<float> normal(0.0f, 1e-2f);
+  for (size_t i = 0; i < n; ++i) {
+    m[i] = normal(rng);
+    v[i] = std::abs(normal(rng)) * 1e-2f;
+  }
+  for (auto* b : {cuda->get(), cpu.get()}) {
+    REQUIRE(b->load(model.params(), model.buffers()));
+    REQUIRE(b->write_optimizer(m.data(), v.data(), 41));
+  }
+  std::vector<float> m2(n), v2(n);
+  int64_t steps = 0;
+  REQUIRE((*cuda)->read_optimizer(m2.data(), v2.data(), &steps));
+  CHECK(steps == 41);
+  CHECK(m2 == m);
+  CHECK(v2 == v);
+  CHECK_FALSE((*cuda)->write_optimizer(m.data(), v.data(), -1));
+  host_batch data(spec, 64, rng);
+  for (auto* b : {cuda->get(), cpu.get()}) {
+    REQUIRE(b->ppo_gradient(data.view(), ppo_config{}));
+    REQUIRE(b->apply_gradient(1e-3, 0.5));
+  }
+  auto pa = params_of(**cuda, model), pb = params_of(*cpu, model);
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i)
+    worst = std::max(worst, static_cast<double>(std::abs(pa[i] - pb[i])));
+  CHECK(worst <= 1e-3 * 0.02);
 }
