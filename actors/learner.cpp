@@ -350,6 +350,23 @@ public:
       return step_locally(self_, w_, lr_, last, totals);
     return actors::push_gradient(self_, w_, samples, lr_, last, totals);
   }
+  std::optional<learners::local_step_settings> local_steps() override {
+    if (!w_.local)
+      return std::nullopt;
+    return learners::local_step_settings{lr_, w_.opts.max_grad_norm};
+  }
+  status finish_local_update(size_t taken, size_t rejected) override {
+    if (!w_.local)
+      return make_error(errc::unavailable,
+                        "learner '{}' sends its gradients to the parameter server",
+                        w_.opts.name);
+    w_.version += taken;
+    w_.local_taken += taken;
+    w_.local_rejected += rejected;
+    totals.rejected += rejected;
+    send_moments(self_, w_);
+    return hand_off(self_, w_, totals);
+  }
   step_totals totals;
 
 private:

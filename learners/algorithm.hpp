@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,12 @@ struct rollout_view {
 
 // -- updates -----------------------------------------------------------------
 
+/// The settings of the steps a learner applies itself.
+struct local_step_settings {
+  double lr = 0;            ///< learning rate of this batch's steps
+  double max_grad_norm = 0; ///< clipping threshold (<= 0: none)
+};
+
 /// What an update draws on, supplied by the learner actor: the backend that
 /// computes losses and gradients, the shuffling generator, and the way each
 /// gradient leaves (to the parameter server) and the new weights arrive.
@@ -90,6 +97,19 @@ public:
   /// batch's last, which carries its environment steps) and takes the
   /// weights answered.
   virtual status push_gradient(size_t samples, bool last) = 0;
+  /// Where the learner applies its own gradients and nobody else's weights
+  /// come between its minibatches (a lone learner whose optimizer is local):
+  /// the settings of its steps, so that a whole update can run in the
+  /// backend (learner_backend::ppo_update); otherwise nullopt.
+  virtual std::optional<local_step_settings> local_steps() { return std::nullopt; }
+  /// Ends a batch whose update the backend ran whole: `taken` steps were
+  /// applied and `rejected` gradients refused (non-finite), in place of the
+  /// batch's push_gradient calls.
+  virtual status finish_local_update(size_t taken, size_t rejected) {
+    (void)taken;
+    (void)rejected;
+    return make_error(errc::unavailable, "this learner takes its gradients one by one");
+  }
 };
 
 /// What an update reports (the learner's report and metrics.csv carry it):

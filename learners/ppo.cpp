@@ -77,7 +77,8 @@ public:
   ppo(const model_spec& spec, double gamma, ppo_settings settings)
     : discrete_(spec.action == action_kind::discrete), gamma_(gamma),
       s_(std::move(settings)),
-      same_pass_(s_.local_bn_same_pass && spec.batch_norm == batch_norm_mode::local) {}
+      same_pass_(s_.local_bn_same_pass && spec.batch_norm == batch_norm_mode::local),
+      no_batch_norm_(spec.batch_norm == batch_norm_mode::none) {}
 
   const char* name() const noexcept override { return "ppo"; }
 
@@ -129,6 +130,9 @@ public:
     //    the weights the parameter server answers with.
     const size_t mbs = s_.num_minibatches;
     metrics_sum sum;
+    if (auto local = host.local_steps();
+        local && no_batch_norm_ && host.backend().fuses_updates())
+      return fused_update(b, *local, host);
     for (size_t epoch = 0; epoch < s_.update_epochs; ++epoch) {
       for (size_t i = index.size(); i > 1; --i)
         std::swap(index[i - 1], index[host.generator().next() % i]);
@@ -153,6 +157,46 @@ public:
   }
 
 private:
+  // Step 3 as one call into the backend (a lone learner stepping locally on
+  // a backend that runs whole updates, the CUDA one): the valid rows go up
+  // once, with the order each epoch's shuffle gives them, drawn from the
+  // generator exactly as the minibatch loop draws it, so that both paths
+  // see the same minibatches.
+  result<update_metrics> fused_update(const rollout_view& b,
+                                      const local_step_settings& local,
+                                      update_host& host) {
+    auto& index = rows_.index();
+    const size_t valid = index.size();
+    position_.assign(b.rows(), 0);
+    for (size_t i = 0; i < valid; ++i)
+      position_[index[i]] = static_cast<uint32_t>(i);
+    ppo_update_request request;
+    request.batch = rows_.gather(b, discrete_, 0, valid);
+    request.epochs = s_.update_epochs;
+    request.minibatches = s_.num_minibatches;
+    request.lr = local.lr;
+    request.max_grad_norm = local.max_grad_norm;
+    order_.resize(request.epochs * valid);
+    for (size_t epoch = 0; epoch < s_.update_epochs; ++epoch) {
+      for (size_t i = valid; i > 1; --i)
+        std::swap(index[i - 1], index[host.generator().next() % i]);
+      for (size_t i = 0; i < valid; ++i)
+        order_[epoch * valid + i] = position_[index[i]];
+    }
+    request.order = order_.data();
+    if (auto ok = host.load_weights(); !ok)
+      return ok.err();
+    auto report = host.backend().ppo_update(request, s_.loss);
+    if (!report)
+      return report.err();
+    metrics_sum sum;
+    for (const auto& loss : report->losses)
+      sum.add(loss);
+    if (auto ok = host.finish_local_update(report->taken, report->rejected); !ok)
+      return ok.err();
+    return sum.finish();
+  }
+
   // Local batch norm: the learning pass normalizes each minibatch with its
   // own statistics, while the acting pass used running ones, so that the
   // ratio would compare two differently normalized networks (its value is
@@ -173,8 +217,10 @@ private:
   bool discrete_;
   double gamma_;
   ppo_settings s_;
-  bool same_pass_;             // local batch norm with local_bn_same_pass
-  behavior_outputs minibatch_; // same_pass_old's, over one minibatch
+  bool same_pass_;                         // local batch norm with local_bn_same_pass
+  bool no_batch_norm_;                     // whole updates can run in the backend
+  std::vector<uint32_t> position_, order_; // fused_update's row positions and order
+  behavior_outputs minibatch_;             // same_pass_old's, over one minibatch
   behavior_outputs acting_;
   advantage_rows rows_;
 };

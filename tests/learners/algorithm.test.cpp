@@ -434,6 +434,151 @@ TEST_CASE("a PPO update sends update_epochs x num_minibatches gradients covering
   }
 }
 
+namespace {
+
+// A CPU backend that records every minibatch it is given and, when told to,
+// claims to run whole updates (running them minibatch by minibatch itself).
+class minibatch_recorder final : public learner_backend {
+public:
+  minibatch_recorder(const model_spec& spec, bool fuse)
+    : inner_(make_cpu_backend(spec, adam_config{})), spec_(spec), fuse_(fuse) {}
+  device_kind device() const noexcept override { return inner_->device(); }
+  status load(const float* params, const float* buffers) override {
+    return inner_->load(params, buffers);
+  }
+  status store(float* params, float* buffers) override {
+    return inner_->store(params, buffers);
+  }
+  status read_global_stats(const std::vector<stats_view*>& views) override {
+    return inner_->read_global_stats(views);
+  }
+  result<loss_report> ppo_gradient(const ppo_batch<float>& b,
+                                   const ppo_config& config) override {
+    const size_t od = static_cast<size_t>(spec_.obs_dim);
+    std::vector<float> rows(b.obs, b.obs + b.rows * od);
+    for (size_t r = 0; r < b.rows; ++r) {
+      rows.push_back(static_cast<float>(b.discrete_actions[r]));
+      rows.push_back(b.old_logprob[r]);
+      rows.push_back(b.advantages[r]);
+      rows.push_back(b.returns[r]);
+      rows.push_back(b.old_values[r]);
+    }
+    minibatches.push_back(std::move(rows));
+    return inner_->ppo_gradient(b, config);
+  }
+  result<loss_report> vtrace_gradient(const vtrace_batch<float>& b,
+                                      const vtrace_config& config) override {
+    return inner_->vtrace_gradient(b, config);
+  }
+  status read_gradient(float* grad) override { return inner_->read_gradient(grad); }
+  result<double> apply_gradient(double lr, double max_grad_norm) override {
+    steps.push_back({lr, max_grad_norm});
+    return inner_->apply_gradient(lr, max_grad_norm);
+  }
+  bool fuses_updates() const noexcept override { return fuse_; }
+  result<ppo_update_report> ppo_update(const ppo_update_request& request,
+                                       const ppo_config& config) override {
+    whole_updates += 1;
+    return ppo_update_stepwise(*this, spec_, request, config);
+  }
+  status read_optimizer(float* m, float* v, int64_t* s) override {
+    return inner_->read_optimizer(m, v, s);
+  }
+  status write_optimizer(const float* m, const float* v, int64_t s) override {
+    return inner_->write_optimizer(m, v, s);
+  }
+  const std::vector<kernels::moments>& batch_moments() const noexcept override {
+    return inner_->batch_moments();
+  }
+
+  std::vector<std::vector<float>> minibatches;  ///< each minibatch's rows, in order
+  std::vector<std::pair<double, double>> steps; ///< (lr, clip) of each applied step
+  size_t whole_updates = 0;
+
+private:
+  std::unique_ptr<learner_backend> inner_;
+  model_spec spec_;
+  bool fuse_;
+};
+
+// A lone learner stepping locally: each pushed gradient is applied at once.
+class local_host final : public update_host {
+public:
+  local_host(uint64_t seed, std::unique_ptr<minibatch_recorder> backend, bool local)
+    : backend_(std::move(backend)), gen_(seed), local_(local) {}
+  learner_backend& backend() override { return *backend_; }
+  minibatch_recorder& recorder() { return *backend_; }
+  base::rng& generator() override { return gen_; }
+  status load_weights() override { return ok_status(); }
+  status push_gradient(size_t, bool last) override {
+    auto norm = backend_->apply_gradient(lr, clip);
+    if (!norm)
+      return norm.err();
+    taken += 1;
+    ends += last;
+    return ok_status();
+  }
+  std::optional<local_step_settings> local_steps() override {
+    if (!local_)
+      return std::nullopt;
+    return local_step_settings{lr, clip};
+  }
+  status finish_local_update(size_t t, size_t rejected) override {
+    taken += t;
+    refused += rejected;
+    ends += 1;
+    return ok_status();
+  }
+  double lr = 7e-4, clip = 0.3;
+  size_t taken = 0, refused = 0, ends = 0;
+
+private:
+  std::unique_ptr<minibatch_recorder> backend_;
+  base::rng gen_;
+  bool local_;
+};
+
+} // namespace
+
+TEST_CASE("a lone learner's whole update in the backend sees the same minibatches, in "
+          "the same order and with the same steps, as the minibatch loop") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const actor_critic model(small_spec(), seed);
+  random_rollout b(gen, 7, 3, 3); // 18 transitions, 3 reset steps
+  auto algo_loop = make("ppo", {{"update_epochs", 3}, {"num_minibatches", 4}});
+  auto algo_whole = make("ppo", {{"update_epochs", 3}, {"num_minibatches", 4}});
+  // Only a local learner on a backend that runs whole updates takes that path.
+  local_host loop(seed, std::make_unique<minibatch_recorder>(small_spec(), true), false);
+  local_host whole(seed, std::make_unique<minibatch_recorder>(small_spec(), true), true);
+  for (auto* h : {&loop, &whole})
+    REQUIRE(h->backend().load(model.params(), model.buffers()));
+  auto m_loop = algo_loop->update(b.view, model, loop);
+  auto m_whole = algo_whole->update(b.view, model, whole);
+  REQUIRE(m_loop);
+  REQUIRE(m_whole);
+  CHECK(loop.recorder().whole_updates == 0);
+  CHECK(whole.recorder().whole_updates == 1);
+  CHECK(m_whole->gradients == 12);
+  CHECK(m_loop->gradients == 12);
+  CHECK(whole.taken == 12);
+  CHECK(whole.refused == 0);
+  CHECK(whole.ends == 1);
+  CHECK(loop.ends == 1);
+  REQUIRE(whole.recorder().minibatches.size() == 12);
+  CHECK(whole.recorder().minibatches == loop.recorder().minibatches);
+  CHECK(whole.recorder().steps == loop.recorder().steps);
+  CHECK(m_whole->policy_loss == m_loop->policy_loss);
+  CHECK(m_whole->approx_kl == m_loop->approx_kl);
+  // The generators were drawn alike: the next draw agrees.
+  CHECK(whole.generator().next() == loop.generator().next());
+  std::vector<float> pa(model.param_count()), pb(pa.size()), buf(1);
+  REQUIRE(whole.backend().store(pa.data(), buf.data()));
+  REQUIRE(loop.backend().store(pb.data(), buf.data()));
+  CHECK(pa == pb);
+}
+
 TEST_CASE("local batch norm: PPO's ratio takes the acting weights normalized as the "
           "learning pass normalizes, so it is 1 for unchanged weights, and taken from "
           "the acting pass it is not") {
