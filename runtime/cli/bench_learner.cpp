@@ -8,7 +8,11 @@
 // rate of Eigen's GEMM on the same machine, so the table says what fraction
 // of the GEMM work rate the whole step reaches. benchmarks/torch_mlp.py
 // times the PPO step in PyTorch.
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <map>
+#include <optional>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -43,11 +47,24 @@ struct bench_case {
 };
 
 /// What a row times.
-enum class bench_kind { ppo, vtrace, act };
+enum class bench_kind { ppo, update, vtrace, act };
 
 const char* to_string(bench_kind k) {
-  return k == bench_kind::ppo ? "ppo" : k == bench_kind::vtrace ? "vtrace" : "act";
+  switch (k) {
+  case bench_kind::ppo:
+    return "ppo";
+  case bench_kind::update:
+    return "ppo_update";
+  case bench_kind::vtrace:
+    return "vtrace";
+  case bench_kind::act:
+    break;
+  }
+  return "act";
 }
+
+// Minibatches of one whole-update row (one epoch).
+constexpr size_t update_minibatches = 8;
 
 struct bench_row {
   bench_kind kind = bench_kind::ppo;
@@ -90,6 +107,29 @@ double forward_flops(const std::vector<int64_t>& hidden, size_t rows) {
     }
   }
   return total;
+}
+
+// "64x512,256x4096": hidden [W, W] and batch B per item; the error names the
+// item and the rule.
+result<std::vector<bench_case>> parse_bench_cases(const std::string& text) {
+  std::vector<bench_case> out;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    unsigned long width = 0, batch = 0;
+    char extra = 0;
+    if (std::sscanf(item.c_str(), "%lux%lu%c", &width, &batch, &extra) != 2 ||
+        width < 1 || width > 65536 || batch < 1 || batch > (size_t{1} << 24))
+      return make_error(errc::bad_input,
+                        "--cases: '{}' must be WIDTHxBATCH with WIDTH in [1, 65536] and "
+                        "BATCH in [1, 16777216]",
+                        item);
+    out.push_back({{static_cast<int64_t>(width), static_cast<int64_t>(width)},
+                   static_cast<size_t>(batch)});
+    begin = end + 1;
+  }
+  return out;
 }
 
 // A backend for the CartPole-shaped model with `hidden`, loaded with seed 1's weights.
@@ -194,6 +234,56 @@ result<bench_row> time_case(learners::device_kind device, const bench_case& c,
   row.samples_per_s = static_cast<double>(steps * c.batch) / elapsed;
   row.gflop_per_s =
     step_flops(c.hidden, c.batch) * static_cast<double>(steps) / elapsed / 1e9;
+  return row;
+}
+
+// One whole PPO update (learner_backend::ppo_update): one epoch of
+// update_minibatches minibatches of c.batch rows in a shuffled order, each a
+// gradient, a clip and an Adam step; the CUDA backend replays it as one graph
+// (its first two calls, untimed, size the buffers and capture it). Samples
+// are the rows of every minibatch.
+result<bench_row> time_update(learners::device_kind device, const bench_case& c,
+                              double min_seconds) {
+  auto backend = bench_backend(device, c.hidden);
+  if (!backend)
+    return backend.err();
+  auto& b = **backend;
+  const size_t rows = c.batch * update_minibatches;
+  synthetic_batch data(rows);
+  std::vector<uint32_t> order(rows);
+  for (size_t i = 0; i < rows; ++i)
+    order[i] = static_cast<uint32_t>(i);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
+  learners::ppo_update_request request;
+  request.batch = data.view();
+  request.order = order.data();
+  request.epochs = 1;
+  request.minibatches = update_minibatches;
+  request.lr = 2.5e-4;
+  request.max_grad_norm = 0.5;
+  learners::ppo_config config;
+  auto timed = time_steps(
+    [&]() -> status {
+      auto r = b.ppo_update(request, config);
+      if (!r)
+        return r.err();
+      if (!r->graph_error.empty())
+        return make_error(errc::device_error, "the update could not be captured: {}",
+                          r->graph_error);
+      return ok_status();
+    },
+    min_seconds);
+  if (!timed)
+    return timed.err();
+  bench_row row;
+  row.kind = bench_kind::update;
+  row.device = learners::to_string(device);
+  row.hidden = c.hidden;
+  row.batch = c.batch;
+  const double updates = static_cast<double>(timed->steps);
+  row.samples_per_s = updates * static_cast<double>(rows) / timed->seconds;
+  row.gflop_per_s = step_flops(c.hidden, c.batch) * updates *
+                    static_cast<double>(update_minibatches) / timed->seconds / 1e9;
   return row;
 }
 
@@ -337,7 +427,10 @@ int bench_learner(const args_t& args) {
   std::vector<arg_spec> specs{
     {"json", false, false, "print one JSON array instead of a table"},
     {"device", true, false, "cpu, cuda or all (default: all present)"},
-    {"seconds", true, false, "minimum seconds per case (default 1)"}};
+    {"seconds", true, false, "minimum seconds per case (default 1)"},
+    {"cases", true, false,
+     "PPO cases as WIDTHxBATCH,... (hidden [WIDTH,WIDTH]; default: 64x512, 64x4096, "
+     "256x512, 256x4096, and 256x65536 on a GPU)"}};
   auto parsed = parse_args("bench learner", args, specs);
   if (!parsed)
     return fail(exit_bad_input, parsed.err().message);
@@ -367,10 +460,18 @@ int bench_learner(const args_t& args) {
 
   std::vector<bench_case> cases{
     {{64, 64}, 512}, {{64, 64}, 4096}, {{256, 256}, 512}, {{256, 256}, 4096}};
+  const auto chosen = parsed->get("cases");
+  if (chosen) {
+    auto given = parse_bench_cases(*chosen);
+    if (!given)
+      return fail(exit_bad_input, fmt::format("bench learner: {}", given.err().message));
+    cases = std::move(*given);
+  }
   std::vector<bench_row> rows;
+  std::map<size_t, double> floor_of; // cuBLAS floor by batch * 1000 + width
   for (auto device : devices) {
     auto device_cases = cases;
-    if (device == learners::device_kind::cuda)
+    if (device == learners::device_kind::cuda && !chosen)
       device_cases.push_back({{256, 256}, 65536});
     for (const auto& c : device_cases) {
       auto row = time_case(device, c, *seconds);
@@ -383,7 +484,20 @@ int bench_learner(const args_t& args) {
           return fail(exit_failure,
                       fmt::format("bench learner: {}", floor.err().message));
         row->floor_gflop_per_s = *floor;
+        floor_of[c.batch * 1000 + h] = *floor;
       }
+      rows.push_back(*row);
+    }
+    // On the CPU a whole update is its minibatch steps in a loop (the rows
+    // above); the CUDA backend runs it as one graph.
+    for (const auto& c : device_cases) {
+      if (device != learners::device_kind::cuda)
+        break;
+      auto row = time_update(device, c, *seconds);
+      if (!row)
+        return fail(exit_failure, fmt::format("bench learner: {}", row.err().message));
+      row->floor_gflop_per_s =
+        floor_of[c.batch * 1000 + static_cast<size_t>(c.hidden.back())];
       rows.push_back(*row);
     }
     for (auto [steps, envs] : {std::pair<size_t, size_t>{32, 32}, {16, 64}}) {
@@ -410,23 +524,37 @@ int bench_learner(const args_t& args) {
         row["floor_gflop_per_s"] = rounded(r.floor_gflop_per_s, 2);
       if (r.kind == bench_kind::vtrace)
         row["steps"] = r.steps;
+      if (r.kind == bench_kind::update)
+        row["minibatches"] = update_minibatches;
       out.push_back(std::move(row));
     }
     std::fputs(json_line(out).c_str(), stdout);
     return 0;
   }
-  fmt::print("PPO step (forward, backward, clip, Adam), obs 4, 2 actions, tanh\n");
-  fmt::print("{:<7} {:<11} {:>7} {:>16} {:>12}\n", "device", "hidden", "batch",
-             "samples/s", "GEMM GFLOP/s");
-  bench_kind shown = bench_kind::ppo;
+  fmt::print("obs 4, 2 actions, tanh\n");
+  std::optional<bench_kind> shown;
   for (const auto& r : rows) {
     if (r.kind != shown) {
       shown = r.kind;
-      if (r.kind == bench_kind::vtrace)
+      switch (r.kind) {
+      case bench_kind::ppo:
+        fmt::print("PPO step (forward, backward, clip, Adam)\n");
+        break;
+      case bench_kind::update:
+        fmt::print("whole PPO update: {} minibatches of batch rows, one epoch (CUDA: one "
+                   "graph per update)\n",
+                   update_minibatches);
+        break;
+      case bench_kind::vtrace:
         fmt::print("V-trace step (T x N transitions + N bootstrap rows forward)\n");
-      else
+        break;
+      case bench_kind::act:
         fmt::print("acting: store policy (actor forward, categorical sampling), "
                    "rows per call as batch; ns per row = 1e9 / rows per s\n");
+        break;
+      }
+      fmt::print("{:<7} {:<11} {:>7} {:>16} {:>12}\n", "device", "hidden", "batch",
+                 "samples/s", "GEMM GFLOP/s");
     }
     if (r.kind == bench_kind::act) {
       fmt::print("{:<7} {:<11} {:>7} {:>16.0f} {:>12.2f}  ({:.0f} ns per row)\n",
