@@ -1,4 +1,5 @@
 #include "learners/backend.hpp"
+#include "learners/cuda_plugin.hpp"
 
 #include <cmath>
 #include <functional>
@@ -177,7 +178,7 @@ TEST_CASE("the CPU backend's sharded gradient, moments and Adam step match a flo
 
 TEST_CASE(
   "the CUDA backend's gradient, moments and Adam step match a float64 reference") {
-  if (troupe::kernels::cuda_device_count() == 0) {
+  if (!process_cuda_loader().usable_gpus()) {
     model_spec spec;
     spec.obs_dim = 3;
     spec.n = 2;
@@ -201,12 +202,16 @@ TEST_CASE(
   auto automatic = choose_device("auto");
   REQUIRE(automatic);
   CHECK_FALSE(automatic->reason.empty());
-  if (troupe::kernels::cuda_device_count() == 0) {
+  if (auto gpus = process_cuda_loader().usable_gpus(); !gpus) {
+    // The reason is the loader's: no driver, no GPU, no plugin, no CUDA build.
+    const std::string why = gpus.err().message;
+    CAPTURE(why);
     CHECK(automatic->kind == device_kind::cpu);
-    CHECK(automatic->reason.find("no GPU") != std::string::npos);
+    CHECK(automatic->reason.find(why) != std::string::npos);
     auto cuda = choose_device("cuda");
     REQUIRE_FALSE(cuda);
     CHECK(cuda.err().code == troupe::errc::unavailable);
+    CHECK(cuda.err().message.find(why) != std::string::npos);
   } else {
     CHECK(automatic->kind == device_kind::cuda);
   }
@@ -326,7 +331,7 @@ TEST_CASE("the CPU backend's V-trace loss and gradient match a float64 reference
 }
 
 TEST_CASE("the CUDA backend's V-trace loss and gradient match a float64 reference") {
-  if (troupe::kernels::cuda_device_count() == 0) {
+  if (!process_cuda_loader().usable_gpus()) {
     TROUPE_SKIP("CUDA backend V-trace parity (no GPU)");
   }
   check_vtrace_against_float64([](const model_spec& spec, const adam_config& adam) {
