@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdlib>
 #include <vector>
 
 namespace troupe::learners {
@@ -42,9 +43,8 @@ std::string own_folder() {
 }
 
 #ifdef TROUPE_HAVE_CUDA
-// CUresult values of the driver API that the messages name.
+// CUDA_SUCCESS of the driver API.
 constexpr int cuda_success = 0;
-constexpr int cuda_error_no_device = 100;
 
 using cu_init_fn = int (*)(unsigned);
 using cu_device_get_count_fn = int (*)(int*);
@@ -147,7 +147,15 @@ result<cuda_plugin_entry_points> cuda_loader::load_locked() {
   for (const auto& candidate : candidates) {
     handle = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle) {
+      // The file the linker found (a plain name resolves through the paths).
       path = candidate;
+      link_map* map = nullptr;
+      if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name &&
+          map->l_name[0] != '\0') {
+        char* real = ::realpath(map->l_name, nullptr);
+        path = real ? real : map->l_name;
+        std::free(real);
+      }
       break;
     }
     failures.push_back(last_dl_error("dlopen failed"));
