@@ -15,6 +15,7 @@ namespace troupe::learners {
 
 namespace {
 
+#ifdef TROUPE_HAVE_CUDA
 // The last dlerror(), or `fallback` when there is none.
 std::string last_dl_error(const char* fallback) {
   const char* text = ::dlerror();
@@ -42,7 +43,6 @@ std::string own_folder() {
   return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
-#ifdef TROUPE_HAVE_CUDA
 // CUDA_SUCCESS of the driver API.
 constexpr int cuda_success = 0;
 
