@@ -88,7 +88,7 @@ cuda_driver_probe cuda_loader::probe_locked() {
   probe_.reason = "troupe was built without CUDA";
 #else
   const std::string& file = options_.driver_library;
-  // The driver stays loaded: cuInit starts its own threads.
+  // Never closed: the plugin's CUDA runtime opens the same library later.
   void* driver = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!driver) {
     probe_.reason = fmt::format("{} not found (no NVIDIA driver): {}", file,
