@@ -5,14 +5,12 @@
 # A layer's sources see the repository only through that view, so an include
 # that runs back up a layer ("actors/..." from envs/) does not compile.
 
-# A library of the .cpp files of `dir` (and its cpu/ and, with CUDA, cuda/
-# subfolders); sources are picked up by folder, so adding a file needs no edit.
+# A library of the .cpp files of `dir` (and its cpu/ subfolder); sources are
+# picked up by folder, so adding a file needs no edit. The cuda/ subfolders go
+# into the CUDA plugin, libtroupe_cuda.so (learners/CMakeLists.txt), never
+# into a layer.
 function(troupe_layer name dir)
   file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cpp ${dir}/cpu/*.cpp)
-  if(TROUPE_HAVE_CUDA)
-    file(GLOB cu_srcs CONFIGURE_DEPENDS ${dir}/cuda/*.cu ${dir}/cuda/*.cpp)
-    list(APPEND srcs ${cu_srcs})
-  endif()
   list(FILTER srcs EXCLUDE REGEX ".*/main\\.cpp$")
   if(srcs)
     add_library(${name} STATIC ${srcs})

@@ -251,32 +251,7 @@ const char* to_string(device_kind kind) noexcept {
   return kind == device_kind::cpu ? "cpu" : "cuda";
 }
 
-result<device_choice> choose_device(const std::string& setting) {
-  const int devices = kernels::cuda_device_count();
-  if (setting == "cpu")
-    return device_choice{device_kind::cpu, "device = \"cpu\" in the config"};
-  if (setting == "cuda") {
-    if (devices == 0)
-      return make_error(
-        errc::unavailable,
-        "device = \"cuda\" but the CUDA runtime finds no GPU (or troupe was "
-        "built without CUDA)");
-    return device_choice{device_kind::cuda, "device = \"cuda\" in the config"};
-  }
-  if (setting == "auto") {
-    if (devices > 0)
-      return device_choice{
-        device_kind::cuda,
-        fmt::format("device = \"auto\" and the CUDA runtime finds {} GPU{}", devices,
-                    devices == 1 ? "" : "s")};
-    return device_choice{device_kind::cpu,
-                         "device = \"auto\" and the CUDA runtime finds no GPU (or troupe "
-                         "was built without CUDA)"};
-  }
-  return make_error(errc::invalid_argument,
-                    "device must be one of \"auto\", \"cpu\", \"cuda\", got \"{}\"",
-                    setting);
-}
+// choose_device and make_cuda_backend: learners/cuda_plugin.cpp (the plugin loader).
 
 std::unique_ptr<learner_backend> make_cpu_backend(const model_spec& spec,
                                                   const adam_config& adam,

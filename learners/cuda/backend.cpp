@@ -801,8 +801,8 @@ private:
 } // namespace
 
 result<std::unique_ptr<learner_backend>>
-make_cuda_backend(const model_spec& spec, const adam_config& adam,
-                  const backend_options& options) {
+create_cuda_backend(const model_spec& spec, const adam_config& adam,
+                    const backend_options& options) {
   if (auto valid = spec.validate(); !valid)
     return valid.err();
   auto ctx = kernels::cuda_context::create(0, options.allow_tf32);

@@ -23,9 +23,9 @@
 #include <fmt/format.h>
 
 #include "actors/policy_store.hpp"
-#include "kernels/cuda_context.hpp"
 #include "base/rng.hpp"
 #include "learners/backend.hpp"
+#include "learners/cuda_plugin.hpp"
 #include "learners/mlp.hpp"
 #include "runtime/cli/args.hpp"
 #include "runtime/cli/commands.hpp"
@@ -374,53 +374,6 @@ bench_row time_acting(std::vector<int64_t> hidden, size_t rows, double min_secon
   return row;
 }
 
-// cuBLAS SGEMM rate (full float32, no TF32) for [rows x k] * [k x n]: the floor
-// of the GPU rows. The operands are random normal numbers (zeros can take
-// faster paths in hardware), and untimed warm-up calls come first, so that
-// cuBLAS's heuristics, kernel loading and clocks settle before the clock starts.
-result<double> cublas_gflops(size_t rows, size_t k, size_t n, double min_seconds) {
-  auto ctx = kernels::cuda_context::create(0, false);
-  if (!ctx)
-    return ctx.err();
-  auto& c = **ctx;
-  kernels::device_array<float> x, w, z;
-  std::mt19937_64 gen(std::random_device{}());
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto [array, count] :
-       {std::pair{&x, rows * k}, std::pair{&w, n * k}, std::pair{&z, rows * n}}) {
-    if (auto st = array->reserve(count); !st)
-      return st.err();
-    std::vector<float> host(count);
-    for (auto& v : host)
-      v = normal(gen);
-    if (auto st = kernels::cuda_copy_to_device(array->data(), host.data(),
-                                               count * sizeof(float), c.stream());
-        !st)
-      return st.err();
-  }
-  // The uploads read pageable host memory: finish them before `host` goes.
-  if (auto st = c.synchronize(); !st)
-    return st.err();
-  for (int i = 0; i < 20; ++i) // warm-up, not timed
-    if (auto st = c.gemm_x_wt(x.data(), w.data(), rows, k, n, z.data()); !st)
-      return st.err();
-  if (auto st = c.synchronize(); !st)
-    return st.err();
-  size_t reps = 0;
-  auto start = clock_type::now();
-  double elapsed = 0;
-  do {
-    for (int i = 0; i < 10; ++i, ++reps)
-      if (auto st = c.gemm_x_wt(x.data(), w.data(), rows, k, n, z.data()); !st)
-        return st.err();
-    if (auto st = c.synchronize(); !st)
-      return st.err();
-    elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
-  } while (elapsed < min_seconds);
-  return 2.0 * static_cast<double>(rows * k * n) * static_cast<double>(reps) / elapsed /
-         1e9;
-}
-
 } // namespace
 
 int bench_learner(const args_t& args) {
@@ -445,9 +398,13 @@ int bench_learner(const args_t& args) {
   std::vector<learners::device_kind> devices;
   if (which != "cuda")
     devices.push_back(learners::device_kind::cpu);
-  const bool have_gpu = kernels::cuda_device_count() > 0;
+  // Asks the driver first: a CPU-only run loads no CUDA library.
+  auto gpus =
+    which == "cpu" ? result<int>(0) : learners::process_cuda_loader().usable_gpus();
+  const bool have_gpu = gpus && *gpus > 0;
   if (which == "cuda" && !have_gpu)
-    return fail(exit_failure, "bench learner: --device cuda but no GPU is present");
+    return fail(exit_failure,
+                fmt::format("bench learner: --device cuda but {}", gpus.err().message));
   if (which != "cpu" && have_gpu)
     devices.push_back(learners::device_kind::cuda);
   const bool json = parsed->flag("json");
@@ -479,7 +436,7 @@ int bench_learner(const args_t& args) {
         return fail(exit_failure, fmt::format("bench learner: {}", row.err().message));
       if (device == learners::device_kind::cuda) {
         const size_t h = static_cast<size_t>(c.hidden.back());
-        auto floor = cublas_gflops(c.batch, h, h, 0.3);
+        auto floor = learners::cuda_sgemm_gflops(c.batch, h, h, 0.3);
         if (!floor)
           return fail(exit_failure,
                       fmt::format("bench learner: {}", floor.err().message));

@@ -24,6 +24,34 @@ for f in include/troupe/troupe.hpp include/troupe/troupe.h include/troupe/error.
          "$libdir/cmake/troupe/troupeTargets.cmake" "$libdir/pkgconfig/troupe.pc" bin/troupe; do
   [ -e "$prefix/$f" ] || fail "the install lacks $f"
 done
+# A CUDA build installs its plugin beside libtroupe.so, and neither the
+# library nor the command links a CUDA library (they open the plugin).
+if [ -e "$build/libtroupe_cuda.so" ]; then
+  [ -e "$prefix/$libdir/libtroupe_cuda.so" ] || fail "the install lacks $libdir/libtroupe_cuda.so"
+fi
+for f in "$libdir/libtroupe.so" bin/troupe; do
+  ldd "$prefix/$f" >"$tmp/ldd.txt"
+  if grep -E 'libcublas|libcudart|libcuda\.so' "$tmp/ldd.txt"; then
+    fail "$f links a CUDA library"
+  fi
+done
+# The installed command finds its plugin: a fake NVIDIA driver with one GPU
+# (tests/learners/fake_cuda_driver.c) makes device = "auto" load it, and the
+# start-up line names the file loaded (the CUDA runtime in it then finds no
+# GPU behind the fake, so the run goes on on the CPU).
+if [ -e "$build/libtroupe_cuda.so" ]; then
+  mkdir -p "$tmp/fake_driver"
+  cc -shared -fPIC -DFAKE_GPUS=1 "$src/tests/learners/fake_cuda_driver.c" \
+    -o "$tmp/fake_driver/libcuda.so.1" || fail "building the fake driver"
+  (cd "$tmp" && LD_LIBRARY_PATH="$tmp/fake_driver" "$prefix/bin/troupe" train \
+    "$src/config/cartpole_ppo.toml" --set run.device='"auto"' \
+    --set algo.total_env_steps=512 --set run.output_dir='"plugin-run"' \
+    >"$tmp/plugin.out" 2>"$tmp/plugin.err") ||
+    { cat "$tmp/plugin.out" "$tmp/plugin.err" >&2; fail "the installed troupe failed with device auto"; }
+  plugin_real=$(cd "$prefix/$libdir" && pwd -P)/libtroupe_cuda.so
+  grep -q "the CUDA runtime of $prefix/$libdir/libtroupe_cuda.so\|the CUDA runtime of $plugin_real\|learners on cuda" "$tmp/plugin.out" ||
+    { cat "$tmp/plugin.out" "$tmp/plugin.err" >&2; fail "the installed troupe did not load $prefix/$libdir/libtroupe_cuda.so"; }
+fi
 # The installed headers are the public ones only: no internal header leaks in.
 if grep -l '#include "' "$prefix"/include/troupe/*; then
   fail "an installed header includes a project-internal header"

@@ -1,4 +1,5 @@
 #include "learners/backend.hpp"
+#include "learners/cuda_plugin.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,19 @@ using namespace troupe::learners;
 using troupe::test::fresh_seed;
 
 namespace {
+
+// Why the CUDA cases cannot run here (no CUDA build, no driver, no GPU), or
+// empty where they can. A driver that finds a GPU while the plugin does not
+// load fails the case instead of skipping it.
+std::string cuda_missing() {
+  auto& loader = process_cuda_loader();
+  if (const auto probe = loader.probe_driver(); probe.devices <= 0)
+    return probe.reason;
+  if (auto entry = loader.plugin(); !entry)
+    FAIL("the NVIDIA driver finds a GPU but " << entry.err().message);
+  auto gpus = loader.usable_gpus();
+  return gpus ? std::string() : gpus.err().message;
+}
 
 struct host_batch {
   std::vector<float> obs, box_actions, old_logp, adv, ret, old_v;
@@ -178,14 +192,15 @@ TEST_CASE("the CPU backend's sharded gradient, moments and Adam step match a flo
 
 TEST_CASE(
   "the CUDA backend's gradient, moments and Adam step match a float64 reference") {
-  if (troupe::kernels::cuda_device_count() == 0) {
+  if (const std::string why = cuda_missing(); !why.empty()) {
     model_spec spec;
     spec.obs_dim = 3;
     spec.n = 2;
     auto missing = make_cuda_backend(spec, adam_config{});
     REQUIRE_FALSE(missing);
     CHECK(missing.err().code == troupe::errc::unavailable);
-    TROUPE_SKIP("CUDA backend parity (no GPU); only the 'unavailable' error was checked");
+    TROUPE_SKIP("CUDA backend parity (" + why +
+                "); only the 'unavailable' error was checked");
   }
   check_against_float64([](const model_spec& spec, const adam_config& adam) {
     auto backend = make_cuda_backend(spec, adam);
@@ -202,12 +217,16 @@ TEST_CASE(
   auto automatic = choose_device("auto");
   REQUIRE(automatic);
   CHECK_FALSE(automatic->reason.empty());
-  if (troupe::kernels::cuda_device_count() == 0) {
+  if (auto gpus = process_cuda_loader().usable_gpus(); !gpus) {
+    // The reason is the loader's: no driver, no GPU, no plugin, no CUDA build.
+    const std::string why = gpus.err().message;
+    CAPTURE(why);
     CHECK(automatic->kind == device_kind::cpu);
-    CHECK(automatic->reason.find("no GPU") != std::string::npos);
+    CHECK(automatic->reason.find(why) != std::string::npos);
     auto cuda = choose_device("cuda");
     REQUIRE_FALSE(cuda);
     CHECK(cuda.err().code == troupe::errc::unavailable);
+    CHECK(cuda.err().message.find(why) != std::string::npos);
   } else {
     CHECK(automatic->kind == device_kind::cuda);
   }
@@ -327,8 +346,8 @@ TEST_CASE("the CPU backend's V-trace loss and gradient match a float64 reference
 }
 
 TEST_CASE("the CUDA backend's V-trace loss and gradient match a float64 reference") {
-  if (troupe::kernels::cuda_device_count() == 0) {
-    TROUPE_SKIP("CUDA backend V-trace parity (no GPU)");
+  if (const std::string why = cuda_missing(); !why.empty()) {
+    TROUPE_SKIP("CUDA backend V-trace parity (" + why + ")");
   }
   check_vtrace_against_float64([](const model_spec& spec, const adam_config& adam) {
     auto backend = make_cuda_backend(spec, adam);
