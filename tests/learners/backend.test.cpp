@@ -562,8 +562,8 @@ TEST_CASE("a whole PPO update is refused with a message naming the broken rule")
 
 TEST_CASE("the CUDA backend's whole update, eager, captured and replayed, matches its "
           "minibatch-by-minibatch steps") {
-  if (troupe::kernels::cuda_device_count() == 0)
-    TROUPE_SKIP("CUDA whole-update parity (no GPU)");
+  if (const std::string why = cuda_missing(); !why.empty())
+    TROUPE_SKIP("CUDA whole-update parity (" + why + ")");
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
@@ -637,8 +637,8 @@ TEST_CASE("the CUDA backend's whole update, eager, captured and replayed, matche
 
 TEST_CASE("the CUDA backend hands out and takes Adam's state, and steps from it as the "
           "CPU backend does") {
-  if (troupe::kernels::cuda_device_count() == 0)
-    TROUPE_SKIP("CUDA optimizer state (no GPU)");
+  if (const std::string why = cuda_missing(); !why.empty())
+    TROUPE_SKIP("CUDA optimizer state (" + why + ")");
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
