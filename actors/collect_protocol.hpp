@@ -90,6 +90,13 @@ void send_moments(caf::event_based_actor* self, const caf::actor& keeper,
                   const std::string& stream, const std::string& sender,
                   const kernels::moments& m);
 
+/// A batch of `steps` x `num_envs` transitions numbered `sequence`, from
+/// `runner` on `env_id`: every array sized for that shape (observations with
+/// the bootstrap row, steps + 1 rows) and zero, the rest defaulted.
+trajectory_batch shaped_batch(std::string runner, std::string env_id, uint64_t sequence,
+                              size_t num_envs, size_t steps, size_t obs_dim,
+                              size_t action_dim);
+
 /// Counts batch `b` in `status` as sent: one batch, its steps x num_envs
 /// environment steps, its finished episodes and `non_finite` bad values.
 void count_batch(env_runner_status& status, const trajectory_batch& b,

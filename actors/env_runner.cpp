@@ -129,21 +129,8 @@ result<trajectory_batch> collect(runner_state& st) {
   auto& env = *st.env;
   const size_t n = env.num_envs(), od = env.obs_dim(), ad = env.action_dim();
   const size_t steps = st.opts.steps_per_batch;
-  trajectory_batch b;
-  b.runner = st.opts.name;
-  b.env_id = env.spec().id;
-  b.sequence = st.status.batches;
-  b.num_envs = n;
-  b.steps = steps;
-  b.obs_dim = od;
-  b.action_dim = ad;
-  b.observations.resize((steps + 1) * n * od);
-  b.actions.resize(steps * n * ad);
-  b.behavior_logp.resize(steps * n);
-  b.rewards.resize(steps * n);
-  b.terminated.resize(steps * n);
-  b.truncated.resize(steps * n);
-  b.autoreset.resize(steps * n);
+  trajectory_batch b =
+    shaped_batch(st.opts.name, env.spec().id, st.status.batches, n, steps, od, ad);
   st.raw_observations.resize(steps * n * od);
 
   // One snapshot for the whole batch, so that the batch has one version.

@@ -131,13 +131,12 @@ private:
   base::rng gen_;
 };
 
-// A CPU backend that keeps what the first gradient's loss divides by: the
-// behavior log-probabilities of a V-trace batch, or a PPO-loss batch's old
-// log-probabilities with its rows (observations and actions).
-class capturing_backend final : public learner_backend {
+// A backend that hands every call to a CPU backend; the test backends below
+// override the calls they watch.
+class delegating_backend : public learner_backend {
 public:
-  explicit capturing_backend(const model_spec& spec)
-    : inner_(make_cpu_backend(spec, adam_config{})), obs_dim_(spec.obs_dim) {}
+  explicit delegating_backend(const model_spec& spec)
+    : inner_(make_cpu_backend(spec, adam_config{})) {}
   device_kind device() const noexcept override { return inner_->device(); }
   status load(const float* params, const float* buffers) override {
     return inner_->load(params, buffers);
@@ -150,21 +149,10 @@ public:
   }
   result<loss_report> ppo_gradient(const ppo_batch<float>& batch,
                                    const ppo_config& config) override {
-    if (gradients++ == 0) {
-      const size_t rows = batch.rows;
-      old_logp.assign(batch.old_logprob, batch.old_logprob + rows);
-      obs.assign(batch.obs, batch.obs + rows * static_cast<size_t>(obs_dim_));
-      actions.assign(batch.discrete_actions, batch.discrete_actions + rows);
-    }
     return inner_->ppo_gradient(batch, config);
   }
   result<loss_report> vtrace_gradient(const vtrace_batch<float>& batch,
                                       const vtrace_config& config) override {
-    if (gradients++ == 0) {
-      const size_t n = batch.steps * batch.envs;
-      old_logp.assign(batch.behavior_logprob, batch.behavior_logprob + n);
-      actions.assign(batch.discrete_actions, batch.discrete_actions + n);
-    }
     return inner_->vtrace_gradient(batch, config);
   }
   status read_gradient(float* grad) override { return inner_->read_gradient(grad); }
@@ -181,12 +169,42 @@ public:
     return inner_->batch_moments();
   }
 
+private:
+  std::unique_ptr<learner_backend> inner_;
+};
+
+// A CPU backend that keeps what the first gradient's loss divides by: the
+// behavior log-probabilities of a V-trace batch, or a PPO-loss batch's old
+// log-probabilities with its rows (observations and actions).
+class capturing_backend final : public delegating_backend {
+public:
+  explicit capturing_backend(const model_spec& spec)
+    : delegating_backend(spec), obs_dim_(spec.obs_dim) {}
+  result<loss_report> ppo_gradient(const ppo_batch<float>& batch,
+                                   const ppo_config& config) override {
+    if (gradients++ == 0) {
+      const size_t rows = batch.rows;
+      old_logp.assign(batch.old_logprob, batch.old_logprob + rows);
+      obs.assign(batch.obs, batch.obs + rows * static_cast<size_t>(obs_dim_));
+      actions.assign(batch.discrete_actions, batch.discrete_actions + rows);
+    }
+    return delegating_backend::ppo_gradient(batch, config);
+  }
+  result<loss_report> vtrace_gradient(const vtrace_batch<float>& batch,
+                                      const vtrace_config& config) override {
+    if (gradients++ == 0) {
+      const size_t n = batch.steps * batch.envs;
+      old_logp.assign(batch.behavior_logprob, batch.behavior_logprob + n);
+      actions.assign(batch.discrete_actions, batch.discrete_actions + n);
+    }
+    return delegating_backend::vtrace_gradient(batch, config);
+  }
+
   size_t gradients = 0;
   std::vector<float> old_logp, obs; ///< the first gradient's
   std::vector<int64_t> actions;     ///< the first gradient's
 
 private:
-  std::unique_ptr<learner_backend> inner_;
   int64_t obs_dim_;
 };
 
@@ -438,20 +456,10 @@ namespace {
 
 // A CPU backend that records every minibatch it is given and, when told to,
 // claims to run whole updates (running them minibatch by minibatch itself).
-class minibatch_recorder final : public learner_backend {
+class minibatch_recorder final : public delegating_backend {
 public:
   minibatch_recorder(const model_spec& spec, bool fuse)
-    : inner_(make_cpu_backend(spec, adam_config{})), spec_(spec), fuse_(fuse) {}
-  device_kind device() const noexcept override { return inner_->device(); }
-  status load(const float* params, const float* buffers) override {
-    return inner_->load(params, buffers);
-  }
-  status store(float* params, float* buffers) override {
-    return inner_->store(params, buffers);
-  }
-  status read_global_stats(const std::vector<stats_view*>& views) override {
-    return inner_->read_global_stats(views);
-  }
+    : delegating_backend(spec), spec_(spec), fuse_(fuse) {}
   result<loss_report> ppo_gradient(const ppo_batch<float>& b,
                                    const ppo_config& config) override {
     const size_t od = static_cast<size_t>(spec_.obs_dim);
@@ -464,16 +472,11 @@ public:
       rows.push_back(b.old_values[r]);
     }
     minibatches.push_back(std::move(rows));
-    return inner_->ppo_gradient(b, config);
+    return delegating_backend::ppo_gradient(b, config);
   }
-  result<loss_report> vtrace_gradient(const vtrace_batch<float>& b,
-                                      const vtrace_config& config) override {
-    return inner_->vtrace_gradient(b, config);
-  }
-  status read_gradient(float* grad) override { return inner_->read_gradient(grad); }
   result<double> apply_gradient(double lr, double max_grad_norm) override {
     steps.push_back({lr, max_grad_norm});
-    return inner_->apply_gradient(lr, max_grad_norm);
+    return delegating_backend::apply_gradient(lr, max_grad_norm);
   }
   bool fuses_updates() const noexcept override { return fuse_; }
   result<ppo_update_report> ppo_update(const ppo_update_request& request,
@@ -481,22 +484,12 @@ public:
     whole_updates += 1;
     return ppo_update_stepwise(*this, spec_, request, config);
   }
-  status read_optimizer(float* m, float* v, int64_t* s) override {
-    return inner_->read_optimizer(m, v, s);
-  }
-  status write_optimizer(const float* m, const float* v, int64_t s) override {
-    return inner_->write_optimizer(m, v, s);
-  }
-  const std::vector<kernels::moments>& batch_moments() const noexcept override {
-    return inner_->batch_moments();
-  }
 
   std::vector<std::vector<float>> minibatches;  ///< each minibatch's rows, in order
   std::vector<std::pair<double, double>> steps; ///< (lr, clip) of each applied step
   size_t whole_updates = 0;
 
 private:
-  std::unique_ptr<learner_backend> inner_;
   model_spec spec_;
   bool fuse_;
 };

@@ -78,6 +78,33 @@ struct host_batch {
   }
 };
 
+// A model of obs_dim inputs and `hidden` layers: a box head of 2 actions, or
+// a discrete one of 3 (host_batch draws actions in [0, 3)).
+model_spec parity_spec(int64_t obs_dim, std::vector<int64_t> hidden, bool box,
+                       batch_norm_mode bn = batch_norm_mode::none) {
+  model_spec spec;
+  spec.obs_dim = obs_dim;
+  spec.hidden = std::move(hidden);
+  spec.batch_norm = bn;
+  if (box) {
+    spec.action = action_kind::box;
+    spec.act_dim = 2;
+  } else {
+    spec.n = 3;
+  }
+  return spec;
+}
+
+// The largest |a[i] - b[i]|.
+template <class A, class B>
+double max_abs_diff(const std::vector<A>& a, const std::vector<B>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst =
+      std::max(worst, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+  return worst;
+}
+
 double normwise(const std::vector<float>& a, const std::vector<double>& b) {
   double diff = 0, norm = 0;
   for (size_t i = 0; i < b.size(); ++i) {
@@ -103,16 +130,7 @@ void check_against_float64(const backend_factory& make) {
       std::string bn_name = to_string(bn);
       CAPTURE(bn_name);
       CAPTURE(box);
-      model_spec spec;
-      spec.obs_dim = 6;
-      spec.hidden = {32, 32};
-      spec.batch_norm = bn;
-      if (box) {
-        spec.action = action_kind::box;
-        spec.act_dim = 2;
-      } else {
-        spec.n = 3;
-      }
+      const model_spec spec = parity_spec(6, {32, 32}, box, bn);
       actor_critic model(spec, rng());
       adam_config adam;
       auto backend = make(spec, adam);
@@ -169,10 +187,7 @@ void check_against_float64(const backend_factory& make) {
           p64[i] - step * m / (std::sqrt(v) / std::sqrt(1 - adam.beta2) + adam.eps);
       }
       // Adam moves every parameter by about lr: compare the moves.
-      double worst = 0;
-      for (size_t i = 0; i < p64.size(); ++i)
-        worst = std::max(worst, std::abs(params[i] - expected[i]));
-      CHECK(worst <= 1e-3 * 0.02);
+      CHECK(max_abs_diff(params, expected) <= 1e-3 * 0.02);
       if (bn == batch_norm_mode::local) {
         const auto& slot = model.layout().actor.hidden[0].batch_norm;
         CHECK(buffers[slot.running_mean] ==
@@ -275,16 +290,7 @@ void check_vtrace_against_float64(const backend_factory& make) {
       std::string bn_name = to_string(bn);
       CAPTURE(bn_name);
       CAPTURE(box);
-      model_spec spec;
-      spec.obs_dim = 5;
-      spec.hidden = {32, 16};
-      spec.batch_norm = bn;
-      if (box) {
-        spec.action = action_kind::box;
-        spec.act_dim = 2;
-      } else {
-        spec.n = 3;
-      }
+      const model_spec spec = parity_spec(5, {32, 16}, box, bn);
       actor_critic model(spec, rng());
       auto backend = make(spec, adam_config{});
       REQUIRE(backend->load(model.params(), model.buffers()));
@@ -569,15 +575,7 @@ TEST_CASE("the CUDA backend's whole update, eager, captured and replayed, matche
   std::mt19937_64 rng(seed);
   for (bool box : {false, true}) {
     CAPTURE(box);
-    model_spec spec;
-    spec.obs_dim = 5;
-    spec.hidden = {32, 16};
-    if (box) {
-      spec.action = action_kind::box;
-      spec.act_dim = 2;
-    } else {
-      spec.n = 3;
-    }
+    const model_spec spec = parity_spec(5, {32, 16}, box);
     actor_critic model(spec, rng());
     adam_config adam;
     auto fused = make_cuda_backend(spec, adam);
@@ -620,10 +618,7 @@ TEST_CASE("the CUDA backend's whole update, eager, captured and replayed, matche
       }
       // Adam moves each parameter by about lr per step: compare the moves.
       auto pa = params_of(**fused, model), pb = params_of(**stepwise, model);
-      double worst = 0;
-      for (size_t i = 0; i < pa.size(); ++i)
-        worst = std::max(worst, static_cast<double>(std::abs(pa[i] - pb[i])));
-      CHECK(worst <= in.request.lr * 0.05);
+      CHECK(max_abs_diff(pa, pb) <= in.request.lr * 0.05);
     }
     std::vector<float> ma(model.param_count()), va(ma.size()), mb(ma.size()),
       vb(ma.size());
@@ -674,8 +669,5 @@ TEST_CASE("the CUDA backend hands out and takes Adam's state, and steps from it 
     REQUIRE(b->apply_gradient(1e-3, 0.5));
   }
   auto pa = params_of(**cuda, model), pb = params_of(*cpu, model);
-  double worst = 0;
-  for (size_t i = 0; i < n; ++i)
-    worst = std::max(worst, static_cast<double>(std::abs(pa[i] - pb[i])));
-  CHECK(worst <= 1e-3 * 0.02);
+  CHECK(max_abs_diff(pa, pb) <= 1e-3 * 0.02);
 }
