@@ -279,17 +279,7 @@ public:
     moment_index_ = 0;
     TROUPE_TRY(forward(layout_.actor, actor_, obs_.data(), rows));
     TROUPE_TRY(forward(layout_.critic, critic_, obs_.data(), rows));
-    TROUPE_TRY(logp_.reserve(n));
-    TROUPE_TRY(entropy_.reserve(n));
-    TROUPE_TRY(head_aux_.reserve(n * head));
-    if (box)
-      TROUPE_TRY(kernels::cuda_gaussian_forward_async(
-        actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), n, head,
-        head_aux_.data(), logp_.data(), entropy_.data(), stream()));
-    else
-      TROUPE_TRY(kernels::cuda_categorical_forward_async(
-        actor_.out.data(), actions_.data(), n, head, head_aux_.data(), logp_.data(),
-        entropy_.data(), stream()));
+    TROUPE_TRY(head_forward(n));
     // The recursion runs backward in time along each trajectory: a sequential
     // loop of steps * envs numbers, done on the host.
     host_logp_.resize(n);
@@ -325,18 +315,7 @@ public:
     TROUPE_TRY(upload(d_value_, d_value.data(), rows));
     TROUPE_TRY(d_head_.reserve(rows * head));
     TROUPE_TRY(kernels::cuda_zero(d_head_.data(), rows * head * sizeof(float), stream()));
-    if (box) {
-      TROUPE_TRY(d_log_std_rows_.reserve(n * head));
-      TROUPE_TRY(kernels::cuda_gaussian_backward_async(
-        head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
-        d_entropy_.data(), n, head, d_head_.data(), d_log_std_rows_.data(), stream()));
-      TROUPE_TRY(ctx_->column_sums(d_log_std_rows_.data(), n, head,
-                                   grad_.data() + layout_.log_std));
-    } else {
-      TROUPE_TRY(kernels::cuda_categorical_backward_async(
-        head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(),
-        d_entropy_.data(), n, head, d_head_.data(), stream()));
-    }
+    TROUPE_TRY(head_backward(n));
     TROUPE_TRY(backward(layout_.actor, actor_, obs_.data(), rows, d_head_.data()));
     TROUPE_TRY(backward(layout_.critic, critic_, obs_.data(), rows, d_value_.data()));
     TROUPE_TRY(ctx_->synchronize());
@@ -512,27 +491,51 @@ private:
     return ctx_->reserve_rows(rows);
   }
 
+  // The policy head over the first `rows` rows of the actor's output: the
+  // log-probability of each row's action (box_actions_ or actions_) into
+  // logp_, the entropy into entropy_, what the backward pass needs into
+  // head_aux_.
+  status head_forward(size_t rows) {
+    const size_t head = static_cast<size_t>(spec_.head_dim());
+    TROUPE_TRY(logp_.reserve(rows));
+    TROUPE_TRY(entropy_.reserve(rows));
+    TROUPE_TRY(head_aux_.reserve(rows * head));
+    if (spec_.action == action_kind::box)
+      return kernels::cuda_gaussian_forward_async(
+        actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), rows,
+        head, head_aux_.data(), logp_.data(), entropy_.data(), stream());
+    return kernels::cuda_categorical_forward_async(
+      actor_.out.data(), actions_.data(), rows, head, head_aux_.data(), logp_.data(),
+      entropy_.data(), stream());
+  }
+
+  // The head's backward pass over `rows` rows from d_logp_ and d_entropy_:
+  // the gradient of the actor's output into d_head_ (sized by the caller) and,
+  // for a box head, the log-std's gradient into grad_.
+  status head_backward(size_t rows) {
+    const size_t head = static_cast<size_t>(spec_.head_dim());
+    if (spec_.action != action_kind::box)
+      return kernels::cuda_categorical_backward_async(
+        head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(),
+        d_entropy_.data(), rows, head, d_head_.data(), stream());
+    TROUPE_TRY(d_log_std_rows_.reserve(rows * head));
+    TROUPE_TRY(kernels::cuda_gaussian_backward_async(
+      head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
+      d_entropy_.data(), rows, head, d_head_.data(), d_log_std_rows_.data(), stream()));
+    return ctx_->column_sums(d_log_std_rows_.data(), rows, head,
+                             grad_.data() + layout_.log_std);
+  }
+
   // Enqueues the loss and gradient (into grad_) of the minibatch in obs_,
   // actions_ or box_actions_, old_logp_, adv_ (normalized), ret_ and old_v_,
   // with its five term sums written to `sums` (device): no host
   // synchronization, and no allocation once reserve_ppo(rows) was called.
   status enqueue_ppo(size_t rows, const ppo_config& config, float* sums) {
     const size_t head = static_cast<size_t>(spec_.head_dim());
-    const bool box = spec_.action == action_kind::box;
     TROUPE_TRY(forward(layout_.actor, actor_, obs_.data(), rows));
     TROUPE_TRY(forward(layout_.critic, critic_, obs_.data(), rows));
 
-    TROUPE_TRY(logp_.reserve(rows));
-    TROUPE_TRY(entropy_.reserve(rows));
-    TROUPE_TRY(head_aux_.reserve(rows * head));
-    if (box)
-      TROUPE_TRY(kernels::cuda_gaussian_forward_async(
-        actor_.out.data(), params_.data() + layout_.log_std, box_actions_.data(), rows,
-        head, head_aux_.data(), logp_.data(), entropy_.data(), stream()));
-    else
-      TROUPE_TRY(kernels::cuda_categorical_forward_async(
-        actor_.out.data(), actions_.data(), rows, head, head_aux_.data(), logp_.data(),
-        entropy_.data(), stream()));
+    TROUPE_TRY(head_forward(rows));
     TROUPE_TRY(d_logp_.reserve(rows));
     TROUPE_TRY(d_entropy_.reserve(rows));
     TROUPE_TRY(d_value_.reserve(rows));
@@ -550,18 +553,7 @@ private:
     TROUPE_TRY(ctx_->column_sums(terms_.data(), rows, 5, sums));
 
     TROUPE_TRY(d_head_.reserve(rows * head));
-    if (box) {
-      TROUPE_TRY(d_log_std_rows_.reserve(rows * head));
-      TROUPE_TRY(kernels::cuda_gaussian_backward_async(
-        head_aux_.data(), params_.data() + layout_.log_std, d_logp_.data(),
-        d_entropy_.data(), rows, head, d_head_.data(), d_log_std_rows_.data(), stream()));
-      TROUPE_TRY(ctx_->column_sums(d_log_std_rows_.data(), rows, head,
-                                   grad_.data() + layout_.log_std));
-    } else {
-      TROUPE_TRY(kernels::cuda_categorical_backward_async(
-        head_aux_.data(), entropy_.data(), actions_.data(), d_logp_.data(),
-        d_entropy_.data(), rows, head, d_head_.data(), stream()));
-    }
+    TROUPE_TRY(head_backward(rows));
     TROUPE_TRY(backward(layout_.actor, actor_, obs_.data(), rows, d_head_.data()));
     return backward(layout_.critic, critic_, obs_.data(), rows, d_value_.data());
   }
