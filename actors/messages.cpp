@@ -1,4 +1,5 @@
 #include "actors/messages.hpp"
+#include "actors/replica.hpp"
 
 namespace troupe::actors {
 
@@ -30,6 +31,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<local_steps>("local_steps");
   cfg.add_message_type<parameter_server_status>("parameter_server_status");
   cfg.add_message_type<parameter_server_state>("parameter_server_state");
+  cfg.add_message_type<replica_status>("replica_status");
   cfg.add_message_type<learner_report>("learner_report");
   cfg.add_message_type<metrics_counters>("metrics_counters");
   cfg.add_message_type<supervisor_status>("supervisor_status");

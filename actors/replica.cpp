@@ -1,0 +1,524 @@
+#include "actors/replica.hpp"
+#include "actors/exceptions.hpp"
+#include "base/mutex.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace troupe::actors {
+
+uint64_t weights_hash(const std::vector<float>& params,
+                      const std::vector<float>& buffers) {
+  // FNV-1a over 32-bit words, then a final mix: every bit of every weight
+  // counts, and the result does not depend on anything but the bytes.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto feed = [&](const std::vector<float>& v) {
+    for (float x : v) {
+      uint32_t w;
+      std::memcpy(&w, &x, sizeof w);
+      h ^= w;
+      h *= 0x100000001b3ull;
+    }
+    h ^= v.size();
+    h *= 0x100000001b3ull;
+  };
+  feed(params);
+  feed(buffers);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h;
+}
+
+namespace {
+
+using round_done_atom = caf::atom_constant<caf::atom("round_done")>;
+using idle_atom = caf::atom_constant<caf::atom("round_idle")>;
+
+// The all-reduce runs on a thread of its own, so that the replica keeps
+// taking its learners' gradients (for the next round) while a round is in
+// flight. One job at a time: the replica hands a buffer over, the thread
+// reduces it in place and tells the replica.
+class round_thread {
+public:
+  round_thread(std::shared_ptr<collective> group, caf::actor_addr owner)
+    : group_(std::move(group)), owner_(std::move(owner)), thread_([this] { run(); }) {}
+
+  ~round_thread() {
+    {
+      base::mutex_lock lock(mtx_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  round_thread(const round_thread&) = delete;
+  round_thread& operator=(const round_thread&) = delete;
+
+  // Starts reducing `buf` (round `round`); the replica learns of the end
+  // through a round_done message.
+  void start(std::vector<double> buf, uint64_t round) TROUPE_EXCLUDES(mtx_) {
+    {
+      base::mutex_lock lock(mtx_);
+      buf_ = std::move(buf);
+      round_ = round;
+      job_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  // The reduced buffer and the outcome of the last round.
+  std::pair<status, std::vector<double>> take() TROUPE_EXCLUDES(mtx_) {
+    base::mutex_lock lock(mtx_);
+    return {std::move(outcome_), std::move(buf_)};
+  }
+
+private:
+  void run() TROUPE_EXCLUDES(mtx_) {
+    for (;;) {
+      std::vector<double> buf;
+      uint64_t round = 0;
+      {
+        base::mutex_lock lock(mtx_);
+        lock.wait(cv_, [&]() TROUPE_REQUIRES(mtx_) { return job_ || quit_; });
+        if (quit_)
+          return;
+        job_ = false;
+        buf = std::move(buf_);
+        round = round_;
+      }
+      auto s = group_->allreduce_sum(buf.data(), buf.size());
+      {
+        base::mutex_lock lock(mtx_);
+        buf_ = std::move(buf);
+        outcome_ = std::move(s);
+      }
+      // A weak reference: a replica nobody holds may end while a round flies.
+      if (auto owner = caf::actor_cast<caf::actor>(owner_))
+        caf::anon_send(owner, round_done_atom::value, round);
+    }
+  }
+
+  std::shared_ptr<collective> group_;
+  caf::actor_addr owner_;
+  base::mutex mtx_;
+  std::condition_variable cv_;
+  std::vector<double> buf_ TROUPE_GUARDED_BY(mtx_);
+  uint64_t round_ TROUPE_GUARDED_BY(mtx_) = 0;
+  status outcome_ TROUPE_GUARDED_BY(mtx_);
+  bool job_ TROUPE_GUARDED_BY(mtx_) = false;
+  bool quit_ TROUPE_GUARDED_BY(mtx_) = false;
+  std::thread thread_; // last: started once the members above exist
+};
+
+// A gradient waiting for its round: sync mode answers it when the round is
+// applied; async mode holds a learner's second gradient until the next round.
+struct waiting_gradient {
+  gradient_update g;
+  caf::typed_response_promise<weights_reply> promise;
+};
+
+// This host's part of one round: sums weighted by samples, in double.
+struct round_sums {
+  std::vector<double> grad;    // sum of samples * gradient
+  std::vector<double> buffers; // sum of samples * batch-norm buffers
+  double weight = 0;           // sum of samples
+  double buffer_weight = 0;    // sum of samples of the gradients with buffers
+  double lr_sum = 0;           // sum of learning rates (the round's lr is their mean)
+  double gradients = 0;        // gradients in the round
+  double env_steps = 0;        // batch env steps of the batches that end in it
+  double batches = 0;          // batches that end in it
+  std::set<std::string> learners;
+  std::vector<waiting_gradient> answer_after; // sync: answered when applied
+
+  void reset(size_t params, size_t buffer_count) {
+    grad.assign(params, 0.0);
+    buffers.assign(buffer_count, 0.0);
+    weight = buffer_weight = lr_sum = gradients = env_steps = batches = 0;
+    learners.clear();
+    answer_after.clear();
+  }
+
+  bool empty() const { return gradients == 0; }
+};
+
+// Where each number sits in the buffer a round all-reduces: the gradient
+// sum, the buffer sum, then the scalars, then the weights' hash in three
+// 21-bit pieces, each with its square (all equal on every host exactly when
+// size * sum(h^2) == sum(h)^2, and sums of integers below 2^53 are exact in
+// any order).
+constexpr size_t scalar_count = 7;
+constexpr size_t hash_pieces = 3;
+constexpr size_t tail_count = scalar_count + 2 * hash_pieces;
+
+struct replica_state {
+  replica_options opts;
+  std::shared_ptr<collective> group;
+  std::shared_ptr<policy_store> store;
+  std::vector<float> params;
+  std::vector<float> buffers;
+  std::unique_ptr<learners::adam_optimizer> adam;
+  parameter_server_status counters;
+  replica_status rounds;
+  round_sums next;   // the round being gathered
+  round_sums flying; // the round in flight (sync: its learners wait)
+  bool in_flight = false;
+  uint64_t launched = 0; // rounds started
+  std::chrono::steady_clock::time_point started;
+  std::map<std::string, waiting_gradient> held; // async: for the round after next
+  std::vector<float> step_grad;
+  uint64_t expected = 0; // sync: this host's learners in a round
+  bool idle_pending = false;
+  bool draining = false;
+  uint64_t logged_drops = 0;
+  uint64_t logged_rejects = 0;
+  std::unique_ptr<round_thread> thread; // last: joined first
+};
+
+using replica_actor = caf::stateful_actor<replica_state>;
+
+weights_reply current(const replica_state& st, bool applied) {
+  return weights_reply{st.counters.version, applied,    st.draining, false,
+                       st.params,           st.buffers, false,       false};
+}
+
+std::string first_non_finite(const gradient_update& g) {
+  for (size_t i = 0; i < g.grad.size(); ++i)
+    if (!std::isfinite(g.grad[i]))
+      return fmt::format("gradient[{}] is {}", i, g.grad[i]);
+  for (size_t i = 0; i < g.buffers.size(); ++i)
+    if (!std::isfinite(g.buffers[i]))
+      return fmt::format("batch-norm buffer[{}] is {}", i, g.buffers[i]);
+  return {};
+}
+
+// Holds a learner's gradient for the round after the one being gathered; one
+// held before under its name (a replaced learner's) is answered, unapplied.
+void hold(replica_state& s, gradient_update&& g,
+          caf::typed_response_promise<weights_reply> promise) {
+  const std::string name = g.learner;
+  auto it = s.held.find(name);
+  if (it != s.held.end())
+    it->second.promise.deliver(current(s, false));
+  s.held[name] = waiting_gradient{std::move(g), std::move(promise)};
+}
+
+// Adds a gradient to the round being gathered.
+void add(replica_state& s, const gradient_update& g) {
+  const double w = static_cast<double>(std::max<uint64_t>(g.samples, 1));
+  for (size_t i = 0; i < g.grad.size(); ++i)
+    s.next.grad[i] += w * g.grad[i];
+  if (!g.buffers.empty() && g.buffers.size() == s.buffers.size()) {
+    for (size_t i = 0; i < g.buffers.size(); ++i)
+      s.next.buffers[i] += w * g.buffers[i];
+    s.next.buffer_weight += w;
+  }
+  s.next.weight += w;
+  s.next.lr_sum += g.learning_rate;
+  s.next.gradients += 1;
+  if (g.batch_env_steps > 0) {
+    s.next.env_steps += static_cast<double>(g.batch_env_steps);
+    s.next.batches += 1;
+  }
+  s.next.learners.insert(g.learner);
+  s.rounds.contributed += 1;
+}
+
+bool ready(const replica_state& s) {
+  if (s.in_flight || s.draining)
+    return false;
+  if (s.opts.sync)
+    return s.next.learners.size() >= s.expected;
+  return !s.next.empty();
+}
+
+void launch(replica_actor* self);
+
+void maybe_launch(replica_actor* self) {
+  auto& s = self->state;
+  if (ready(s)) {
+    launch(self);
+  } else if (!s.opts.sync && !s.in_flight && !s.draining && !s.idle_pending) {
+    // Nothing to send: enter the next round after a while anyway, so that the
+    // other hosts' round completes.
+    s.idle_pending = true;
+    self->delayed_send(self, s.opts.idle_round, idle_atom::value, s.launched);
+  }
+}
+
+void launch(replica_actor* self) {
+  auto& s = self->state;
+  const size_t p = s.params.size(), b = s.buffers.size();
+  std::vector<double> buf;
+  buf.reserve(p + b + tail_count);
+  buf.insert(buf.end(), s.next.grad.begin(), s.next.grad.end());
+  buf.insert(buf.end(), s.next.buffers.begin(), s.next.buffers.end());
+  for (double x : {s.next.weight, s.next.buffer_weight, s.next.lr_sum, s.next.gradients,
+                   s.next.env_steps, s.next.batches, 1.0})
+    buf.push_back(x);
+  const uint64_t h = weights_hash(s.params, s.buffers);
+  for (size_t k = 0; k < hash_pieces; ++k) {
+    const double piece = static_cast<double>((h >> (21 * k)) & ((1ull << 21) - 1));
+    buf.push_back(piece);
+    buf.push_back(piece * piece);
+  }
+  s.rounds.reduced_bytes += buf.size() * sizeof(double);
+  std::swap(s.flying, s.next);
+  s.next.reset(p, b);
+  s.in_flight = true;
+  s.started = std::chrono::steady_clock::now();
+  s.thread->start(std::move(buf), s.launched++);
+  // The gradients held for this round's successor go into it now (async:
+  // answered at once; sync: when it is applied).
+  auto held = std::move(s.held);
+  s.held.clear();
+  for (auto& [name, w] : held) {
+    add(s, w.g);
+    if (s.opts.sync)
+      s.next.answer_after.push_back(waiting_gradient{gradient_update{}, w.promise});
+    else
+      w.promise.deliver(current(s, true));
+  }
+}
+
+void fail(replica_actor* self, const std::string& why) {
+  auto& s = self->state;
+  write_log(s.opts.log, log_level::error, why);
+  auto reply = current(s, false);
+  reply.rejected = true;
+  for (auto& w : s.flying.answer_after)
+    w.promise.deliver(reply);
+  for (auto& w : s.next.answer_after)
+    w.promise.deliver(reply);
+  for (auto& [name, w] : s.held)
+    w.promise.deliver(reply);
+  s.flying.answer_after.clear();
+  s.next.answer_after.clear();
+  s.held.clear();
+  self->quit(to_caf_error(make_error(errc::unavailable, "{}", why)));
+}
+
+// A round's result: the same numbers on every host, applied the same way.
+void complete(replica_actor* self, uint64_t round) {
+  auto& s = self->state;
+  auto [outcome, buf] = s.thread->take();
+  s.in_flight = false;
+  const auto ns =
+    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now() - s.started)
+                            .count());
+  s.rounds.round_ns_sum += ns;
+  s.rounds.round_ns_max = std::max(s.rounds.round_ns_max, ns);
+  if (!outcome.ok())
+    return fail(self, fmt::format("replica of host '{}': round {} failed: {}",
+                                  s.opts.host, round, outcome.err().message));
+  const size_t p = s.params.size(), b = s.buffers.size();
+  const double* tail = buf.data() + p + b;
+  const double weight = tail[0], buffer_weight = tail[1], lr_sum = tail[2],
+               gradients = tail[3], env_steps = tail[4], batches = tail[5],
+               members = tail[6];
+  const auto n = static_cast<unsigned __int128>(members);
+  for (size_t k = 0; k < hash_pieces; ++k) {
+    const auto sum = static_cast<unsigned __int128>(tail[scalar_count + 2 * k]);
+    const auto sum_sq = static_cast<unsigned __int128>(tail[scalar_count + 2 * k + 1]);
+    if (n * sum_sq != sum * sum)
+      return fail(
+        self, fmt::format("replica of host '{}': the weights differ between hosts at "
+                          "round {} (version {}; this host's weights hash to {:#018x}): "
+                          "the replicas no longer apply the same steps",
+                          s.opts.host, round, s.counters.version,
+                          weights_hash(s.params, s.buffers)));
+  }
+  if (members != static_cast<double>(s.group->size()))
+    return fail(self, fmt::format("replica of host '{}': round {} counted {} members, "
+                                  "the group has {}",
+                                  s.opts.host, round, members, s.group->size()));
+  s.rounds.rounds += 1;
+  if (gradients == 0) {
+    s.rounds.empty_rounds += 1;
+  } else {
+    s.step_grad.resize(p);
+    for (size_t i = 0; i < p; ++i)
+      s.step_grad[i] = static_cast<float>(buf[i] / weight);
+    if (buffer_weight > 0)
+      for (size_t i = 0; i < b; ++i)
+        s.buffers[i] = static_cast<float>(buf[p + i] / buffer_weight);
+    if (s.opts.max_grad_norm > 0)
+      learners::clip_grad_norm(s.step_grad.data(), p, s.opts.max_grad_norm);
+    s.adam->step(s.params.data(), s.step_grad.data(), lr_sum / gradients);
+    s.counters.version += 1;
+    s.counters.applied += static_cast<uint64_t>(gradients);
+    s.counters.batches += static_cast<uint64_t>(batches);
+    s.counters.env_steps += static_cast<uint64_t>(env_steps);
+    for (const auto& name : s.flying.learners)
+      s.counters.applied_by_learner[name] += 1;
+    if (s.store)
+      s.store->publish(s.counters.version, s.params.data(),
+                       s.buffers.empty() ? nullptr : s.buffers.data());
+  }
+  s.rounds.weights_hash = weights_hash(s.params, s.buffers);
+  auto reply = current(s, true);
+  auto waiting = std::move(s.flying.answer_after);
+  s.flying.answer_after.clear();
+  for (auto& w : waiting)
+    w.promise.deliver(reply);
+  maybe_launch(self);
+}
+
+caf::behavior replica(replica_actor* self, replica_options opts,
+                      std::shared_ptr<collective> group, std::vector<float> params,
+                      std::vector<float> buffers, std::shared_ptr<policy_store> store) {
+  auto& st = self->state;
+  st.opts = std::move(opts);
+  convert_exceptions(self, "replica", st.opts.log);
+  st.group = std::move(group);
+  st.store = std::move(store);
+  st.params = std::move(params);
+  st.buffers = std::move(buffers);
+  st.adam = std::make_unique<learners::adam_optimizer>(st.params.size(), st.opts.adam);
+  st.expected = st.opts.num_learners;
+  st.next.reset(st.params.size(), st.buffers.size());
+  st.flying.reset(st.params.size(), st.buffers.size());
+  st.rounds.group_size = st.group->size();
+  st.rounds.weights_hash = weights_hash(st.params, st.buffers);
+  st.thread = std::make_unique<round_thread>(st.group, self->address());
+  maybe_launch(self);
+  return {
+    [self](gradient_update& g) -> caf::result<weights_reply> {
+      auto& s = self->state;
+      s.counters.received += 1;
+      if (g.grad.size() != s.params.size())
+        return to_caf_error(make_error(errc::invalid_argument,
+                                       "replica: gradient from '{}' has {} numbers, "
+                                       "expected {}",
+                                       g.learner, g.grad.size(), s.params.size()));
+      const uint64_t staleness =
+        s.counters.version > g.base_version ? s.counters.version - g.base_version : 0;
+      s.counters.max_staleness_seen = std::max(s.counters.max_staleness_seen, staleness);
+      if (s.draining)
+        return current(s, false);
+      if (const auto bad = first_non_finite(g); !bad.empty()) {
+        s.counters.rejected += 1;
+        s.counters.rejected_by_learner[g.learner] += 1;
+        if (s.logged_rejects++ < 5)
+          write_log(s.opts.log,
+                    fmt::format("replica: rejected a gradient from '{}' computed on "
+                                "version {}: {} (rejected from it so far: {})",
+                                g.learner, g.base_version, bad,
+                                s.counters.rejected_by_learner[g.learner]));
+        auto reply = current(s, false);
+        reply.rejected = true;
+        return reply;
+      }
+      if (s.opts.sync) {
+        auto promise = self->make_response_promise<weights_reply>();
+        if (s.next.learners.count(g.learner)) {
+          // A replacement's gradient: the orphan is answered, unapplied; the
+          // sums cannot drop it, so the replacement waits for the next round.
+          write_log(s.opts.log,
+                    fmt::format("replica: a second gradient from '{}' in one round "
+                                "waits for the next",
+                                g.learner));
+          hold(s, std::move(g), promise);
+          return promise;
+        }
+        add(s, g);
+        s.next.answer_after.push_back(waiting_gradient{gradient_update{}, promise});
+        maybe_launch(self);
+        return promise;
+      }
+      if (staleness > s.opts.max_staleness) {
+        s.counters.dropped += 1;
+        if (s.logged_drops++ < 5)
+          write_log(s.opts.log,
+                    fmt::format("replica: dropped a gradient from '{}' computed on "
+                                "version {} (now {}, max_staleness {})",
+                                g.learner, g.base_version, s.counters.version,
+                                s.opts.max_staleness));
+        return current(s, false);
+      }
+      if (s.next.learners.count(g.learner)) {
+        // One gradient per learner and round: this one opens the next round.
+        s.rounds.held += 1;
+        auto promise = self->make_response_promise<weights_reply>();
+        hold(s, std::move(g), promise);
+        return promise;
+      }
+      add(s, g);
+      maybe_launch(self);
+      return current(s, true);
+    },
+    [self](round_done_atom, uint64_t round) { complete(self, round); },
+    [self](idle_atom, uint64_t launched) {
+      auto& s = self->state;
+      s.idle_pending = false;
+      if (s.in_flight || s.draining)
+        return;
+      if (s.launched == launched && s.next.empty())
+        launch(self); // nothing of ours: the others' round must not wait
+      else
+        maybe_launch(self);
+    },
+    [self](leave_atom, const std::string& learner) -> uint64_t {
+      // Sync: a learner that ends no longer holds up the rounds.
+      auto& s = self->state;
+      if (s.opts.sync && s.expected > 0 && !s.next.learners.count(learner))
+        s.expected -= 1;
+      maybe_launch(self);
+      return s.expected;
+    },
+    [self](weights_atom) { return current(self->state, true); },
+    [self](stop_atom) {
+      auto& s = self->state;
+      s.draining = true;
+      auto reply = current(s, false);
+      for (auto& w : s.next.answer_after)
+        w.promise.deliver(reply);
+      s.next.answer_after.clear();
+      for (auto& [name, w] : s.held)
+        w.promise.deliver(reply);
+      s.held.clear();
+    },
+    [self](status_atom) {
+      auto out = self->state.counters;
+      out.members = self->state.expected;
+      return out;
+    },
+    [self](rounds_atom) { return self->state.rounds; },
+    [self](state_atom) {
+      auto& s = self->state;
+      parameter_server_state out;
+      out.version = s.counters.version;
+      out.adam_steps = s.adam->steps();
+      out.params = s.params;
+      out.buffers = s.buffers;
+      out.adam_m = s.adam->first_moment();
+      out.adam_v = s.adam->second_moment();
+      out.counters = s.counters;
+      return out;
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_replica(caf::actor_system& sys, replica_options opts,
+                         std::shared_ptr<collective> group, std::vector<float> params,
+                         std::vector<float> buffers,
+                         std::shared_ptr<policy_store> store) {
+  return sys.spawn<caf::detached>(replica, std::move(opts), std::move(group),
+                                  std::move(params), std::move(buffers),
+                                  std::move(store));
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,80 @@
+// One host's replica of the parameter server (docs/cluster.md, "The data
+// plane"): it takes its own learners' gradients as the parameter server does,
+// sums them per round, all-reduces the sums with the other hosts' replicas
+// through a collective, and applies the identical result with its own Adam,
+// so the weights stay bit-identical on every host.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/collective.hpp"
+#include "actors/log.hpp"
+#include "actors/messages.hpp"
+#include "actors/policy_store.hpp"
+#include "learners/optimizer.hpp"
+
+namespace troupe::actors {
+
+/// Settings of a replica.
+struct replica_options {
+  /// Sync mode (DD-PPO): a round waits for one gradient of each of this
+  /// host's `num_learners` learners and answers them with the round's
+  /// weights. Async mode: a gradient is answered at once, and a learner has at
+  /// most one gradient in a round (a second one waits for the next round).
+  bool sync = false;
+  uint64_t num_learners = 1;  ///< sync: this host's learners in each round
+  uint64_t max_staleness = 4; ///< async: drop gradients older than this many versions
+  double max_grad_norm = 0.5; ///< clip of the round's mean gradient; <= 0: none
+  learners::adam_config adam; ///< Adam settings (lr is the round's mean lr)
+  /// Async: a host without a gradient enters the next round after this long,
+  /// with nothing, so that the others' round can complete.
+  std::chrono::microseconds idle_round{2000};
+  std::string host; ///< this host's name in messages
+  log_sink log;     ///< empty: nowhere
+};
+
+/// Counters of a replica's rounds.
+struct replica_status {
+  uint64_t rounds = 0;        ///< rounds completed
+  uint64_t empty_rounds = 0;  ///< of them, rounds without any gradient on any host
+  uint64_t contributed = 0;   ///< this host's gradients sent into rounds
+  uint64_t held = 0;          ///< async: gradients that waited for the next round
+  uint64_t weights_hash = 0;  ///< hash of the weights after the last round
+  uint64_t round_ns_sum = 0;  ///< time from a round's start to its result, summed
+  uint64_t round_ns_max = 0;  ///< the longest round
+  uint64_t group_size = 0;    ///< hosts in the group
+  uint64_t reduced_bytes = 0; ///< bytes this host handed to the all-reduce
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_status& x) {
+  return f(caf::meta::type_name("replica_status"), x.rounds, x.empty_rounds,
+           x.contributed, x.held, x.weights_hash, x.round_ns_sum, x.round_ns_max,
+           x.group_size, x.reduced_bytes);
+}
+
+/// Asks a replica for its replica_status (the parameter server's counters
+/// stay behind status_atom).
+using rounds_atom = caf::atom_constant<caf::atom("rounds")>;
+
+/// The hash a round carries: of the parameters and buffers, as bytes.
+uint64_t weights_hash(const std::vector<float>& params,
+                      const std::vector<float>& buffers);
+
+/// Spawns a replica (on its own thread) that starts from `params` and
+/// `buffers` (version 0) and all-reduces through `group`, whose members must
+/// start from the same weights. `store` (may be null) receives every
+/// version. A failed round or weights that differ between hosts end the
+/// replica with an error that says which.
+caf::actor spawn_replica(caf::actor_system& sys, replica_options opts,
+                         std::shared_ptr<collective> group, std::vector<float> params,
+                         std::vector<float> buffers,
+                         std::shared_ptr<policy_store> store = nullptr);
+
+} // namespace troupe::actors

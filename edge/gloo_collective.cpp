@@ -1,0 +1,187 @@
+#include "edge/gloo_collective.hpp"
+
+#include <exception>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include <gloo/allreduce.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/attr.h>
+#include <gloo/transport/tcp/device.h>
+
+namespace troupe::edge {
+
+status memory_store::set(const std::string& key, const std::vector<char>& value) {
+  {
+    base::mutex_lock lock(mtx_);
+    values_[key] = value;
+  }
+  changed_.notify_all();
+  return {};
+}
+
+result<std::vector<char>> memory_store::get(const std::string& key,
+                                            std::chrono::milliseconds timeout) {
+  base::mutex_lock lock(mtx_);
+  const bool found = lock.wait_for(
+    changed_, timeout, [&]() TROUPE_REQUIRES(mtx_) { return values_.count(key) > 0; });
+  if (!found)
+    return make_error(errc::unavailable, "rendezvous: key '{}' was not set within {} ms",
+                      key, timeout.count());
+  return values_[key];
+}
+
+namespace {
+
+// Gloo's store interface over ours: Gloo throws, ours returns errors.
+class store_adapter final : public gloo::rendezvous::Store {
+public:
+  store_adapter(rendezvous_store& inner, std::chrono::milliseconds timeout)
+    : inner_(inner), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    if (auto s = inner_.set(key, data); !s.ok())
+      throw gloo::IoException(s.err().message);
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    auto value = inner_.get(key, timeout_);
+    if (!value.ok())
+      throw gloo::IoException(value.err().message);
+    return std::move(value).value();
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (const auto& key : keys) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+      auto value = inner_.get(key, std::max(left, std::chrono::milliseconds(0)));
+      if (!value.ok())
+        throw gloo::IoException(value.err().message);
+    }
+  }
+
+private:
+  rendezvous_store& inner_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Gloo's messages span several lines and start with the source file; the
+// first line with the reason is what a reader needs, the rest follows.
+std::string gloo_reason(const std::exception& e) {
+  std::string text = e.what();
+  for (auto& c : text)
+    if (c == '\n')
+      c = ' ';
+  return text;
+}
+
+class gloo_collective final : public actors::collective {
+public:
+  gloo_collective(std::shared_ptr<gloo::Context> ctx, std::string label,
+                  std::chrono::milliseconds timeout)
+    : ctx_(std::move(ctx)), label_(std::move(label)), timeout_(timeout) {}
+
+  size_t rank() const override { return static_cast<size_t>(ctx_->rank); }
+  size_t size() const override { return static_cast<size_t>(ctx_->size); }
+
+  std::string describe() const override {
+    return fmt::format("rank {} of {}, {}", ctx_->rank, ctx_->size, label_);
+  }
+
+  status allreduce_sum(double* data, size_t count) override {
+    if (count == 0 || ctx_->size == 1)
+      return {};
+    try {
+      gloo::AllreduceOptions opts(ctx_);
+      opts.setOutput(data, count);
+      opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(
+          &gloo::sum<double>));
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::allreduce(opts);
+    } catch (const std::exception& e) {
+      return make_error(errc::unavailable,
+                        "gloo all-reduce of {} doubles ({}) failed: {}", count,
+                        describe(), gloo_reason(e));
+    }
+    return {};
+  }
+
+  status broadcast(void* data, size_t bytes, size_t root) override {
+    if (root >= size())
+      return make_error(errc::invalid_argument,
+                        "gloo broadcast ({}): root {} is not a member", describe(), root);
+    if (bytes == 0 || ctx_->size == 1)
+      return {};
+    try {
+      gloo::BroadcastOptions opts(ctx_);
+      opts.setOutput(static_cast<char*>(data), bytes);
+      opts.setRoot(static_cast<int>(root));
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout_);
+      gloo::broadcast(opts);
+    } catch (const std::exception& e) {
+      return make_error(errc::unavailable,
+                        "gloo broadcast of {} bytes from rank {} ({}) failed: {}", bytes,
+                        root, describe(), gloo_reason(e));
+    }
+    return {};
+  }
+
+private:
+  // Every member issues the same operations in the same order, so the same
+  // counter gives every operation one tag on every member.
+  uint32_t next_tag() { return tag_++; }
+
+  std::shared_ptr<gloo::Context> ctx_;
+  std::string label_;
+  std::chrono::milliseconds timeout_;
+  uint32_t tag_ = 0;
+};
+
+} // namespace
+
+result<std::unique_ptr<actors::collective>>
+connect_gloo_group(rendezvous_store& store, const gloo_group_options& o) {
+  const std::string label = o.label.empty() ? o.prefix : o.label;
+  if (o.size == 0 || o.rank >= o.size)
+    return make_error(errc::invalid_argument, "gloo group '{}': rank {} of {} members",
+                      label, o.rank, o.size);
+  if (o.interface_host.empty() || o.interface_host == "0.0.0.0" ||
+      o.interface_host == "::" || o.interface_host == "*")
+    return make_error(errc::invalid_argument,
+                      "gloo group '{}': the data interface must be one address, not '{}'",
+                      label, o.interface_host);
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = o.interface_host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(o.rank),
+                                                           static_cast<int>(o.size));
+    ctx->setTimeout(o.timeout);
+    store_adapter adapter(store, o.timeout);
+    gloo::rendezvous::PrefixStore prefixed(o.prefix, adapter);
+    ctx->connectFullMesh(prefixed, device);
+    return std::unique_ptr<actors::collective>(
+      std::make_unique<gloo_collective>(std::move(ctx), label, o.timeout));
+  } catch (const std::exception& e) {
+    return make_error(errc::unavailable,
+                      "gloo group '{}': rank {} of {} could not connect (data interface "
+                      "{}): {}",
+                      label, o.rank, o.size, o.interface_host, gloo_reason(e));
+  }
+}
+
+} // namespace troupe::edge
