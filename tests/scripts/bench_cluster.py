@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""CTest: scripts/bench-cluster, run tiny (N=1, 1 learner, 200,000 env steps,
-sampled every 20 ms, pinned with PIN=1), prints its figures and writes JSON with every key, whose
-figures agree with each other and with the kernel's view of the pinning; bad
-arguments are refused with exit 2 naming the argument, and a run that cannot
-start exits 1 saying which run.
+"""CTest: scripts/bench-cluster, run tiny (N=1, 1 learner, 200,000 env
+steps, sampled every 20 ms, pinned with PIN=1), prints its figures and writes
+JSON with every key, whose figures agree with each other and with the kernel's
+view of the pinning; bad arguments are refused with exit 2 naming the
+argument, and a run that cannot start exits 1 saying which run.
 
 usage: bench_cluster.py TROUPE_BINARY SOURCE_DIR
 
@@ -57,7 +57,7 @@ try:
     for line in ["machine: ", "pinning: on (PIN=1)", "N=1: one process ",
                  "cores (taskset -c): one process ", "loopback per env step: ",
                  "CPU-us per env step", "    one process: ", "    coordinator: ", "    w1: ",
-                 "coordinator's share: "]:
+                 "per update (the run's ", "coordinator's share: "]:
         check(line in r.stdout, f"no line with {line!r} in the output")
     doc = json.load(open(path))
     for key in ["machine", "date", "config", "learners_per_process", "steps_per_n", "pin",
@@ -70,11 +70,19 @@ try:
     for k in ["env_steps", "wall_time_s", "steps_per_s", "lo_tx_bytes_per_step",
               "lo_tx_packets_per_step"]:
         check(k in one and k in many, f"no key {k!r} in one_process and across_processes")
-    for k in ["ratio", "processes", "worker_mean_cpu_us_per_step", "coordinator_share_pct"]:
+    for k in ["ratio", "processes", "worker_mean_cpu_us_per_step", "coordinator_share_pct",
+              "updates", "lo_tx_bytes_per_update", "lo_tx_packets_per_update",
+              "coordinator_cpu_us_per_update"]:
         check(k in many, f"no key {k!r} in across_processes")
     check(many["env_steps"] >= 200000 and one["env_steps"] >= 200000,
           "both runs ran the step budget")
     close(many["ratio"], many["steps_per_s"] / one["steps_per_s"], "the ratio")
+    check(many["updates"] > 0, "the run across processes made updates")
+    close(many["coordinator_cpu_us_per_update"] * many["updates"],
+          many["processes"][0]["cpu_s"] * 1e6, "the coordinator's CPU per update")
+    close(many["lo_tx_bytes_per_update"] * many["updates"],
+          many["lo_tx_bytes_per_step"] * many["env_steps"], "loopback bytes per update",
+          rel=1e-6)
     check(many["lo_tx_bytes_per_step"] > 0 and many["lo_tx_packets_per_step"] > 0,
           "the run across processes sent bytes and packets on loopback")
     procs = [one["process"]] + many["processes"]
