@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -65,28 +66,34 @@ public:
   round_thread(const round_thread&) = delete;
   round_thread& operator=(const round_thread&) = delete;
 
-  // Starts reducing `buf` (round `round`); the replica learns of the end
-  // through a round_done message.
-  void start(std::vector<double> buf, uint64_t round) TROUPE_EXCLUDES(mtx_) {
+  // Starts reducing `buf` (round `round`), after broadcasting rank 0's
+  // `state` when it is not empty (a group's first round); the replica learns
+  // of the end through a round_done message.
+  void start(std::vector<double> buf, std::vector<char> state, uint64_t round)
+    TROUPE_EXCLUDES(mtx_) {
     {
       base::mutex_lock lock(mtx_);
       buf_ = std::move(buf);
+      state_ = std::move(state);
       round_ = round;
       job_ = true;
     }
     cv_.notify_all();
   }
 
-  // The reduced buffer and the outcome of the last round.
-  std::pair<status, std::vector<double>> take() TROUPE_EXCLUDES(mtx_) {
+  // The outcome of the last round, its reduced buffer and the state it
+  // broadcast (empty when none).
+  std::tuple<status, std::vector<double>, std::vector<char>> take()
+    TROUPE_EXCLUDES(mtx_) {
     base::mutex_lock lock(mtx_);
-    return {std::move(outcome_), std::move(buf_)};
+    return {std::move(outcome_), std::move(buf_), std::move(state_)};
   }
 
 private:
   void run() TROUPE_EXCLUDES(mtx_) {
     for (;;) {
       std::vector<double> buf;
+      std::vector<char> state;
       uint64_t round = 0;
       {
         base::mutex_lock lock(mtx_);
@@ -95,12 +102,18 @@ private:
           return;
         job_ = false;
         buf = std::move(buf_);
+        state = std::move(state_);
         round = round_;
       }
-      auto s = group_->allreduce_sum(buf.data(), buf.size());
+      status s;
+      if (!state.empty())
+        s = group_->broadcast(state.data(), state.size(), 0);
+      if (s.ok())
+        s = group_->allreduce_sum(buf.data(), buf.size());
       {
         base::mutex_lock lock(mtx_);
         buf_ = std::move(buf);
+        state_ = std::move(state);
         outcome_ = std::move(s);
       }
       // A weak reference: a replica nobody holds may end while a round flies.
@@ -114,6 +127,7 @@ private:
   base::mutex mtx_;
   std::condition_variable cv_;
   std::vector<double> buf_ TROUPE_GUARDED_BY(mtx_);
+  std::vector<char> state_ TROUPE_GUARDED_BY(mtx_);
   uint64_t round_ TROUPE_GUARDED_BY(mtx_) = 0;
   status outcome_ TROUPE_GUARDED_BY(mtx_);
   bool job_ TROUPE_GUARDED_BY(mtx_) = false;
@@ -242,6 +256,51 @@ bool ready(const replica_state& s) {
   return !s.next.empty();
 }
 
+// The replica's whole state as bytes, for the broadcast that starts a group:
+// counters as doubles, then parameters, buffers and Adam's moments.
+constexpr size_t packed_counters = 6;
+
+std::vector<char> pack_state(const replica_state& s) {
+  const double head[packed_counters] = {
+    static_cast<double>(s.counters.version),   static_cast<double>(s.adam->steps()),
+    static_cast<double>(s.counters.env_steps), static_cast<double>(s.counters.batches),
+    static_cast<double>(s.counters.applied),   static_cast<double>(s.params.size())};
+  const auto& m = s.adam->first_moment();
+  const auto& v = s.adam->second_moment();
+  std::vector<char> out(sizeof head +
+                        (s.params.size() * 3 + s.buffers.size()) * sizeof(float));
+  char* at = out.data();
+  auto put = [&](const void* p, size_t bytes) {
+    std::memcpy(at, p, bytes);
+    at += bytes;
+  };
+  put(head, sizeof head);
+  put(s.params.data(), s.params.size() * sizeof(float));
+  put(s.buffers.data(), s.buffers.size() * sizeof(float));
+  put(m.data(), m.size() * sizeof(float));
+  put(v.data(), v.size() * sizeof(float));
+  return out;
+}
+
+void unpack_state(replica_state& s, const std::vector<char>& in) {
+  double head[packed_counters];
+  const char* at = in.data();
+  auto get = [&](void* p, size_t bytes) {
+    std::memcpy(p, at, bytes);
+    at += bytes;
+  };
+  get(head, sizeof head);
+  get(s.params.data(), s.params.size() * sizeof(float));
+  get(s.buffers.data(), s.buffers.size() * sizeof(float));
+  get(s.adam->first_moment().data(), s.params.size() * sizeof(float));
+  get(s.adam->second_moment().data(), s.params.size() * sizeof(float));
+  s.counters.version = static_cast<uint64_t>(head[0]);
+  s.adam->set_steps(static_cast<int64_t>(head[1]));
+  s.counters.env_steps = static_cast<uint64_t>(head[2]);
+  s.counters.batches = static_cast<uint64_t>(head[3]);
+  s.counters.applied = static_cast<uint64_t>(head[4]);
+}
+
 void launch(replica_actor* self);
 
 void maybe_launch(replica_actor* self) {
@@ -266,7 +325,10 @@ void launch(replica_actor* self) {
   for (double x : {s.next.weight, s.next.buffer_weight, s.next.lr_sum, s.next.gradients,
                    s.next.env_steps, s.next.batches, 1.0})
     buf.push_back(x);
-  const uint64_t h = weights_hash(s.params, s.buffers);
+  // A group's first round starts from rank 0's state, so it checks no hash
+  // (zero on every member); every later round does.
+  const bool first = s.launched == 0;
+  const uint64_t h = first ? 0 : weights_hash(s.params, s.buffers);
   for (size_t k = 0; k < hash_pieces; ++k) {
     const double piece = static_cast<double>((h >> (21 * k)) & ((1ull << 21) - 1));
     buf.push_back(piece);
@@ -277,7 +339,8 @@ void launch(replica_actor* self) {
   s.next.reset(p, b);
   s.in_flight = true;
   s.started = std::chrono::steady_clock::now();
-  s.thread->start(std::move(buf), s.launched++);
+  s.thread->start(std::move(buf), first ? pack_state(s) : std::vector<char>{},
+                  s.launched++);
   // The gradients held for this round's successor go into it now (async:
   // answered at once; sync: when it is applied).
   auto held = std::move(s.held);
@@ -311,7 +374,7 @@ void fail(replica_actor* self, const std::string& why) {
 // A round's result: the same numbers on every host, applied the same way.
 void complete(replica_actor* self, uint64_t round) {
   auto& s = self->state;
-  auto [outcome, buf] = s.thread->take();
+  auto [outcome, buf, state] = s.thread->take();
   s.in_flight = false;
   const auto ns =
     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -343,6 +406,14 @@ void complete(replica_actor* self, uint64_t round) {
     return fail(self, fmt::format("replica of host '{}': round {} counted {} members, "
                                   "the group has {}",
                                   s.opts.host, round, members, s.group->size()));
+  if (!state.empty()) {
+    // Every member now holds rank 0's weights, Adam state and counters.
+    unpack_state(s, state);
+    if (s.store)
+      s.store->publish(s.counters.version, s.params.data(),
+                       s.buffers.empty() ? nullptr : s.buffers.data());
+  }
+  s.rounds.group_size = s.group->size();
   s.rounds.rounds += 1;
   if (gradients == 0) {
     s.rounds.empty_rounds += 1;
@@ -389,7 +460,6 @@ caf::behavior replica(replica_actor* self, replica_options opts,
   st.expected = st.opts.num_learners;
   st.next.reset(st.params.size(), st.buffers.size());
   st.flying.reset(st.params.size(), st.buffers.size());
-  st.rounds.group_size = st.group->size();
   st.rounds.weights_hash = weights_hash(st.params, st.buffers);
   st.thread = std::make_unique<round_thread>(st.group, self->address());
   maybe_launch(self);
@@ -495,6 +565,30 @@ caf::behavior replica(replica_actor* self, replica_options opts,
       return out;
     },
     [self](rounds_atom) { return self->state.rounds; },
+    [self](state_atom, parameter_server_state& in) -> caf::result<uint64_t> {
+      // A checkpoint's state (resume): before the group's first round it
+      // becomes what rank 0 hands every member; later it makes this replica
+      // differ from the others, which the next round's hash check reports.
+      auto& s = self->state;
+      if (in.params.size() != s.params.size() || in.adam_m.size() != s.params.size() ||
+          in.adam_v.size() != s.params.size() || in.buffers.size() != s.buffers.size())
+        return to_caf_error(make_error(errc::invalid_argument,
+                                       "replica: restored state has {} parameters and {} "
+                                       "buffers, expected {} and {}",
+                                       in.params.size(), in.buffers.size(),
+                                       s.params.size(), s.buffers.size()));
+      s.params = std::move(in.params);
+      s.buffers = std::move(in.buffers);
+      s.adam->first_moment() = std::move(in.adam_m);
+      s.adam->second_moment() = std::move(in.adam_v);
+      s.adam->set_steps(in.adam_steps);
+      s.counters = in.counters;
+      s.counters.version = in.version;
+      if (s.store)
+        s.store->publish(s.counters.version, s.params.data(),
+                         s.buffers.empty() ? nullptr : s.buffers.data());
+      return s.counters.version;
+    },
     [self](state_atom) {
       auto& s = self->state;
       parameter_server_state out;
