@@ -152,6 +152,7 @@ class ClosedForms(unittest.TestCase):
             p["simulation"].update(rounds=300)
             p["stragglers"].update(probability=probability, slowdown=draw.uniform(3.0, 6.0))
             p["policy"]["cutoff_deadline_ms"] = p["gradient"]["median_ms"]
+            p["policy"]["cutoff_quorum"] = 1.0  # a quorum below 1 can cut normal hosts
             for algorithm in sim.ALGORITHMS:
                 wait = sim.simulate(p, n, algorithm, "wait_all")["env_steps_per_s"]
                 cut = sim.simulate(p, n, algorithm, "straggler_cutoff")["env_steps_per_s"]
