@@ -78,6 +78,7 @@ class ClosedForms(unittest.TestCase):
             median_ms = draw.uniform(0.3, 5.0)
             learners = draw.randint(1, 4)
             p = zero_variance(base_params(gradient__median_ms=median_ms, hosts__learners=learners,
+                                          gradient__in_flight=draw.randint(1, 4),
                                           round__apply_us=draw.uniform(0.0, 0.9) * median_ms * 1e3))
             for policy in sim.POLICIES:
                 r = sim.simulate(p, 1, "ring", policy)
