@@ -251,7 +251,9 @@ void add(replica_state& s, const gradient_update& g) {
 bool ready(const replica_state& s) {
   if (s.in_flight || s.draining)
     return false;
-  if (s.opts.sync)
+  // A host without learners (a coordinator) has nothing to wait for: it
+  // enters each round at once and waits there for the others.
+  if (s.opts.sync || s.expected == 0)
     return s.next.learners.size() >= s.expected;
   return !s.next.empty();
 }
@@ -356,6 +358,15 @@ void launch(replica_actor* self) {
 
 void fail(replica_actor* self, const std::string& why) {
   auto& s = self->state;
+  if (s.draining) {
+    // The run ends: the others leave the group, and a round in flight with
+    // them fails. The replica stays, with the weights of its last round,
+    // for the final checkpoint.
+    write_log(s.opts.log, log_level::info,
+              fmt::format("replica of host '{}': the group ended with the run ({})",
+                          s.opts.host, why));
+    return;
+  }
   write_log(s.opts.log, log_level::error, why);
   auto reply = current(s, false);
   reply.rejected = true;
@@ -547,11 +558,24 @@ caf::behavior replica(replica_actor* self, replica_options opts,
       maybe_launch(self);
       return s.expected;
     },
+    [self](join_atom, const std::string&) -> uint64_t {
+      // A host's learners join its own replica's rounds: nothing to change.
+      return self->state.expected;
+    },
+    [](fence_atom, const std::string&, uint64_t) -> uint64_t {
+      // Other hosts' gradients never come here: nothing to refuse.
+      return 0;
+    },
     [self](weights_atom) { return current(self->state, true); },
     [self](stop_atom) {
+      // The run ends: every learner that waits is answered now (a round in
+      // flight may never complete: the other hosts stop too).
       auto& s = self->state;
       s.draining = true;
       auto reply = current(s, false);
+      for (auto& w : s.flying.answer_after)
+        w.promise.deliver(reply);
+      s.flying.answer_after.clear();
       for (auto& w : s.next.answer_after)
         w.promise.deliver(reply);
       s.next.answer_after.clear();

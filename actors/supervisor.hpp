@@ -19,6 +19,7 @@
 #include "actors/metrics.hpp"
 #include "actors/parameter_server.hpp"
 #include "actors/policy_store.hpp"
+#include "actors/replica.hpp"
 #include "actors/stats_keeper.hpp"
 
 namespace troupe::actors {
@@ -88,8 +89,13 @@ struct cast_plan {
   std::vector<float> buffers;          ///< its initial buffers
   std::shared_ptr<policy_store> store; ///< where it publishes versions
   std::optional<parameter_server_state> server_state; ///< restored when set (resume)
-  metrics_options metrics;                            ///< the metrics actor
-  std::vector<learner_plan> learners;                 ///< the learners
+  /// Set: a replica of the parameter server (actors/replica.hpp) in its place,
+  /// all-reducing through this group with the other hosts' replicas
+  /// (cluster.data_plane = "allreduce"), with `replica` as its settings.
+  std::shared_ptr<collective> replica_group;
+  replica_options replica;            ///< the replica's settings (with replica_group)
+  metrics_options metrics;            ///< the metrics actor
+  std::vector<learner_plan> learners; ///< the learners
   std::string obs_stream; ///< each learner's statistics view (lag); empty: none
   size_t obs_dim = 0;     ///< its dimension
   /// Global batch norm: (stream, width) of each layer; every learner gets a view of each.

@@ -300,6 +300,23 @@ void add_cluster(std::vector<option_spec>& out) {
                            "PEM private key (unencrypted) of tls_certificate"));
   out.push_back(opt_string("cluster", "tls_ca", "", {},
                            "PEM CA certificate every node's certificate must chain to"));
+  out.push_back(opt_string("cluster", "data_plane", "server", {"server", "allreduce"},
+                           "how the hosts' gradients meet: server, each gradient to the "
+                           "coordinator's parameter server and the weights back; "
+                           "allreduce, every host a replica of the parameter server and "
+                           "the hosts' sums of gradients all-reduced through Gloo once "
+                           "per round (docs/cluster.md, \"The data plane\")"));
+  out.push_back(opt_int("cluster", "hosts", 0, 0, 4096,
+                        "data_plane = \"allreduce\": the worker hosts with learners "
+                        "that form the group with the coordinator; it forms once that "
+                        "many have joined, and no host joins a formed group"));
+  out.push_back(opt_string("cluster", "data_interface", "127.0.0.1", {},
+                           "data_plane = \"allreduce\": the address each host's Gloo "
+                           "data port binds to and is reached at (one address, never a "
+                           "wildcard; the data plane is not encrypted)"));
+  out.push_back(opt_int("cluster", "round_timeout_ms", 30000, 100, 86400000,
+                        "data_plane = \"allreduce\": a round (or the group's forming) "
+                        "that takes longer fails, naming the peer"));
 }
 
 void add_remote(std::vector<option_spec>& out) {

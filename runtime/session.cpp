@@ -25,6 +25,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/cluster/gate.hpp"
 #include "runtime/cluster/messages.hpp"
+#include "runtime/cluster/data_plane.hpp"
 #include "runtime/cluster/node.hpp"
 #include "runtime/json.hpp"
 #include "runtime/resume.hpp"
@@ -74,6 +75,10 @@ struct session::state {
   resume_point resume;
   // The coordinator of a run across processes (cluster.listen set).
   std::optional<cluster::node_settings> node;
+  // cluster.data_plane, and with "allreduce" the coordinator's place in the
+  // group (rank 0; its replica all-reduces through it).
+  cluster::data_plane_settings plane;
+  std::shared_ptr<cluster::deferred_group> own_group;
   cluster::endpoint listen;
   std::string token;
   caf::actor gate;
@@ -160,6 +165,10 @@ result<session> session::open(const config& cfg, std::string resume_dir,
     if (!node)
       return node.err();
     st->node = *node;
+    auto plane = cluster::data_plane_from(cfg);
+    if (!plane)
+      return plane.err();
+    st->plane = *plane;
   } else if (cfg.get_int("algo.num_learners") == 0) {
     return make_error(errc::bad_config,
                       "{}: algo.num_learners: 0 learners only on the coordinator of a "
@@ -256,6 +265,13 @@ status session::start() {
                             s.run_dir, s.resume, s.options.cast);
     if (s.node) // workers' learners count too
       built.plan.cluster.emplace().end_on_done = true;
+    if (s.node && s.plane.allreduce) {
+      s.own_group =
+        std::make_shared<cluster::deferred_group>("coordinator", s.plane.form_timeout);
+      built.plan.replica_group = s.own_group;
+      built.plan.replica = cluster::replica_options_for(
+        built.plan.server, built.plan.learners.size(), "coordinator");
+    }
     s.handles.spec = built.spec;
     s.handles.env_id = built.env_id;
     s.handles.algo = built.algo;
@@ -351,6 +367,8 @@ std::string session::state::open_gate(const cast_handles& h,
   go.sync = cfg.get_string("algo.mode") == "sync";
   go.runners_per_learner = static_cast<uint64_t>(cfg.get_int("algo.runners_per_learner"));
   go.log = options.log;
+  go.plane = plane;
+  go.own_group = own_group;
   gate = cluster::spawn_gate(drv->system(), std::move(go));
   // SO_REUSEADDR: a coordinator resumed on the port of one that was killed
   // binds while the killed one's connections are still in TIME_WAIT (two
@@ -442,6 +460,10 @@ result<training_result> session::state::finish(caf::scoped_actor& self, run_end&
   const bool is_ready = end.ready;
   // Workers are told the run ends and leave before the final checkpoint, so
   // that their last gradients reach the server (bounded).
+  if (gate && own_group && handles.server)
+    // The coordinator's replica first: it answers its learners and starts no
+    // round, so the round the leaving workers cut short ends it quietly.
+    self->send(handles.server, actors::stop_atom::value);
   if (gate) {
     self->request(gate, workers_leave_timeout, actors::stop_atom::value)
       .receive([](caf::ok_atom) {},
@@ -459,8 +481,28 @@ result<training_result> session::state::finish(caf::scoped_actor& self, run_end&
         parts.push_back(fmt::format("{} {}", learner, n));
       const std::string list =
         parts.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(parts, ", "));
-      log(actors::log_level::notice, "cluster: gradients applied by learner: " + list);
+      if (!own_group)
+        log(actors::log_level::notice, "cluster: gradients applied by learner: " + list);
+      else
+        log(actors::log_level::notice,
+            fmt::format("cluster: gradients applied on every host: {} (version {})",
+                        status->applied, status->version));
     }
+    if (own_group)
+      if (auto r = ask_for<actors::replica_status>(
+            self, handles.server, progress_ask_timeout, actors::rounds_atom::value))
+        log(
+          actors::log_level::notice,
+          fmt::format("cluster: the data plane: {} rounds over {} members ({} without a "
+                      "gradient), a round {:.0f} us on average and {:.0f} us at most; "
+                      "the coordinator's gradients {}; the weights' hash {:#018x}, "
+                      "checked on every member each round",
+                      r->rounds, r->group_size, r->empty_rounds,
+                      r->rounds ? 1e-3 * static_cast<double>(r->round_ns_sum) /
+                                    static_cast<double>(r->rounds)
+                                : 0.0,
+                      1e-3 * static_cast<double>(r->round_ns_max), r->contributed,
+                      r->weights_hash));
     // What the keeper merged, in all and from each worker incarnation.
     if (auto totals = ask_for<actors::stream_status>(
           self, handles.keeper, progress_ask_timeout, actors::status_atom::value)) {

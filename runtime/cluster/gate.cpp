@@ -26,6 +26,7 @@ constexpr auto push_timeout = std::chrono::seconds(10);
 
 struct host_entry {
   caf::actor actor;
+  uint64_t rank = 0; // data_plane = "allreduce": its rank in the group; 0: none
   lost_host info;
   uint64_t sent_version = 0; // newest version the host has or is being sent
   bool in_flight = false;
@@ -41,6 +42,13 @@ struct gate_state {
   bool stopping = false;
   bool budget_told = false; // a host said the step budget is spent
   std::vector<caf::typed_response_promise<caf::ok_atom>> stop_waiters;
+  // data_plane = "allreduce": the rendezvous store the group meets through,
+  // the gets that wait for a key, and the group's members so far.
+  std::map<std::string, std::string> store_values;
+  std::map<std::string, std::vector<caf::typed_response_promise<std::string>>>
+    store_waiting;
+  uint64_t members = 0;
+  bool formed = false;
 };
 
 void report_hosts(caf::event_based_actor* self, gate_state& st) {
@@ -54,7 +62,8 @@ void report_hosts(caf::event_based_actor* self, gate_state& st) {
 void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                  const caf::actor_addr& addr) {
   auto it = st->hosts.find(addr);
-  if (it == st->hosts.end() || it->second.in_flight)
+  // A host with a replica has its own weights (the same as these).
+  if (it == st->hosts.end() || it->second.in_flight || it->second.rank > 0)
     return;
   auto snap = st->opts.store->latest();
   if (!snap || snap->version <= it->second.sent_version)
@@ -80,6 +89,24 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
         if (auto h = st->hosts.find(addr); h != st->hosts.end())
           h->second.in_flight = false;
       });
+}
+
+// data_plane = "allreduce": every member host has joined; each is told its
+// rank and the coordinator takes rank 0.
+void form_group(caf::event_based_actor* self, std::shared_ptr<gate_state> st) {
+  st->formed = true;
+  const uint64_t epoch = 1, size = st->members + 1;
+  for (auto& [addr, h] : st->hosts)
+    if (h.rank > 0)
+      self->send(h.actor, form_atom::value, epoch, h.rank, size);
+  actors::write_log(
+    st->opts.log, fmt::format("cluster: the data plane's group forms: {} host(s) and the "
+                              "coordinator, epoch {}, on {}",
+                              st->members, epoch, st->opts.plane.interface));
+  if (st->opts.own_group)
+    st->opts.own_group->form(
+      gate_store(self->system(), caf::actor_cast<caf::actor>(self), st->opts.token),
+      group_options(st->opts.plane, epoch, 0, size));
 }
 
 std::string hosted(const lost_host& h) {
@@ -160,6 +187,13 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   if (req.learners > st->opts.learners_per_host_max)
     return refuse(fmt::format("it asks for {} learners, at most {} per host",
                               req.learners, st->opts.learners_per_host_max));
+  const bool member = st->opts.plane.allreduce && req.learners > 0;
+  if (member && st->formed)
+    return refuse(
+      fmt::format("the data plane's group has formed with its {} worker "
+                  "host(s) (cluster.hosts); a host cannot join a formed group "
+                  "yet",
+                  st->opts.plane.hosts));
   for (auto& [a, h] : st->hosts)
     if (h.info.name == req.name)
       // Most often the worker's own earlier life, killed and restarted
@@ -171,6 +205,8 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                     errc::unavailable);
   host_entry h;
   h.actor = req.host;
+  if (member)
+    h.rank = ++st->members;
   h.info.name = req.name;
   h.info.incarnation = req.incarnation;
   h.info.address = address;
@@ -202,8 +238,8 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                                 req.name, address, req.incarnation, hosted(h.info),
                                 req.device));
   // Sync mode: the host's learners take part from the next step of the
-  // parameter server.
-  if (st->opts.sync)
+  // parameter server (a host with a replica steps with its own).
+  if (st->opts.sync && !member)
     join_server(self, st->opts.cast, h.info, st->opts.log);
   self->monitor(h.actor);
   const auto addr = h.actor.address();
@@ -211,6 +247,8 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   report_hosts(self, *st);
   rp.deliver(std::move(w));
   push_newest(self, st, addr); // the server may have moved on meanwhile
+  if (member && st->members == st->opts.plane.hosts)
+    form_group(self, st);
 }
 
 // Admits a join; an environment-only host's after asking the supervisor for
@@ -240,6 +278,8 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
     st->opts.supervisor = nullptr;
     st->hosts.clear();
     st->stop_waiters.clear();
+    st->store_waiting.clear();
+    st->opts.own_group.reset();
   });
   self->set_down_handler([self, st](caf::down_msg& down) {
     auto it = st->hosts.find(down.source);
@@ -247,6 +287,7 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       return;
     auto info = std::move(it->second.info);
     const auto progress = it->second.progress;
+    const uint64_t rank = it->second.rank;
     st->hosts.erase(it);
     // Once the run ends every host goes, however its connection closes.
     const bool left = st->stopping;
@@ -268,7 +309,15 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
                     info.name, info.address, hosted(info), unfinished, progress.collected,
                     progress.finished, st->hosts.size(),
                     actors::error_message(self->system(), down.reason)));
-      on_host_lost(self, st->opts.cast, info, st->opts.sync, st->opts.log);
+      if (rank > 0)
+        actors::write_log(st->opts.log, actors::log_level::error,
+                          fmt::format("cluster: host {} held rank {} of the data plane's "
+                                      "group: the group's next round fails on every "
+                                      "member (a group does not yet form again without "
+                                      "a lost host)",
+                                      info.name, rank));
+      else
+        on_host_lost(self, st->opts.cast, info, st->opts.sync, st->opts.log);
     }
     report_hosts(self, *st);
     if (st->stopping && st->hosts.empty()) {
@@ -331,6 +380,31 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
                                   name));
       if (st->opts.supervisor)
         self->send(st->opts.supervisor, actors::done_atom::value);
+    },
+    [self, st](store_set_atom, const std::string& token, const std::string& key,
+               const std::string& value) -> caf::result<caf::ok_atom> {
+      // Only a holder of the run's token writes where the group meets.
+      if (!same_token(token, st->opts.token))
+        return actors::to_caf_error(make_error(
+          errc::invalid_argument, "rendezvous: wrong token for key '{}'", key));
+      st->store_values[key] = value;
+      if (auto it = st->store_waiting.find(key); it != st->store_waiting.end()) {
+        for (auto& rp : it->second)
+          rp.deliver(value);
+        st->store_waiting.erase(it);
+      }
+      return caf::ok_atom::value;
+    },
+    [self, st](store_get_atom, const std::string& token,
+               const std::string& key) -> caf::result<std::string> {
+      if (!same_token(token, st->opts.token))
+        return actors::to_caf_error(make_error(
+          errc::invalid_argument, "rendezvous: wrong token for key '{}'", key));
+      if (auto it = st->store_values.find(key); it != st->store_values.end())
+        return it->second;
+      auto rp = self->make_response_promise<std::string>();
+      st->store_waiting[key].push_back(rp);
+      return rp;
     },
     [st](actors::status_atom) -> caf::result<uint64_t, uint64_t> {
       return {static_cast<uint64_t>(st->hosts.size()), st->lost};

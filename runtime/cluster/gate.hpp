@@ -11,6 +11,7 @@
 #include "actors/log.hpp"
 #include "actors/policy_store.hpp"
 #include "actors/supervisor.hpp"
+#include "runtime/cluster/data_plane.hpp"
 
 namespace troupe::cluster {
 
@@ -28,6 +29,11 @@ struct gate_options {
   /// The coordinator's supervisor, asked for its learners when an
   /// environment-only host joins (null: such hosts are refused).
   caf::actor supervisor;
+  /// cluster.data_plane and the keys that go with it.
+  data_plane_settings plane;
+  /// data_plane = "allreduce": the coordinator's own place in the group (rank
+  /// 0), formed with the others once plane.hosts worker hosts have joined.
+  std::shared_ptr<deferred_group> own_group;
 };
 
 /// A host of the run as the gate knew it when it was lost.

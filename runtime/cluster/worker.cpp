@@ -1,4 +1,6 @@
 #include "runtime/cluster/worker.hpp"
+#include "runtime/cluster/data_plane.hpp"
+#include "actors/replica.hpp"
 
 #include <chrono>
 #include <memory>
@@ -84,8 +86,12 @@ struct host_cache {
 // passes the run's end on to the driver.
 caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cache> cache,
                          std::shared_ptr<actors::host_counters> counters,
-                         caf::actor driver) {
+                         std::shared_ptr<host_plane> plane, caf::actor driver) {
   return {
+    [plane](form_atom, uint64_t epoch, uint64_t rank, uint64_t size) {
+      // The data plane's group forms: this host's replica takes rank `rank`.
+      plane->form(epoch, rank, size);
+    },
     [cache, counters](policy_push& p) {
       cache->take(std::move(p));
       // finished first: a batch counted there was collected before.
@@ -94,7 +100,10 @@ caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cach
       progress.collected = counters->collected.load(std::memory_order_relaxed);
       return progress;
     },
-    [self, driver](actors::stop_atom) { self->send(driver, actors::stop_atom::value); },
+    [self, driver, plane](actors::stop_atom) {
+      plane->stop(); // the replica answers its learners and leaves the rounds
+      self->send(driver, actors::stop_atom::value);
+    },
   };
 }
 
@@ -128,7 +137,8 @@ struct worker::state {
   std::optional<welcome> w;
   std::shared_ptr<host_cache> cache;
   std::shared_ptr<actors::host_counters> counters;
-  caf::actor host, outbox, relay;
+  std::shared_ptr<host_plane> plane; // data_plane = "allreduce": where the group forms
+  caf::actor host, outbox, relay, replica;
   std::optional<actors::cast_plan> plan;
   runtime::cast_handles handles;
   uint64_t runners_per_learner = 0;
@@ -411,7 +421,9 @@ status join_run(worker::state& s) {
   auto& self = *s.self;
   s.cache = std::make_shared<host_cache>();
   s.counters = std::make_shared<actors::host_counters>();
-  s.host = sys.spawn(host_actor, s.cache, s.counters, caf::actor_cast<caf::actor>(self));
+  s.plane = std::make_shared<host_plane>();
+  s.host = sys.spawn(host_actor, s.cache, s.counters, s.plane,
+                     caf::actor_cast<caf::actor>(self));
   join_request req;
   req.protocol = protocol_version;
   req.name = opts.name;
@@ -528,7 +540,22 @@ status join_run(worker::state& s) {
     cluster.feed_learners = w->feed;
     cluster.guest_prefix = opts.name;
   }
-  cluster.existing = actors::shared_actors{w->keeper, w->server, w->metrics};
+  auto plane = data_plane_from(*cfg);
+  if (!plane)
+    return worker_error(plane.err().message);
+  caf::actor server = w->server;
+  if (plane->allreduce && opts.learners > 0) {
+    // This host's replica of the parameter server takes its learners'
+    // gradients; the group it all-reduces through forms once the coordinator
+    // says so (every member host has joined).
+    auto group = std::make_shared<deferred_group>(opts.name, plane->form_timeout);
+    s.replica = actors::spawn_replica(
+      sys, replica_options_for(plan.server, plan.learners.size(), opts.name), group,
+      w->weights.params, w->weights.buffers, plan.store);
+    server = s.replica;
+    s.plane->attach(group, &sys, s.gate, s.token, *plane, s.replica);
+  }
+  cluster.existing = actors::shared_actors{w->keeper, server, w->metrics};
   cluster.host = s.counters;
   s.cache->take(std::move(w->weights));
   s.cache->set_store(plan.store);
@@ -561,7 +588,7 @@ status worker::join() {
   if (!joined && s.self) {
     // Nothing of this host waits on the coordinator yet: its actors end, so
     // that its system can end with the worker (bounded).
-    for (auto* a : {&s.host, &s.outbox, &s.relay})
+    for (auto* a : {&s.host, &s.outbox, &s.relay, &s.replica})
       if (*a) {
         (*s.self)->send_exit(*a, caf::exit_reason::user_shutdown);
         *a = caf::actor{};

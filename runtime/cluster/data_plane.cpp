@@ -1,0 +1,240 @@
+#include "runtime/cluster/data_plane.hpp"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "actors/messages.hpp"
+#include "runtime/cluster/node.hpp"
+
+namespace troupe::cluster {
+
+result<data_plane_settings> data_plane_from(const runtime::config& cfg) {
+  data_plane_settings s;
+  s.allreduce = cfg.get_string("cluster.data_plane") == "allreduce";
+  s.hosts = static_cast<uint64_t>(cfg.get_int("cluster.hosts"));
+  s.interface = cfg.get_string("cluster.data_interface");
+  s.round_timeout = std::chrono::milliseconds(cfg.get_int("cluster.round_timeout_ms"));
+  s.form_timeout = std::chrono::seconds(cfg.get_int("cluster.reconnect_s")) +
+                   std::chrono::milliseconds(cfg.get_int("cluster.round_timeout_ms"));
+  if (!s.allreduce)
+    return s;
+  if (s.hosts == 0)
+    return make_error(
+      errc::bad_config,
+      "{}: cluster.hosts = 0: data_plane = \"allreduce\" needs the number "
+      "of worker hosts with learners that form the group (at least 1)",
+      cfg.origin("cluster.hosts"));
+  if (s.interface.empty() || wildcard_host(s.interface))
+    return make_error(errc::bad_config,
+                      "{}: cluster.data_interface = \"{}\": the data plane binds to one "
+                      "address, never a wildcard",
+                      cfg.origin("cluster.data_interface"), s.interface);
+  return s;
+}
+
+edge::gloo_group_options group_options(const data_plane_settings& s, uint64_t epoch,
+                                       uint64_t rank, uint64_t size) {
+  edge::gloo_group_options o;
+  o.rank = rank;
+  o.size = size;
+  o.interface_host = s.interface;
+  o.prefix = fmt::format("epoch-{}", epoch);
+  o.label = fmt::format("epoch {}", epoch);
+  o.timeout = s.round_timeout;
+  return o;
+}
+
+actors::replica_options
+replica_options_for(const actors::parameter_server_options& server, uint64_t learners,
+                    const std::string& host) {
+  actors::replica_options o;
+  o.sync = server.sync;
+  o.num_learners = learners;
+  o.max_staleness = server.max_staleness;
+  o.max_grad_norm = server.max_grad_norm;
+  o.adam = server.adam;
+  o.log = server.log;
+  o.host = host;
+  return o;
+}
+
+// -- deferred_group -------------------------------------------------------------
+
+deferred_group::deferred_group(std::string host, std::chrono::milliseconds form_timeout)
+  : host_(std::move(host)), deadline_(std::chrono::steady_clock::now() + form_timeout) {}
+
+deferred_group::~deferred_group() {
+  if (thread_.joinable())
+    thread_.join();
+}
+
+void deferred_group::form(std::unique_ptr<edge::rendezvous_store> store,
+                          edge::gloo_group_options o) {
+  base::mutex_lock lock(mtx_);
+  if (forming_)
+    return;
+  forming_ = true;
+  rank_ = o.rank;
+  size_ = o.size;
+  thread_ = std::thread([this, store = std::move(store), o = std::move(o)] {
+    auto g = edge::connect_gloo_group(*store, o);
+    {
+      base::mutex_lock l(mtx_);
+      if (g.ok())
+        group_ = std::move(g).value();
+      else
+        failure_ = g.err().message;
+    }
+    formed_cv_.notify_all();
+  });
+}
+
+result<actors::collective*> deferred_group::wait_formed() {
+  base::mutex_lock lock(mtx_);
+  const bool done = lock.wait_for(
+    formed_cv_,
+    std::max(deadline_ - std::chrono::steady_clock::now(),
+             std::chrono::steady_clock::duration(0)),
+    [&]() TROUPE_REQUIRES(mtx_) { return group_ != nullptr || !failure_.empty(); });
+  if (group_)
+    return group_.get();
+  if (!failure_.empty())
+    return make_error(errc::unavailable, "{}", failure_);
+  (void)done;
+  return make_error(errc::unavailable,
+                    "the data plane's group of host '{}' did not form in time: {} (see "
+                    "cluster.hosts, cluster.reconnect_s and cluster.round_timeout_ms)",
+                    host_,
+                    forming_
+                      ? "its rendezvous did not finish"
+                      : "the coordinator never said to form it (fewer worker hosts "
+                        "joined than cluster.hosts)");
+}
+
+size_t deferred_group::rank() const {
+  base::mutex_lock lock(mtx_);
+  return rank_;
+}
+
+size_t deferred_group::size() const {
+  base::mutex_lock lock(mtx_);
+  return size_;
+}
+
+status deferred_group::allreduce_sum(double* data, size_t count) {
+  auto g = wait_formed();
+  if (!g.ok())
+    return g.err();
+  return g.value()->allreduce_sum(data, count);
+}
+
+status deferred_group::broadcast(void* data, size_t bytes, size_t root) {
+  auto g = wait_formed();
+  if (!g.ok())
+    return g.err();
+  return g.value()->broadcast(data, bytes, root);
+}
+
+std::string deferred_group::describe() const {
+  base::mutex_lock lock(mtx_);
+  if (group_)
+    return group_->describe();
+  return fmt::format("host '{}', group not formed yet", host_);
+}
+
+// -- the gate's store -----------------------------------------------------------
+
+namespace {
+
+class caf_gate_store final : public edge::rendezvous_store {
+public:
+  caf_gate_store(caf::actor_system& sys, caf::actor gate, std::string token)
+    : sys_(sys), gate_(std::move(gate)), token_(std::move(token)) {}
+
+  status set(const std::string& key, const std::vector<char>& value) override {
+    caf::scoped_actor self{sys_};
+    status out = make_error(errc::unavailable,
+                            "rendezvous: the coordinator's gate did not answer setting "
+                            "key '{}'",
+                            key);
+    self
+      ->request(gate_, std::chrono::seconds(30), store_set_atom::value, token_, key,
+                std::string(value.begin(), value.end()))
+      .receive([&](caf::ok_atom) { out = status{}; },
+               [&](caf::error& e) {
+                 out =
+                   make_error(errc::unavailable,
+                              "rendezvous: setting key '{}' at the coordinator's gate "
+                              "failed: {}",
+                              key, actors::error_message(sys_, e));
+               });
+    return out;
+  }
+
+  result<std::vector<char>> get(const std::string& key,
+                                std::chrono::milliseconds timeout) override {
+    caf::scoped_actor self{sys_};
+    std::optional<std::vector<char>> value;
+    std::string why;
+    self->request(gate_, timeout, store_get_atom::value, token_, key)
+      .receive([&](std::string& v) { value.emplace(v.begin(), v.end()); },
+               [&](caf::error& e) { why = actors::error_message(sys_, e); });
+    if (value)
+      return std::move(*value);
+    return make_error(errc::unavailable,
+                      "rendezvous: key '{}' was not set at the coordinator's gate within "
+                      "{} ms: {}",
+                      key, timeout.count(), why);
+  }
+
+private:
+  caf::actor_system& sys_;
+  caf::actor gate_;
+  std::string token_;
+};
+
+} // namespace
+
+std::unique_ptr<edge::rendezvous_store> gate_store(caf::actor_system& sys,
+                                                   caf::actor gate, std::string token) {
+  return std::make_unique<caf_gate_store>(sys, std::move(gate), std::move(token));
+}
+
+// -- host_plane -------------------------------------------------------------------
+
+void host_plane::attach(std::shared_ptr<deferred_group> group, caf::actor_system* sys,
+                        caf::actor gate, std::string token, data_plane_settings settings,
+                        caf::actor replica) {
+  base::mutex_lock lock(mtx_);
+  replica_ = std::move(replica);
+  group_ = std::move(group);
+  sys_ = sys;
+  gate_ = std::move(gate);
+  token_ = std::move(token);
+  settings_ = std::move(settings);
+  start();
+}
+
+void host_plane::stop() {
+  base::mutex_lock lock(mtx_);
+  if (replica_)
+    caf::anon_send(replica_, actors::stop_atom::value);
+}
+
+void host_plane::form(uint64_t epoch, uint64_t rank, uint64_t size) {
+  base::mutex_lock lock(mtx_);
+  told_ = std::array<uint64_t, 3>{epoch, rank, size};
+  start();
+}
+
+void host_plane::start() {
+  if (started_ || !group_ || !told_)
+    return;
+  started_ = true;
+  const auto [epoch, rank, size] = *told_;
+  group_->form(gate_store(*sys_, gate_, token_),
+               group_options(settings_, epoch, rank, size));
+}
+
+} // namespace troupe::cluster

@@ -1,0 +1,129 @@
+// The hosts' data plane of a run across processes (docs/cluster.md, "The data
+// plane"): with cluster.data_plane = "allreduce" every host with learners
+// runs a replica of the parameter server, and the replicas all-reduce through
+// a Gloo group that meets through a store the coordinator's gate serves.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <array>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "actors/collective.hpp"
+#include "actors/replica.hpp"
+#include "actors/supervisor.hpp"
+#include "base/error.hpp"
+#include "base/mutex.hpp"
+#include "edge/gloo_collective.hpp"
+#include "runtime/config.hpp"
+
+namespace troupe::cluster {
+
+/// The gate's rendezvous store: set a key (value as bytes in a string).
+using store_set_atom = caf::atom_constant<caf::atom("store_set")>;
+/// The gate's rendezvous store: a key's value, answered once it is set.
+using store_get_atom = caf::atom_constant<caf::atom("store_get")>;
+/// To a host actor: form the group (epoch, rank, size).
+using form_atom = caf::atom_constant<caf::atom("form")>;
+
+/// The [cluster] keys of the data plane.
+struct data_plane_settings {
+  bool allreduce = false;              ///< cluster.data_plane = "allreduce"
+  uint64_t hosts = 0;                  ///< worker hosts with learners in the group
+  std::string interface = "127.0.0.1"; ///< cluster.data_interface
+  std::chrono::milliseconds round_timeout{30000}; ///< cluster.round_timeout_ms
+  /// How long the group may take to form after the coordinator starts
+  /// (cluster.reconnect_s, the time a worker may take to come, plus a round).
+  std::chrono::milliseconds form_timeout{90000};
+};
+
+/// The data plane's settings from cfg; an error naming the key when
+/// data_plane = "allreduce" has no hosts or a wildcard interface.
+result<data_plane_settings> data_plane_from(const runtime::config& cfg);
+
+/// A collective that is formed later: its operations wait until the group
+/// is formed (or its forming failed, or `form_timeout` passed since it was
+/// made), then run on the Gloo group.
+class deferred_group final : public actors::collective {
+public:
+  /// A group that `host` (a name for messages) will join.
+  deferred_group(std::string host, std::chrono::milliseconds form_timeout);
+  ~deferred_group() override;
+  deferred_group(const deferred_group&) = delete;
+  deferred_group& operator=(const deferred_group&) = delete;
+
+  /// Forms the group on a thread of its own: joins through `store` as `o`
+  /// says. Once only; a second call is ignored.
+  void form(std::unique_ptr<edge::rendezvous_store> store, edge::gloo_group_options o)
+    TROUPE_EXCLUDES(mtx_);
+
+  size_t rank() const override TROUPE_EXCLUDES(mtx_);
+  size_t size() const override TROUPE_EXCLUDES(mtx_);
+  status allreduce_sum(double* data, size_t count) override TROUPE_EXCLUDES(mtx_);
+  status broadcast(void* data, size_t bytes, size_t root) override TROUPE_EXCLUDES(mtx_);
+  std::string describe() const override TROUPE_EXCLUDES(mtx_);
+
+private:
+  // The group once formed; an error when it cannot be.
+  result<actors::collective*> wait_formed() TROUPE_EXCLUDES(mtx_);
+
+  std::string host_;
+  std::chrono::steady_clock::time_point deadline_;
+  mutable base::mutex mtx_;
+  std::condition_variable formed_cv_;
+  std::unique_ptr<actors::collective> group_ TROUPE_GUARDED_BY(mtx_);
+  std::string failure_ TROUPE_GUARDED_BY(mtx_);
+  bool forming_ TROUPE_GUARDED_BY(mtx_) = false;
+  size_t rank_ TROUPE_GUARDED_BY(mtx_) = 0;
+  size_t size_ TROUPE_GUARDED_BY(mtx_) = 0;
+  std::thread thread_;
+};
+
+/// The store a host reaches through the coordinator's gate (over CAF; every
+/// request carries the run's token): each get waits up to its timeout.
+std::unique_ptr<edge::rendezvous_store> gate_store(caf::actor_system& sys,
+                                                   caf::actor gate, std::string token);
+
+/// The replica settings of a host from the parameter server's settings of
+/// its plan (the same config on every host) and its learners.
+actors::replica_options
+replica_options_for(const actors::parameter_server_options& server, uint64_t learners,
+                    const std::string& host);
+
+/// What a worker host attaches its group to: the form message may come
+/// before the worker has set up its replica, or after.
+class host_plane {
+public:
+  /// The group and where to meet: forms it now if the form message came.
+  void attach(std::shared_ptr<deferred_group> group, caf::actor_system* sys,
+              caf::actor gate, std::string token, data_plane_settings settings,
+              caf::actor replica) TROUPE_EXCLUDES(mtx_);
+  /// The run ends: the replica stops (answers its learners, starts no round).
+  void stop() TROUPE_EXCLUDES(mtx_);
+  /// The gate's form message: forms the group now if it is attached.
+  void form(uint64_t epoch, uint64_t rank, uint64_t size) TROUPE_EXCLUDES(mtx_);
+
+private:
+  void start() TROUPE_REQUIRES(mtx_);
+  base::mutex mtx_;
+  std::shared_ptr<deferred_group> group_ TROUPE_GUARDED_BY(mtx_);
+  caf::actor_system* sys_ TROUPE_GUARDED_BY(mtx_) = nullptr;
+  caf::actor gate_ TROUPE_GUARDED_BY(mtx_);
+  caf::actor replica_ TROUPE_GUARDED_BY(mtx_);
+  std::string token_ TROUPE_GUARDED_BY(mtx_);
+  data_plane_settings settings_ TROUPE_GUARDED_BY(mtx_);
+  std::optional<std::array<uint64_t, 3>> told_ TROUPE_GUARDED_BY(mtx_);
+  bool started_ TROUPE_GUARDED_BY(mtx_) = false;
+};
+
+/// The options of rank `rank` of `size` in epoch `epoch`.
+edge::gloo_group_options group_options(const data_plane_settings& s, uint64_t epoch,
+                                       uint64_t rank, uint64_t size);
+
+} // namespace troupe::cluster

@@ -1,0 +1,169 @@
+// Black-box tests of the all-reduce data plane (cluster.data_plane =
+// "allreduce"): a coordinator and worker processes on loopback, each host a
+// replica of the parameter server, the replicas' weights hash-checked in
+// every round; the group's forming, its refusals and a lost member.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tests/cli_support.hpp"
+#include "tests/cluster/cluster_fixture.hpp"
+#include "tests/seed.hpp"
+#include "tests/temp_folder.hpp"
+
+namespace fs = std::filesystem;
+using namespace troupe::test;
+
+namespace {
+
+// The cases' CartPole PPO config with the all-reduce data plane and `hosts`
+// worker hosts in the group ([cluster] is the config's last section).
+std::string write_plane_config(const temp_folder& dir, uint64_t seed, uint64_t total,
+                               int hosts, const std::string& mode = "async") {
+  const auto path = write_config(dir, seed, total, /*obs_norm=*/true, mode);
+  const auto text =
+    read_text(path) + fmt::format("data_plane = \"allreduce\"\nhosts = {}\n"
+                                  "round_timeout_ms = {}\n",
+                                  hosts, 20000 * TROUPE_TEST_TIMEOUT_SCALE);
+  return dir.write("cluster.toml", text);
+}
+
+// The coordinator's closing line about the data plane: rounds and members.
+std::pair<long, long> rounds_and_members(const std::string& log) {
+  std::smatch m;
+  const std::regex said(
+    R"(cluster: the data plane: ([0-9]+) rounds over ([0-9]+) members)");
+  REQUIRE_MESSAGE(std::regex_search(log, m, said), "no data plane summary in:\n" << log);
+  return {std::stol(m[1].str()), std::stol(m[2].str())};
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(cluster_run,
+                  "with the all-reduce data plane a coordinator and two workers train "
+                  "CartPole PPO async past a mean return of 200, the three replicas' "
+                  "weights hash-checked in every round") {
+  auto& coord =
+    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 3000000, 2));
+  auto& w1 = start_worker("w1");
+  auto& w2 = start_worker("w2");
+  INFO(report());
+  await([&] { return metric(run, "return_mean_100") > 200; }, std::chrono::seconds(240),
+        "no 100-episode mean return above 200", {&w1, &w2});
+  CHECK(metric(run, "hosts") == 2);
+  stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
+  const auto log = coord.err();
+  CHECK(log.find("the data plane's group forms: 2 host(s) and the coordinator, epoch 1, "
+                 "on 127.0.0.1") != std::string::npos);
+  const auto [rounds, members] = rounds_and_members(log);
+  CHECK(members == 3);
+  CHECK(rounds > 10);
+  // The gradients went to the hosts' own replicas: the coordinator's counts
+  // them as all-reduced, not as sent to it.
+  CHECK(log.find("gradients applied on every host: ") != std::string::npos);
+  for (const auto* c : {&coord, &w1, &w2}) {
+    const auto text = c->err() + c->out();
+    CHECK(text.find("differ between hosts") == std::string::npos);
+    // A round in flight when the run ends may fail (the others left); no
+    // replica ended before that.
+    CHECK(text.find("the parameter server ended") == std::string::npos);
+  }
+}
+
+TEST_CASE_FIXTURE(
+  cluster_run, "sync mode with the all-reduce data plane: every round is one optimizer "
+               "step of all three learners, and the run learns") {
+  auto& coord =
+    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 3000000, 2, "sync"));
+  auto& w1 = start_worker("w1");
+  auto& w2 = start_worker("w2", {"--learners", "2"});
+  INFO(report());
+  await([&] { return metric(run, "return_mean_100") > 150; }, std::chrono::seconds(240),
+        "no 100-episode mean return above 150", {&w1, &w2});
+  stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
+  const auto log = coord.err();
+  const auto [rounds, members] = rounds_and_members(log);
+  CHECK(members == 3);
+  // Sync: each round waits for one gradient of each of the three learners,
+  // so the gradients applied are three per step (the last round may have
+  // ended with the run).
+  std::smatch m;
+  const std::regex applied(
+    R"(gradients applied on every host: ([0-9]+) \(version ([0-9]+)\))");
+  REQUIRE(std::regex_search(log, m, applied));
+  const long gradients = std::stol(m[1].str()), version = std::stol(m[2].str());
+  CHECK(version > 10);
+  CHECK(gradients == 3 * version);
+  CHECK(rounds >= version);
+}
+
+TEST_CASE_FIXTURE(cluster_run,
+                  "a learner host that comes after the group formed is refused, naming "
+                  "cluster.hosts") {
+  auto& coord =
+    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 100000000, 1));
+  auto& w1 = start_worker("w1");
+  INFO(report());
+  await([&] { return metric(run, "updates") >= 5; }, std::chrono::seconds(120),
+        "no 5 updates with the group of w1 and the coordinator", {&w1});
+  auto& late = start("late", worker_args("late", {"--reconnect-s", "5"}));
+  REQUIRE_MESSAGE(poll_until([&] { return !late.running(); }, std::chrono::seconds(120)),
+                  "the late worker did not end");
+  CHECK(late.status() == 1);
+  CHECK(late.err().find("the data plane's group has formed with its 1 worker host(s) "
+                        "(cluster.hosts)") != std::string::npos);
+  // An environment-only host is no member: it still joins.
+  stop_run({{"coordinator", &coord}, {"w1", &w1}});
+}
+
+TEST_CASE_FIXTURE(cluster_run,
+                  "a member killed with SIGKILL fails the others' round naming the lost "
+                  "peer's address, and the run ends with that error instead of waiting") {
+  auto& coord =
+    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 100000000, 2));
+  auto& w1 = start_worker("w1");
+  auto& w2 = start_worker("w2");
+  INFO(report());
+  await([&] { return metric(run, "updates") >= 10; }, std::chrono::seconds(120),
+        "no 10 updates of the group", {&w1, &w2});
+  w2.kill_now();
+  REQUIRE_MESSAGE(poll_until([&] { return !coord.running(); }, std::chrono::seconds(120)),
+                  "the coordinator did not end after losing a member");
+  CHECK(coord.status() == 1);
+  const auto log = coord.err();
+  CHECK(std::regex_search(
+    log, std::regex(R"(replica of host 'coordinator': round [0-9]+ failed: gloo [^\n]*)"
+                    R"(\(rank 0 of 3, epoch 1\) failed: [^\n]*127\.0\.0\.1)")));
+  REQUIRE_MESSAGE(poll_until([&] { return !w1.running(); }, std::chrono::seconds(120)),
+                  "w1 did not end");
+}
+
+TEST_CASE("the all-reduce data plane's settings are checked before anything starts") {
+  temp_folder dir("troupe-plane-config");
+  const auto cfg = write_config(dir, 1, 1000);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+    {"--set cluster.hosts=0",
+     "cluster.hosts = 0: data_plane = \"allreduce\" needs the number of worker hosts"},
+    {"--set cluster.hosts=1 --set cluster.data_interface='\"0.0.0.0\"'",
+     "cluster.data_interface = \"0.0.0.0\": the data plane binds to one address, never a "
+     "wildcard"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.first);
+    auto r = run_command(
+      fmt::format("env {} timeout -k 10 {} '{}' train '{}' --listen 127.0.0.1:0 --set "
+                  "cluster.data_plane='\"allreduce\"' {}",
+                  token_env, troupe_command_limit_s, TROUPE_BINARY, cfg, c.first),
+      dir);
+    CAPTURE(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.second) != std::string::npos);
+    CHECK(!fs::exists(dir.path / "runs")); // nothing started, nothing written
+  }
+}
