@@ -36,6 +36,19 @@ public:
 
   /// The group in words for messages ("rank 1 of 3, epoch 4").
   virtual std::string describe() const = 0;
+
+  /// Closes this member's connections, from any thread: an operation under
+  /// way here fails at once, and the other members' fail as they notice. For
+  /// a group that another replaces.
+  virtual void abort() {}
+
+  /// After a failed operation (`why`): leaves the broken group and waits
+  /// until the members still alive have formed the next one (new ranks, a
+  /// new size). An error when that cannot happen; a fixed group cannot.
+  virtual status reform(const std::string& why) {
+    return make_error(errc::unavailable, "{}: this group does not form again ({})",
+                      describe(), why);
+  }
 };
 
 } // namespace troupe::actors

@@ -76,13 +76,33 @@ public:
       buf_ = std::move(buf);
       state_ = std::move(state);
       round_ = round;
+      regroup_ = false;
       job_ = true;
     }
     cv_.notify_all();
   }
 
-  // The outcome of the last round, its reduced buffer and the state it
-  // broadcast (empty when none).
+  // After a failed round (`why`): forms the next group with the members still
+  // alive, gathers every member's completed rounds (this one's: `completed`)
+  // into the buffer take() returns, and broadcasts the state of the first
+  // member with the most (this one's: `state`) to all.
+  void start_regroup(std::string why, uint64_t completed, std::vector<char> state,
+                     uint64_t round) TROUPE_EXCLUDES(mtx_) {
+    {
+      base::mutex_lock lock(mtx_);
+      why_ = std::move(why);
+      completed_ = completed;
+      state_ = std::move(state);
+      round_ = round;
+      regroup_ = true;
+      job_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  // The outcome of the last job, its buffer (a round: the reduced sums; a
+  // regroup: every member's completed rounds) and the state it broadcast
+  // (empty when none).
   std::tuple<status, std::vector<double>, std::vector<char>> take()
     TROUPE_EXCLUDES(mtx_) {
     base::mutex_lock lock(mtx_);
@@ -90,11 +110,27 @@ public:
   }
 
 private:
+  // The regroup job: see start_regroup.
+  status regroup(const std::string& why, uint64_t completed, std::vector<double>& counts,
+                 std::vector<char>& state) {
+    if (auto s = group_->reform(why); !s.ok())
+      return s;
+    counts.assign(group_->size(), 0.0);
+    counts[group_->rank()] = static_cast<double>(completed) + 1; // 0: nobody
+    if (auto s = group_->allreduce_sum(counts.data(), counts.size()); !s.ok())
+      return s;
+    const auto most = std::max_element(counts.begin(), counts.end());
+    const auto source = static_cast<size_t>(most - counts.begin());
+    return group_->broadcast(state.data(), state.size(), source);
+  }
+
   void run() TROUPE_EXCLUDES(mtx_) {
     for (;;) {
       std::vector<double> buf;
       std::vector<char> state;
-      uint64_t round = 0;
+      std::string why;
+      uint64_t round = 0, completed = 0;
+      bool regroup_job = false;
       {
         base::mutex_lock lock(mtx_);
         lock.wait(cv_, [&]() TROUPE_REQUIRES(mtx_) { return job_ || quit_; });
@@ -103,13 +139,20 @@ private:
         job_ = false;
         buf = std::move(buf_);
         state = std::move(state_);
+        why = std::move(why_);
         round = round_;
+        completed = completed_;
+        regroup_job = regroup_;
       }
       status s;
-      if (!state.empty())
-        s = group_->broadcast(state.data(), state.size(), 0);
-      if (s.ok())
-        s = group_->allreduce_sum(buf.data(), buf.size());
+      if (regroup_job) {
+        s = regroup(why, completed, buf, state);
+      } else {
+        if (!state.empty())
+          s = group_->broadcast(state.data(), state.size(), 0);
+        if (s.ok())
+          s = group_->allreduce_sum(buf.data(), buf.size());
+      }
       {
         base::mutex_lock lock(mtx_);
         buf_ = std::move(buf);
@@ -128,7 +171,10 @@ private:
   std::condition_variable cv_;
   std::vector<double> buf_ TROUPE_GUARDED_BY(mtx_);
   std::vector<char> state_ TROUPE_GUARDED_BY(mtx_);
+  std::string why_ TROUPE_GUARDED_BY(mtx_);
   uint64_t round_ TROUPE_GUARDED_BY(mtx_) = 0;
+  uint64_t completed_ TROUPE_GUARDED_BY(mtx_) = 0;
+  bool regroup_ TROUPE_GUARDED_BY(mtx_) = false;
   status outcome_ TROUPE_GUARDED_BY(mtx_);
   bool job_ TROUPE_GUARDED_BY(mtx_) = false;
   bool quit_ TROUPE_GUARDED_BY(mtx_) = false;
@@ -194,6 +240,8 @@ struct replica_state {
   uint64_t expected = 0; // sync: this host's learners in a round
   bool idle_pending = false;
   bool draining = false;
+  bool regrouping = false; // a regroup job is under way (after a failed round)
+  uint64_t regroups = 0;   // groups formed again after a failure
   uint64_t logged_drops = 0;
   uint64_t logged_rejects = 0;
   std::unique_ptr<round_thread> thread; // last: joined first
@@ -317,32 +365,41 @@ void maybe_launch(replica_actor* self) {
   }
 }
 
-void launch(replica_actor* self) {
-  auto& s = self->state;
-  const size_t p = s.params.size(), b = s.buffers.size();
+// The buffer a round all-reduces, from this host's sums `sums`; `first`: a
+// group's first round, which checks no hash (it starts from rank 0's state:
+// zero on every member).
+std::vector<double> round_buffer(const replica_state& s, const round_sums& sums,
+                                 bool first) {
   std::vector<double> buf;
-  buf.reserve(p + b + tail_count);
-  buf.insert(buf.end(), s.next.grad.begin(), s.next.grad.end());
-  buf.insert(buf.end(), s.next.buffers.begin(), s.next.buffers.end());
-  for (double x : {s.next.weight, s.next.buffer_weight, s.next.lr_sum, s.next.gradients,
-                   s.next.env_steps, s.next.batches, 1.0})
+  buf.reserve(s.params.size() + s.buffers.size() + tail_count);
+  buf.insert(buf.end(), sums.grad.begin(), sums.grad.end());
+  buf.insert(buf.end(), sums.buffers.begin(), sums.buffers.end());
+  for (double x : {sums.weight, sums.buffer_weight, sums.lr_sum, sums.gradients,
+                   sums.env_steps, sums.batches, 1.0})
     buf.push_back(x);
-  // A group's first round starts from rank 0's state, so it checks no hash
-  // (zero on every member); every later round does.
-  const bool first = s.launched == 0;
   const uint64_t h = first ? 0 : weights_hash(s.params, s.buffers);
   for (size_t k = 0; k < hash_pieces; ++k) {
     const double piece = static_cast<double>((h >> (21 * k)) & ((1ull << 21) - 1));
     buf.push_back(piece);
     buf.push_back(piece * piece);
   }
+  return buf;
+}
+
+void start_round(replica_state& s, std::vector<double> buf, std::vector<char> state) {
   s.rounds.reduced_bytes += buf.size() * sizeof(double);
-  std::swap(s.flying, s.next);
-  s.next.reset(p, b);
   s.in_flight = true;
   s.started = std::chrono::steady_clock::now();
-  s.thread->start(std::move(buf), first ? pack_state(s) : std::vector<char>{},
-                  s.launched++);
+  s.thread->start(std::move(buf), std::move(state), s.launched++);
+}
+
+void launch(replica_actor* self) {
+  auto& s = self->state;
+  const bool first = s.launched == 0;
+  auto buf = round_buffer(s, s.next, first);
+  std::swap(s.flying, s.next);
+  s.next.reset(s.params.size(), s.buffers.size());
+  start_round(s, std::move(buf), first ? pack_state(s) : std::vector<char>{});
   // The gradients held for this round's successor go into it now (async:
   // answered at once; sync: when it is applied).
   auto held = std::move(s.held);
@@ -382,6 +439,54 @@ void fail(replica_actor* self, const std::string& why) {
   self->quit(to_caf_error(make_error(errc::unavailable, "{}", why)));
 }
 
+// The next group has formed after a failed round, and every member holds
+// the state of the member that completed the most rounds. If that is more
+// than this one completed, the failed round was applied there (with this
+// host's sums in it: a ring all-reduce completes on a member only once every
+// member's part is in): its sums are dropped. Otherwise no member completed
+// it, and this host sends its sums again in the new group. Either way every
+// gradient is applied once.
+void regrouped(replica_actor* self, status outcome, const std::vector<double>& counts,
+               const std::vector<char>& state) {
+  auto& s = self->state;
+  s.regrouping = false;
+  s.in_flight = false;
+  if (!outcome.ok())
+    return fail(self,
+                fmt::format("replica of host '{}': the group did not form again: {}",
+                            s.opts.host, outcome.err().message));
+  const double most = *std::max_element(counts.begin(), counts.end());
+  const auto completed_there = static_cast<uint64_t>(most) - 1;
+  const uint64_t completed_here = s.rounds.rounds;
+  unpack_state(s, state);
+  if (s.store)
+    s.store->publish(s.counters.version, s.params.data(),
+                     s.buffers.empty() ? nullptr : s.buffers.data());
+  s.rounds.rounds = completed_there;
+  s.rounds.group_size = s.group->size();
+  s.rounds.weights_hash = weights_hash(s.params, s.buffers);
+  s.regroups += 1;
+  const bool applied_elsewhere = completed_there > completed_here;
+  write_log(s.opts.log, log_level::warning,
+            fmt::format("replica of host '{}': the group formed again ({}); the failed "
+                        "round {}",
+                        s.opts.host, s.group->describe(),
+                        applied_elsewhere ? "was applied on another member: its sums are "
+                                            "taken from there"
+                                          : "was applied nowhere: this host sends its "
+                                            "sums again"));
+  if (applied_elsewhere) {
+    auto reply = current(s, true);
+    for (auto& w : s.flying.answer_after)
+      w.promise.deliver(reply);
+    s.flying.reset(s.params.size(), s.buffers.size());
+    maybe_launch(self);
+    return;
+  }
+  // The failed round again, in the new group; its learners wait as before.
+  start_round(s, round_buffer(s, s.flying, false), {});
+}
+
 // A round's result: the same numbers on every host, applied the same way.
 void complete(replica_actor* self, uint64_t round) {
   auto& s = self->state;
@@ -393,9 +498,22 @@ void complete(replica_actor* self, uint64_t round) {
                             .count());
   s.rounds.round_ns_sum += ns;
   s.rounds.round_ns_max = std::max(s.rounds.round_ns_max, ns);
-  if (!outcome.ok())
-    return fail(self, fmt::format("replica of host '{}': round {} failed: {}",
-                                  s.opts.host, round, outcome.err().message));
+  if (s.regrouping)
+    return regrouped(self, std::move(outcome), buf, state);
+  if (!outcome.ok()) {
+    const auto why = fmt::format("replica of host '{}': round {} failed: {}", s.opts.host,
+                                 round, outcome.err().message);
+    if (s.draining)
+      return fail(self, why);
+    // The members still alive form the next group and complete the round.
+    write_log(s.opts.log, log_level::warning,
+              why + "; the members still alive form the group again");
+    s.regrouping = true;
+    s.in_flight = true;
+    s.started = std::chrono::steady_clock::now();
+    s.thread->start_regroup(why, s.rounds.rounds, pack_state(s), round);
+    return;
+  }
   const size_t p = s.params.size(), b = s.buffers.size();
   const double* tail = buf.data() + p + b;
   const double weight = tail[0], buffer_weight = tail[1], lr_sum = tail[2],

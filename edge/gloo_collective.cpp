@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include <gloo/allreduce.h>
-#include <gloo/broadcast.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/broadcast_one_to_all.h>
 #include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -103,14 +103,20 @@ public:
     if (count == 0 || ctx_->size == 1)
       return {};
     try {
-      gloo::AllreduceOptions opts(ctx_);
-      opts.setOutput(data, count);
-      opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(
-          &gloo::sum<double>));
-      opts.setTag(next_tag());
-      opts.setTimeout(timeout_);
-      gloo::allreduce(opts);
+      // Gloo's ring over a buffer registered once per size: each of the
+      // 2(size-1) steps is a send to the next member and a blocking read from
+      // the previous one on this thread (pairs in sync mode), with no hop
+      // through the transport's event-loop thread.
+      if (!ring_ || ring_count_ != count) {
+        ring_.reset();
+        ring_buf_.assign(count, 0.0);
+        ring_ = std::make_unique<gloo::AllreduceHalvingDoubling<double>>(
+          ctx_, std::vector<double*>{ring_buf_.data()}, static_cast<int>(count));
+        ring_count_ = count;
+      }
+      std::copy(data, data + count, ring_buf_.begin());
+      ring_->run();
+      std::copy(ring_buf_.begin(), ring_buf_.end(), data);
     } catch (const std::exception& e) {
       return make_error(errc::unavailable,
                         "gloo all-reduce of {} doubles ({}) failed: {}", count,
@@ -126,12 +132,10 @@ public:
     if (bytes == 0 || ctx_->size == 1)
       return {};
     try {
-      gloo::BroadcastOptions opts(ctx_);
-      opts.setOutput(static_cast<char*>(data), bytes);
-      opts.setRoot(static_cast<int>(root));
-      opts.setTag(next_tag());
-      opts.setTimeout(timeout_);
-      gloo::broadcast(opts);
+      gloo::BroadcastOneToAll<char> one_to_all(
+        ctx_, std::vector<char*>{static_cast<char*>(data)}, bytes,
+        static_cast<int>(root));
+      one_to_all.run();
     } catch (const std::exception& e) {
       return make_error(errc::unavailable,
                         "gloo broadcast of {} bytes from rank {} ({}) failed: {}", bytes,
@@ -140,15 +144,22 @@ public:
     return {};
   }
 
-private:
-  // Every member issues the same operations in the same order, so the same
-  // counter gives every operation one tag on every member.
-  uint32_t next_tag() { return tag_++; }
+  void abort() override {
+    try {
+      ctx_->closeConnections();
+    } catch (const std::exception&) {
+      // Already closed, or a connection that failed: nothing is left open.
+    }
+  }
 
+private:
   std::shared_ptr<gloo::Context> ctx_;
   std::string label_;
   std::chrono::milliseconds timeout_;
-  uint32_t tag_ = 0;
+  std::vector<double> ring_buf_; // the ring's registered buffer
+  std::unique_ptr<gloo::AllreduceHalvingDoubling<double>>
+    ring_; // over ring_count_ doubles
+  size_t ring_count_ = 0;
 };
 
 } // namespace
@@ -174,6 +185,9 @@ connect_gloo_group(rendezvous_store& store, const gloo_group_options& o) {
     store_adapter adapter(store, o.timeout);
     gloo::rendezvous::PrefixStore prefixed(o.prefix, adapter);
     ctx->connectFullMesh(prefixed, device);
+    for (int i = 0; i < ctx->size; ++i)
+      if (i != ctx->rank)
+        ctx->getPair(i)->setSync(true, false); // blocking reads, no busy polling
     return std::unique_ptr<actors::collective>(
       std::make_unique<gloo_collective>(std::move(ctx), label, o.timeout));
   } catch (const std::exception& e) {

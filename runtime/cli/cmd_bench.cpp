@@ -15,7 +15,7 @@ struct bench_area {
 
 constexpr bench_area areas[] = {
   {"stats", bench_stats}, {"envs", bench_envs},     {"learner", bench_learner},
-  {"embed", bench_embed}, {"remote", bench_remote},
+  {"embed", bench_embed}, {"remote", bench_remote}, {"allreduce", bench_allreduce},
 };
 
 } // namespace

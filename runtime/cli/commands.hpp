@@ -31,11 +31,12 @@ int cmd_remote_keygen(const args_t& args); // runtime/cli/cmd_remote.cpp
 int cmd_version(const args_t& args);
 
 // `troupe bench AREA`, one function per area.
-int bench_stats(const args_t& args);   // runtime/cli/bench_stats.cpp
-int bench_envs(const args_t& args);    // runtime/cli/bench_envs.cpp
-int bench_learner(const args_t& args); // runtime/cli/bench_learner.cpp
-int bench_embed(const args_t& args);   // runtime/cli/bench_embed.cpp
-int bench_remote(const args_t& args);  // runtime/cli/bench_remote.cpp
+int bench_stats(const args_t& args);     // runtime/cli/bench_stats.cpp
+int bench_envs(const args_t& args);      // runtime/cli/bench_envs.cpp
+int bench_learner(const args_t& args);   // runtime/cli/bench_learner.cpp
+int bench_embed(const args_t& args);     // runtime/cli/bench_embed.cpp
+int bench_remote(const args_t& args);    // runtime/cli/bench_remote.cpp
+int bench_allreduce(const args_t& args); // runtime/cli/bench_allreduce.cpp
 
 /// Prints `message` to stderr prefixed with "troupe: " and returns `status`.
 int fail(int status, const std::string& message);

@@ -62,75 +62,105 @@ replica_options_for(const actors::parameter_server_options& server, uint64_t lea
 // -- deferred_group -------------------------------------------------------------
 
 deferred_group::deferred_group(std::string host, std::chrono::milliseconds form_timeout)
-  : host_(std::move(host)), deadline_(std::chrono::steady_clock::now() + form_timeout) {}
+  : host_(std::move(host)), form_timeout_(form_timeout),
+    deadline_(std::chrono::steady_clock::now() + form_timeout) {}
 
 deferred_group::~deferred_group() {
-  if (thread_.joinable())
-    thread_.join();
+  std::vector<std::thread> threads;
+  {
+    base::mutex_lock lock(mtx_);
+    threads = std::move(threads_);
+  }
+  for (auto& t : threads)
+    t.join();
 }
 
-void deferred_group::form(std::unique_ptr<edge::rendezvous_store> store,
+void deferred_group::on_failure(failure_report report) {
+  base::mutex_lock lock(mtx_);
+  report_ = std::move(report);
+}
+
+void deferred_group::form(uint64_t epoch, std::unique_ptr<edge::rendezvous_store> store,
                           edge::gloo_group_options o) {
   base::mutex_lock lock(mtx_);
-  if (forming_)
+  if (epoch <= asked_epoch_)
     return;
-  forming_ = true;
-  rank_ = o.rank;
-  size_ = o.size;
-  thread_ = std::thread([this, store = std::move(store), o = std::move(o)] {
+  asked_epoch_ = epoch;
+  // The old group's members are not all in the new one: an operation on it
+  // must not wait for one that left.
+  if (group_)
+    group_->abort();
+  threads_.emplace_back([this, epoch, store = std::move(store), o = std::move(o)] {
     auto g = edge::connect_gloo_group(*store, o);
     {
       base::mutex_lock l(mtx_);
-      if (g.ok())
-        group_ = std::move(g).value();
-      else
+      if (g.ok() && epoch > formed_epoch_ && epoch == asked_epoch_) {
+        group_ = std::shared_ptr<actors::collective>(std::move(g).value());
+        formed_epoch_ = epoch;
+      } else if (!g.ok() && epoch > failed_epoch_) {
+        failed_epoch_ = epoch;
         failure_ = g.err().message;
+      }
     }
     formed_cv_.notify_all();
   });
 }
 
-result<actors::collective*> deferred_group::wait_formed() {
+result<std::shared_ptr<actors::collective>> deferred_group::wait_formed(uint64_t after) {
   base::mutex_lock lock(mtx_);
-  const bool done = lock.wait_for(
-    formed_cv_,
-    std::max(deadline_ - std::chrono::steady_clock::now(),
-             std::chrono::steady_clock::duration(0)),
-    [&]() TROUPE_REQUIRES(mtx_) { return group_ != nullptr || !failure_.empty(); });
-  if (group_)
-    return group_.get();
-  if (!failure_.empty())
-    return make_error(errc::unavailable, "{}", failure_);
-  (void)done;
-  return make_error(errc::unavailable,
-                    "the data plane's group of host '{}' did not form in time: {} (see "
-                    "cluster.hosts, cluster.reconnect_s and cluster.round_timeout_ms)",
-                    host_,
-                    forming_
-                      ? "its rendezvous did not finish"
-                      : "the coordinator never said to form it (fewer worker hosts "
-                        "joined than cluster.hosts)");
+  for (;;) {
+    const auto left = deadline_ - std::chrono::steady_clock::now();
+    lock.wait_for(formed_cv_, std::max(left, std::chrono::steady_clock::duration(0)),
+                  [&]() TROUPE_REQUIRES(mtx_) {
+                    return formed_epoch_ > after || failed_epoch_ > after;
+                  });
+    if (formed_epoch_ > after)
+      return group_;
+    if (failed_epoch_ > after) {
+      // The newest forming failed (a member of it is gone too): the
+      // coordinator hears of it and opens another epoch.
+      const uint64_t failed = failed_epoch_;
+      const std::string why = failure_;
+      if (!report_)
+        return make_error(errc::unavailable, "{}", why);
+      auto report = report_;
+      lock.unlock();
+      report(failed, why);
+      lock.lock();
+      after = std::max(after, failed);
+      continue;
+    }
+    return make_error(errc::unavailable,
+                      "the data plane's group of host '{}' did not form in time: {} (see "
+                      "cluster.hosts, cluster.reconnect_s and cluster.round_timeout_ms)",
+                      host_,
+                      asked_epoch_ > after
+                        ? "its rendezvous did not finish"
+                        : "the coordinator never said to form it (fewer "
+                          "worker hosts joined than cluster.hosts, or a "
+                          "lost member was not yet replaced)");
+  }
 }
 
 size_t deferred_group::rank() const {
   base::mutex_lock lock(mtx_);
-  return rank_;
+  return group_ ? group_->rank() : 0;
 }
 
 size_t deferred_group::size() const {
   base::mutex_lock lock(mtx_);
-  return size_;
+  return group_ ? group_->size() : 0;
 }
 
 status deferred_group::allreduce_sum(double* data, size_t count) {
-  auto g = wait_formed();
+  auto g = wait_formed(0);
   if (!g.ok())
     return g.err();
   return g.value()->allreduce_sum(data, count);
 }
 
 status deferred_group::broadcast(void* data, size_t bytes, size_t root) {
-  auto g = wait_formed();
+  auto g = wait_formed(0);
   if (!g.ok())
     return g.err();
   return g.value()->broadcast(data, bytes, root);
@@ -141,6 +171,33 @@ std::string deferred_group::describe() const {
   if (group_)
     return group_->describe();
   return fmt::format("host '{}', group not formed yet", host_);
+}
+
+void deferred_group::abort() {
+  base::mutex_lock lock(mtx_);
+  if (group_)
+    group_->abort();
+}
+
+status deferred_group::reform(const std::string& why) {
+  uint64_t failed = 0;
+  failure_report report;
+  {
+    base::mutex_lock lock(mtx_);
+    failed = formed_epoch_;
+    if (group_)
+      group_->abort(); // the others' operations on it fail now, not at their timeout
+    deadline_ = std::chrono::steady_clock::now() + form_timeout_;
+    report = report_;
+  }
+  if (!report)
+    return make_error(errc::unavailable, "{}: the group of host '{}' does not form again",
+                      why, host_);
+  report(failed, why);
+  auto g = wait_formed(failed);
+  if (!g.ok())
+    return g.err();
+  return {};
 }
 
 // -- the gate's store -----------------------------------------------------------
@@ -206,6 +263,11 @@ std::unique_ptr<edge::rendezvous_store> gate_store(caf::actor_system& sys,
 void host_plane::attach(std::shared_ptr<deferred_group> group, caf::actor_system* sys,
                         caf::actor gate, std::string token, data_plane_settings settings,
                         caf::actor replica) {
+  // A failed epoch is told to the coordinator, which opens the next one.
+  group->on_failure(
+    [gate, token, host = group->host_name()](uint64_t epoch, const std::string& why) {
+      caf::anon_send(gate, epoch_failed_atom::value, token, epoch, host, why);
+    });
   base::mutex_lock lock(mtx_);
   replica_ = std::move(replica);
   group_ = std::move(group);
@@ -229,11 +291,11 @@ void host_plane::form(uint64_t epoch, uint64_t rank, uint64_t size) {
 }
 
 void host_plane::start() {
-  if (started_ || !group_ || !told_)
+  if (!group_ || !told_)
     return;
-  started_ = true;
+  // Each epoch once: the group ignores one it was asked for before.
   const auto [epoch, rank, size] = *told_;
-  group_->form(gate_store(*sys_, gate_, token_),
+  group_->form(epoch, gate_store(*sys_, gate_, token_),
                group_options(settings_, epoch, rank, size));
 }
 

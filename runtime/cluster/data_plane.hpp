@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <array>
+#include <functional>
+#include <vector>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -47,42 +49,62 @@ struct data_plane_settings {
 /// data_plane = "allreduce" has no hosts or a wildcard interface.
 result<data_plane_settings> data_plane_from(const runtime::config& cfg);
 
-/// A collective that is formed later: its operations wait until the group
-/// is formed (or its forming failed, or `form_timeout` passed since it was
-/// made), then run on the Gloo group.
+/// Tells the coordinator that the group of `epoch` failed (`why`).
+using epoch_failed_atom = caf::atom_constant<caf::atom("epoch_fail")>;
+
+/// A collective that is formed later, and formed again in each new epoch:
+/// its operations wait until a group is formed (or its forming failed, or
+/// `form_timeout` passed), then run on that Gloo group. After a failed
+/// operation reform() reports the failure and waits for a newer epoch's group.
 class deferred_group final : public actors::collective {
 public:
+  /// Called by reform() with the failed epoch and why (tells the coordinator).
+  using failure_report = std::function<void(uint64_t epoch, const std::string& why)>;
+
   /// A group that `host` (a name for messages) will join.
   deferred_group(std::string host, std::chrono::milliseconds form_timeout);
   ~deferred_group() override;
   deferred_group(const deferred_group&) = delete;
   deferred_group& operator=(const deferred_group&) = delete;
 
-  /// Forms the group on a thread of its own: joins through `store` as `o`
-  /// says. Once only; a second call is ignored.
-  void form(std::unique_ptr<edge::rendezvous_store> store, edge::gloo_group_options o)
-    TROUPE_EXCLUDES(mtx_);
+  /// Where reform() reports a failed epoch.
+  void on_failure(failure_report report) TROUPE_EXCLUDES(mtx_);
+
+  /// The host's name.
+  const std::string& host_name() const { return host_; }
+
+  /// Forms the group of `epoch` on a thread of its own: joins through `store`
+  /// as `o` says. An epoch not newer than the last one asked for is ignored;
+  /// an operation under way on an older group is aborted.
+  void form(uint64_t epoch, std::unique_ptr<edge::rendezvous_store> store,
+            edge::gloo_group_options o) TROUPE_EXCLUDES(mtx_);
 
   size_t rank() const override TROUPE_EXCLUDES(mtx_);
   size_t size() const override TROUPE_EXCLUDES(mtx_);
   status allreduce_sum(double* data, size_t count) override TROUPE_EXCLUDES(mtx_);
   status broadcast(void* data, size_t bytes, size_t root) override TROUPE_EXCLUDES(mtx_);
   std::string describe() const override TROUPE_EXCLUDES(mtx_);
+  void abort() override TROUPE_EXCLUDES(mtx_);
+  status reform(const std::string& why) override TROUPE_EXCLUDES(mtx_);
 
 private:
-  // The group once formed; an error when it cannot be.
-  result<actors::collective*> wait_formed() TROUPE_EXCLUDES(mtx_);
+  // The group once one newer than `after` is formed; an error when its
+  // forming failed or the deadline passed.
+  result<std::shared_ptr<actors::collective>> wait_formed(uint64_t after)
+    TROUPE_EXCLUDES(mtx_);
 
   std::string host_;
-  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::milliseconds form_timeout_;
   mutable base::mutex mtx_;
   std::condition_variable formed_cv_;
-  std::unique_ptr<actors::collective> group_ TROUPE_GUARDED_BY(mtx_);
-  std::string failure_ TROUPE_GUARDED_BY(mtx_);
-  bool forming_ TROUPE_GUARDED_BY(mtx_) = false;
-  size_t rank_ TROUPE_GUARDED_BY(mtx_) = 0;
-  size_t size_ TROUPE_GUARDED_BY(mtx_) = 0;
-  std::thread thread_;
+  std::chrono::steady_clock::time_point deadline_ TROUPE_GUARDED_BY(mtx_);
+  std::shared_ptr<actors::collective> group_ TROUPE_GUARDED_BY(mtx_);
+  uint64_t formed_epoch_ TROUPE_GUARDED_BY(mtx_) = 0; // group_'s epoch
+  uint64_t asked_epoch_ TROUPE_GUARDED_BY(mtx_) = 0;  // the newest form() call's
+  uint64_t failed_epoch_ TROUPE_GUARDED_BY(mtx_) = 0; // the newest forming that failed
+  std::string failure_ TROUPE_GUARDED_BY(mtx_);       // and why
+  failure_report report_ TROUPE_GUARDED_BY(mtx_);
+  std::vector<std::thread> threads_ TROUPE_GUARDED_BY(mtx_);
 };
 
 /// The store a host reaches through the coordinator's gate (over CAF; every
@@ -119,7 +141,6 @@ private:
   std::string token_ TROUPE_GUARDED_BY(mtx_);
   data_plane_settings settings_ TROUPE_GUARDED_BY(mtx_);
   std::optional<std::array<uint64_t, 3>> told_ TROUPE_GUARDED_BY(mtx_);
-  bool started_ TROUPE_GUARDED_BY(mtx_) = false;
 };
 
 /// The options of rank `rank` of `size` in epoch `epoch`.

@@ -49,6 +49,8 @@ struct gate_state {
     store_waiting;
   uint64_t members = 0;
   bool formed = false;
+  uint64_t epoch = 0;           // the group's newest epoch
+  uint64_t regroup_pending = 0; // an epoch whose failure is being handled
 };
 
 void report_hosts(caf::event_based_actor* self, gate_state& st) {
@@ -91,20 +93,32 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
       });
 }
 
-// data_plane = "allreduce": every member host has joined; each is told its
-// rank and the coordinator takes rank 0.
-void form_group(caf::event_based_actor* self, std::shared_ptr<gate_state> st) {
+using regroup_atom = caf::atom_constant<caf::atom("regroup")>;
+
+// data_plane = "allreduce": opens the next epoch of the group with the member
+// hosts alive now (every member host has joined, or one was lost): each is
+// told its rank and the coordinator takes rank 0.
+void form_group(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
+                const std::string& why) {
   st->formed = true;
-  const uint64_t epoch = 1, size = st->members + 1;
+  const uint64_t epoch = ++st->epoch;
+  uint64_t rank = 0;
+  for (auto& [addr, h] : st->hosts)
+    if (h.rank > 0)
+      h.rank = ++rank;
+  const uint64_t size = rank + 1;
   for (auto& [addr, h] : st->hosts)
     if (h.rank > 0)
       self->send(h.actor, form_atom::value, epoch, h.rank, size);
   actors::write_log(
-    st->opts.log, fmt::format("cluster: the data plane's group forms: {} host(s) and the "
-                              "coordinator, epoch {}, on {}",
-                              st->members, epoch, st->opts.plane.interface));
+    st->opts.log,
+    fmt::format("cluster: the data plane's group forms{}: {} host(s) and the "
+                "coordinator, epoch {}, on {}{}",
+                epoch == 1 ? "" : " again", rank, epoch, st->opts.plane.interface,
+                why.empty() ? std::string{} : " (" + why + ")"));
   if (st->opts.own_group)
     st->opts.own_group->form(
+      epoch,
       gate_store(self->system(), caf::actor_cast<caf::actor>(self), st->opts.token),
       group_options(st->opts.plane, epoch, 0, size));
 }
@@ -248,7 +262,7 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   rp.deliver(std::move(w));
   push_newest(self, st, addr); // the server may have moved on meanwhile
   if (member && st->members == st->opts.plane.hosts)
-    form_group(self, st);
+    form_group(self, st, "");
 }
 
 // Admits a join; an environment-only host's after asking the supervisor for
@@ -309,13 +323,11 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
                     info.name, info.address, hosted(info), unfinished, progress.collected,
                     progress.finished, st->hosts.size(),
                     actors::error_message(self->system(), down.reason)));
-      if (rank > 0)
-        actors::write_log(st->opts.log, actors::log_level::error,
-                          fmt::format("cluster: host {} held rank {} of the data plane's "
-                                      "group: the group's next round fails on every "
-                                      "member (a group does not yet form again without "
-                                      "a lost host)",
-                                      info.name, rank));
+      if (rank > 0 && st->formed)
+        // The survivors meet again in the next epoch and complete the round.
+        form_group(self, st, fmt::format("host {} of rank {} was lost", info.name, rank));
+      else if (rank > 0)
+        st->members -= 1; // not formed yet: another host may take its place
       else
         on_host_lost(self, st->opts.cast, info, st->opts.sync, st->opts.log);
     }
@@ -380,6 +392,27 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
                                   name));
       if (st->opts.supervisor)
         self->send(st->opts.supervisor, actors::done_atom::value);
+    },
+    [self, st](epoch_failed_atom, const std::string& token, uint64_t epoch,
+               const std::string& host, const std::string& why) {
+      // A member's operation failed in `epoch`: a member left or froze. The
+      // next epoch opens after a short grace, so that the connection's loss
+      // (a down message) is seen first and the lost host left out.
+      if (!same_token(token, st->opts.token) || !st->formed || epoch != st->epoch ||
+          st->regroup_pending == epoch || st->stopping)
+        return;
+      st->regroup_pending = epoch;
+      actors::write_log(st->opts.log, actors::log_level::warning,
+                        fmt::format("cluster: {} reports that the data plane's epoch {} "
+                                    "failed: {}",
+                                    host, epoch, why));
+      const auto grace = std::chrono::milliseconds(std::min<int64_t>(
+        500, std::max<int64_t>(50, st->opts.plane.round_timeout.count() / 10)));
+      self->delayed_send(self, grace, regroup_atom::value, epoch);
+    },
+    [self, st](regroup_atom, uint64_t epoch) {
+      if (epoch == st->epoch && !st->stopping)
+        form_group(self, st, fmt::format("epoch {} failed", epoch));
     },
     [self, st](store_set_atom, const std::string& token, const std::string& key,
                const std::string& value) -> caf::result<caf::ok_atom> {
@@ -471,6 +504,13 @@ caf::actor spawn_gate(caf::actor_system& sys, gate_options opts) {
   st->opts = std::move(opts);
   auto store = st->opts.store;
   auto g = sys.spawn(gate, st);
+  if (st->opts.own_group)
+    st->opts.own_group->on_failure([addr = g.address(), token = st->opts.token](
+                                     uint64_t epoch, const std::string& why) {
+      if (auto a = caf::actor_cast<caf::actor>(addr))
+        caf::anon_send(a, epoch_failed_atom::value, token, epoch,
+                       std::string{"the coordinator"}, why);
+    });
   // Every new version is announced to the gate (on the server's thread; the
   // gate reads the store itself and coalesces).
   caf::actor_addr addr = g.address();
