@@ -178,7 +178,7 @@ TEST_CASE_FIXTURE(cluster_run,
 }
 
 TEST_CASE_FIXTURE(
-  cluster_run, "a member frozen with SIGSTOP is declared lost and left out of epoch 2; "
+  cluster_run, "a member frozen with SIGSTOP is declared lost and left out of epoch 2, and "
                "after SIGCONT it cannot come back into the formed group") {
   auto& coord =
     start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 100000000, 2));
