@@ -289,3 +289,43 @@ TEST_CASE(
     bad.err.find("--clients takes numbers in [1, 256] separated by commas, got 'x'") !=
     std::string::npos);
 }
+
+TEST_CASE("bench allreduce --json reports, per group size, the round's time through Gloo "
+          "and through a raw TCP ring, and refuses bad sizes") {
+  temp_folder dir("bench-allreduce-cli");
+  auto r =
+    run_troupe("bench allreduce --json --members 1,3 --doubles 1001 --rounds 20", dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const auto out = parse_json(r.out);
+  CHECK(keys_of(out) == std::vector<std::string>{"doubles", "rounds", "runs"});
+  CHECK(out.at("doubles") == 1001);
+  CHECK(out.at("rounds") == 20);
+  const auto& runs = out.at("runs");
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0].at("members") == 1);
+  CHECK(runs[1].at("members") == 3);
+  const auto& three = runs[1];
+  CHECK(keys_of(three) == std::vector<std::string>{"members", "round_us_p50",
+                                                   "round_us_p99", "round_us_mean",
+                                                   "floor_us_p50", "floor_us_p99",
+                                                   "floor_us_mean", "floor_over_gloo"});
+  const double p50 = three.at("round_us_p50").get<double>();
+  CHECK(p50 > 0);
+  CHECK(three.at("round_us_p99").get<double>() >= p50);
+  const double mean = three.at("round_us_mean").get<double>();
+  const double floor = three.at("floor_us_mean").get<double>();
+  CHECK(floor > 0);
+  CHECK(three.at("floor_over_gloo").get<double>() ==
+        doctest::Approx(floor / mean).epsilon(0.01));
+  for (const auto& c : std::vector<std::pair<std::string, std::string>>{
+         {"--members 2,0",
+          "--members takes numbers in [1, 64] separated by commas, got '0'"},
+         {"--rounds 5", "rounds"},
+         {"--doubles 0", "doubles"}}) {
+    CAPTURE(c.first);
+    auto bad = run_troupe("bench allreduce " + c.first, dir);
+    CHECK(bad.status == 2);
+    CHECK(bad.err.find(c.second) != std::string::npos);
+  }
+}
