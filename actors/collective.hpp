@@ -37,6 +37,10 @@ public:
   /// The group in words for messages ("rank 1 of 3, epoch 4").
   virtual std::string describe() const = 0;
 
+  /// Waits until the group can run operations (a group formed elsewhere
+  /// first); rank() and size() hold from then on. An error when it cannot.
+  virtual status ready() { return {}; }
+
   /// Closes this member's connections, from any thread: an operation under
   /// way here fails at once, and the other members' fail as they notice. For
   /// a group that another replaces.

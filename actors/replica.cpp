@@ -82,14 +82,16 @@ public:
     cv_.notify_all();
   }
 
-  // After a failed round (`why`): forms the next group with the members still
-  // alive, gathers every member's completed rounds (this one's: `completed`)
-  // into the buffer take() returns, and broadcasts the state of the first
-  // member with the most (this one's: `state`) to all.
+  // A group's first exchange: with `reform`, after a failed round (`why`),
+  // first forms the next group with the members still alive. Then gathers
+  // every member's completed rounds (this one's: `completed`) into the buffer
+  // take() returns, and broadcasts the state of the first member with the
+  // most (this one's: `state`) to all, so every member starts the group equal.
   void start_regroup(std::string why, uint64_t completed, std::vector<char> state,
-                     uint64_t round) TROUPE_EXCLUDES(mtx_) {
+                     uint64_t round, bool reform) TROUPE_EXCLUDES(mtx_) {
     {
       base::mutex_lock lock(mtx_);
+      reform_ = reform;
       why_ = std::move(why);
       completed_ = completed;
       state_ = std::move(state);
@@ -111,10 +113,16 @@ public:
 
 private:
   // The regroup job: see start_regroup.
-  status regroup(const std::string& why, uint64_t completed, std::vector<double>& counts,
-                 std::vector<char>& state) {
-    if (auto s = group_->reform(why); !s.ok())
+  status regroup(bool reform, const std::string& why, uint64_t completed,
+                 std::vector<double>& counts, std::vector<char>& state) {
+    if (reform)
+      if (auto s = group_->reform(why); !s.ok())
+        return s;
+    if (auto s = group_->ready(); !s.ok())
       return s;
+    if (group_->rank() >= group_->size())
+      return make_error(errc::unavailable, "{}: no rank in a group of {}",
+                        group_->describe(), group_->size());
     counts.assign(group_->size(), 0.0);
     counts[group_->rank()] = static_cast<double>(completed) + 1; // 0: nobody
     if (auto s = group_->allreduce_sum(counts.data(), counts.size()); !s.ok())
@@ -130,7 +138,7 @@ private:
       std::vector<char> state;
       std::string why;
       uint64_t round = 0, completed = 0;
-      bool regroup_job = false;
+      bool regroup_job = false, reform = false;
       {
         base::mutex_lock lock(mtx_);
         lock.wait(cv_, [&]() TROUPE_REQUIRES(mtx_) { return job_ || quit_; });
@@ -143,10 +151,11 @@ private:
         round = round_;
         completed = completed_;
         regroup_job = regroup_;
+        reform = reform_;
       }
       status s;
       if (regroup_job) {
-        s = regroup(why, completed, buf, state);
+        s = regroup(reform, why, completed, buf, state);
       } else {
         if (!state.empty())
           s = group_->broadcast(state.data(), state.size(), 0);
@@ -175,6 +184,7 @@ private:
   uint64_t round_ TROUPE_GUARDED_BY(mtx_) = 0;
   uint64_t completed_ TROUPE_GUARDED_BY(mtx_) = 0;
   bool regroup_ TROUPE_GUARDED_BY(mtx_) = false;
+  bool reform_ TROUPE_GUARDED_BY(mtx_) = false;
   status outcome_ TROUPE_GUARDED_BY(mtx_);
   bool job_ TROUPE_GUARDED_BY(mtx_) = false;
   bool quit_ TROUPE_GUARDED_BY(mtx_) = false;
@@ -240,8 +250,9 @@ struct replica_state {
   uint64_t expected = 0; // sync: this host's learners in a round
   bool idle_pending = false;
   bool draining = false;
-  bool regrouping = false; // a regroup job is under way (after a failed round)
-  uint64_t regroups = 0;   // groups formed again after a failure
+  bool regrouping = false;       // a group's first exchange is under way
+  bool flying_open = false;      // a round was started and not applied
+  uint64_t regroups_started = 0; // groups formed again after a failure
   uint64_t logged_drops = 0;
   uint64_t logged_rejects = 0;
   std::unique_ptr<round_thread> thread; // last: joined first
@@ -365,11 +376,8 @@ void maybe_launch(replica_actor* self) {
   }
 }
 
-// The buffer a round all-reduces, from this host's sums `sums`; `first`: a
-// group's first round, which checks no hash (it starts from rank 0's state:
-// zero on every member).
-std::vector<double> round_buffer(const replica_state& s, const round_sums& sums,
-                                 bool first) {
+// The buffer a round all-reduces, from this host's sums `sums`.
+std::vector<double> round_buffer(const replica_state& s, const round_sums& sums) {
   std::vector<double> buf;
   buf.reserve(s.params.size() + s.buffers.size() + tail_count);
   buf.insert(buf.end(), sums.grad.begin(), sums.grad.end());
@@ -377,7 +385,7 @@ std::vector<double> round_buffer(const replica_state& s, const round_sums& sums,
   for (double x : {sums.weight, sums.buffer_weight, sums.lr_sum, sums.gradients,
                    sums.env_steps, sums.batches, 1.0})
     buf.push_back(x);
-  const uint64_t h = first ? 0 : weights_hash(s.params, s.buffers);
+  const uint64_t h = weights_hash(s.params, s.buffers);
   for (size_t k = 0; k < hash_pieces; ++k) {
     const double piece = static_cast<double>((h >> (21 * k)) & ((1ull << 21) - 1));
     buf.push_back(piece);
@@ -386,20 +394,28 @@ std::vector<double> round_buffer(const replica_state& s, const round_sums& sums,
   return buf;
 }
 
-void start_round(replica_state& s, std::vector<double> buf, std::vector<char> state) {
+void start_round(replica_state& s, std::vector<double> buf) {
   s.rounds.reduced_bytes += buf.size() * sizeof(double);
   s.in_flight = true;
+  s.flying_open = true;
   s.started = std::chrono::steady_clock::now();
-  s.thread->start(std::move(buf), std::move(state), s.launched++);
+  s.thread->start(std::move(buf), {}, s.launched++);
+}
+
+// Starts a group's first exchange (see round_thread::start_regroup).
+void start_sync(replica_state& s, const std::string& why, bool reform) {
+  s.regrouping = true;
+  s.in_flight = true;
+  s.started = std::chrono::steady_clock::now();
+  s.thread->start_regroup(why, s.rounds.rounds, pack_state(s), s.launched, reform);
 }
 
 void launch(replica_actor* self) {
   auto& s = self->state;
-  const bool first = s.launched == 0;
-  auto buf = round_buffer(s, s.next, first);
+  auto buf = round_buffer(s, s.next);
   std::swap(s.flying, s.next);
   s.next.reset(s.params.size(), s.buffers.size());
-  start_round(s, std::move(buf), first ? pack_state(s) : std::vector<char>{});
+  start_round(s, std::move(buf));
   // The gradients held for this round's successor go into it now (async:
   // answered at once; sync: when it is applied).
   auto held = std::move(s.held);
@@ -451,10 +467,12 @@ void regrouped(replica_actor* self, status outcome, const std::vector<double>& c
   auto& s = self->state;
   s.regrouping = false;
   s.in_flight = false;
+  const bool again = s.regroups_started > 0;
   if (!outcome.ok())
-    return fail(self,
-                fmt::format("replica of host '{}': the group did not form again: {}",
-                            s.opts.host, outcome.err().message));
+    return fail(
+      self, fmt::format("replica of host '{}': {} failed: {}", s.opts.host,
+                        again ? "forming the group again" : "the group's first exchange",
+                        outcome.err().message));
   const double most = *std::max_element(counts.begin(), counts.end());
   const auto completed_there = static_cast<uint64_t>(most) - 1;
   const uint64_t completed_here = s.rounds.rounds;
@@ -465,9 +483,18 @@ void regrouped(replica_actor* self, status outcome, const std::vector<double>& c
   s.rounds.rounds = completed_there;
   s.rounds.group_size = s.group->size();
   s.rounds.weights_hash = weights_hash(s.params, s.buffers);
-  s.regroups += 1;
+  if (!s.flying_open) {
+    // Nothing was in flight (the group's start, or a host joined): rounds
+    // go on from the state every member now holds.
+    if (again)
+      write_log(s.opts.log,
+                fmt::format("replica of host '{}': the group formed again ({})",
+                            s.opts.host, s.group->describe()));
+    maybe_launch(self);
+    return;
+  }
   const bool applied_elsewhere = completed_there > completed_here;
-  write_log(s.opts.log, log_level::warning,
+  write_log(s.opts.log,
             fmt::format("replica of host '{}': the group formed again ({}); the failed "
                         "round {}",
                         s.opts.host, s.group->describe(),
@@ -480,11 +507,12 @@ void regrouped(replica_actor* self, status outcome, const std::vector<double>& c
     for (auto& w : s.flying.answer_after)
       w.promise.deliver(reply);
     s.flying.reset(s.params.size(), s.buffers.size());
+    s.flying_open = false;
     maybe_launch(self);
     return;
   }
   // The failed round again, in the new group; its learners wait as before.
-  start_round(s, round_buffer(s, s.flying, false), {});
+  start_round(s, round_buffer(s, s.flying));
 }
 
 // A round's result: the same numbers on every host, applied the same way.
@@ -508,10 +536,8 @@ void complete(replica_actor* self, uint64_t round) {
     // The members still alive form the next group and complete the round.
     write_log(s.opts.log, log_level::warning,
               why + "; the members still alive form the group again");
-    s.regrouping = true;
-    s.in_flight = true;
-    s.started = std::chrono::steady_clock::now();
-    s.thread->start_regroup(why, s.rounds.rounds, pack_state(s), round);
+    s.regroups_started += 1;
+    start_sync(s, why, /*reform=*/true);
     return;
   }
   const size_t p = s.params.size(), b = s.buffers.size();
@@ -535,13 +561,7 @@ void complete(replica_actor* self, uint64_t round) {
     return fail(self, fmt::format("replica of host '{}': round {} counted {} members, "
                                   "the group has {}",
                                   s.opts.host, round, members, s.group->size()));
-  if (!state.empty()) {
-    // Every member now holds rank 0's weights, Adam state and counters.
-    unpack_state(s, state);
-    if (s.store)
-      s.store->publish(s.counters.version, s.params.data(),
-                       s.buffers.empty() ? nullptr : s.buffers.data());
-  }
+  s.flying_open = false;
   s.rounds.group_size = s.group->size();
   s.rounds.rounds += 1;
   if (gradients == 0) {
@@ -575,9 +595,35 @@ void complete(replica_actor* self, uint64_t round) {
   maybe_launch(self);
 }
 
+// Installs a checkpoint's state (the caller checked its sizes).
+void install(replica_state& s, parameter_server_state&& in) {
+  s.params = std::move(in.params);
+  s.buffers = std::move(in.buffers);
+  s.adam->first_moment() = std::move(in.adam_m);
+  s.adam->second_moment() = std::move(in.adam_v);
+  s.adam->set_steps(in.adam_steps);
+  s.counters = in.counters;
+  s.counters.version = in.version;
+  if (s.store)
+    s.store->publish(s.counters.version, s.params.data(),
+                     s.buffers.empty() ? nullptr : s.buffers.data());
+}
+
+// Why a checkpoint's state does not fit this replica; empty if it does.
+std::string state_mismatch(const replica_state& s, const parameter_server_state& in) {
+  if (in.params.size() != s.params.size() || in.adam_m.size() != s.params.size() ||
+      in.adam_v.size() != s.params.size() || in.buffers.size() != s.buffers.size())
+    return fmt::format(
+      "replica: restored state has {} parameters and {} buffers, expected "
+      "{} and {}",
+      in.params.size(), in.buffers.size(), s.params.size(), s.buffers.size());
+  return {};
+}
+
 caf::behavior replica(replica_actor* self, replica_options opts,
                       std::shared_ptr<collective> group, std::vector<float> params,
-                      std::vector<float> buffers, std::shared_ptr<policy_store> store) {
+                      std::vector<float> buffers, std::shared_ptr<policy_store> store,
+                      std::optional<parameter_server_state> start) {
   auto& st = self->state;
   st.opts = std::move(opts);
   convert_exceptions(self, "replica", st.opts.log);
@@ -590,8 +636,17 @@ caf::behavior replica(replica_actor* self, replica_options opts,
   st.next.reset(st.params.size(), st.buffers.size());
   st.flying.reset(st.params.size(), st.buffers.size());
   st.rounds.weights_hash = weights_hash(st.params, st.buffers);
+  if (start) {
+    if (auto bad = state_mismatch(st, *start); !bad.empty()) {
+      self->quit(to_caf_error(make_error(errc::invalid_argument, "{}", bad)));
+      return {};
+    }
+    install(st, std::move(*start));
+  }
   st.thread = std::make_unique<round_thread>(st.group, self->address());
-  maybe_launch(self);
+  // The group's first exchange: every member takes the state of the member
+  // with the most rounds (at a run's start, rank 0's: the coordinator's).
+  start_sync(st, {}, /*reform=*/false);
   return {
     [self](gradient_update& g) -> caf::result<weights_reply> {
       auto& s = self->state;
@@ -708,27 +763,13 @@ caf::behavior replica(replica_actor* self, replica_options opts,
     },
     [self](rounds_atom) { return self->state.rounds; },
     [self](state_atom, parameter_server_state& in) -> caf::result<uint64_t> {
-      // A checkpoint's state (resume): before the group's first round it
-      // becomes what rank 0 hands every member; later it makes this replica
-      // differ from the others, which the next round's hash check reports.
+      // A state from elsewhere: after the group's first exchange it makes this
+      // replica differ from the others, which the next round's hash check
+      // reports (a resume passes its state to spawn_replica).
       auto& s = self->state;
-      if (in.params.size() != s.params.size() || in.adam_m.size() != s.params.size() ||
-          in.adam_v.size() != s.params.size() || in.buffers.size() != s.buffers.size())
-        return to_caf_error(make_error(errc::invalid_argument,
-                                       "replica: restored state has {} parameters and {} "
-                                       "buffers, expected {} and {}",
-                                       in.params.size(), in.buffers.size(),
-                                       s.params.size(), s.buffers.size()));
-      s.params = std::move(in.params);
-      s.buffers = std::move(in.buffers);
-      s.adam->first_moment() = std::move(in.adam_m);
-      s.adam->second_moment() = std::move(in.adam_v);
-      s.adam->set_steps(in.adam_steps);
-      s.counters = in.counters;
-      s.counters.version = in.version;
-      if (s.store)
-        s.store->publish(s.counters.version, s.params.data(),
-                         s.buffers.empty() ? nullptr : s.buffers.data());
+      if (auto bad = state_mismatch(s, in); !bad.empty())
+        return to_caf_error(make_error(errc::invalid_argument, "{}", bad));
+      install(s, std::move(in));
       return s.counters.version;
     },
     [self](state_atom) {
@@ -750,11 +791,11 @@ caf::behavior replica(replica_actor* self, replica_options opts,
 
 caf::actor spawn_replica(caf::actor_system& sys, replica_options opts,
                          std::shared_ptr<collective> group, std::vector<float> params,
-                         std::vector<float> buffers,
-                         std::shared_ptr<policy_store> store) {
+                         std::vector<float> buffers, std::shared_ptr<policy_store> store,
+                         std::optional<parameter_server_state> start) {
   return sys.spawn<caf::detached>(replica, std::move(opts), std::move(group),
-                                  std::move(params), std::move(buffers),
-                                  std::move(store));
+                                  std::move(params), std::move(buffers), std::move(store),
+                                  std::move(start));
 }
 
 } // namespace troupe::actors

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,13 +69,17 @@ uint64_t weights_hash(const std::vector<float>& params,
                       const std::vector<float>& buffers);
 
 /// Spawns a replica (on its own thread) that starts from `params` and
-/// `buffers` (version 0) and all-reduces through `group`, whose members must
-/// start from the same weights. `store` (may be null) receives every
-/// version. A failed round or weights that differ between hosts end the
-/// replica with an error that says which.
+/// `buffers` (version 0), or from `start` (a checkpoint's state), and
+/// all-reduces through `group`. Its first exchange in a group hands every
+/// member the state of the member that completed the most rounds (rank 0's
+/// at a run's start). `store` (may be null) receives every version. A round
+/// that fails sends the replica into the group's next epoch
+/// (collective::reform); weights that differ between hosts, or a group that
+/// cannot form again, end it with an error that says which.
 caf::actor spawn_replica(caf::actor_system& sys, replica_options opts,
                          std::shared_ptr<collective> group, std::vector<float> params,
                          std::vector<float> buffers,
-                         std::shared_ptr<policy_store> store = nullptr);
+                         std::shared_ptr<policy_store> store = nullptr,
+                         std::optional<parameter_server_state> start = std::nullopt);
 
 } // namespace troupe::actors

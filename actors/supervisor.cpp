@@ -182,12 +182,15 @@ std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
     if (auto why = ask<uint64_t>(self, cs.keeper, declare_atom::value, decl);
         !why.empty())
       return why;
-  cs.server = plan.replica_group ? spawn_replica(sys, plan.replica, plan.replica_group,
-                                                 plan.params, plan.buffers, plan.store)
-                                 : spawn_parameter_server(sys, plan.server, plan.params,
-                                                          plan.buffers, plan.store);
+  // A replica takes a resumed state at its start: its group's first exchange
+  // hands it to the other members.
+  cs.server =
+    plan.replica_group
+      ? spawn_replica(sys, plan.replica, plan.replica_group, plan.params, plan.buffers,
+                      plan.store, plan.server_state)
+      : spawn_parameter_server(sys, plan.server, plan.params, plan.buffers, plan.store);
   self->monitor(cs.server);
-  if (plan.server_state)
+  if (plan.server_state && !plan.replica_group)
     if (auto why = ask<uint64_t>(self, cs.server, state_atom::value, *plan.server_state);
         !why.empty())
       return why;

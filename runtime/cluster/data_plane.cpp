@@ -87,9 +87,9 @@ void deferred_group::form(uint64_t epoch, std::unique_ptr<edge::rendezvous_store
     return;
   asked_epoch_ = epoch;
   // The old group's members are not all in the new one: an operation on it
-  // must not wait for one that left.
-  if (group_)
-    group_->abort();
+  // must not wait for one that left (nor go on without a joiner).
+  if (used_)
+    used_->abort();
   threads_.emplace_back([this, epoch, store = std::move(store), o = std::move(o)] {
     auto g = edge::connect_gloo_group(*store, o);
     {
@@ -106,7 +106,8 @@ void deferred_group::form(uint64_t epoch, std::unique_ptr<edge::rendezvous_store
   });
 }
 
-result<std::shared_ptr<actors::collective>> deferred_group::wait_formed(uint64_t after) {
+result<std::pair<std::shared_ptr<actors::collective>, uint64_t>>
+deferred_group::wait_formed(uint64_t after) {
   base::mutex_lock lock(mtx_);
   for (;;) {
     const auto left = deadline_ - std::chrono::steady_clock::now();
@@ -115,7 +116,7 @@ result<std::shared_ptr<actors::collective>> deferred_group::wait_formed(uint64_t
                     return formed_epoch_ > after || failed_epoch_ > after;
                   });
     if (formed_epoch_ > after)
-      return group_;
+      return std::make_pair(group_, formed_epoch_);
     if (failed_epoch_ > after) {
       // The newest forming failed (a member of it is gone too): the
       // coordinator hears of it and opens another epoch.
@@ -142,25 +143,51 @@ result<std::shared_ptr<actors::collective>> deferred_group::wait_formed(uint64_t
   }
 }
 
+result<std::shared_ptr<actors::collective>> deferred_group::in_use() {
+  {
+    base::mutex_lock lock(mtx_);
+    if (used_epoch_ > 0) {
+      // A newer epoch formed or forming: this member must leave its group
+      // (reform) and start the new one with the others' first exchange.
+      if (asked_epoch_ > used_epoch_)
+        return make_error(errc::unavailable,
+                          "the group of epoch {} is replaced by epoch {} (rank {} of {})",
+                          used_epoch_, asked_epoch_, used_->rank(), used_->size());
+      return used_;
+    }
+  }
+  auto g = wait_formed(0);
+  if (!g.ok())
+    return g.err();
+  base::mutex_lock lock(mtx_);
+  if (used_epoch_ == 0) {
+    used_ = g.value().first;
+    used_epoch_ = g.value().second;
+  }
+  return used_;
+}
+
 size_t deferred_group::rank() const {
   base::mutex_lock lock(mtx_);
-  return group_ ? group_->rank() : 0;
+  const auto& g = used_ ? used_ : group_;
+  return g ? g->rank() : 0;
 }
 
 size_t deferred_group::size() const {
   base::mutex_lock lock(mtx_);
-  return group_ ? group_->size() : 0;
+  const auto& g = used_ ? used_ : group_;
+  return g ? g->size() : 0;
 }
 
 status deferred_group::allreduce_sum(double* data, size_t count) {
-  auto g = wait_formed(0);
+  auto g = in_use();
   if (!g.ok())
     return g.err();
   return g.value()->allreduce_sum(data, count);
 }
 
 status deferred_group::broadcast(void* data, size_t bytes, size_t root) {
-  auto g = wait_formed(0);
+  auto g = in_use();
   if (!g.ok())
     return g.err();
   return g.value()->broadcast(data, bytes, root);
@@ -168,15 +195,23 @@ status deferred_group::broadcast(void* data, size_t bytes, size_t root) {
 
 std::string deferred_group::describe() const {
   base::mutex_lock lock(mtx_);
-  if (group_)
-    return group_->describe();
+  const auto& g = used_ ? used_ : group_;
+  if (g)
+    return g->describe();
   return fmt::format("host '{}', group not formed yet", host_);
+}
+
+status deferred_group::ready() {
+  auto g = in_use();
+  if (!g.ok())
+    return g.err();
+  return {};
 }
 
 void deferred_group::abort() {
   base::mutex_lock lock(mtx_);
-  if (group_)
-    group_->abort();
+  if (used_)
+    used_->abort();
 }
 
 status deferred_group::reform(const std::string& why) {
@@ -184,9 +219,9 @@ status deferred_group::reform(const std::string& why) {
   failure_report report;
   {
     base::mutex_lock lock(mtx_);
-    failed = formed_epoch_;
-    if (group_)
-      group_->abort(); // the others' operations on it fail now, not at their timeout
+    failed = used_epoch_;
+    if (used_)
+      used_->abort(); // the others' operations on it fail now, not at their timeout
     deadline_ = std::chrono::steady_clock::now() + form_timeout_;
     report = report_;
   }
@@ -197,6 +232,9 @@ status deferred_group::reform(const std::string& why) {
   auto g = wait_formed(failed);
   if (!g.ok())
     return g.err();
+  base::mutex_lock lock(mtx_);
+  used_ = g.value().first;
+  used_epoch_ = g.value().second;
   return {};
 }
 

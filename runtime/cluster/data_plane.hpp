@@ -14,6 +14,7 @@
 #include <functional>
 #include <vector>
 #include <thread>
+#include <utility>
 
 #include <caf/all.hpp>
 
@@ -85,13 +86,17 @@ public:
   status broadcast(void* data, size_t bytes, size_t root) override TROUPE_EXCLUDES(mtx_);
   std::string describe() const override TROUPE_EXCLUDES(mtx_);
   void abort() override TROUPE_EXCLUDES(mtx_);
+  status ready() override TROUPE_EXCLUDES(mtx_);
   status reform(const std::string& why) override TROUPE_EXCLUDES(mtx_);
 
 private:
-  // The group once one newer than `after` is formed; an error when its
-  // forming failed or the deadline passed.
-  result<std::shared_ptr<actors::collective>> wait_formed(uint64_t after)
-    TROUPE_EXCLUDES(mtx_);
+  // The group once one newer than `after` is formed, with its epoch; an
+  // error when its forming failed or the deadline passed.
+  result<std::pair<std::shared_ptr<actors::collective>, uint64_t>>
+  wait_formed(uint64_t after) TROUPE_EXCLUDES(mtx_);
+  // The group this member works in (the first formed, then the one reform()
+  // moved to); an error once a newer epoch is asked for.
+  result<std::shared_ptr<actors::collective>> in_use() TROUPE_EXCLUDES(mtx_);
 
   std::string host_;
   std::chrono::milliseconds form_timeout_;
@@ -99,7 +104,9 @@ private:
   std::condition_variable formed_cv_;
   std::chrono::steady_clock::time_point deadline_ TROUPE_GUARDED_BY(mtx_);
   std::shared_ptr<actors::collective> group_ TROUPE_GUARDED_BY(mtx_);
-  uint64_t formed_epoch_ TROUPE_GUARDED_BY(mtx_) = 0; // group_'s epoch
+  uint64_t formed_epoch_ TROUPE_GUARDED_BY(mtx_) = 0;                // group_'s epoch
+  std::shared_ptr<actors::collective> used_ TROUPE_GUARDED_BY(mtx_); // in use
+  uint64_t used_epoch_ TROUPE_GUARDED_BY(mtx_) = 0;                  // used_'s epoch
   uint64_t asked_epoch_ TROUPE_GUARDED_BY(mtx_) = 0;  // the newest form() call's
   uint64_t failed_epoch_ TROUPE_GUARDED_BY(mtx_) = 0; // the newest forming that failed
   std::string failure_ TROUPE_GUARDED_BY(mtx_);       // and why

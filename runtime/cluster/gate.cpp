@@ -202,12 +202,6 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
     return refuse(fmt::format("it asks for {} learners, at most {} per host",
                               req.learners, st->opts.learners_per_host_max));
   const bool member = st->opts.plane.allreduce && req.learners > 0;
-  if (member && st->formed)
-    return refuse(
-      fmt::format("the data plane's group has formed with its {} worker "
-                  "host(s) (cluster.hosts); a host cannot join a formed group "
-                  "yet",
-                  st->opts.plane.hosts));
   for (auto& [a, h] : st->hosts)
     if (h.info.name == req.name)
       // Most often the worker's own earlier life, killed and restarted
@@ -261,7 +255,11 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   report_hosts(self, *st);
   rp.deliver(std::move(w));
   push_newest(self, st, addr); // the server may have moved on meanwhile
-  if (member && st->members == st->opts.plane.hosts)
+  // The group forms once cluster.hosts have joined; a host that joins a
+  // formed group enters at the next epoch.
+  if (member && st->formed)
+    form_group(self, st, fmt::format("host {} joins", req.name));
+  else if (member && st->members == st->opts.plane.hosts)
     form_group(self, st, "");
 }
 

@@ -106,22 +106,36 @@ TEST_CASE_FIXTURE(
 }
 
 TEST_CASE_FIXTURE(cluster_run,
-                  "a learner host that comes after the group formed is refused, naming "
-                  "cluster.hosts") {
+                  "a learner host that comes after the group formed enters at the next "
+                  "epoch with the members' weights and learns with them") {
   auto& coord =
     start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 100000000, 1));
   auto& w1 = start_worker("w1");
   INFO(report());
   await([&] { return metric(run, "updates") >= 5; }, std::chrono::seconds(120),
         "no 5 updates with the group of w1 and the coordinator", {&w1});
-  auto& late = start("late", worker_args("late", {"--reconnect-s", "5"}));
-  REQUIRE_MESSAGE(poll_until([&] { return !late.running(); }, std::chrono::seconds(120)),
-                  "the late worker did not end");
-  CHECK(late.status() == 1);
-  CHECK(late.err().find("the data plane's group has formed with its 1 worker host(s) "
-                        "(cluster.hosts)") != std::string::npos);
-  // An environment-only host is no member: it still joins.
-  stop_run({{"coordinator", &coord}, {"w1", &w1}});
+  auto& late = start_worker("late");
+  await(
+    [&] {
+      return coord.err().find("the data plane's group forms again: 2 host(s) and the "
+                              "coordinator, epoch 2, on 127.0.0.1 (host late joins)") !=
+             std::string::npos;
+    },
+    std::chrono::seconds(120), "no epoch 2 with the late host", {&w1, &late});
+  const double updates_at_join = metric(run, "updates");
+  await([&] { return metric(run, "updates") > updates_at_join + 20; },
+        std::chrono::seconds(120), "no 20 updates after the join", {&w1, &late});
+  stop_run({{"coordinator", &coord}, {"w1", &w1}, {"late", &late}});
+  const auto log = coord.err();
+  const auto [rounds, members] = rounds_and_members(log);
+  CHECK(members == 3);
+  CHECK(rounds > 10);
+  CHECK(log.find("differ between hosts") == std::string::npos);
+  // w1 was in a round or between two when the group moved on: it left epoch 1
+  // and took part in epoch 2's first exchange.
+  CHECK(std::regex_search(w1.err() + w1.out(),
+                          std::regex(R"(replica of host 'w1': the group formed again )"
+                                     R"(\(rank [12] of 3, epoch 2\))")));
 }
 
 // The replicas' log lines about a failed round that the survivors complete
@@ -178,12 +192,13 @@ TEST_CASE_FIXTURE(cluster_run,
 }
 
 TEST_CASE_FIXTURE(
-  cluster_run, "a member frozen with SIGSTOP is declared lost and left out of epoch 2, and "
-               "after SIGCONT it cannot come back into the formed group") {
+  cluster_run,
+  "a member frozen with SIGSTOP is declared lost and left out of epoch 2, and "
+  "after SIGCONT it joins again in epoch 3") {
   auto& coord =
     start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 100000000, 2));
   auto& w1 = start_worker("w1");
-  auto& w2 = start_worker("w2", {"--reconnect-s", "5"});
+  auto& w2 = start_worker("w2");
   INFO(report());
   await([&] { return metric(run, "updates") >= 10; }, std::chrono::seconds(120),
         "no 10 updates of the group", {&w1, &w2});
@@ -197,13 +212,22 @@ TEST_CASE_FIXTURE(
   const double updates_at_loss = metric(run, "updates");
   await([&] { return metric(run, "updates") > updates_at_loss + 20; },
         std::chrono::seconds(120), "no 20 updates after w2 froze", {&w1});
+  // Let go, w2 finds its coordinator connection gone, joins again as a new
+  // incarnation and enters the next epoch.
   w2.signal(SIGCONT);
-  REQUIRE_MESSAGE(poll_until([&] { return !w2.running(); }, std::chrono::seconds(120)),
-                  "w2 did not end after SIGCONT");
-  CHECK(w2.status() == 1);
-  CHECK(w2.err().find("a host cannot join a formed group yet") != std::string::npos);
-  stop_run({{"coordinator", &coord}, {"w1", &w1}});
+  await(
+    [&] {
+      return coord.err().find("the data plane's group forms again: 2 host(s) and the "
+                              "coordinator, epoch 3, on 127.0.0.1 (host w2 joins)") !=
+             std::string::npos;
+    },
+    std::chrono::seconds(120), "no epoch 3 with w2 back", {&w1});
+  const double updates_at_rejoin = metric(run, "updates");
+  await([&] { return metric(run, "updates") > updates_at_rejoin + 20; },
+        std::chrono::seconds(120), "no 20 updates after w2 came back", {&w1, &w2});
+  stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
   CHECK(coord.err().find("differ between hosts") == std::string::npos);
+  CHECK(rounds_and_members(coord.err()).second == 3);
 }
 
 TEST_CASE("the all-reduce data plane's settings are checked before anything starts") {

@@ -254,7 +254,7 @@ TEST_CASE("async replicas on three hosts apply every gradient once and keep iden
     self->send_exit(r, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("a group's first round hands rank 0's weights, Adam state and counters to "
+TEST_CASE("a group's first exchange hands rank 0's weights, Adam state and counters to "
           "every member") {
   system_fixture fx;
   const uint64_t seed = fresh_seed();
@@ -266,7 +266,7 @@ TEST_CASE("a group's first round hands rank 0's weights, Adam state and counters
   replica_options ro;
   ro.sync = true;
   caf::scoped_actor self{*fx.sys};
-  // Rank 0 as a resumed coordinator: a checkpoint's state installed before
+  // Rank 0 as a resumed coordinator: it starts from a checkpoint's state, before
   // the first round. The others start from weights of their own.
   parameter_server_state resumed;
   resumed.version = 41;
@@ -281,13 +281,13 @@ TEST_CASE("a group's first round hands rank 0's weights, Adam state and counters
   std::vector<caf::actor> replicas;
   for (size_t h = 0; h < 3; ++h) {
     ro.host = "h" + std::to_string(h);
-    // Rank 0 holds its first round until the resumed state is in (a learner
-    // that has not sent yet); the others have no learners.
+    // Rank 0 starts from the resumed state, with a learner; the others from
+    // weights of their own, with none.
     ro.num_learners = h == 0 ? 1 : 0;
-    replicas.push_back(
-      spawn_replica(*fx.sys, ro, groups[h], random_vector(gen, n, 1.0), {}));
+    replicas.push_back(spawn_replica(
+      *fx.sys, ro, groups[h], random_vector(gen, n, 1.0), {}, nullptr,
+      h == 0 ? std::optional<parameter_server_state>(resumed) : std::nullopt));
   }
-  CHECK(ask<uint64_t>(self, replicas[0], state_atom::value, resumed) == 41);
   auto reply = ask<weights_reply>(
     self, replicas[0], gradient("l", 41, 10, 0.0, std::vector<float>(n, 0.0f)));
   CHECK(reply.version == 42); // one step (lr 0) on top of the resumed 41
@@ -368,8 +368,12 @@ TEST_CASE("a replica whose peer is lost ends with the round's Gloo error and the
     [&](caf::down_msg& d) {
       const auto text = error_message(self->system(), d.reason);
       CAPTURE(text);
-      CHECK(text.find("replica of host 'survivor': round 0 failed") != std::string::npos);
-      CHECK(text.find("gloo ") != std::string::npos);
+      // Its group's first exchange (before any round) meets the closed peer;
+      // a fixed group does not form again.
+      CHECK(
+        text.find("replica of host 'survivor': the group's first exchange failed: ") !=
+        std::string::npos);
+      CHECK(text.find("failed: gloo ") != std::string::npos);
       CHECK(text.find("127.0.0.1") != std::string::npos);
     },
     test::fail_after("the replica to stop"));
