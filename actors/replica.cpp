@@ -332,6 +332,8 @@ std::vector<char> pack_state(const replica_state& s) {
                         (s.params.size() * 3 + s.buffers.size()) * sizeof(float));
   char* at = out.data();
   auto put = [&](const void* p, size_t bytes) {
+    if (bytes == 0)
+      return; // an empty vector's data() may be null, which memcpy must not get
     std::memcpy(at, p, bytes);
     at += bytes;
   };
@@ -347,6 +349,8 @@ void unpack_state(replica_state& s, const std::vector<char>& in) {
   double head[packed_counters];
   const char* at = in.data();
   auto get = [&](void* p, size_t bytes) {
+    if (bytes == 0)
+      return; // as in pack_state
     std::memcpy(p, at, bytes);
     at += bytes;
   };
