@@ -306,10 +306,11 @@ void add_cluster(std::vector<option_spec>& out) {
                            "allreduce, every host a replica of the parameter server and "
                            "the hosts' sums of gradients all-reduced through Gloo once "
                            "per round (docs/cluster.md, \"The data plane\")"));
-  out.push_back(opt_int("cluster", "hosts", 0, 0, 4096,
-                        "data_plane = \"allreduce\": the worker hosts with learners "
-                        "that form the group with the coordinator; it forms once that "
-                        "many have joined, and no host joins a formed group"));
+  out.push_back(
+    opt_int("cluster", "hosts", 0, 0, 4096,
+            "data_plane = \"allreduce\": the worker hosts with learners "
+            "that form the group with the coordinator; it forms once that "
+            "many have joined; a host that comes later enters at the next epoch"));
   out.push_back(opt_string("cluster", "data_interface", "127.0.0.1", {},
                            "data_plane = \"allreduce\": the address each host's Gloo "
                            "data port binds to and is reached at (one address, never a "
