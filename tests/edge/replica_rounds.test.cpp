@@ -246,7 +246,11 @@ TEST_CASE("async replicas on three hosts apply every gradient once and keep iden
   auto r2 = ask<replica_status>(self, replicas[2], rounds_atom::value);
   CHECK(r0.contributed == 48);
   CHECK(r2.contributed == 0);
-  CHECK(r0.rounds == r2.rounds);
+  // Host 2 took part in every round: idle rounds go on in the background, so
+  // the members are at most one round apart, and host 2 was asked later.
+  CHECK(r2.rounds + 1 >= r0.rounds);
+  // The rounds that carried a gradient are the same rounds everywhere.
+  CHECK(r0.rounds - r0.empty_rounds == r2.rounds - r2.empty_rounds);
   // Steps = rounds that carried a gradient; never more than the gradients.
   CHECK(states[0].version == r0.rounds - r0.empty_rounds);
   CHECK(states[0].version <= sent);
