@@ -312,15 +312,22 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
                                     ? progress.collected - progress.finished
                                     : 0;
       st->env_steps_lost += unfinished;
-      actors::write_log(
-        st->opts.log,
-        fmt::format("cluster: lost host {} ({}): it hosted {}; {} env steps it had "
-                    "collected were not learned (its count at its last answer to a "
-                    "weights push: {} collected, {} learned or sent on); {} host(s) "
-                    "remain ({})",
-                    info.name, info.address, hosted(info), unfinished, progress.collected,
-                    progress.finished, st->hosts.size(),
-                    actors::error_message(self->system(), down.reason)));
+      // A host with a replica gets no weights pushes, so it never told its
+      // counts: say so rather than a 0.
+      const std::string counts =
+        rank > 0
+          ? std::string{"its count of env steps not learned is unknown (a host with "
+                        "a replica answers no weights pushes)"}
+          : fmt::format("{} env steps it had collected were not learned (its count "
+                        "at its last answer to a weights push: {} collected, {} "
+                        "learned or sent on)",
+                        unfinished, progress.collected, progress.finished);
+      actors::write_log(st->opts.log,
+                        fmt::format("cluster: lost host {} ({}): it hosted {}; {}; {} "
+                                    "host(s) remain ({})",
+                                    info.name, info.address, hosted(info), counts,
+                                    st->hosts.size(),
+                                    actors::error_message(self->system(), down.reason)));
       if (rank > 0 && st->formed)
         // The survivors meet again in the next epoch and complete the round.
         form_group(self, st, fmt::format("host {} of rank {} was lost", info.name, rank));

@@ -549,9 +549,18 @@ status join_run(worker::state& s) {
     // gradients; the group it all-reduces through forms once the coordinator
     // says so (every member host has joined).
     auto group = std::make_shared<deferred_group>(opts.name, plane->form_timeout);
+    // It starts at the welcome's version, so that its learners' first
+    // gradients are not taken for stale ones once the group's first exchange
+    // hands it the members' state (and version).
+    actors::parameter_server_state start;
+    start.version = w->weights.version;
+    start.params = w->weights.params;
+    start.buffers = w->weights.buffers;
+    start.adam_m.assign(start.params.size(), 0.0f);
+    start.adam_v.assign(start.params.size(), 0.0f);
     s.replica = actors::spawn_replica(
       sys, replica_options_for(plan.server, plan.learners.size(), opts.name), group,
-      w->weights.params, w->weights.buffers, plan.store);
+      w->weights.params, w->weights.buffers, plan.store, std::move(start));
     server = s.replica;
     s.plane->attach(group, &sys, s.gate, s.token, *plane, s.replica);
   }
