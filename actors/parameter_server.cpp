@@ -1,6 +1,7 @@
 #include "actors/parameter_server.hpp"
 #include "actors/exceptions.hpp"
 #include "actors/log.hpp"
+#include "actors/server_state.hpp"
 #include "base/delivery_ledger.hpp"
 
 #include <algorithm>
@@ -128,17 +129,6 @@ void install_weights(server_state& st, std::vector<float>&& params,
   st.adam->first_moment() = std::move(adam_m);
   st.adam->second_moment() = std::move(adam_v);
   st.adam->set_steps(adam_steps);
-}
-
-// Where a gradient (or its buffers) holds a NaN or an infinity, in words; empty if none.
-std::string first_non_finite(const gradient_update& g) {
-  for (size_t i = 0; i < g.grad.size(); ++i)
-    if (!std::isfinite(g.grad[i]))
-      return fmt::format("gradient[{}] is {}", i, g.grad[i]);
-  for (size_t i = 0; i < g.buffers.size(); ++i)
-    if (!std::isfinite(g.buffers[i]))
-      return fmt::format("batch-norm buffer[{}] is {}", i, g.buffers[i]);
-  return {};
 }
 
 void complete_step(server_state& s) {
@@ -451,25 +441,14 @@ caf::behavior parameter_server(server_actor* self, parameter_server_options opts
     },
     [self](state_atom) {
       auto& s = self->state;
-      parameter_server_state out;
-      out.version = s.counters.version;
-      out.adam_steps = s.adam->steps();
-      out.params = s.params;
-      out.buffers = s.buffers;
-      out.adam_m = s.adam->first_moment();
-      out.adam_v = s.adam->second_moment();
-      out.counters = s.counters;
-      return out;
+      return server_snapshot(s.counters, *s.adam, s.params, s.buffers);
     },
     [self](state_atom, parameter_server_state& in) -> caf::result<uint64_t> {
       auto& s = self->state;
-      if (in.params.size() != s.params.size() || in.adam_m.size() != s.params.size() ||
-          in.adam_v.size() != s.params.size() || in.buffers.size() != s.buffers.size())
-        return to_caf_error(
-          make_error(errc::invalid_argument,
-                     "parameter server: restored state has {} parameters, "
-                     "expected {}",
-                     in.params.size(), s.params.size()));
+      if (auto bad = restored_state_mismatch("parameter server", in, s.params.size(),
+                                             s.buffers.size());
+          !bad.empty())
+        return to_caf_error(make_error(errc::invalid_argument, "{}", bad));
       install_weights(s, std::move(in.params), in.buffers, std::move(in.adam_m),
                       std::move(in.adam_v), in.adam_steps);
       s.counters = in.counters;

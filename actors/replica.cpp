@@ -1,5 +1,6 @@
 #include "actors/replica.hpp"
 #include "actors/exceptions.hpp"
+#include "actors/server_state.hpp"
 #include "base/mutex.hpp"
 
 #include <algorithm>
@@ -263,16 +264,6 @@ using replica_actor = caf::stateful_actor<replica_state>;
 weights_reply current(const replica_state& st, bool applied) {
   return weights_reply{st.counters.version, applied,    st.draining, false,
                        st.params,           st.buffers, false,       false};
-}
-
-std::string first_non_finite(const gradient_update& g) {
-  for (size_t i = 0; i < g.grad.size(); ++i)
-    if (!std::isfinite(g.grad[i]))
-      return fmt::format("gradient[{}] is {}", i, g.grad[i]);
-  for (size_t i = 0; i < g.buffers.size(); ++i)
-    if (!std::isfinite(g.buffers[i]))
-      return fmt::format("batch-norm buffer[{}] is {}", i, g.buffers[i]);
-  return {};
 }
 
 // Holds a learner's gradient for the round after the one being gathered; one
@@ -615,13 +606,7 @@ void install(replica_state& s, parameter_server_state&& in) {
 
 // Why a checkpoint's state does not fit this replica; empty if it does.
 std::string state_mismatch(const replica_state& s, const parameter_server_state& in) {
-  if (in.params.size() != s.params.size() || in.adam_m.size() != s.params.size() ||
-      in.adam_v.size() != s.params.size() || in.buffers.size() != s.buffers.size())
-    return fmt::format(
-      "replica: restored state has {} parameters and {} buffers, expected "
-      "{} and {}",
-      in.params.size(), in.buffers.size(), s.params.size(), s.buffers.size());
-  return {};
+  return restored_state_mismatch("replica", in, s.params.size(), s.buffers.size());
 }
 
 caf::behavior replica(replica_actor* self, replica_options opts,
@@ -778,15 +763,7 @@ caf::behavior replica(replica_actor* self, replica_options opts,
     },
     [self](state_atom) {
       auto& s = self->state;
-      parameter_server_state out;
-      out.version = s.counters.version;
-      out.adam_steps = s.adam->steps();
-      out.params = s.params;
-      out.buffers = s.buffers;
-      out.adam_m = s.adam->first_moment();
-      out.adam_v = s.adam->second_moment();
-      out.counters = s.counters;
-      return out;
+      return server_snapshot(s.counters, *s.adam, s.params, s.buffers);
     },
   };
 }

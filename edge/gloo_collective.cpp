@@ -8,7 +8,6 @@
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/broadcast_one_to_all.h>
 #include <gloo/common/error.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
@@ -88,9 +87,8 @@ std::string gloo_reason(const std::exception& e) {
 
 class gloo_collective final : public actors::collective {
 public:
-  gloo_collective(std::shared_ptr<gloo::Context> ctx, std::string label,
-                  std::chrono::milliseconds timeout)
-    : ctx_(std::move(ctx)), label_(std::move(label)), timeout_(timeout) {}
+  gloo_collective(std::shared_ptr<gloo::Context> ctx, std::string label)
+    : ctx_(std::move(ctx)), label_(std::move(label)) {}
 
   size_t rank() const override { return static_cast<size_t>(ctx_->rank); }
   size_t size() const override { return static_cast<size_t>(ctx_->size); }
@@ -103,20 +101,20 @@ public:
     if (count == 0 || ctx_->size == 1)
       return {};
     try {
-      // Gloo's ring over a buffer registered once per size: each of the
-      // 2(size-1) steps is a send to the next member and a blocking read from
-      // the previous one on this thread (pairs in sync mode), with no hop
-      // through the transport's event-loop thread.
-      if (!ring_ || ring_count_ != count) {
-        ring_.reset();
-        ring_buf_.assign(count, 0.0);
-        ring_ = std::make_unique<gloo::AllreduceHalvingDoubling<double>>(
-          ctx_, std::vector<double*>{ring_buf_.data()}, static_cast<int>(count));
-        ring_count_ = count;
+      // Gloo's halving-doubling over a buffer registered once per size: a
+      // reduce-scatter then an all-gather, so every member ends with the same
+      // bytes; each step's reads block on this thread (pairs in sync mode),
+      // with no hop through the transport's event-loop thread.
+      if (!reduce_ || reduce_count_ != count) {
+        reduce_.reset();
+        reduce_buf_.assign(count, 0.0);
+        reduce_ = std::make_unique<gloo::AllreduceHalvingDoubling<double>>(
+          ctx_, std::vector<double*>{reduce_buf_.data()}, static_cast<int>(count));
+        reduce_count_ = count;
       }
-      std::copy(data, data + count, ring_buf_.begin());
-      ring_->run();
-      std::copy(ring_buf_.begin(), ring_buf_.end(), data);
+      std::copy(data, data + count, reduce_buf_.begin());
+      reduce_->run();
+      std::copy(reduce_buf_.begin(), reduce_buf_.end(), data);
     } catch (const std::exception& e) {
       return make_error(errc::unavailable,
                         "gloo all-reduce of {} doubles ({}) failed: {}", count,
@@ -155,11 +153,10 @@ public:
 private:
   std::shared_ptr<gloo::Context> ctx_;
   std::string label_;
-  std::chrono::milliseconds timeout_;
-  std::vector<double> ring_buf_; // the ring's registered buffer
+  std::vector<double> reduce_buf_; // the buffer registered with reduce_
   std::unique_ptr<gloo::AllreduceHalvingDoubling<double>>
-    ring_; // over ring_count_ doubles
-  size_t ring_count_ = 0;
+    reduce_; // over reduce_count_ doubles
+  size_t reduce_count_ = 0;
 };
 
 } // namespace
@@ -189,7 +186,7 @@ connect_gloo_group(rendezvous_store& store, const gloo_group_options& o) {
       if (i != ctx->rank)
         ctx->getPair(i)->setSync(true, false); // blocking reads, no busy polling
     return std::unique_ptr<actors::collective>(
-      std::make_unique<gloo_collective>(std::move(ctx), label, o.timeout));
+      std::make_unique<gloo_collective>(std::move(ctx), label));
   } catch (const std::exception& e) {
     return make_error(errc::unavailable,
                       "gloo group '{}': rank {} of {} could not connect (data interface "

@@ -15,44 +15,15 @@
 #include <vector>
 
 #include "edge/gloo_collective.hpp"
+#include "tests/edge/gloo_groups.hpp"
 #include "tests/seed.hpp"
 
 using namespace troupe;
 using namespace troupe::edge;
+using troupe::test::connect_groups;
 using troupe::test::fresh_seed;
 
 namespace {
-
-using group_ptr = std::unique_ptr<actors::collective>;
-
-// Connects `n` members on threads of this process; every one must connect.
-std::vector<group_ptr>
-connect_all(rendezvous_store& store, size_t n, const std::string& prefix,
-            std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  std::vector<group_ptr> groups(n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      gloo_group_options o;
-      o.rank = r;
-      o.size = n;
-      o.prefix = prefix;
-      o.timeout = timeout;
-      auto g = connect_gloo_group(store, o);
-      if (g.ok())
-        groups[r] = std::move(g).value();
-      else
-        errors[r] = g.err().message;
-    });
-  for (auto& t : threads)
-    t.join();
-  for (size_t r = 0; r < n; ++r) {
-    INFO("rank " << r << ": " << errors[r]);
-    REQUIRE(groups[r] != nullptr);
-  }
-  return groups;
-}
 
 // Runs `op(rank)` on every member at once and returns their statuses.
 std::vector<status> on_all(size_t n, const std::function<status(size_t)>& op) {
@@ -74,7 +45,7 @@ TEST_CASE("an all-reduce over three members gives every member the float64 sum, 
   std::mt19937_64 gen(seed);
   memory_store store;
   const size_t n = 3;
-  auto groups = connect_all(store, n, "sum");
+  auto groups = connect_groups(store, n, "sum");
   for (size_t r = 0; r < n; ++r) {
     CHECK(groups[r]->rank() == r);
     CHECK(groups[r]->size() == n);
@@ -113,7 +84,7 @@ TEST_CASE("a broadcast copies the root's bytes to every member") {
   std::mt19937_64 gen(seed);
   memory_store store;
   const size_t n = 3, bytes = 70001;
-  auto groups = connect_all(store, n, "bcast");
+  auto groups = connect_groups(store, n, "bcast");
   std::vector<std::vector<char>> data(n, std::vector<char>(bytes));
   for (auto& d : data)
     for (auto& c : d)
@@ -152,7 +123,7 @@ TEST_CASE("a member that never comes fails the rendezvous within its timeout, na
 TEST_CASE("when a member leaves, the others' all-reduce fails naming the operation and "
           "the peer's address") {
   memory_store store;
-  auto groups = connect_all(store, 2, "leave", std::chrono::seconds(5));
+  auto groups = connect_groups(store, 2, "leave", std::chrono::seconds(5));
   std::vector<double> data(1000, 1.0);
   groups[1].reset(); // closes its connections
   auto s = groups[0]->allreduce_sum(data.data(), data.size());

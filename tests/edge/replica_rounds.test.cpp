@@ -20,6 +20,7 @@
 #include "actors/parameter_server.hpp"
 #include "actors/replica.hpp"
 #include "edge/gloo_collective.hpp"
+#include "tests/edge/gloo_groups.hpp"
 #include "tests/actors/ask.hpp"
 #include "tests/seed.hpp"
 
@@ -48,32 +49,10 @@ std::vector<float> random_vector(std::mt19937_64& gen, size_t n, double scale) {
   return out;
 }
 
-// `n` Gloo groups of one rendezvous, connected from threads of this process.
+// `n` Gloo groups of one rendezvous (the replicas').
 std::vector<std::shared_ptr<collective>>
 groups_of(edge::rendezvous_store& store, size_t n, std::chrono::milliseconds timeout) {
-  std::vector<std::shared_ptr<collective>> out(n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      edge::gloo_group_options o;
-      o.rank = r;
-      o.size = n;
-      o.prefix = "replicas";
-      o.timeout = timeout;
-      auto g = edge::connect_gloo_group(store, o);
-      if (g.ok())
-        out[r] = std::move(g).value();
-      else
-        errors[r] = g.err().message;
-    });
-  for (auto& t : threads)
-    t.join();
-  for (size_t r = 0; r < n; ++r) {
-    INFO("rank " << r << ": " << errors[r]);
-    REQUIRE(out[r] != nullptr);
-  }
-  return out;
+  return test::connect_groups(store, n, "replicas", timeout);
 }
 
 gradient_update gradient(const std::string& learner, uint64_t base, uint64_t samples,
