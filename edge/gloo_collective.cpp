@@ -13,6 +13,15 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/attr.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/address.h>
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 
 namespace troupe::edge {
 
@@ -85,10 +94,77 @@ std::string gloo_reason(const std::exception& e) {
   return text;
 }
 
+// In sync mode a pair's read blocks in recv(2) holding the pair's lock, so
+// closing the pair from another thread waits for that read to time out;
+// shutting its socket down ends the read at once. Gloo keeps the socket to
+// itself (and Debian's package lacks a header its pair.h needs), so the socket
+// is found by its local address: each pair's is unique, since the listener an
+// accepted connection shares its port with is closed by then.
+bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family)
+    return false;
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
+    return x.sin6_port == y.sin6_port &&
+           std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof x.sin6_addr) == 0;
+  }
+  return false;
+}
+
+// A dup(2) of this process's one connected socket whose local address is
+// `self`, or -1 when there is not exactly one.
+int dup_socket_at(const sockaddr_storage& self) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr)
+    return -1;
+  int found = -1;
+  int matches = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == ::dirfd(dir))
+      continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &len) !=
+          0 ||
+        !same_endpoint(local, self))
+      continue;
+    sockaddr_storage peer{};
+    len = sizeof peer;
+    if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &len) !=
+        0)
+      continue; // a listener, not a connection
+    ++matches;
+    found = static_cast<int>(fd);
+  }
+  ::closedir(dir);
+  return matches == 1 ? ::dup(found) : -1;
+}
+
+// dup(2)s of a group's sockets, closed with it.
+struct socket_dups {
+  std::vector<int> fds;
+  socket_dups() = default;
+  socket_dups(const socket_dups&) = delete;
+  socket_dups& operator=(const socket_dups&) = delete;
+  ~socket_dups() {
+    for (const int fd : fds)
+      ::close(fd);
+  }
+};
+
 class gloo_collective final : public actors::collective {
 public:
-  gloo_collective(std::shared_ptr<gloo::Context> ctx, std::string label)
-    : ctx_(std::move(ctx)), label_(std::move(label)) {}
+  gloo_collective(std::shared_ptr<gloo::Context> ctx, std::string label,
+                  std::unique_ptr<socket_dups> sockets)
+    : ctx_(std::move(ctx)), label_(std::move(label)), sockets_(std::move(sockets)) {}
 
   size_t rank() const override { return static_cast<size_t>(ctx_->rank); }
   size_t size() const override { return static_cast<size_t>(ctx_->size); }
@@ -143,6 +219,11 @@ public:
   }
 
   void abort() override {
+    // Our duplicates of the pairs' sockets stay open until the destructor,
+    // so the numbers cannot have been reused by then: a read blocked on this
+    // or another thread returns, and the peers see the connection end.
+    for (const int fd : sockets_->fds)
+      ::shutdown(fd, SHUT_RDWR);
     try {
       ctx_->closeConnections();
     } catch (const std::exception&) {
@@ -153,7 +234,8 @@ public:
 private:
   std::shared_ptr<gloo::Context> ctx_;
   std::string label_;
-  std::vector<double> reduce_buf_; // the buffer registered with reduce_
+  std::unique_ptr<socket_dups> sockets_; // the pairs' sockets, for abort()
+  std::vector<double> reduce_buf_;       // the buffer registered with reduce_
   std::unique_ptr<gloo::AllreduceHalvingDoubling<double>>
     reduce_; // over reduce_count_ doubles
   size_t reduce_count_ = 0;
@@ -182,11 +264,24 @@ connect_gloo_group(rendezvous_store& store, const gloo_group_options& o) {
     store_adapter adapter(store, o.timeout);
     gloo::rendezvous::PrefixStore prefixed(o.prefix, adapter);
     ctx->connectFullMesh(prefixed, device);
-    for (int i = 0; i < ctx->size; ++i)
-      if (i != ctx->rank)
-        ctx->getPair(i)->setSync(true, false); // blocking reads, no busy polling
+    auto sockets = std::make_unique<socket_dups>();
+    for (int i = 0; i < ctx->size; ++i) {
+      if (i == ctx->rank)
+        continue;
+      auto& pair = ctx->getPair(i);
+      pair->setSync(true, false); // blocking reads, no busy polling
+      const auto* self =
+        dynamic_cast<const gloo::transport::tcp::Address*>(&pair->address());
+      const int fd = self ? dup_socket_at(self->getSockaddr()) : -1;
+      if (fd < 0)
+        return make_error(errc::unavailable,
+                          "gloo group '{}': rank {} of {} could not keep the socket to "
+                          "rank {} for aborting",
+                          label, o.rank, o.size, i);
+      sockets->fds.push_back(fd);
+    }
     return std::unique_ptr<actors::collective>(
-      std::make_unique<gloo_collective>(std::move(ctx), label));
+      std::make_unique<gloo_collective>(std::move(ctx), label, std::move(sockets)));
   } catch (const std::exception& e) {
     return make_error(errc::unavailable,
                       "gloo group '{}': rank {} of {} could not connect (data interface "

@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <future>
 #include <vector>
 
 #include "edge/gloo_collective.hpp"
@@ -133,6 +134,37 @@ TEST_CASE("when a member leaves, the others' all-reduce fails naming the operati
   CHECK(msg.find("gloo all-reduce of 1000 doubles") != std::string::npos);
   CHECK(msg.find("rank 0 of 2") != std::string::npos);
   CHECK(msg.find("127.0.0.1") != std::string::npos);
+}
+
+TEST_CASE("abort from another thread ends an all-reduce blocked on a silent member "
+          "long before the group's timeout, and the silent member's next one fails") {
+  memory_store store;
+  // A minute per operation: only abort can end the wait within the bound below.
+  const auto timeout = std::chrono::seconds(60);
+  auto groups = connect_groups(store, 2, "silent", timeout);
+  std::vector<double> data(4096, 1.0);
+  auto blocked = std::async(std::launch::async, [&] {
+    return groups[0]->allreduce_sum(data.data(), data.size());
+  });
+  // Rank 1 stays silent (as a frozen host does); rank 0's read blocks until
+  // abort shuts its sockets down, whether abort comes before or during it.
+  groups[0]->abort();
+  const auto waited = blocked.wait_for(timeout / 4);
+  REQUIRE_MESSAGE(waited == std::future_status::ready,
+                  "the all-reduce was still blocked 15 s after abort");
+  const auto s = blocked.get();
+  REQUIRE(!s.ok());
+  CAPTURE(s.err().message);
+  CHECK(s.err().message.find("rank 0 of 2") != std::string::npos);
+  // The silent member finds its peer gone instead of waiting out the minute.
+  std::vector<double> other(4096, 2.0);
+  auto late = std::async(std::launch::async, [&] {
+    return groups[1]->allreduce_sum(other.data(), other.size());
+  });
+  REQUIRE_MESSAGE(late.wait_for(timeout / 4) == std::future_status::ready,
+                  "the silent member's all-reduce was still blocked 15 s after its peer "
+                  "aborted");
+  CHECK(!late.get().ok());
 }
 
 TEST_CASE("a group is refused a wildcard data interface or a rank outside it") {
