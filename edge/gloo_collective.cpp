@@ -16,6 +16,8 @@
 #include <gloo/transport/tcp/address.h>
 
 #include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -148,6 +150,36 @@ int dup_socket_at(const sockaddr_storage& self) {
   return matches == 1 ? ::dup(found) : -1;
 }
 
+// Gloo writes to its sockets without MSG_NOSIGNAL: a write to a peer that
+// shut its end down (an aborted group) raises SIGPIPE, whose default action
+// ends the process. For the length of one operation the calling thread blocks
+// SIGPIPE (the write then fails with EPIPE, which Gloo reports), and a SIGPIPE
+// left pending on the thread is taken before the mask is restored. The
+// process's disposition of SIGPIPE, which belongs to the program, is left
+// alone.
+class sigpipe_blocked {
+public:
+  sigpipe_blocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_, &before_);
+  }
+  ~sigpipe_blocked() {
+    if (sigismember(&before_, SIGPIPE))
+      return; // blocked before: whatever is pending stays the program's
+    const timespec now{0, 0};
+    while (::sigtimedwait(&pipe_, nullptr, &now) == SIGPIPE) {
+    }
+    ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+  }
+  sigpipe_blocked(const sigpipe_blocked&) = delete;
+  sigpipe_blocked& operator=(const sigpipe_blocked&) = delete;
+
+private:
+  sigset_t pipe_{};
+  sigset_t before_{};
+};
+
 // dup(2)s of a group's sockets, closed with it.
 struct socket_dups {
   std::vector<int> fds;
@@ -176,6 +208,7 @@ public:
   status allreduce_sum(double* data, size_t count) override {
     if (count == 0 || ctx_->size == 1)
       return {};
+    const sigpipe_blocked no_sigpipe;
     try {
       // Gloo's halving-doubling over a buffer registered once per size: a
       // reduce-scatter then an all-gather, so every member ends with the same
@@ -205,6 +238,7 @@ public:
                         "gloo broadcast ({}): root {} is not a member", describe(), root);
     if (bytes == 0 || ctx_->size == 1)
       return {};
+    const sigpipe_blocked no_sigpipe;
     try {
       gloo::BroadcastOneToAll<char> one_to_all(
         ctx_, std::vector<char*>{static_cast<char*>(data)}, bytes,
@@ -254,6 +288,7 @@ connect_gloo_group(rendezvous_store& store, const gloo_group_options& o) {
     return make_error(errc::invalid_argument,
                       "gloo group '{}': the data interface must be one address, not '{}'",
                       label, o.interface_host);
+  const sigpipe_blocked no_sigpipe;
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = o.interface_host;
