@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -37,6 +38,9 @@ struct outbox_state {
   delta_outbox_options opts;
   caf::actor keeper;
   bool reconnecting = false;
+  bool tick_pending = false; // interval > 0: a (publish_atom) to self is on its way
+  std::set<std::string> ema; // streams declared "ema": never paced (a merged
+                             // delta would be one moving-average step, not several)
   std::map<std::string, stream_box> streams;
   delta_outbox_status counters;
   static inline const char* name = "delta_outbox";
@@ -139,6 +143,8 @@ caf::behavior delta_outbox(outbox_actor* self, delta_outbox_options opts,
     // of the keeper's declare are forwarded.
     [self](declare_atom a, stream_decl& decl) -> caf::result<uint64_t> {
       const std::string name = decl.name;
+      if (decl.mode == "ema")
+        self->state.ema.insert(name);
       return forward_declare(self, name, caf::make_message(a, std::move(decl)));
     },
     [self](declare_atom a, std::string& stream, uint64_t dim) -> caf::result<uint64_t> {
@@ -150,14 +156,33 @@ caf::behavior delta_outbox(outbox_actor* self, delta_outbox_options opts,
       st.counters.received += 1;
       auto& box = st.streams[d.stream];
       kept_delta k{std::move(d), 1};
-      if (!online(st) || box.held || box.unacked.size() >= st.opts.max_unacked) {
+      const bool pace = st.opts.interval.count() > 0 && st.ema.count(k.delta.stream) == 0;
+      if (pace || !online(st) || box.held || box.unacked.size() >= st.opts.max_unacked) {
         if (box.held)
           merge_into(*box.held, k.delta, 1);
         else
           box.held = std::move(k);
+        if (pace && !st.tick_pending) {
+          st.tick_pending = true;
+          self->delayed_send(self, st.opts.interval, publish_atom::value);
+        }
         return;
       }
       send_kept(self, box, std::move(k));
+    },
+    // interval > 0: what each stream merged since the last tick goes out.
+    [self](publish_atom) {
+      auto& st = self->state;
+      st.tick_pending = false;
+      bool left = false;
+      for (auto& [name, box] : st.streams) {
+        send_held(self, box);
+        left = left || box.held.has_value();
+      }
+      if (left) { // offline or a full window: try again at the next tick
+        st.tick_pending = true;
+        self->delayed_send(self, st.opts.interval, publish_atom::value);
+      }
     },
     [self](const delta_ack& a) {
       auto& st = self->state;

@@ -33,6 +33,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<parameter_server_state>("parameter_server_state");
   cfg.add_message_type<replica_status>("replica_status");
   cfg.add_message_type<learner_report>("learner_report");
+  cfg.add_message_type<std::vector<learner_report>>("std::vector<learner_report>");
   cfg.add_message_type<metrics_counters>("metrics_counters");
   cfg.add_message_type<supervisor_status>("supervisor_status");
   cfg.add_message_type<learner_state>("learner_state");

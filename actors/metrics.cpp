@@ -352,6 +352,62 @@ void schedule_tally(metrics_actor* self) {
                      tally_atom::value);
 }
 
+// One learner's report: counters, the recent returns, a row every
+// log_every_updates, checkpoints and the end of the budget.
+void take_report(metrics_actor* self, learner_report& r) {
+  auto& s = self->state;
+  s.c.env_steps += r.env_steps;
+  s.row_steps += r.env_steps;
+  s.non_finite_by_learner[r.learner] = r.non_finite;
+  s.non_finite = 0;
+  for (auto& kv : s.non_finite_by_learner)
+    s.non_finite += kv.second;
+  // Counted for skipped batches too: trouble is what makes a batch skipped.
+  // A report of another length (another environment's) is left out.
+  if (r.env_counters.size() == s.env_counters.size())
+    for (size_t j = 0; j < s.env_counters.size(); ++j)
+      s.env_counters[j] += r.env_counters[j];
+  if (r.skipped)
+    return; // not learned: no update, no losses
+  s.c.updates += 1;
+  s.c.episodes += r.episode_returns.size();
+  for (size_t i = 0; i < r.episode_returns.size(); ++i) {
+    s.returns.push_back(r.episode_returns[i]);
+    s.lengths.push_back(i < r.episode_lengths.size() ? r.episode_lengths[i] : 0);
+    s.return_last = r.episode_returns[i];
+  }
+  const size_t terms = s.term_sum.size();
+  if (terms > 0 && r.episode_reward_terms.size() == r.episode_returns.size() * terms)
+    for (size_t k = 0; k < r.episode_reward_terms.size(); ++k)
+      if (!std::isnan(r.episode_reward_terms[k])) { // NaN: an episode not seen whole
+        s.term_sum[k % terms] += r.episode_reward_terms[k];
+        s.term_n[k % terms] += 1;
+      }
+  while (s.returns.size() > 100) {
+    s.returns.pop_front();
+    s.lengths.pop_front();
+  }
+  s.lag_sum += static_cast<double>(r.policy_lag);
+  s.lag_max = std::max(s.lag_max, r.policy_lag);
+  s.lag_n += 1;
+  s.dropped += r.dropped;
+  s.rejected += r.rejected;
+  s.restarts = std::max(s.restarts, r.runner_restarts);
+  s.last = std::move(r);
+  if (s.c.updates % s.opts.log_every_updates == 0)
+    write_row(s);
+  if (s.opts.progress_line && !s.opts.quiet)
+    progress(s);
+  if (s.opts.checkpoint_every_updates > 0 &&
+      s.c.updates % s.opts.checkpoint_every_updates == 0)
+    self->send(s.coordinator, ckpt_atom::value, s.c.updates);
+  if (!s.done_sent && s.opts.total_env_steps > 0 &&
+      s.c.env_steps >= s.opts.total_env_steps) {
+    s.done_sent = true;
+    self->send(s.coordinator, done_atom::value);
+  }
+}
+
 caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coordinator) {
   convert_exceptions(self, "metrics actor", {});
   auto& st = self->state;
@@ -408,58 +464,11 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
   }
   schedule_tally(self);
   return {
-    [self](learner_report& r) {
-      auto& s = self->state;
-      s.c.env_steps += r.env_steps;
-      s.row_steps += r.env_steps;
-      s.non_finite_by_learner[r.learner] = r.non_finite;
-      s.non_finite = 0;
-      for (auto& kv : s.non_finite_by_learner)
-        s.non_finite += kv.second;
-      // Counted for skipped batches too: trouble is what makes a batch skipped.
-      // A report of another length (another environment's) is left out.
-      if (r.env_counters.size() == s.env_counters.size())
-        for (size_t j = 0; j < s.env_counters.size(); ++j)
-          s.env_counters[j] += r.env_counters[j];
-      if (r.skipped)
-        return; // not learned: no update, no losses
-      s.c.updates += 1;
-      s.c.episodes += r.episode_returns.size();
-      for (size_t i = 0; i < r.episode_returns.size(); ++i) {
-        s.returns.push_back(r.episode_returns[i]);
-        s.lengths.push_back(i < r.episode_lengths.size() ? r.episode_lengths[i] : 0);
-        s.return_last = r.episode_returns[i];
-      }
-      const size_t terms = s.term_sum.size();
-      if (terms > 0 && r.episode_reward_terms.size() == r.episode_returns.size() * terms)
-        for (size_t k = 0; k < r.episode_reward_terms.size(); ++k)
-          if (!std::isnan(r.episode_reward_terms[k])) { // NaN: an episode not seen whole
-            s.term_sum[k % terms] += r.episode_reward_terms[k];
-            s.term_n[k % terms] += 1;
-          }
-      while (s.returns.size() > 100) {
-        s.returns.pop_front();
-        s.lengths.pop_front();
-      }
-      s.lag_sum += static_cast<double>(r.policy_lag);
-      s.lag_max = std::max(s.lag_max, r.policy_lag);
-      s.lag_n += 1;
-      s.dropped += r.dropped;
-      s.rejected += r.rejected;
-      s.restarts = std::max(s.restarts, r.runner_restarts);
-      s.last = std::move(r);
-      if (s.c.updates % s.opts.log_every_updates == 0)
-        write_row(s);
-      if (s.opts.progress_line && !s.opts.quiet)
-        progress(s);
-      if (s.opts.checkpoint_every_updates > 0 &&
-          s.c.updates % s.opts.checkpoint_every_updates == 0)
-        self->send(s.coordinator, ckpt_atom::value, s.c.updates);
-      if (!s.done_sent && s.opts.total_env_steps > 0 &&
-          s.c.env_steps >= s.opts.total_env_steps) {
-        s.done_sent = true;
-        self->send(s.coordinator, done_atom::value);
-      }
+    [self](learner_report& r) { take_report(self, r); },
+    // A host's reports of one interval (its report relay), in their order.
+    [self](std::vector<learner_report>& reports) {
+      for (auto& r : reports)
+        take_report(self, r);
     },
     [self](hosts_atom, uint64_t hosts, uint64_t lost, uint64_t env_steps_lost) {
       self->state.hosts = hosts;
@@ -494,7 +503,63 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
   };
 }
 
+struct report_relay_state {
+  caf::actor metrics;
+  std::chrono::milliseconds interval{0};
+  std::vector<learner_report> held;
+  bool tick_pending = false;
+  static inline const char* name = "report_relay";
+};
+
+using report_relay_actor = caf::stateful_actor<report_relay_state>;
+
+void send_held_reports(report_relay_actor* self) {
+  auto& st = self->state;
+  if (st.held.empty())
+    return;
+  self->send(st.metrics, std::move(st.held));
+  st.held = {};
+}
+
+caf::behavior report_relay(report_relay_actor* self, caf::actor metrics,
+                           std::chrono::milliseconds interval) {
+  self->state.metrics = std::move(metrics);
+  self->state.interval = interval;
+  self->monitor(self->state.metrics);
+  self->set_down_handler([self](const caf::down_msg& down) {
+    if (down.source == self->state.metrics.address())
+      self->quit(down.reason);
+  });
+  return {
+    [self](learner_report& r) {
+      auto& st = self->state;
+      if (st.interval.count() == 0) {
+        self->send(st.metrics, std::move(r));
+        return;
+      }
+      st.held.push_back(std::move(r));
+      if (!st.tick_pending) {
+        st.tick_pending = true;
+        self->delayed_send(self, st.interval, publish_atom::value);
+      }
+    },
+    [self](publish_atom) {
+      self->state.tick_pending = false;
+      send_held_reports(self);
+    },
+    [self](flush_atom) {
+      send_held_reports(self);
+      return flush_atom::value;
+    },
+  };
+}
+
 } // namespace
+
+caf::actor spawn_report_relay(caf::actor_system& sys, caf::actor metrics,
+                              std::chrono::milliseconds interval) {
+  return sys.spawn(report_relay, std::move(metrics), interval);
+}
 
 caf::actor spawn_metrics(caf::actor_system& sys, metrics_options opts,
                          caf::actor coordinator) {

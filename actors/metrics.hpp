@@ -26,6 +26,7 @@
 // (stop_atom).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -86,5 +87,15 @@ struct metrics_options {
 /// Spawns the metrics actor; `coordinator` receives ckpt_atom and done_atom.
 caf::actor spawn_metrics(caf::actor_system& sys, metrics_options opts,
                          caf::actor coordinator);
+
+/// Spawns a host's report relay: the learner reports it is sent reach
+/// `metrics` as one message per `interval` (a std::vector<learner_report>, in
+/// the order they came), so that a remote metrics actor takes one message per
+/// host per interval instead of one per learned batch; an interval of 0
+/// forwards each report as it comes. (flush_atom) sends what is held and
+/// answers flush_atom once it is sent. The relay ends when `metrics` does,
+/// with its reason.
+caf::actor spawn_report_relay(caf::actor_system& sys, caf::actor metrics,
+                              std::chrono::milliseconds interval);
 
 } // namespace troupe::actors

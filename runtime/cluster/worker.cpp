@@ -138,7 +138,7 @@ struct worker::state {
   std::shared_ptr<host_cache> cache;
   std::shared_ptr<actors::host_counters> counters;
   std::shared_ptr<host_plane> plane; // data_plane = "allreduce": where the group forms
-  caf::actor host, outbox, relay, replica;
+  caf::actor host, outbox, relay, reports, replica;
   std::optional<actors::cast_plan> plan;
   runtime::cast_handles handles;
   uint64_t runners_per_learner = 0;
@@ -207,6 +207,17 @@ status worker_events::on_end(caf::scoped_actor& self, runtime::run_end& end) {
            fmt::format("troupe: worker {}: the learners did not end "
                        "within {} s of the run's end; leaving",
                        opts.name, static_cast<long long>(stop_timeout.count())));
+  if (!gate_lost)
+    // The learners have ended: their last reports go out now, not at the
+    // relay's next tick (the coordinator counts the run's steps from them).
+    self->request(s_.reports, flush_timeout, actors::flush_atom::value)
+      .receive([](actors::flush_atom) {},
+               [&](caf::error& e) {
+                 s_.log(actors::log_level::warning,
+                        fmt::format("troupe: worker {}: the last learner reports were "
+                                    "not sent: {}",
+                                    opts.name, actors::error_message(self->system(), e)));
+               });
   if (!gate_lost && !end.stop_asked && end.failure.empty()) {
     // This host's learners used up the step budget on their own count before
     // the coordinator said the run ends (its count comes from the learners'
@@ -266,6 +277,7 @@ status worker_events::on_end(caf::scoped_actor& self, runtime::run_end& end) {
   }
   self->send_exit(s_.outbox, caf::exit_reason::user_shutdown);
   self->send_exit(s_.relay, caf::exit_reason::user_shutdown);
+  self->send_exit(s_.reports, caf::exit_reason::user_shutdown);
   if (gate_lost && !end.stop_asked) {
     // The coordinator is gone (or has declared this host lost while it was
     // stopped or cut off, and refuses what it still sends): this process's
@@ -514,6 +526,7 @@ status join_run(worker::state& s) {
   oo.worker = opts.name;
   oo.incarnation = incarnation;
   oo.log = opts.log;
+  oo.interval = std::chrono::milliseconds(cfg->get_int("cluster.stats_interval_ms"));
   s.outbox = actors::spawn_delta_outbox(sys, oo, w->keeper);
   auto& cluster = plan.cluster.emplace();
   cluster.deltas = s.outbox;
@@ -564,7 +577,12 @@ status join_run(worker::state& s) {
     server = s.replica;
     s.plane->attach(group, &sys, s.gate, s.token, *plane, s.replica);
   }
-  cluster.existing = actors::shared_actors{w->keeper, server, w->metrics};
+  // The learners' reports reach the coordinator's metrics actor as one
+  // message per host per interval.
+  s.reports = actors::spawn_report_relay(
+    sys, w->metrics,
+    std::chrono::milliseconds(cfg->get_int("cluster.metrics_interval_ms")));
+  cluster.existing = actors::shared_actors{w->keeper, server, s.reports};
   cluster.host = s.counters;
   s.cache->take(std::move(w->weights));
   s.cache->set_store(plan.store);
@@ -597,7 +615,7 @@ status worker::join() {
   if (!joined && s.self) {
     // Nothing of this host waits on the coordinator yet: its actors end, so
     // that its system can end with the worker (bounded).
-    for (auto* a : {&s.host, &s.outbox, &s.relay, &s.replica})
+    for (auto* a : {&s.host, &s.outbox, &s.relay, &s.reports, &s.replica})
       if (*a) {
         (*s.self)->send_exit(*a, caf::exit_reason::user_shutdown);
         *a = caf::actor{};

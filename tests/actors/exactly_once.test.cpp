@@ -394,6 +394,96 @@ TEST_CASE("an outbox forwards both forms of a stream declaration to its keeper a
   self->send_exit(outbox, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("an outbox with an interval sends each stream's deltas merged into one per "
+          "interval, and the keeper holds the float64 moments of every row") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  system_fixture fx;
+  stats_keeper_options ko;
+  ko.log = fx.sink();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+  caf::scoped_actor self{*fx.sys};
+  const size_t dim = 1 + rng() % 5;
+  const std::vector<std::string> streams{"obs", "ret"};
+  for (auto& name : streams)
+    ask<uint64_t>(self, keeper, declare_atom::value, name, uint64_t{dim});
+  // A moving-average stream is never paced: each delta is one step of it.
+  ask<uint64_t>(self, keeper, declare_atom::value, stream_decl{"bn", dim, "ema", 0.9});
+  std::map<std::string, std::vector<double>> all_rows;
+  auto send_some = [&](const caf::actor& outbox, size_t n) {
+    for (size_t k = 0; k < n; ++k) {
+      auto& name = streams[rng() % streams.size()];
+      auto b = random_batch(rng, name, dim);
+      all_rows[name].insert(all_rows[name].end(), b.rows.begin(), b.rows.end());
+      self->send(outbox, std::move(b.delta));
+    }
+  };
+
+  // An hour's interval: nothing goes out until a flush, which sends one merged
+  // delta per stream (the deltas reach the outbox before the flush does).
+  delta_outbox_options slow;
+  slow.worker = "slow";
+  slow.interval = std::chrono::hours(1);
+  slow.log = fx.sink();
+  auto outbox = spawn_delta_outbox(*fx.sys, slow, keeper);
+  const size_t n_slow = 20 + rng() % 40;
+  send_some(outbox, n_slow);
+  auto before = ask<delta_outbox_status>(self, outbox, status_atom::value);
+  CHECK(before.received == n_slow);
+  CHECK(before.sent == 0);
+  CHECK(before.held == streams.size());
+  ask<delta_outbox_status>(self, outbox, flush_atom::value); // sends what is held
+  auto after = ask<delta_outbox_status>(self, outbox, flush_atom::value); // its acks
+  CHECK(after.sent == streams.size());
+  CHECK(after.acked_deltas == n_slow);
+  CHECK(after.unacked == 0);
+  CHECK(ask<uint64_t>(self, outbox, declare_atom::value,
+                      stream_decl{"bn", dim, "ema", 0.9}) == dim);
+  const size_t n_ema = 3 + rng() % 5;
+  for (size_t k = 0; k < n_ema; ++k)
+    self->send(outbox, random_batch(rng, "bn", dim).delta);
+  auto ema = ask<delta_outbox_status>(self, outbox, flush_atom::value);
+  CHECK(ema.sent == streams.size() + n_ema); // one each, none held for the hour
+  CHECK(ema.held == 0);
+
+  // A 1 ms interval: the ticks send what came meanwhile, with no flush.
+  delta_outbox_options fast = slow;
+  fast.worker = "fast";
+  fast.interval = std::chrono::milliseconds(1);
+  auto ticking = spawn_delta_outbox(*fx.sys, fast, keeper);
+  const size_t n_fast = 50 + rng() % 50;
+  send_some(ticking, n_fast);
+  uint64_t expected = 0;
+  for (auto& [name, rows] : all_rows)
+    expected += rows.size() / dim;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  uint64_t merged = 0;
+  while (merged != expected && std::chrono::steady_clock::now() < deadline) {
+    ask<sync_atom>(self, keeper, sync_atom::value);
+    merged = 0;
+    for (auto& name : streams)
+      merged += ask<stream_status>(self, keeper, status_atom::value, name).count;
+  }
+  REQUIRE_MESSAGE(merged == expected, "the keeper merged " << merged << " of " << expected
+                                                           << " rows within 30 s");
+  auto ticked = ask<delta_outbox_status>(self, ticking, status_atom::value);
+  CHECK(ticked.received == n_fast);
+  CHECK(ticked.sent <= n_fast);
+  for (auto& name : streams) {
+    auto snap = ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, name);
+    std::vector<double> mean, var;
+    reference(all_rows[name], dim, mean, var);
+    CHECK(snap.count == all_rows[name].size() / dim);
+    for (size_t j = 0; j < dim; ++j) {
+      CHECK(rel_err(snap.mean[j], mean[j]) <= 1e-12);
+      CHECK(rel_err(snap.var[j], var[j]) <= 1e-12);
+    }
+  }
+  self->send_exit(outbox, caf::exit_reason::user_shutdown);
+  self->send_exit(ticking, caf::exit_reason::user_shutdown);
+}
+
 // -- outboxes through chaos --------------------------------------------------
 
 TEST_CASE("outboxes through a forwarding actor that duplicates, delays, reorders and "

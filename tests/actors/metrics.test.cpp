@@ -542,3 +542,69 @@ TEST_CASE("without reward terms or counters metrics.csv has exactly metrics_colu
   CHECK(lines[1].size() == metrics_column_count);
   CHECK(metrics_column_names({}, {}) == lines[0]);
 }
+
+TEST_CASE("a host's report relay hands the metrics actor its reports in order, one "
+          "message per interval, with the counters of the same reports sent one by one, "
+          "and ends when the metrics actor does") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self(sys);
+  const uint64_t seed = troupe::test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  metrics_options mo;
+  mo.quiet = true;
+  mo.log_every_updates = 1000000; // no rows: no files
+  auto direct = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  auto relayed = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  auto same = [](const metrics_counters& a, const metrics_counters& b) {
+    CHECK(a.env_steps == b.env_steps);
+    CHECK(a.updates == b.updates);
+    CHECK(a.episodes == b.episodes);
+    CHECK(a.recent_returns == b.recent_returns); // their order too
+    CHECK(a.recent_lengths == b.recent_lengths);
+  };
+
+  // An hour's interval: nothing reaches the metrics actor before a flush.
+  auto slow = spawn_report_relay(sys, relayed, std::chrono::hours(1));
+  const int n = 20 + static_cast<int>(rng() % 40);
+  for (int i = 0; i < n; ++i) {
+    auto r = random_report(rng);
+    self->send(direct, r);
+    self->send(slow, std::move(r));
+  }
+  CHECK(ask<metrics_counters>(self, relayed, state_atom::value).updates == 0);
+  ask<flush_atom>(self, slow, flush_atom::value); // sent before it answers
+  same(ask<metrics_counters>(self, direct, state_atom::value),
+       ask<metrics_counters>(self, relayed, state_atom::value));
+
+  // A 1 ms interval: the ticks send what came meanwhile, with no flush.
+  auto ticking = spawn_report_relay(sys, relayed, std::chrono::milliseconds(1));
+  const int m = 20 + static_cast<int>(rng() % 40);
+  for (int i = 0; i < m; ++i) {
+    auto r = random_report(rng);
+    self->send(direct, r);
+    self->send(ticking, std::move(r));
+  }
+  const auto want = ask<metrics_counters>(self, direct, state_atom::value);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  metrics_counters got;
+  do
+    got = ask<metrics_counters>(self, relayed, state_atom::value);
+  while (got.updates != want.updates && std::chrono::steady_clock::now() < deadline);
+  REQUIRE_MESSAGE(got.updates == want.updates, "the relayed metrics actor counted "
+                                                 << got.updates << " of " << want.updates
+                                                 << " updates within 30 s");
+  same(want, got);
+
+  // The relay ends with its metrics actor.
+  self->monitor(ticking);
+  self->send_exit(relayed, caf::exit_reason::user_shutdown);
+  bool ended = false;
+  self->receive([&](const caf::down_msg& d) { ended = d.source == ticking.address(); },
+                caf::after(std::chrono::seconds(30)) >> [] {});
+  CHECK_MESSAGE(ended, "the relay did not end within 30 s of its metrics actor");
+  self->send_exit(slow, caf::exit_reason::user_shutdown);
+  self->send_exit(direct, caf::exit_reason::user_shutdown);
+}
