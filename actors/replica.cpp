@@ -20,23 +20,41 @@ namespace troupe::actors {
 
 uint64_t weights_hash(const std::vector<float>& params,
                       const std::vector<float>& buffers) {
-  // FNV-1a over 32-bit words, then a final mix: every bit of every weight
-  // counts, and the result does not depend on anything but the bytes.
-  uint64_t h = 0xcbf29ce484222325ull;
+  // Four independent lanes, each taking every fourth pair of weights as one
+  // 64-bit word through a multiply-rotate-multiply step (odd multipliers and
+  // a rotation: every bit of every weight counts), so that the lanes'
+  // multiplications overlap instead of forming one chain; then the lanes
+  // and the lengths are folded and mixed. Words are built from the floats'
+  // bit patterns as integers, so the result does not depend on byte order.
+  constexpr uint64_t k1 = 0x9e3779b185ebca87ull, k2 = 0xc2b2ae3d27d4eb4full;
+  auto rotl = [](uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
+  auto step = [&](uint64_t lane, uint64_t word) {
+    return rotl(lane + word * k2, 31) * k1;
+  };
+  auto bits = [](float x) {
+    uint32_t w;
+    std::memcpy(&w, &x, sizeof w);
+    return static_cast<uint64_t>(w);
+  };
+  uint64_t lane[4] = {k1 + k2, k2, 0, 0 - k1};
   auto feed = [&](const std::vector<float>& v) {
-    for (float x : v) {
-      uint32_t w;
-      std::memcpy(&w, &x, sizeof w);
-      h ^= w;
-      h *= 0x100000001b3ull;
-    }
-    h ^= v.size();
-    h *= 0x100000001b3ull;
+    const size_t n = v.size();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (size_t k = 0; k < 4; ++k)
+        lane[k] = step(lane[k], bits(v[i + 2 * k]) | (bits(v[i + 2 * k + 1]) << 32));
+    for (; i < n; ++i)
+      lane[i % 4] = step(lane[i % 4], bits(v[i]) | (uint64_t{1} << 32 << (i % 4)));
+    lane[0] = step(lane[0], n);
   };
   feed(params);
   feed(buffers);
+  uint64_t h =
+    rotl(lane[0], 1) + rotl(lane[1], 7) + rotl(lane[2], 12) + rotl(lane[3], 18);
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
   h ^= h >> 33;
   return h;
 }

@@ -87,6 +87,53 @@ std::vector<weights_reply> send_all(caf::scoped_actor& self,
 
 } // namespace
 
+TEST_CASE("the weights' hash changes with any one bit of any weight or buffer, with "
+          "two weights swapped and with a weight moved from params to buffers") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> params(1 + rng() % 300), buffers(rng() % 20);
+    for (auto& x : params)
+      x = normal(rng);
+    for (auto& x : buffers)
+      x = normal(rng);
+    const uint64_t h = weights_hash(params, buffers);
+    CHECK(weights_hash(params, buffers) == h); // only the values count
+    auto flip = [&](std::vector<float>& v) {
+      const size_t i = rng() % v.size();
+      const int bit = static_cast<int>(rng() % 32);
+      uint32_t w;
+      std::memcpy(&w, &v[i], sizeof w);
+      w ^= 1u << bit;
+      float before = v[i];
+      std::memcpy(&v[i], &w, sizeof w);
+      CAPTURE(i);
+      CAPTURE(bit);
+      CHECK(weights_hash(params, buffers) != h);
+      v[i] = before;
+    };
+    for (int k = 0; k < 20; ++k)
+      flip(params);
+    if (!buffers.empty())
+      for (int k = 0; k < 20; ++k)
+        flip(buffers);
+    if (params.size() >= 2) {
+      const size_t i = rng() % params.size(), j = (i + 1) % params.size();
+      if (params[i] != params[j]) {
+        std::swap(params[i], params[j]);
+        CHECK(weights_hash(params, buffers) != h);
+        std::swap(params[i], params[j]);
+      }
+      std::vector<float> fewer(params.begin(), params.end() - 1), more = buffers;
+      more.insert(more.begin(), params.back());
+      CHECK(weights_hash(fewer, more) != h);
+    }
+    CHECK(weights_hash(params, buffers) == h);
+  }
+}
+
 TEST_CASE("sync replicas on two hosts take the same steps as one sync parameter server "
           "with the same four learners") {
   system_fixture fx;
