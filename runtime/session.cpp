@@ -251,6 +251,13 @@ status session::start() {
         cluster::configure_node(c, *s.node);
       }
       c.set("scheduler.max-threads", static_cast<size_t>(s.cfg.get_int("run.threads")));
+      if (s.node && s.cfg.get_int("algo.num_learners") == 0)
+        // A coordinator with no learners of its own only answers messages:
+        // its scheduler's threads wait on their condition variable as soon
+        // as their queues are empty (an enqueue from another thread wakes
+        // them), instead of CAF's default of polling every 50 us for 500
+        // attempts, which took more of its CPU than its work did.
+        c.set("work-stealing.moderate-poll-attempts", size_t{0});
     };
     if (s.node) {
       // A coordinator's system may not end after a worker left (see close()).
