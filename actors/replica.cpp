@@ -786,7 +786,135 @@ caf::behavior replica(replica_actor* self, replica_options opts,
   };
 }
 
+// -- the standby ----------------------------------------------------------------
+
+struct standby_state {
+  standby_options opts;
+  caf::actor source;
+  parameter_server_state held;
+  replica_status rounds;
+  std::shared_ptr<policy_store> store;
+  static inline const char* name = "standby_replica";
+};
+
+using standby_actor = caf::stateful_actor<standby_state>;
+
+// Keeps `in` unless it is older than what is held; the problem, or empty.
+std::string adopt(standby_state& s, parameter_server_state&& in) {
+  if (auto bad = restored_state_mismatch("standby replica of host '" + s.opts.host + "'",
+                                         in, s.held.params.size(), s.held.buffers.size());
+      !bad.empty())
+    return bad;
+  if (in.version < s.held.version)
+    return {};
+  in.counters.version = in.version;
+  s.held = std::move(in);
+  if (s.store)
+    s.store->publish(s.held.version, s.held.params.data(),
+                     s.held.buffers.empty() ? nullptr : s.held.buffers.data());
+  return {};
+}
+
+caf::behavior standby(standby_actor* self, standby_options opts,
+                      std::vector<float> params, std::vector<float> buffers,
+                      std::shared_ptr<policy_store> store,
+                      std::optional<parameter_server_state> start) {
+  auto& st = self->state;
+  st.opts = std::move(opts);
+  convert_exceptions(self, "standby replica", st.opts.log);
+  st.store = std::move(store);
+  st.held.adam_m.assign(params.size(), 0.0f);
+  st.held.adam_v.assign(params.size(), 0.0f);
+  st.held.params = std::move(params);
+  st.held.buffers = std::move(buffers);
+  st.rounds.weights_hash = weights_hash(st.held.params, st.held.buffers);
+  if (start) {
+    if (auto bad = adopt(st, std::move(*start)); !bad.empty()) {
+      self->quit(to_caf_error(make_error(errc::invalid_argument, "{}", bad)));
+      return {};
+    }
+    st.rounds.weights_hash = weights_hash(st.held.params, st.held.buffers);
+  }
+  return {
+    [self](source_atom, caf::actor source) { self->state.source = std::move(source); },
+    [self](state_atom) -> caf::result<parameter_server_state> {
+      auto& s = self->state;
+      if (!s.source)
+        return s.held;
+      auto rp = self->make_response_promise<parameter_server_state>();
+      self->request(s.source, s.opts.ask_timeout, state_atom::value)
+        .then(
+          [self, rp](parameter_server_state& in) mutable {
+            auto& s = self->state;
+            if (auto bad = adopt(s, std::move(in)); !bad.empty())
+              write_log(s.opts.log, bad);
+            rp.deliver(s.held);
+          },
+          [self, rp](caf::error&) mutable {
+            // No member to ask (the run starts or ends): what is held.
+            rp.deliver(self->state.held);
+          });
+      return rp;
+    },
+    [self](state_atom, parameter_server_state& in) -> caf::result<uint64_t> {
+      auto& s = self->state;
+      if (auto bad = adopt(s, std::move(in)); !bad.empty())
+        return to_caf_error(make_error(errc::invalid_argument, "{}", bad));
+      return s.held.version;
+    },
+    [self](rounds_atom) -> caf::result<replica_status> {
+      auto& s = self->state;
+      if (!s.source)
+        return s.rounds;
+      auto rp = self->make_response_promise<replica_status>();
+      self->request(s.source, s.opts.ask_timeout, rounds_atom::value)
+        .then(
+          [self, rp](replica_status& in) mutable {
+            auto& s = self->state;
+            if (in.rounds >= s.rounds.rounds)
+              s.rounds = in;
+            rp.deliver(s.rounds);
+          },
+          [self, rp](caf::error&) mutable { rp.deliver(self->state.rounds); });
+      return rp;
+    },
+    [self](rounds_atom, replica_status& in) {
+      auto& s = self->state;
+      if (in.rounds >= s.rounds.rounds)
+        s.rounds = in;
+    },
+    [self](status_atom) {
+      auto out = self->state.held.counters;
+      out.version = self->state.held.version;
+      return out;
+    },
+    [self](weights_atom) {
+      auto& h = self->state.held;
+      return weights_reply{h.version, true,      false, false,
+                           h.params,  h.buffers, false, false};
+    },
+    [self](gradient_update& g) -> caf::result<weights_reply> {
+      return to_caf_error(make_error(errc::invalid_argument,
+                                     "standby replica of host '{}': a gradient from '{}' "
+                                     "came here, where no learner steps",
+                                     self->state.opts.host, g.learner));
+    },
+    [](join_atom, const std::string&) -> uint64_t { return 0; },
+    [](leave_atom, const std::string&) -> uint64_t { return 0; },
+    [](fence_atom, const std::string&, uint64_t) -> uint64_t { return 0; },
+    [](stop_atom) {},
+  };
+}
+
 } // namespace
+
+caf::actor spawn_standby_replica(caf::actor_system& sys, standby_options opts,
+                                 std::vector<float> params, std::vector<float> buffers,
+                                 std::shared_ptr<policy_store> store,
+                                 std::optional<parameter_server_state> start) {
+  return sys.spawn(standby, std::move(opts), std::move(params), std::move(buffers),
+                   std::move(store), std::move(start));
+}
 
 caf::actor spawn_replica(caf::actor_system& sys, replica_options opts,
                          std::shared_ptr<collective> group, std::vector<float> params,

@@ -82,4 +82,37 @@ caf::actor spawn_replica(caf::actor_system& sys, replica_options opts,
                          std::shared_ptr<policy_store> store = nullptr,
                          std::optional<parameter_server_state> start = std::nullopt);
 
+/// Settings of a standby replica.
+struct standby_options {
+  /// How long it waits for its source (set later with source_atom) to answer.
+  std::chrono::milliseconds ask_timeout{5000};
+  std::string host; ///< this host's name in messages
+  log_sink log;     ///< empty: nowhere
+};
+
+/// Sets a standby replica's source: (source_atom, caf::actor).
+using source_atom = caf::atom_constant<caf::atom("source")>;
+
+/// Spawns a standby replica: the parameter server's place on a host that
+/// takes no part in the rounds (a coordinator with no learners of its own,
+/// docs/cluster.md). It holds the newest state it was given, starting from
+/// `params` and `buffers` at version 0 with Adam at zero, or from `start` (a
+/// checkpoint's), and publishes each to `store` (may be null).
+///
+/// - (state_atom) and (rounds_atom) ask its source, when one is set, for a
+///   member's state (a parameter_server_state) or replica_status, keep it
+///   when it is not older than what it holds, and answer it; when the source
+///   fails or is unset, what it holds.
+/// - (state_atom, parameter_server_state) and (rounds_atom, replica_status)
+///   give it one (an older one is ignored); a state of another model's size
+///   is refused, naming both sizes.
+/// - (status_atom) answers the counters of the state it holds; join, leave
+///   and fence answer 0 (no learner of this host steps with it), and a
+///   gradient is refused, naming the learner.
+caf::actor
+spawn_standby_replica(caf::actor_system& sys, standby_options opts,
+                      std::vector<float> params, std::vector<float> buffers,
+                      std::shared_ptr<policy_store> store = nullptr,
+                      std::optional<parameter_server_state> start = std::nullopt);
+
 } // namespace troupe::actors

@@ -184,13 +184,17 @@ std::string start_cast(caf::blocking_actor* self, cast_state& cs) {
       return why;
   // A replica takes a resumed state at its start: its group's first exchange
   // hands it to the other members.
-  cs.server =
-    plan.replica_group
-      ? spawn_replica(sys, plan.replica, plan.replica_group, plan.params, plan.buffers,
-                      plan.store, plan.server_state)
-      : spawn_parameter_server(sys, plan.server, plan.params, plan.buffers, plan.store);
+  if (plan.replica_group)
+    cs.server = spawn_replica(sys, plan.replica, plan.replica_group, plan.params,
+                              plan.buffers, plan.store, plan.server_state);
+  else if (plan.standby)
+    cs.server = spawn_standby_replica(sys, *plan.standby, plan.params, plan.buffers,
+                                      plan.store, plan.server_state);
+  else
+    cs.server =
+      spawn_parameter_server(sys, plan.server, plan.params, plan.buffers, plan.store);
   self->monitor(cs.server);
-  if (plan.server_state && !plan.replica_group)
+  if (plan.server_state && !plan.replica_group && !plan.standby)
     if (auto why = ask<uint64_t>(self, cs.server, state_atom::value, *plan.server_state);
         !why.empty())
       return why;

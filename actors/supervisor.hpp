@@ -93,7 +93,11 @@ struct cast_plan {
   /// all-reducing through this group with the other hosts' replicas
   /// (cluster.data_plane = "allreduce"), with `replica` as its settings.
   std::shared_ptr<collective> replica_group;
-  replica_options replica;            ///< the replica's settings (with replica_group)
+  replica_options replica; ///< the replica's settings (with replica_group)
+  /// Set (and replica_group not): a standby replica in the parameter server's
+  /// place (actors/replica.hpp), for a host with no learners that takes no
+  /// part in the rounds; it starts from server_state when that is set.
+  std::optional<standby_options> standby;
   metrics_options metrics;            ///< the metrics actor
   std::vector<learner_plan> learners; ///< the learners
   std::string obs_stream; ///< each learner's statistics view (lag); empty: none

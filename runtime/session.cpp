@@ -132,7 +132,12 @@ result<session> session::open(const config& cfg, std::string resume_dir,
   st->options = std::move(options);
   st->options.cast.log = st->options.log;
   st->options.cast.progress_line = st->options.progress_line;
-  st->resume_dir = std::move(resume_dir);
+  // "runs/NAME/" names the run NAME too (its folder's name is the run's name
+  // across processes).
+  std::filesystem::path resume_path(resume_dir);
+  while (!resume_path.has_filename() && resume_path.has_relative_path())
+    resume_path = resume_path.parent_path();
+  st->resume_dir = resume_dir.empty() ? std::string{} : resume_path.string();
   auto env = envs::find_spec(cfg.get_string("env.id"));
   if (!env)
     return at_key(cfg, "env.id", env.err());
@@ -272,12 +277,22 @@ status session::start() {
                             s.run_dir, s.resume, s.options.cast);
     if (s.node) // workers' learners count too
       built.plan.cluster.emplace().end_on_done = true;
-    if (s.node && s.plane.allreduce) {
+    if (s.node && s.plane.allreduce && !built.plan.learners.empty()) {
+      // A coordinator with learners is a member of the group (rank 0).
       s.own_group =
         std::make_shared<cluster::deferred_group>("coordinator", s.plane.form_timeout);
       built.plan.replica_group = s.own_group;
       built.plan.replica = cluster::replica_options_for(
         built.plan.server, built.plan.learners.size(), "coordinator");
+    } else if (s.node && s.plane.allreduce) {
+      // One with none stays out of it: a standby replica holds the newest
+      // state a member gave it (asked for through the gate at each
+      // checkpoint, and given by each member as it leaves), so nothing that
+      // happens per round crosses the coordinator.
+      actors::standby_options so;
+      so.host = "coordinator";
+      so.log = s.options.log;
+      built.plan.standby = so;
     }
     s.handles.spec = built.spec;
     s.handles.env_id = built.env_id;
@@ -377,6 +392,9 @@ std::string session::state::open_gate(const cast_handles& h,
   go.plane = plane;
   go.own_group = own_group;
   gate = cluster::spawn_gate(drv->system(), std::move(go));
+  if (plane.allreduce && !own_group && h.server)
+    // The standby replica asks the members for their state through the gate.
+    caf::anon_send(h.server, actors::source_atom::value, gate);
   // SO_REUSEADDR: a coordinator resumed on the port of one that was killed
   // binds while the killed one's connections are still in TIME_WAIT (two
   // listeners on one port are still refused).
@@ -488,28 +506,31 @@ result<training_result> session::state::finish(caf::scoped_actor& self, run_end&
         parts.push_back(fmt::format("{} {}", learner, n));
       const std::string list =
         parts.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(parts, ", "));
-      if (!own_group)
+      if (!plane.allreduce)
         log(actors::log_level::notice, "cluster: gradients applied by learner: " + list);
       else
         log(actors::log_level::notice,
             fmt::format("cluster: gradients applied on every host: {} (version {})",
                         status->applied, status->version));
     }
-    if (own_group)
+    if (plane.allreduce)
       if (auto r = ask_for<actors::replica_status>(
             self, handles.server, progress_ask_timeout, actors::rounds_atom::value))
-        log(
-          actors::log_level::notice,
-          fmt::format("cluster: the data plane: {} rounds over {} members ({} without a "
-                      "gradient), a round {:.0f} us on average and {:.0f} us at most; "
-                      "the coordinator's gradients {}; the weights' hash {:#018x}, "
-                      "checked on every member each round",
-                      r->rounds, r->group_size, r->empty_rounds,
-                      r->rounds ? 1e-3 * static_cast<double>(r->round_ns_sum) /
-                                    static_cast<double>(r->rounds)
-                                : 0.0,
-                      1e-3 * static_cast<double>(r->round_ns_max), r->contributed,
-                      r->weights_hash));
+        log(actors::log_level::notice,
+            fmt::format(
+              "cluster: the data plane: {} rounds over {} members ({} without a "
+              "gradient), a round {:.0f} us on average and {:.0f} us at most; "
+              "{}; the weights' hash {:#018x}, checked on every member each "
+              "round",
+              r->rounds, r->group_size, r->empty_rounds,
+              r->rounds ? 1e-3 * static_cast<double>(r->round_ns_sum) /
+                            static_cast<double>(r->rounds)
+                        : 0.0,
+              1e-3 * static_cast<double>(r->round_ns_max),
+              own_group ? fmt::format("the coordinator's gradients {}", r->contributed)
+                        : std::string{"the coordinator out of the group (a "
+                                      "member's count)"},
+              r->weights_hash));
     // What the keeper merged, in all and from each worker incarnation.
     if (auto totals = ask_for<actors::stream_status>(
           self, handles.keeper, progress_ask_timeout, actors::status_atom::value)) {

@@ -322,6 +322,11 @@ void host_plane::stop() {
     caf::anon_send(replica_, actors::stop_atom::value);
 }
 
+caf::actor host_plane::replica() {
+  base::mutex_lock lock(mtx_);
+  return replica_;
+}
+
 void host_plane::form(uint64_t epoch, uint64_t rank, uint64_t size) {
   base::mutex_lock lock(mtx_);
   told_ = std::array<uint64_t, 3>{epoch, rank, size};

@@ -53,6 +53,11 @@ result<data_plane_settings> data_plane_from(const runtime::config& cfg);
 /// Tells the coordinator that the group of `epoch` failed (`why`).
 using epoch_failed_atom = caf::atom_constant<caf::atom("epoch_fail")>;
 
+/// A member host's replica as it leaves, to the gate: (final_state_atom,
+/// token, host, parameter_server_state, replica_status); a coordinator out of
+/// the group keeps the newest in its standby replica.
+using final_state_atom = caf::atom_constant<caf::atom("final_st")>;
+
 /// A collective that is formed later, and formed again in each new epoch:
 /// its operations wait until a group is formed (or its forming failed, or
 /// `form_timeout` passed), then run on that Gloo group. After a failed
@@ -135,6 +140,8 @@ public:
               caf::actor replica) TROUPE_EXCLUDES(mtx_);
   /// The run ends: the replica stops (answers its learners, starts no round).
   void stop() TROUPE_EXCLUDES(mtx_);
+  /// The replica once attached; null before.
+  caf::actor replica() TROUPE_EXCLUDES(mtx_);
   /// The gate's form message: forms the group now if it is attached.
   void form(uint64_t epoch, uint64_t rank, uint64_t size) TROUPE_EXCLUDES(mtx_);
 

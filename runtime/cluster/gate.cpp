@@ -1,5 +1,6 @@
 #include "runtime/cluster/gate.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <vector>
@@ -9,6 +10,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/metrics.hpp"
+#include "actors/replica.hpp"
 #include "runtime/cluster/messages.hpp"
 #include "runtime/cluster/node.hpp"
 
@@ -26,7 +28,8 @@ constexpr auto push_timeout = std::chrono::seconds(10);
 
 struct host_entry {
   caf::actor actor;
-  uint64_t rank = 0; // data_plane = "allreduce": its rank in the group; 0: none
+  bool member = false; // data_plane = "allreduce": a member of the group
+  uint64_t rank = 0; // its rank there (the coordinator's replica, when it has one, is 0)
   lost_host info;
   uint64_t sent_version = 0; // newest version the host has or is being sent
   bool in_flight = false;
@@ -65,7 +68,7 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                  const caf::actor_addr& addr) {
   auto it = st->hosts.find(addr);
   // A host with a replica has its own weights (the same as these).
-  if (it == st->hosts.end() || it->second.in_flight || it->second.rank > 0)
+  if (it == st->hosts.end() || it->second.in_flight || it->second.member)
     return;
   auto snap = st->opts.store->latest();
   if (!snap || snap->version <= it->second.sent_version)
@@ -95,26 +98,73 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
 
 using regroup_atom = caf::atom_constant<caf::atom("regroup")>;
 
+// How long the gate waits for a member host to answer for its replica.
+constexpr auto member_ask_timeout = std::chrono::seconds(5);
+
+// data_plane = "allreduce" with a coordinator out of the group: asks the
+// member hosts, lowest rank first, for their replica's `Answer` to `atom`
+// (its state, or its rounds) until one answers; an error when none does.
+template <class Answer, class Atom>
+void ask_members(caf::event_based_actor* self, std::vector<caf::actor> members,
+                 size_t next, caf::typed_response_promise<Answer> rp, Atom atom) {
+  if (next >= members.size()) {
+    rp.deliver(actors::to_caf_error(
+      make_error(errc::unavailable, "no member host of the data plane's group answered "
+                                    "for its replica")));
+    return;
+  }
+  const auto to = members[next];
+  self->request(to, member_ask_timeout, atom)
+    .then([rp](Answer& a) mutable { rp.deliver(std::move(a)); },
+          [self, members = std::move(members), next, rp, atom](caf::error&) mutable {
+            ask_members(self, std::move(members), next + 1, rp, atom);
+          });
+}
+
+// The member hosts, lowest rank first.
+std::vector<caf::actor> members_by_rank(const gate_state& st) {
+  std::vector<std::pair<uint64_t, caf::actor>> ranked;
+  for (auto& [addr, h] : st.hosts)
+    if (h.member)
+      ranked.emplace_back(h.rank, h.actor);
+  std::sort(ranked.begin(), ranked.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<caf::actor> out;
+  for (auto& r : ranked)
+    out.push_back(r.second);
+  return out;
+}
+
+// Only this process's actors (the coordinator's standby replica) ask the gate
+// for a member's state: the gate listens to the network.
+bool from_here(caf::event_based_actor* self) {
+  const auto& sender = self->current_sender();
+  return sender && sender->node() == self->node();
+}
+
 // data_plane = "allreduce": opens the next epoch of the group with the member
 // hosts alive now (every member host has joined, or one was lost): each is
-// told its rank and the coordinator takes rank 0.
+// told its rank. A coordinator with learners takes rank 0; one without stays
+// out of the group.
 void form_group(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                 const std::string& why) {
   st->formed = true;
   const uint64_t epoch = ++st->epoch;
-  uint64_t rank = 0;
+  const uint64_t first = st->opts.own_group ? 1 : 0;
+  uint64_t size = first;
   for (auto& [addr, h] : st->hosts)
-    if (h.rank > 0)
-      h.rank = ++rank;
-  const uint64_t size = rank + 1;
+    if (h.member)
+      h.rank = size++;
   for (auto& [addr, h] : st->hosts)
-    if (h.rank > 0)
+    if (h.member)
       self->send(h.actor, form_atom::value, epoch, h.rank, size);
   actors::write_log(
     st->opts.log,
-    fmt::format("cluster: the data plane's group forms{}: {} host(s) and the "
-                "coordinator, epoch {}, on {}{}",
-                epoch == 1 ? "" : " again", rank, epoch, st->opts.plane.interface,
+    fmt::format("cluster: the data plane's group forms{}: {} host(s){}, epoch {}, on "
+                "{}{}",
+                epoch == 1 ? "" : " again", size - first,
+                st->opts.own_group ? " and the coordinator" : "", epoch,
+                st->opts.plane.interface,
                 why.empty() ? std::string{} : " (" + why + ")"));
   if (st->opts.own_group)
     st->opts.own_group->form(
@@ -213,8 +263,10 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                     errc::unavailable);
   host_entry h;
   h.actor = req.host;
-  if (member)
-    h.rank = ++st->members;
+  if (member) {
+    h.member = true;
+    ++st->members;
+  }
   h.info.name = req.name;
   h.info.incarnation = req.incarnation;
   h.info.address = address;
@@ -299,6 +351,7 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       return;
     auto info = std::move(it->second.info);
     const auto progress = it->second.progress;
+    const bool member = it->second.member;
     const uint64_t rank = it->second.rank;
     st->hosts.erase(it);
     // Once the run ends every host goes, however its connection closes.
@@ -315,23 +368,22 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       // A host with a replica gets no weights pushes, so it never told its
       // counts: say so rather than a 0.
       const std::string counts =
-        rank > 0
-          ? std::string{"its count of env steps not learned is unknown (a host with "
-                        "a replica answers no weights pushes)"}
-          : fmt::format("{} env steps it had collected were not learned (its count "
-                        "at its last answer to a weights push: {} collected, {} "
-                        "learned or sent on)",
-                        unfinished, progress.collected, progress.finished);
+        member ? std::string{"its count of env steps not learned is unknown (a host with "
+                             "a replica answers no weights pushes)"}
+               : fmt::format("{} env steps it had collected were not learned (its count "
+                             "at its last answer to a weights push: {} collected, {} "
+                             "learned or sent on)",
+                             unfinished, progress.collected, progress.finished);
       actors::write_log(st->opts.log,
                         fmt::format("cluster: lost host {} ({}): it hosted {}; {}; {} "
                                     "host(s) remain ({})",
                                     info.name, info.address, hosted(info), counts,
                                     st->hosts.size(),
                                     actors::error_message(self->system(), down.reason)));
-      if (rank > 0 && st->formed)
+      if (member && st->formed)
         // The survivors meet again in the next epoch and complete the round.
         form_group(self, st, fmt::format("host {} of rank {} was lost", info.name, rank));
-      else if (rank > 0)
+      else if (member)
         st->members -= 1; // not formed yet: another host may take its place
       else
         on_host_lost(self, st->opts.cast, info, st->opts.sync, st->opts.log);
@@ -443,6 +495,38 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       auto rp = self->make_response_promise<std::string>();
       st->store_waiting[key].push_back(rp);
       return rp;
+    },
+    [self, st](actors::state_atom a) -> caf::result<actors::parameter_server_state> {
+      // The coordinator's standby replica asks for the weights, Adam state
+      // and counters of a member (a checkpoint, a joining host's start).
+      if (!from_here(self))
+        return actors::to_caf_error(
+          make_error(errc::invalid_argument, "a replica's state is asked for locally"));
+      auto rp = self->make_response_promise<actors::parameter_server_state>();
+      ask_members(self, members_by_rank(*st), 0, rp, a);
+      return rp;
+    },
+    [self, st](actors::rounds_atom a) -> caf::result<actors::replica_status> {
+      if (!from_here(self))
+        return actors::to_caf_error(
+          make_error(errc::invalid_argument, "a replica's rounds are asked for locally"));
+      auto rp = self->make_response_promise<actors::replica_status>();
+      ask_members(self, members_by_rank(*st), 0, rp, a);
+      return rp;
+    },
+    [self, st](final_state_atom, const std::string& token, const std::string& host,
+               actors::parameter_server_state& state, actors::replica_status& rounds) {
+      // A member host's replica as it leaves: the coordinator's standby keeps
+      // the newest, for the final checkpoint and the closing lines.
+      if (!same_token(token, st->opts.token) || st->opts.own_group ||
+          !st->opts.cast.server)
+        return;
+      actors::write_log(st->opts.log, actors::log_level::info,
+                        fmt::format("cluster: host {} leaves with its replica at version "
+                                    "{} after {} rounds",
+                                    host, state.version, rounds.rounds));
+      caf::anon_send(st->opts.cast.server, actors::state_atom::value, std::move(state));
+      caf::anon_send(st->opts.cast.server, actors::rounds_atom::value, std::move(rounds));
     },
     [st](actors::status_atom) -> caf::result<uint64_t, uint64_t> {
       return {static_cast<uint64_t>(st->hosts.size()), st->lost};

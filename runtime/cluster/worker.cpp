@@ -35,6 +35,8 @@ namespace {
 constexpr auto join_timeout = std::chrono::seconds(30);
 constexpr auto connect_retry = std::chrono::milliseconds(250);
 constexpr auto stop_timeout = std::chrono::seconds(10);
+// How long a joining replica host waits for the coordinator's replica state.
+constexpr auto state_ask_timeout = std::chrono::seconds(10);
 // One flush of the delta outbox at the end (it asks the keeper, 5 s at most).
 constexpr auto flush_timeout = std::chrono::seconds(10);
 // How long a worker whose learners spent the step budget waits for the
@@ -82,6 +84,20 @@ struct host_cache {
   }
 };
 
+// Asks this host's replica for `atom` and hands its answer to `rp`.
+template <class Answer, class Atom>
+void forward_to_replica(caf::event_based_actor* self, caf::actor replica,
+                        caf::typed_response_promise<Answer> rp, Atom atom) {
+  if (!replica) {
+    rp.deliver(actors::to_caf_error(
+      make_error(errc::unavailable, "this host has no replica (yet)")));
+    return;
+  }
+  self->request(replica, state_ask_timeout, atom)
+    .then([rp](Answer& a) mutable { rp.deliver(std::move(a)); },
+          [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+}
+
 // The worker's host actor: takes the policy versions the gate pushes, and
 // passes the run's end on to the driver.
 caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cache> cache,
@@ -99,6 +115,18 @@ caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cach
       progress.finished = counters->finished.load(std::memory_order_relaxed);
       progress.collected = counters->collected.load(std::memory_order_relaxed);
       return progress;
+    },
+    // A coordinator out of the group asks for this host's replica (its state
+    // for a checkpoint or a joining host, its rounds).
+    [self, plane](actors::state_atom a) -> caf::result<actors::parameter_server_state> {
+      auto rp = self->make_response_promise<actors::parameter_server_state>();
+      forward_to_replica(self, plane->replica(), rp, a);
+      return rp;
+    },
+    [self, plane](actors::rounds_atom a) -> caf::result<actors::replica_status> {
+      auto rp = self->make_response_promise<actors::replica_status>();
+      forward_to_replica(self, plane->replica(), rp, a);
+      return rp;
     },
     [self, driver, plane](actors::stop_atom) {
       plane->stop(); // the replica answers its learners and leaves the rounds
@@ -218,6 +246,21 @@ status worker_events::on_end(caf::scoped_actor& self, runtime::run_end& end) {
                                     "not sent: {}",
                                     opts.name, actors::error_message(self->system(), e)));
                });
+  if (!gate_lost && s_.replica) {
+    // This host's replica as it ends its rounds, for a coordinator out of the
+    // group (its final checkpoint and closing lines); one that is in the
+    // group ignores it.
+    std::optional<actors::parameter_server_state> last;
+    std::optional<actors::replica_status> rounds;
+    self->request(s_.replica, state_ask_timeout, actors::state_atom::value)
+      .receive([&](actors::parameter_server_state& st) { last = std::move(st); },
+               [](caf::error&) {});
+    self->request(s_.replica, state_ask_timeout, actors::rounds_atom::value)
+      .receive([&](actors::replica_status& r) { rounds = r; }, [](caf::error&) {});
+    if (last && rounds)
+      self->send(s_.gate, final_state_atom::value, s_.token, opts.name, std::move(*last),
+                 *rounds);
+  }
   if (!gate_lost && !end.stop_asked && end.failure.empty()) {
     // This host's learners used up the step budget on their own count before
     // the coordinator said the run ends (its count comes from the learners'
@@ -562,15 +605,49 @@ status join_run(worker::state& s) {
     // gradients; the group it all-reduces through forms once the coordinator
     // says so (every member host has joined).
     auto group = std::make_shared<deferred_group>(opts.name, plane->form_timeout);
-    // It starts at the welcome's version, so that its learners' first
-    // gradients are not taken for stale ones once the group's first exchange
-    // hands it the members' state (and version).
+    // It starts from the coordinator's state: a member's weights, Adam state
+    // and counters, or a resumed checkpoint's when no member is up yet (a
+    // coordinator out of the group holds that in its standby replica). So
+    // its learners' first gradients are not taken for stale ones, and a
+    // group that forms first from this host (rank 0) goes on with Adam's
+    // moments as they were. The group's first exchange then hands every
+    // member the state of the member with the most rounds. When the
+    // coordinator does not answer, the welcome's weights and version, with
+    // Adam at zero.
     actors::parameter_server_state start;
-    start.version = w->weights.version;
-    start.params = w->weights.params;
-    start.buffers = w->weights.buffers;
-    start.adam_m.assign(start.params.size(), 0.0f);
-    start.adam_v.assign(start.params.size(), 0.0f);
+    bool asked = false;
+    (*s.self)
+      ->request(w->server, state_ask_timeout, actors::state_atom::value)
+      .receive(
+        [&](actors::parameter_server_state& st) {
+          if (st.params.size() == w->weights.params.size() &&
+              st.buffers.size() == w->weights.buffers.size() &&
+              st.adam_m.size() == st.params.size() &&
+              st.adam_v.size() == st.params.size()) {
+            start = std::move(st);
+            asked = true;
+          }
+        },
+        [&](caf::error& e) {
+          s.log(actors::log_level::warning,
+                fmt::format("troupe: worker {}: the coordinator did not give its "
+                            "replica's state ({}); starting from the welcome's weights "
+                            "with Adam at zero",
+                            opts.name, actors::error_message(sys, e)));
+        });
+    if (asked)
+      s.log(actors::log_level::info,
+            fmt::format("troupe: worker {}: its replica starts from the coordinator's "
+                        "state at version {} (Adam step {})",
+                        opts.name, start.version, start.adam_steps));
+    if (!asked) {
+      start = actors::parameter_server_state{};
+      start.version = w->weights.version;
+      start.params = w->weights.params;
+      start.buffers = w->weights.buffers;
+      start.adam_m.assign(start.params.size(), 0.0f);
+      start.adam_v.assign(start.params.size(), 0.0f);
+    }
     s.replica = actors::spawn_replica(
       sys, replica_options_for(plan.server, plan.learners.size(), opts.name), group,
       w->weights.params, w->weights.buffers, plan.store, std::move(start));

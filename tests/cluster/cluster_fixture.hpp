@@ -422,9 +422,12 @@ public:
   /// Starts a coordinator ("coord2") that resumes the run listening on
   /// `listen`, waits until it listens on an address starting with
   /// `listening_at`, and watches it from then on instead of the first.
-  child& resume_coordinator(const std::string& listen, const std::string& listening_at) {
-    coordinator_ =
-      &start("coord2", {"train", "--resume", run.string(), "--listen", listen});
+  child& resume_coordinator(const std::string& listen, const std::string& listening_at,
+                            const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"train", "--resume", run.string(), "--listen",
+                                     listen};
+    args.insert(args.end(), extra.begin(), extra.end());
+    coordinator_ = &start("coord2", args);
     wait_listening(*coordinator_, listening_at);
     return *coordinator_;
   }

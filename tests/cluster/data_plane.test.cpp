@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "actors/replica.hpp"
+#include "learners/checkpoint.hpp"
 #include "tests/cli_support.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
 #include "tests/seed.hpp"
@@ -63,9 +65,10 @@ void await_new_epoch(cluster_run& fx, child& coord, const std::string& says,
 } // namespace
 
 TEST_CASE_FIXTURE(cluster_run,
-                  "with the all-reduce data plane a coordinator and two workers train "
-                  "CartPole PPO async past a mean return of 200, the three replicas' "
-                  "weights hash-checked in every round") {
+                  "with the all-reduce data plane two workers train CartPole PPO async "
+                  "past a mean return of 200, their replicas' weights hash-checked in "
+                  "every round, and the coordinator, with no learners, stays out of the "
+                  "group and writes the members' weights into its final checkpoint") {
   auto& coord =
     start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 3000000, 2));
   auto& w1 = start_worker("w1");
@@ -76,11 +79,31 @@ TEST_CASE_FIXTURE(cluster_run,
   CHECK(metric(run, "hosts") == 2);
   stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
   const auto log = coord.err();
-  CHECK(log.find("the data plane's group forms: 2 host(s) and the coordinator, epoch 1, "
-                 "on 127.0.0.1") != std::string::npos);
+  CHECK(log.find("the data plane's group forms: 2 host(s), epoch 1, on 127.0.0.1") !=
+        std::string::npos);
   const auto [rounds, members] = rounds_and_members(log);
-  CHECK(members == 3);
+  CHECK(members == 2);
   CHECK(rounds > 10);
+  CHECK(log.find("the coordinator out of the group") != std::string::npos);
+  // Each member gave the coordinator its replica as it left; the final
+  // checkpoint holds the newest, whose hash the closing line names.
+  CHECK(coord.out().find("cluster: host w1 leaves with its replica at version ") !=
+        std::string::npos);
+  std::smatch m;
+  REQUIRE(std::regex_search(log, m, std::regex(R"(the weights' hash 0x([0-9a-f]{16}))")));
+  const auto hash = std::stoull(m[1].str(), nullptr, 16);
+  const auto folders = troupe::learners::checkpoint_folders(run.string());
+  REQUIRE(!folders.empty());
+  auto final_ckpt = troupe::learners::load_checkpoint(
+    (fs::path(folders.back()) / "policy.safetensors").string());
+  const std::string load_error = final_ckpt.ok() ? "" : final_ckpt.err().message;
+  CAPTURE(load_error);
+  REQUIRE(final_ckpt.ok());
+  const auto& model = final_ckpt->model;
+  const std::vector<float> params(model.params(), model.params() + model.param_count());
+  const std::vector<float> buffers(model.buffers(),
+                                   model.buffers() + model.buffer_count());
+  CHECK(troupe::actors::weights_hash(params, buffers) == hash);
   // The gradients went to the hosts' own replicas: the coordinator's counts
   // them as all-reduced, not as sent to it.
   CHECK(log.find("gradients applied on every host: ") != std::string::npos);
@@ -93,11 +116,67 @@ TEST_CASE_FIXTURE(cluster_run,
   }
 }
 
-TEST_CASE_FIXTURE(
-  cluster_run, "sync mode with the all-reduce data plane: every round is one optimizer "
-               "step of all three learners, and the run learns") {
+// The newest version a member's replica left with, from the coordinator's log.
+static long left_at_version(const std::string& log) {
+  long newest = -1;
+  const std::regex left(R"(leaves with its replica at version ([0-9]+) after)");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), left);
+       it != std::sregex_iterator(); ++it)
+    newest = std::max(newest, std::stol((*it)[1].str()));
+  return newest;
+}
+
+TEST_CASE_FIXTURE(cluster_run,
+                  "a coordinator out of the group, resumed from its final checkpoint, "
+                  "hands the joining workers the checkpoint's weights, Adam state and "
+                  "counters, and their rounds go on from its version") {
   auto& coord =
-    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 3000000, 2, "sync"));
+    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 100000000, 2));
+  auto& w1 = start_worker("w1");
+  auto& w2 = start_worker("w2");
+  INFO(report());
+  await([&] { return metric(run, "updates") >= 20; }, std::chrono::seconds(120),
+        "no 20 updates of the group", {&w1, &w2});
+  stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
+  const long version = left_at_version(coord.out());
+  REQUIRE(version > 0);
+
+  auto& coord2 = resume_coordinator("127.0.0.1:0", "127.0.0.1");
+  addr = address_of(run);
+  auto& w3 = start_worker("w3");
+  auto& w4 = start_worker("w4");
+  const double updates = metric(run, "updates");
+  await([&] { return metric(run, "updates") > updates + 10; }, std::chrono::seconds(120),
+        "no 10 updates after the resume", {&w3, &w4});
+  stop_run({{"coordinator", &coord2}, {"w3", &w3}, {"w4", &w4}});
+  const auto log = coord2.err();
+  CHECK(log.find("the data plane's group forms: 2 host(s), epoch 1, on 127.0.0.1") !=
+        std::string::npos);
+  // Each joining host's replica started from the checkpoint: its version,
+  // and Adam's step count with it (one per round that applied gradients).
+  for (const auto* w : {&w3, &w4}) {
+    const auto text = w->err() + w->out();
+    CAPTURE(text);
+    std::smatch m;
+    REQUIRE(std::regex_search(text, m,
+                              std::regex(R"(its replica starts from the coordinator's )"
+                                         R"(state at version ([0-9]+) \(Adam step )"
+                                         R"(([0-9]+)\))")));
+    CHECK(std::stol(m[1].str()) == version);
+    CHECK(std::stol(m[2].str()) == version);
+  }
+  CHECK(left_at_version(coord2.out()) > version);
+  CHECK(log.find("differ between hosts") == std::string::npos);
+}
+
+TEST_CASE_FIXTURE(
+  cluster_run,
+  "sync mode with the all-reduce data plane and a coordinator with a learner "
+  "of its own (rank 0 of the group): every round is one optimizer step of "
+  "all four learners, and the run learns") {
+  auto& coord =
+    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 3000000, 2, "sync"),
+                      {"--set", "algo.num_learners=1"});
   auto& w1 = start_worker("w1");
   auto& w2 = start_worker("w2", {"--learners", "2"});
   INFO(report());
@@ -105,10 +184,12 @@ TEST_CASE_FIXTURE(
         "no 100-episode mean return above 150", {&w1, &w2});
   stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
   const auto log = coord.err();
+  CHECK(log.find("the data plane's group forms: 2 host(s) and the coordinator, epoch 1, "
+                 "on 127.0.0.1") != std::string::npos);
   const auto [rounds, members] = rounds_and_members(log);
   CHECK(members == 3);
-  // Sync: each round waits for one gradient of each of the three learners,
-  // so the gradients applied are three per step (the last round may have
+  // Sync: each round waits for one gradient of each of the four learners,
+  // so the gradients applied are four per step (the last round may have
   // ended with the run).
   std::smatch m;
   const std::regex applied(
@@ -116,7 +197,7 @@ TEST_CASE_FIXTURE(
   REQUIRE(std::regex_search(log, m, applied));
   const long gradients = std::stol(m[1].str()), version = std::stol(m[2].str());
   CHECK(version > 10);
-  CHECK(gradients == 3 * version);
+  CHECK(gradients == 4 * version);
   CHECK(rounds >= version);
 }
 
@@ -128,23 +209,21 @@ TEST_CASE_FIXTURE(cluster_run,
   auto& w1 = start_worker("w1");
   INFO(report());
   await([&] { return metric(run, "updates") >= 5; }, std::chrono::seconds(120),
-        "no 5 updates with the group of w1 and the coordinator", {&w1});
+        "no 5 updates with the group of w1 alone", {&w1});
   auto& late = start_worker("late");
-  await_new_epoch(
-    *this, coord,
-    "2 host(s) and the coordinator, epoch 2, on 127.0.0.1 (host late joins)", "the join",
-    {&w1, &late});
+  await_new_epoch(*this, coord, "2 host(s), epoch 2, on 127.0.0.1 (host late joins)",
+                  "the join", {&w1, &late});
   stop_run({{"coordinator", &coord}, {"w1", &w1}, {"late", &late}});
   const auto log = coord.err();
   const auto [rounds, members] = rounds_and_members(log);
-  CHECK(members == 3);
+  CHECK(members == 2);
   CHECK(rounds > 10);
   CHECK(log.find("differ between hosts") == std::string::npos);
   // w1 was in a round or between two when the group moved on: it left epoch 1
   // and took part in epoch 2's first exchange.
   CHECK(std::regex_search(w1.err() + w1.out(),
                           std::regex(R"(replica of host 'w1': the group formed again )"
-                                     R"(\(rank [12] of 3, epoch 2\))")));
+                                     R"(\(rank [01] of 2, epoch 2\))")));
 }
 
 // The replicas' log lines about a failed round that the survivors complete
@@ -170,10 +249,12 @@ static void check_regrouped(const std::string& host, const std::string& log) {
 }
 
 TEST_CASE_FIXTURE(cluster_run,
-                  "a member killed with SIGKILL: the survivors form the group again in "
-                  "epoch 2, complete the failed round once and go on learning") {
+                  "a member killed with SIGKILL: the survivors (a coordinator with a "
+                  "learner and a worker) form the group again in epoch 2, complete the "
+                  "failed round once and go on learning") {
   auto& coord =
-    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 100000000, 2));
+    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 100000000, 2),
+                      {"--set", "algo.num_learners=1"});
   auto& w1 = start_worker("w1");
   auto& w2 = start_worker("w2");
   INFO(report());
@@ -209,17 +290,15 @@ TEST_CASE_FIXTURE(
   await([&] { return metric(run, "updates") >= 10; }, std::chrono::seconds(120),
         "no 10 updates of the group", {&w1, &w2});
   w2.signal(SIGSTOP);
-  await_new_epoch(*this, coord, "1 host(s) and the coordinator, epoch 2", "w2 froze",
-                  {&w1});
+  await_new_epoch(*this, coord, "1 host(s), epoch 2", "w2 froze", {&w1});
   // Let go, w2 finds its coordinator connection gone, joins again as a new
   // incarnation and enters the next epoch.
   w2.signal(SIGCONT);
-  await_new_epoch(*this, coord,
-                  "2 host(s) and the coordinator, epoch 3, on 127.0.0.1 (host w2 joins)",
+  await_new_epoch(*this, coord, "2 host(s), epoch 3, on 127.0.0.1 (host w2 joins)",
                   "w2 came back", {&w1, &w2});
   stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
   CHECK(coord.err().find("differ between hosts") == std::string::npos);
-  CHECK(rounds_and_members(coord.err()).second == 3);
+  CHECK(rounds_and_members(coord.err()).second == 2);
 }
 
 TEST_CASE("the all-reduce data plane's settings are checked before anything starts") {

@@ -207,10 +207,12 @@ TEST_CASE("save_checkpoint mid-run writes a complete checkpoint that --resume co
   REQUIRE(at != std::string::npos);
   const uint64_t saved_steps = std::stoull(counters.substr(at + 10));
   const uint64_t budget = saved_steps + 2 * 512;
+  // With a trailing slash: the same run, named the same.
   auto r = troupe::test::run_troupe(
-    fmt::format("train --resume '{}' --set algo.total_env_steps={}", run, budget), dir);
+    fmt::format("train --resume '{}/' --set algo.total_env_steps={}", run, budget), dir);
   INFO(r.err);
   REQUIRE(r.status == 0);
+  CHECK(r.out.find("run folder: " + run + "\n") != std::string::npos);
   CHECK(r.err.find("resuming from " + *saved) != std::string::npos);
   CHECK(r.out.find(fmt::format("env_steps {}", budget)) != std::string::npos);
 }
