@@ -1,6 +1,8 @@
 #include "runtime/run_folder.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,10 @@
 
 #include "actors/metrics.hpp"
 #include "learners/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -116,15 +122,68 @@ void keep_rows_up_to(const std::string& path, uint64_t updates, bool csv,
 
 } // namespace
 
+result<run_folder_lock> run_folder_lock::take(const std::string& run_dir) {
+  const std::string path = (fs::path(run_dir) / ".lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return make_error(errc::io_error, "cannot open {}: {}", path, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int why = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "unknown";
+    holder.erase(std::remove(holder.begin(), holder.end(), '\n'), holder.end());
+    if (why == EWOULDBLOCK)
+      return make_error(errc::unavailable,
+                        "run folder {} is in use by another troupe process (pid {}, "
+                        "which holds {}); two processes writing one run would mix "
+                        "their checkpoints and metrics",
+                        run_dir, holder, path);
+    return make_error(errc::io_error, "cannot lock {}: {}", path, std::strerror(why));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    // The lock holds without the pid; only a refused process's message lacks it.
+  }
+  return run_folder_lock(fd);
+}
+
+run_folder_lock::run_folder_lock(run_folder_lock&& o) noexcept : fd_(o.fd_) {
+  o.fd_ = -1;
+}
+
+run_folder_lock& run_folder_lock::operator=(run_folder_lock&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+run_folder_lock::~run_folder_lock() {
+  if (fd_ >= 0)
+    ::close(fd_); // releases the lock
+}
+
 result<std::string> create_run_folder(const config& cfg) {
-  std::string run_dir = (fs::path(cfg.get_string("run.output_dir")) /
-                         (cfg.get_string("run.name") + "-" + timestamp()))
-                          .string();
+  const fs::path out = cfg.get_string("run.output_dir");
   std::error_code ec;
-  for (int k = 2; fs::exists(run_dir); ++k)
-    run_dir = (fs::path(cfg.get_string("run.output_dir")) /
-               fmt::format("{}-{}-{}", cfg.get_string("run.name"), timestamp(), k))
+  fs::create_directories(out, ec);
+  if (ec)
+    return make_error(errc::io_error, "cannot create {}: {}", out.string(), ec.message());
+  // create_directory claims a name atomically: two runs started in the same
+  // second by two processes get two folders.
+  std::string run_dir = (out / (cfg.get_string("run.name") + "-" + timestamp())).string();
+  for (int k = 2; !fs::create_directory(run_dir, ec); ++k) {
+    if (ec)
+      return make_error(errc::io_error, "cannot create {}: {}", run_dir, ec.message());
+    run_dir = (out / fmt::format("{}-{}-{}", cfg.get_string("run.name"), timestamp(), k))
                 .string();
+  }
   fs::create_directories(fs::path(run_dir) / "checkpoints", ec);
   if (ec)
     return make_error(errc::io_error, "cannot create {}: {}", run_dir, ec.message());

@@ -16,6 +16,27 @@ namespace troupe::runtime {
 /// one exists) with checkpoints/ and config.toml; returns its path.
 result<std::string> create_run_folder(const config& cfg);
 
+/// An exclusive lock on a run folder (flock(2) on <run_dir>/.lock, which
+/// holds the owner's pid), held while the object lives: one process at a time
+/// writes a run's checkpoints and metrics. The kernel releases it when the
+/// owner ends, however it ends.
+class run_folder_lock {
+public:
+  /// Takes the lock, or an error naming the folder and the holder's pid
+  /// when another process holds it (errc::unavailable).
+  static result<run_folder_lock> take(const std::string& run_dir);
+  run_folder_lock() = default;
+  run_folder_lock(run_folder_lock&& o) noexcept;
+  run_folder_lock& operator=(run_folder_lock&& o) noexcept;
+  run_folder_lock(const run_folder_lock&) = delete;
+  run_folder_lock& operator=(const run_folder_lock&) = delete;
+  ~run_folder_lock();
+
+private:
+  explicit run_folder_lock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
 /// Creates <run_dir>/checkpoints/ when missing.
 status ensure_checkpoints_folder(const std::string& run_dir);
 

@@ -95,6 +95,7 @@ struct session::state {
   // Set by start() under mtx before the driver thread begins, and fixed
   // after: read without the lock.
   std::string run_dir;
+  run_folder_lock folder_lock; // held from start() to close()
   bool started TROUPE_GUARDED_BY(mtx) = false;
   bool finished TROUPE_GUARDED_BY(mtx) = false;
   bool closed TROUPE_GUARDED_BY(mtx) = false;
@@ -237,11 +238,22 @@ status session::start() {
       if (!dir)
         return dir.err();
       s.run_dir = *dir;
-    } else if (auto ok = prepare_resumed_folder(
-                 s.run_dir, s.resume,
-                 actors::metrics_column_names(s.env->reward_terms, s.env->counters));
-               !ok) {
-      return ok;
+      auto locked = run_folder_lock::take(s.run_dir);
+      if (!locked)
+        return locked.err();
+      s.folder_lock = std::move(*locked);
+    } else {
+      // Before anything in the folder changes: another process may be
+      // resuming or running it.
+      auto locked = run_folder_lock::take(s.run_dir);
+      if (!locked)
+        return locked.err();
+      s.folder_lock = std::move(*locked);
+      if (auto ok = prepare_resumed_folder(
+            s.run_dir, s.resume,
+            actors::metrics_column_names(s.env->reward_terms, s.env->counters));
+          !ok)
+        return ok;
     }
     if (s.node) {
       // Workers that name the run, and workers that learn it from the welcome.
@@ -746,6 +758,7 @@ result<training_result> session::close() {
   }
   base::mutex_lock lock(s.mtx);
   s.progress.running = false;
+  s.folder_lock = run_folder_lock{}; // the run's files are complete
   return std::move(*s.outcome);
 }
 

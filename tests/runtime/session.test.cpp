@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include "actors/env_runner.hpp"
 #include "actors/policy_store.hpp"
 #include "envs/registry.hpp"
@@ -215,6 +217,45 @@ TEST_CASE("save_checkpoint mid-run writes a complete checkpoint that --resume co
   CHECK(r.out.find("run folder: " + run + "\n") != std::string::npos);
   CHECK(r.err.find("resuming from " + *saved) != std::string::npos);
   CHECK(r.out.find(fmt::format("env_steps {}", budget)) != std::string::npos);
+}
+
+TEST_CASE("a run folder that another session runs is refused to a resume, naming the "
+          "holder's pid, and once that session is closed the resume runs") {
+  temp_folder dir("session-lock");
+  const uint64_t seed = troupe::test::fresh_seed() % 100000;
+  CAPTURE(seed);
+  auto opened = session::open(cartpole(dir.path / "out", seed));
+  REQUIRE(opened.ok());
+  auto& first = *opened;
+  REQUIRE(first.start().ok());
+  // The first checkpoint is written at the run's start; one update later the
+  // folder is a run to resume.
+  wait_for_progress(
+    first, [](const progress_info& x) { return x.updates >= 1; }, "one update");
+  const std::string run = first.run_dir();
+  auto second = session::open(cartpole(dir.path / "out", seed), run);
+  INFO((second ? std::string{} : second.err().message));
+  REQUIRE(second.ok());
+  auto refused = second->start();
+  REQUIRE_FALSE(refused.ok());
+  const auto& why = refused.err().message;
+  CAPTURE(why);
+  CHECK(refused.err().code == troupe::errc::unavailable);
+  CHECK(why.find("run folder " + run + " is in use by another troupe process") !=
+        std::string::npos);
+  CHECK(why.find(fmt::format("pid {}", ::getpid())) != std::string::npos);
+  (void)second->close();
+  first.request_stop();
+  REQUIRE(first.close().ok());
+  // Released: a resume of the same folder starts and ends.
+  auto third = session::open(cartpole(dir.path / "out", seed, 1), run);
+  INFO((third ? std::string{} : third.err().message));
+  REQUIRE(third.ok());
+  auto started = third->start();
+  INFO((started ? std::string{} : started.err().message));
+  REQUIRE(started.ok());
+  third->request_stop();
+  CHECK(third->close().ok());
 }
 
 TEST_CASE("a session closed without start returns an empty result and writes nothing "
