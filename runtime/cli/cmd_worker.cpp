@@ -38,6 +38,9 @@ int cmd_worker(const args_t& args) {
      "with --learners 0: runners feeding the coordinator's learners (an "
      "environment-only host)"},
     {"device", true, false, "auto, cpu or cuda (default: the run's run.device)"},
+    {"threads", true, false,
+     "the actor system's scheduler threads (default: the CPUs this process may run "
+     "on, as taskset or a cgroup's cpuset leaves them)"},
     {"name", true, false, "its name in the run (default: HOSTNAME-PID)"},
     {"heartbeat-ms", true, false, "the run's cluster.heartbeat_ms (default 500)"},
     {"timeout-ms", true, false, "the run's cluster.timeout_ms (default 3000)"},
@@ -66,7 +69,7 @@ int cmd_worker(const args_t& args) {
                 "usage: troupe worker (--connect HOST:PORT [--run RUN] | --connect-file "
                 "CLUSTER_JSON) [--learners N] "
                 "[--runners-per-learner M | --learners 0 --runners R] [--device D] "
-                "[--name NAME]\n" +
+                "[--name NAME] [--threads N]\n" +
                   describe_args(specs) +
                   "The token comes from the environment variable TROUPE_CLUSTER_TOKEN.");
   cluster::worker_options o;
@@ -92,7 +95,9 @@ int cmd_worker(const args_t& args) {
   auto heartbeat = parsed->get_int("heartbeat-ms", 500, 10, 3600000);
   auto timeout = parsed->get_int("timeout-ms", 3000, 50, 86400000);
   auto reconnect = parsed->get_int("reconnect-s", 60, 0, 86400);
-  for (auto* r : {&learners, &runners, &guest_runners, &heartbeat, &timeout, &reconnect})
+  auto threads = parsed->get_int("threads", 0, 1, 1024);
+  for (auto* r :
+       {&learners, &runners, &guest_runners, &heartbeat, &timeout, &reconnect, &threads})
     if (!*r)
       return fail(exit_bad_input, r->err().message);
   if (*timeout <= *heartbeat)
@@ -110,6 +115,7 @@ int cmd_worker(const args_t& args) {
   o.heartbeat_ms = static_cast<uint64_t>(*heartbeat);
   o.timeout_ms = static_cast<uint64_t>(*timeout);
   o.reconnect_s = static_cast<uint64_t>(*reconnect);
+  o.threads = static_cast<uint64_t>(*threads);
   if (auto d = parsed->get("device")) {
     if (*d != "auto" && *d != "cpu" && *d != "cuda")
       return fail(exit_bad_input,

@@ -2,6 +2,9 @@
 #include "runtime/cluster/data_plane.hpp"
 #include "actors/replica.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -140,6 +143,15 @@ uint64_t req_guest_runners(const worker_options& opts) {
   return opts.learners == 0 ? opts.runners : 0;
 }
 
+// The CPUs this process may run on (its affinity mask); 1 at least.
+uint64_t usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return static_cast<uint64_t>(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 error worker_error(const std::string& message) {
   return make_error(errc::unavailable, "{}", message);
 }
@@ -167,6 +179,7 @@ struct worker::state {
   std::shared_ptr<actors::host_counters> counters;
   std::shared_ptr<host_plane> plane; // data_plane = "allreduce": where the group forms
   caf::actor host, outbox, relay, reports, replica;
+  uint64_t threads = 0; // the actor system's scheduler threads
   std::optional<actors::cast_plan> plan;
   runtime::cast_handles handles;
   uint64_t runners_per_learner = 0;
@@ -208,9 +221,10 @@ public:
     }
     s_.log(actors::log_level::info,
            fmt::format("troupe: worker {} joined the run at {}: learners "
-                       "{}, {} runners each, on {}",
+                       "{}, {} runners each, on {}; {} scheduler thread(s)",
                        opts.name, s_.where, fmt::join(s_.w->learner_names, ", "),
-                       s_.runners_per_learner, learners::to_string(s_.device)));
+                       s_.runners_per_learner, learners::to_string(s_.device),
+                       s_.threads));
     return {};
   }
 
@@ -422,9 +436,11 @@ result<worker> worker::connect(const worker_options& opts) {
   s.ns.tls = opts.tls;
 
   runtime::driver_settings ds;
+  s.threads = opts.threads > 0 ? opts.threads : usable_cpus();
   ds.configure = [&s](caf::actor_system_config& c) {
     register_cluster_messages(c);
     configure_node(c, s.ns);
+    c.set("scheduler.max-threads", static_cast<size_t>(s.threads));
   };
   // Until run() nothing of this system waits on another process: a worker
   // that gives up before ends it (bounded).

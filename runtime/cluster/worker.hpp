@@ -38,7 +38,11 @@ struct worker_options {
   uint64_t heartbeat_ms = 500; ///< as the coordinator's cluster.heartbeat_ms
   uint64_t timeout_ms = 3000;  ///< as the coordinator's cluster.timeout_ms
   uint64_t reconnect_s = 60;   ///< how long it tries to reach the coordinator
-  tls_files tls;               ///< with a certificate: TLS (the run's cluster.tls_*)
+  /// Scheduler threads of its actor system; 0: the CPUs this process may run
+  /// on (its affinity mask, which taskset and cpusets narrow), not CAF's
+  /// default of at least 4.
+  uint64_t threads = 0;
+  tls_files tls; ///< with a certificate: TLS (the run's cluster.tls_*)
   /// Set (milliseconds since the epoch, system clock) when this process is
   /// the restart of a worker that lost its coordinator: it tries to reach
   /// the coordinator until then instead of for reconnect_s.

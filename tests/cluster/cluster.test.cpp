@@ -5,6 +5,8 @@
 // every wait polls a condition with a bound.
 #include <doctest/doctest.h>
 
+#include <sched.h>
+
 #include <signal.h>
 
 #include <chrono>
@@ -29,7 +31,7 @@ TEST_CASE_FIXTURE(cluster_run,
                   "a coordinator and two workers train CartPole PPO async past a "
                   "100-episode mean return of 200") {
   auto& coord = start_coordinator(write_config(dir, fresh_seed() % 1000, 2000000));
-  auto& w1 = start_worker("w1");
+  auto& w1 = start_worker("w1", {"--threads", "3"});
   // w2 names no run: it joins the run listening there and learns its name.
   auto& w2 = start("w2", {"worker", "--connect", addr, "--name", "w2", "--heartbeat-ms",
                           "200", "--timeout-ms", lost_ms});
@@ -45,6 +47,13 @@ TEST_CASE_FIXTURE(cluster_run,
   CHECK(log.find("host w2 (127.0.0.1:") != std::string::npos);
   CHECK(log.find("lost host") == std::string::npos);
   CHECK(w2.out().find("joined the run at " + addr + " (run " + run_name + ")") !=
+        std::string::npos);
+  // Scheduler threads: as asked, or the CPUs the process may run on.
+  CHECK(w1.out().find("; 3 scheduler thread(s)") != std::string::npos);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  CHECK(w2.out().find(fmt::format("; {} scheduler thread(s)", CPU_COUNT(&set))) !=
         std::string::npos);
 }
 
@@ -556,6 +565,8 @@ TEST_CASE("troupe worker refuses bad arguments before it connects") {
     {"worker --connect localhost --run r",
      "--connect: expected HOST:PORT, got 'localhost'"},
     {"worker --connect 127.0.0.1:1 --run r --learners 65", "learners"},
+    {"worker --connect 127.0.0.1:1 --run r --threads 0", "threads"},
+    {"worker --connect 127.0.0.1:1 --run r --threads many", "threads"},
     {"worker --connect 127.0.0.1:1 --run r --device tpu",
      "--device: expected auto, cpu or cuda, got 'tpu'"},
     {"worker --connect 127.0.0.1:1 --run r --name 'a b'", "--name: a non-empty name"},
