@@ -449,10 +449,13 @@ public:
     return start(name, worker_args(name, extra));
   }
 
-  /// Waits at most `limit` until `cond` holds; fails when the coordinator or
-  /// one of `also` ends first, or with "`what` within LIMIT s" at the bound.
+  /// Waits at most `limit` (times the sanitizer builds' TROUPE_TEST_TIMEOUT_SCALE:
+  /// learning takes that much longer there) until `cond` holds; fails when the
+  /// coordinator or one of `also` ends first, or with "`what` within LIMIT s"
+  /// at the bound.
   void await(const std::function<bool()>& cond, std::chrono::seconds limit,
              const std::string& what, const std::vector<child*>& also = {}) {
+    limit *= TROUPE_TEST_TIMEOUT_SCALE;
     REQUIRE_MESSAGE(coordinator_, "no coordinator started");
     std::vector<child*> watched = {coordinator_};
     watched.insert(watched.end(), also.begin(), also.end());
