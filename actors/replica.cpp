@@ -799,6 +799,12 @@ struct standby_state {
 
 using standby_actor = caf::stateful_actor<standby_state>;
 
+// Keeps a member's rounds unless they are older than what is held.
+void adopt_rounds(standby_state& s, const replica_status& in) {
+  if (in.rounds >= s.rounds.rounds)
+    s.rounds = in;
+}
+
 // Keeps `in` unless it is older than what is held; the problem, or empty.
 std::string adopt(standby_state& s, parameter_server_state&& in) {
   if (auto bad = restored_state_mismatch("standby replica of host '" + s.opts.host + "'",
@@ -827,14 +833,12 @@ caf::behavior standby(standby_actor* self, standby_options opts,
   st.held.adam_v.assign(params.size(), 0.0f);
   st.held.params = std::move(params);
   st.held.buffers = std::move(buffers);
-  st.rounds.weights_hash = weights_hash(st.held.params, st.held.buffers);
-  if (start) {
+  if (start)
     if (auto bad = adopt(st, std::move(*start)); !bad.empty()) {
       self->quit(to_caf_error(make_error(errc::invalid_argument, "{}", bad)));
       return {};
     }
-    st.rounds.weights_hash = weights_hash(st.held.params, st.held.buffers);
-  }
+  st.rounds.weights_hash = weights_hash(st.held.params, st.held.buffers);
   return {
     [self](source_atom, caf::actor source) { self->state.source = std::move(source); },
     [self](state_atom) -> caf::result<parameter_server_state> {
@@ -869,25 +873,16 @@ caf::behavior standby(standby_actor* self, standby_options opts,
       auto rp = self->make_response_promise<replica_status>();
       self->request(s.source, s.opts.ask_timeout, rounds_atom::value)
         .then(
-          [self, rp](replica_status& in) mutable {
-            auto& s = self->state;
-            if (in.rounds >= s.rounds.rounds)
-              s.rounds = in;
-            rp.deliver(s.rounds);
+          [self, rp](const replica_status& in) mutable {
+            adopt_rounds(self->state, in);
+            rp.deliver(self->state.rounds);
           },
           [self, rp](caf::error&) mutable { rp.deliver(self->state.rounds); });
       return rp;
     },
-    [self](rounds_atom, replica_status& in) {
-      auto& s = self->state;
-      if (in.rounds >= s.rounds.rounds)
-        s.rounds = in;
-    },
-    [self](status_atom) {
-      auto out = self->state.held.counters;
-      out.version = self->state.held.version;
-      return out;
-    },
+    [self](rounds_atom, const replica_status& in) { adopt_rounds(self->state, in); },
+    // adopt() keeps the counters' version the state's.
+    [self](status_atom) { return self->state.held.counters; },
     [self](weights_atom) {
       auto& h = self->state.held;
       return weights_reply{h.version, true,      false, false,
