@@ -139,8 +139,8 @@ int cmd_env_replay(const args_t& args) {
     {"qpos", true, false, "MuJoCo tasks, instead of --state: the positions data.qpos"},
     {"qvel", true, false, "MuJoCo tasks, with --qpos: the velocities data.qvel"},
     {"qacc-warmstart", true, false,
-     "MuJoCo tasks, with --qpos: the solver's warm start (default zeros, as after a "
-     "reset)"},
+     "MuJoCo tasks, with --qpos: the solver's warm start data.qacc_warmstart (default "
+     "zeros)"},
     {"elapsed", true, false, "steps already taken, for the time limit (default 0)"},
     {"actions", true, false, "file with one action per line"},
     {"json", false, false, "print one JSON object per step"},

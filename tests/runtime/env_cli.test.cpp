@@ -253,51 +253,70 @@ TEST_CASE("env replay of a MuJoCo task from --qpos and --qvel matches MuJoCo ste
     text += fmt::format("{:.9g}\n", fmt::join(a, ","));
   }
   auto path = dir.write("actions", text);
-  auto r = run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos={} --qvel={} "
-                                  "--actions '{}' --json",
-                                  state_arg(qpos), state_arg(qvel), path),
-                      dir);
-  REQUIRE_MESSAGE(r.status == 0, r.err);
-  auto lines = lines_of(r.out);
-  REQUIRE(lines.size() == actions.size());
 
-  // The reference: MuJoCo itself, as Gymnasium's set_state and do_simulation
-  // drive it (warm start zero, as after mj_resetData).
   struct data_deleter {
     void operator()(mjData* d) const { mj_deleteData(d); }
   };
-  std::unique_ptr<mjData, data_deleter> d(mj_makeData(&m));
-  mj_resetData(&m, d.get());
-  for (int i = 0; i < m.nq; ++i)
-    d->qpos[i] = qpos[i];
-  for (int i = 0; i < m.nv; ++i)
-    d->qvel[i] = qvel[i];
-  mj_forward(&m, d.get());
-  for (size_t t = 0; t < actions.size(); ++t) {
-    CAPTURE(t);
-    const double x_before = d->qpos[0];
-    for (int i = 0; i < m.nu; ++i)
-      d->ctrl[i] = actions[t][i];
-    for (int k = 0; k < 5; ++k)
-      mj_step(&m, d.get());
-    mj_rnePostConstraint(&m, d.get());
-    float squares = 0;
-    for (float x : actions[t])
-      squares += x * x;
-    const double reward = (d->qpos[0] - x_before) / (5 * m.opt.timestep) -
-                          static_cast<double>(0.1f * squares);
-    CHECK(json_number(lines[t], "reward") == doctest::Approx(reward).epsilon(1e-12));
-    auto obs = json_array(lines[t], "obs");
-    REQUIRE(obs.size() == 17);
-    for (int i = 1; i < m.nq; ++i)
-      CHECK(obs[i - 1] == static_cast<double>(static_cast<float>(d->qpos[i])));
+  // The reference: MuJoCo itself, as Gymnasium's set_state and do_simulation
+  // drive it, with the warm start set to `warm` after set_state's mj_forward
+  // (which leaves its own solution there); the replay is given `warm` with
+  // --qacc-warmstart when `give` is true, and left to its default otherwise.
+  auto check_replay = [&](const std::vector<double>& warm, bool give) {
+    std::unique_ptr<mjData, data_deleter> d(mj_makeData(&m));
+    mj_resetData(&m, d.get());
+    for (int i = 0; i < m.nq; ++i)
+      d->qpos[i] = qpos[i];
     for (int i = 0; i < m.nv; ++i)
-      CHECK(obs[8 + i] == static_cast<double>(static_cast<float>(d->qvel[i])));
-    auto state = json_array(lines[t], "state");
-    REQUIRE(state.size() == 27);
-    for (int i = 0; i < m.nv; ++i)
-      CHECK(state[18 + i] == d->qacc_warmstart[i]);
-    CHECK_FALSE(json_flag(lines[t], "terminated"));
+      d->qvel[i] = qvel[i];
+    mj_forward(&m, d.get());
+    std::string warm_option;
+    std::copy(warm.begin(), warm.end(), d->qacc_warmstart);
+    if (give)
+      warm_option = fmt::format(" --qacc-warmstart={}", state_arg(warm));
+    auto r = run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos={} --qvel={}{} "
+                                    "--actions '{}' --json",
+                                    state_arg(qpos), state_arg(qvel), warm_option, path),
+                        dir);
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+    auto lines = lines_of(r.out);
+    REQUIRE(lines.size() == actions.size());
+    for (size_t t = 0; t < actions.size(); ++t) {
+      CAPTURE(t);
+      const double x_before = d->qpos[0];
+      for (int i = 0; i < m.nu; ++i)
+        d->ctrl[i] = actions[t][i];
+      for (int k = 0; k < 5; ++k)
+        mj_step(&m, d.get());
+      mj_rnePostConstraint(&m, d.get());
+      float squares = 0;
+      for (float x : actions[t])
+        squares += x * x;
+      const double reward = (d->qpos[0] - x_before) / (5 * m.opt.timestep) -
+                            static_cast<double>(0.1f * squares);
+      CHECK(json_number(lines[t], "reward") == doctest::Approx(reward).epsilon(1e-12));
+      auto obs = json_array(lines[t], "obs");
+      REQUIRE(obs.size() == 17);
+      for (int i = 1; i < m.nq; ++i)
+        CHECK(obs[i - 1] == static_cast<double>(static_cast<float>(d->qpos[i])));
+      for (int i = 0; i < m.nv; ++i)
+        CHECK(obs[8 + i] == static_cast<double>(static_cast<float>(d->qvel[i])));
+      auto state = json_array(lines[t], "state");
+      REQUIRE(state.size() == 27);
+      for (int i = 0; i < m.nq; ++i)
+        CHECK(state[i] == d->qpos[i]);
+      for (int i = 0; i < m.nv; ++i)
+        CHECK(state[18 + i] == d->qacc_warmstart[i]);
+      CHECK_FALSE(json_flag(lines[t], "terminated"));
+    }
+  };
+  SUBCASE("without --qacc-warmstart the warm start is zeros") {
+    check_replay(std::vector<double>(m.nv, 0.0), false);
+  }
+  SUBCASE("with --qacc-warmstart, the one given") {
+    std::vector<double> warm(m.nv);
+    for (double& w : warm)
+      w = 100 * noise(gen);
+    check_replay(warm, true);
   }
 }
 
