@@ -273,10 +273,11 @@ TEST_CASE("env replay of a MuJoCo task from --qpos and --qvel matches MuJoCo ste
     std::copy(warm.begin(), warm.end(), d->qacc_warmstart);
     if (give)
       warm_option = fmt::format(" --qacc-warmstart={}", state_arg(warm));
-    auto r = run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos={} --qvel={}{} "
-                                    "--actions '{}' --json",
-                                    state_arg(qpos), state_arg(qvel), warm_option, path),
-                        dir);
+    auto r =
+      run_troupe(fmt::format("env replay --env HalfCheetah-v4 --qpos={} --qvel={}{} "
+                             "--actions '{}' --json",
+                             state_arg(qpos), state_arg(qvel), warm_option, path),
+                 dir);
     REQUIRE_MESSAGE(r.status == 0, r.err);
     auto lines = lines_of(r.out);
     REQUIRE(lines.size() == actions.size());
