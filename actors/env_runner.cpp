@@ -384,6 +384,18 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
   return {
     [self](collect_atom, uint64_t batches) -> caf::result<uint64_t> {
       auto& s = self->state;
+      if (s.opts.guest) {
+        // Another host's runner feeds whichever learner asks: a learner that
+        // takes it over (its learner host was lost, and its feed handed it on)
+        // ends the request of the one before, whose batches nobody takes.
+        auto from = caf::actor_cast<caf::actor>(self->current_sender());
+        if (from && from != s.consumer) {
+          s.request.fail(to_caf_error(
+            make_error(errc::unavailable, "env runner '{}' now feeds another learner",
+                       s.opts.name)));
+          s.consumer = std::move(from);
+        }
+      }
       return s.request.open(self, batches, fmt::format("env runner '{}'", s.opts.name),
                             [self] { self->send(self, next_atom::value); });
     },

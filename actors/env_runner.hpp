@@ -52,6 +52,8 @@ struct env_runner_options {
   /// `collected`, and when `guest` (it feeds a learner of another host) the
   /// steps of each batch it sends in `finished`. Null: not counted.
   std::shared_ptr<host_counters> host;
+  /// A guest's batches go to the learner that asked last (a request still
+  /// open for another learner is ended: that learner's host is gone).
   bool guest = false;
   /// With a view (observation normalization): normalize with this runner's
   /// own running moments instead of the view's global ones, as one

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include <caf/io/all.hpp>
@@ -33,7 +34,9 @@ struct host_entry {
   lost_host info;
   uint64_t sent_version = 0; // newest version the host has or is being sent
   bool in_flight = false;
-  host_progress progress; // its counters at its last answer to a push
+  host_progress progress;        // its counters at its last answer to a push
+  std::optional<door_info> door; // a member host's feed door, once open
+  bool guest = false;            // an environment-only host fed through the doors
 };
 
 struct gate_state {
@@ -67,8 +70,10 @@ void report_hosts(caf::event_based_actor* self, gate_state& st) {
 void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                  const caf::actor_addr& addr) {
   auto it = st->hosts.find(addr);
-  // A host with a replica has its own weights (the same as these).
-  if (it == st->hosts.end() || it->second.in_flight || it->second.member)
+  // A host with a replica has its own weights (the same as these); one fed
+  // through the doors takes a learner host's.
+  if (it == st->hosts.end() || it->second.in_flight || it->second.member ||
+      it->second.guest)
     return;
   auto snap = st->opts.store->latest();
   if (!snap || snap->version <= it->second.sent_version)
@@ -94,6 +99,23 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
         if (auto h = st->hosts.find(addr); h != st->hosts.end())
           h->second.in_flight = false;
       });
+}
+
+// data_plane = "allreduce": the member hosts' feed doors open now.
+std::vector<door_info> open_doors(const gate_state& st) {
+  std::vector<door_info> out;
+  for (auto& [addr, h] : st.hosts)
+    if (h.door)
+      out.push_back(*h.door);
+  return out;
+}
+
+// Tells every environment-only host fed through the doors which are open now.
+void announce_doors(caf::event_based_actor* self, const gate_state& st) {
+  const auto doors = open_doors(st);
+  for (auto& [addr, h] : st.hosts)
+    if (h.guest)
+      self->send(h.actor, doors_atom::value, doors);
 }
 
 using regroup_atom = caf::atom_constant<caf::atom("regroup")>;
@@ -173,10 +195,11 @@ void form_group(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
       group_options(st->opts.plane, epoch, 0, size));
 }
 
-std::string hosted(const lost_host& h) {
+std::string hosted(const lost_host& h, bool to_doors = false) {
   if (h.learners.empty() && h.guest_runners > 0)
-    return fmt::format("no learners, {} runners feeding the coordinator's learners",
-                       h.guest_runners);
+    return fmt::format("no learners, {} runners feeding {}", h.guest_runners,
+                       to_doors ? "the learner hosts' learners"
+                                : "the coordinator's learners");
   if (h.learners.empty())
     return "no learners";
   return fmt::format("learners {} ({} runners each)", fmt::join(h.learners, ", "),
@@ -245,7 +268,12 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   if (req.guest_runners > st->opts.learners_per_host_max)
     return refuse(fmt::format("it asks for {} runners, at most {} per host",
                               req.guest_runners, st->opts.learners_per_host_max));
-  if (req.guest_runners > 0 && feed.empty())
+  const bool to_doors = st->opts.plane.allreduce && req.guest_runners > 0;
+  if (to_doors && open_doors(*st).empty())
+    return refuse("it hosts runners only, and no learner host has opened its feed door "
+                  "yet",
+                  errc::unavailable);
+  if (req.guest_runners > 0 && !to_doors && feed.empty())
     return refuse("it hosts runners only, and the coordinator has no learner for them "
                   "to feed (algo.num_learners = 0 on the coordinator)");
   if (req.learners > st->opts.learners_per_host_max)
@@ -283,8 +311,12 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   w.server = st->opts.cast.server;
   w.metrics = st->opts.cast.metrics;
   w.learner_names = h.info.learners;
-  if (req.guest_runners > 0)
+  if (to_doors) {
+    w.doors = open_doors(*st);
+    h.guest = true;
+  } else if (req.guest_runners > 0) {
     w.feed = std::move(feed);
+  }
   auto snap = st->opts.store->latest();
   w.weights.version = snap->version;
   w.weights.params.assign(snap->model.params(),
@@ -295,8 +327,8 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   actors::write_log(st->opts.log,
                     fmt::format("cluster: host {} ({}) joined, incarnation {:016x}: {}, "
                                 "device {}",
-                                req.name, address, req.incarnation, hosted(h.info),
-                                req.device));
+                                req.name, address, req.incarnation,
+                                hosted(h.info, to_doors), req.device));
   // Sync mode: the host's learners take part from the next step of the
   // parameter server (a host with a replica steps with its own).
   if (st->opts.sync && !member)
@@ -320,7 +352,10 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
 void admit_with_feed(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                      join_request& req, const std::string& address,
                      caf::typed_response_promise<welcome>& rp) {
-  if (req.guest_runners == 0 || req.learners > 0 || !st->opts.supervisor)
+  // data_plane = "allreduce": the runners feed the learner hosts, through
+  // their doors.
+  if (req.guest_runners == 0 || req.learners > 0 || !st->opts.supervisor ||
+      st->opts.plane.allreduce)
     return admit(self, st, req, address, rp);
   self->request(st->opts.supervisor, address_timeout, actors::learners_atom::value)
     .then(
@@ -351,6 +386,8 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       return;
     auto info = std::move(it->second.info);
     const auto progress = it->second.progress;
+    const bool had_door = it->second.door.has_value();
+    const bool guest = it->second.guest;
     const bool member = it->second.member;
     const uint64_t rank = it->second.rank;
     st->hosts.erase(it);
@@ -370,14 +407,17 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       const std::string counts =
         member ? std::string{"its count of env steps not learned is unknown (a host with "
                              "a replica answers no weights pushes)"}
-               : fmt::format("{} env steps it had collected were not learned (its count "
-                             "at its last answer to a weights push: {} collected, {} "
-                             "learned or sent on)",
-                             unfinished, progress.collected, progress.finished);
+        : guest
+          ? std::string{"its count of env steps not learned is unknown (it takes its "
+                        "weights from a learner host)"}
+          : fmt::format("{} env steps it had collected were not learned (its count "
+                        "at its last answer to a weights push: {} collected, {} "
+                        "learned or sent on)",
+                        unfinished, progress.collected, progress.finished);
       actors::write_log(st->opts.log,
                         fmt::format("cluster: lost host {} ({}): it hosted {}; {}; {} "
                                     "host(s) remain ({})",
-                                    info.name, info.address, hosted(info), counts,
+                                    info.name, info.address, hosted(info, guest), counts,
                                     st->hosts.size(),
                                     actors::error_message(self->system(), down.reason)));
       if (member && st->formed)
@@ -388,6 +428,8 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       else
         on_host_lost(self, st->opts.cast, info, st->opts.sync, st->opts.log);
     }
+    if (had_door && !st->stopping)
+      announce_doors(self, *st);
     report_hosts(self, *st);
     if (st->stopping && st->hosts.empty()) {
       for (auto& rp : st->stop_waiters)
@@ -527,6 +569,21 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
                                     host, state.version, rounds.rounds));
       caf::anon_send(st->opts.cast.server, actors::state_atom::value, std::move(state));
       caf::anon_send(st->opts.cast.server, actors::rounds_atom::value, std::move(rounds));
+    },
+    [self, st](door_atom, const std::string& token, door_info& door) {
+      // A member host's feed door is open: the environment-only hosts learn of it.
+      if (!same_token(token, st->opts.token) || st->stopping)
+        return;
+      for (auto& [addr, h] : st->hosts)
+        if (h.member && h.info.name == door.name) {
+          actors::write_log(st->opts.log, actors::log_level::info,
+                            fmt::format("cluster: learner host {} opened its feed door "
+                                        "at {}:{}",
+                                        door.name, door.host, door.port));
+          h.door = std::move(door);
+          announce_doors(self, *st);
+          return;
+        }
     },
     [st](actors::status_atom) -> caf::result<uint64_t, uint64_t> {
       return {static_cast<uint64_t>(st->hosts.size()), st->lost};

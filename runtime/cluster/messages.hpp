@@ -14,7 +14,7 @@
 namespace troupe::cluster {
 
 /// Version of the join protocol; a worker of another version is refused.
-constexpr uint32_t protocol_version = 4;
+constexpr uint32_t protocol_version = 5;
 
 /// A worker's request to join a run (sent to the coordinator's gate).
 struct join_request {
@@ -62,6 +62,26 @@ typename Inspector::result_type inspect(Inspector& f, host_progress& x) {
   return f(caf::meta::type_name("host_progress"), x.collected, x.finished);
 }
 
+/// Where a learner host's feed door listens (data_plane = "allreduce"): the
+/// door an environment-only host connects to, to feed that host's learners
+/// and take its policy versions (docs/cluster.md, "Environment-only hosts").
+struct door_info {
+  std::string name; ///< the learner host's worker name
+  std::string host; ///< the address it listens on (its cluster.data_interface)
+  uint16_t port = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, door_info& x) {
+  return f(caf::meta::type_name("door_info"), x.name, x.host, x.port);
+}
+
+/// A learner host to the gate: (door_atom, token, door_info), its door is open.
+/// The gate to an environment-only host: (doors_atom, std::vector<door_info>),
+/// the doors open now.
+using door_atom = caf::atom_constant<caf::atom("door")>;
+using doors_atom = caf::atom_constant<caf::atom("doors")>;
+
 /// The coordinator's answer to an accepted join.
 struct welcome {
   std::string config_toml; ///< the run's resolved config
@@ -73,12 +93,15 @@ struct welcome {
   policy_push weights;                    ///< the newest policy version
   std::vector<caf::actor> feed; ///< an environment-only host: the learners to feed
   std::string run;              ///< the run's name (its folder's, cluster.json's "run")
+  /// data_plane = "allreduce", an environment-only host: the learner hosts'
+  /// doors open now (its runners feed their learners).
+  std::vector<door_info> doors;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, welcome& x) {
   return f(caf::meta::type_name("welcome"), x.config_toml, x.host_index, x.keeper,
-           x.server, x.metrics, x.learner_names, x.weights, x.feed, x.run);
+           x.server, x.metrics, x.learner_names, x.weights, x.feed, x.run, x.doors);
 }
 
 /// Registers the cluster's message types with `cfg` (after

@@ -187,6 +187,21 @@ caf::expected<uint16_t> publish_gate(const caf::actor& gate, const endpoint& at,
   return gate.home_system().middleman().publish(gate, at.port, at.host.c_str(), true);
 }
 
+caf::expected<uint16_t> publish_actor(const caf::actor& a, const endpoint& at,
+                                      const node_settings& s, bool reuse_address) {
+  if (s.tls.enabled())
+    return caf::openssl::publish(a, at.port, at.host.c_str(), reuse_address);
+  return a.home_system().middleman().publish(a, at.port, at.host.c_str(), reuse_address);
+}
+
+void use_run_identifier(caf::actor_system& sys, const std::string& run) {
+  // CAF 0.17 reads middleman.app-identifiers from the system's config at
+  // every handshake; nothing reads it while this runs (see the header).
+  auto& cfg = const_cast<caf::actor_system_config&>(sys.config());
+  caf::put(cfg.content, "middleman.app-identifiers",
+           std::vector<std::string>{app_identifier(run)});
+}
+
 caf::expected<caf::actor> connect_gate(caf::actor_system& sys, const endpoint& at,
                                        const node_settings& s) {
   if (s.tls.enabled())

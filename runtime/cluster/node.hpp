@@ -78,7 +78,20 @@ void configure_node(caf::actor_system_config& cfg, const node_settings& s);
 caf::expected<uint16_t> publish_gate(const caf::actor& gate, const endpoint& at,
                                      const node_settings& s);
 
-/// Connects to the gate at `at`, over TLS when `s` has it.
+/// Publishes `a` at host:port (port 0: a free one), over TLS when `s` has it;
+/// the port it listens on.
+caf::expected<uint16_t> publish_actor(const caf::actor& a, const endpoint& at,
+                                      const node_settings& s, bool reuse_address);
+
+/// A worker that started without knowing its run (no --run) takes the run's
+/// app identifier once the welcome names it, in place of the any-run one:
+/// the hosts of the run then accept each other's connections (a learner
+/// host's feed door), and nodes of other runs are refused. Called before
+/// this system makes or accepts any connection but the one to the gate.
+void use_run_identifier(caf::actor_system& sys, const std::string& run);
+
+/// Connects to the gate (or a learner host's feed door) at `at`, over TLS
+/// when `s` has it.
 caf::expected<caf::actor> connect_gate(caf::actor_system& sys, const endpoint& at,
                                        const node_settings& s);
 

@@ -1,5 +1,6 @@
 #include "runtime/cluster/worker.hpp"
 #include "runtime/cluster/data_plane.hpp"
+#include "runtime/cluster/feed.hpp"
 #include "actors/replica.hpp"
 
 #include <sched.h>
@@ -56,6 +57,9 @@ struct host_cache {
   std::shared_ptr<actors::policy_store> store TROUPE_GUARDED_BY(mtx);
   std::optional<policy_push> pending TROUPE_GUARDED_BY(mtx);
   std::string problem TROUPE_GUARDED_BY(mtx); // the first push that did not fit the model
+  // An environment-only host fed through the doors: its feed, which takes the
+  // gate's lists of open doors.
+  caf::actor feed TROUPE_GUARDED_BY(mtx);
 
   void publish(const policy_push& p) TROUPE_REQUIRES(mtx) {
     auto latest = store->latest();
@@ -131,8 +135,24 @@ caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cach
       forward_to_replica(self, plane->replica(), rp, a);
       return rp;
     },
-    [self, driver, plane](actors::stop_atom) {
+    [cache](doors_atom a, std::vector<door_info>& doors) {
+      caf::actor feed;
+      {
+        base::mutex_lock lock(cache->mtx);
+        feed = cache->feed;
+      }
+      if (feed)
+        caf::anon_send(feed, a, std::move(doors));
+    },
+    [self, driver, plane, cache](actors::stop_atom) {
       plane->stop(); // the replica answers its learners and leaves the rounds
+      caf::actor feed;
+      {
+        base::mutex_lock lock(cache->mtx);
+        feed = cache->feed;
+      }
+      if (feed) // the learner hosts leave now: not a loss
+        self->send(feed, actors::stop_atom::value);
       self->send(driver, actors::stop_atom::value);
     },
   };
@@ -179,7 +199,12 @@ struct worker::state {
   std::shared_ptr<actors::host_counters> counters;
   std::shared_ptr<host_plane> plane; // data_plane = "allreduce": where the group forms
   caf::actor host, outbox, relay, reports, replica;
-  uint64_t threads = 0; // the actor system's scheduler threads
+  // data_plane = "allreduce": a learner host's feed door, or an
+  // environment-only host's feed (runtime/cluster/feed.hpp).
+  caf::actor door, feed;
+  std::optional<data_plane_settings> plane_settings;
+  std::shared_ptr<actors::policy_store> store; // this host's
+  uint64_t threads = 0;                        // the actor system's scheduler threads
   std::optional<actors::cast_plan> plan;
   runtime::cast_handles handles;
   uint64_t runners_per_learner = 0;
@@ -208,17 +233,26 @@ class worker_events : public runtime::run_events {
 public:
   explicit worker_events(worker::state& s) : s_(s) {}
 
-  std::string on_ready(caf::scoped_actor&, const caf::actor&,
+  std::string on_ready(caf::scoped_actor&, const caf::actor& supervisor,
                        const runtime::cast_handles&) override {
     const auto& opts = s_.opts;
     if (req_guest_runners(opts) > 0) {
-      s_.log(actors::log_level::info,
-             fmt::format("troupe: worker {} joined the run at {}: {} "
-                         "runners feeding {} learner(s) of the coordinator",
-                         opts.name, s_.where, req_guest_runners(opts),
-                         s_.w->feed.size()));
+      if (s_.feed)
+        s_.log(actors::log_level::info,
+               fmt::format("troupe: worker {} joined the run at {}: {} runners feeding "
+                           "the learners of {} learner host(s)",
+                           opts.name, s_.where, req_guest_runners(opts),
+                           s_.w->doors.size()));
+      else
+        s_.log(actors::log_level::info,
+               fmt::format("troupe: worker {} joined the run at {}: {} "
+                           "runners feeding {} learner(s) of the coordinator",
+                           opts.name, s_.where, req_guest_runners(opts),
+                           s_.w->feed.size()));
       return {};
     }
+    if (s_.plane_settings && s_.plane_settings->allreduce && opts.learners > 0)
+      open_door(supervisor);
     s_.log(actors::log_level::info,
            fmt::format("troupe: worker {} joined the run at {}: learners "
                        "{}, {} runners each, on {}; {} scheduler thread(s)",
@@ -238,6 +272,34 @@ public:
   worker_end how = worker_end::ended;
 
 private:
+  // A learner host's feed door for environment-only hosts: published on the
+  // run's data interface, and told to the gate (which names it to them).
+  void open_door(const caf::actor& supervisor) {
+    door_options o;
+    o.token = s_.token;
+    o.host = s_.opts.name;
+    o.supervisor = supervisor;
+    o.store = s_.store;
+    o.log = s_.opts.log;
+    s_.door = spawn_door(supervisor.home_system(), std::move(o));
+    const endpoint at{s_.plane_settings->interface, 0};
+    auto port = publish_actor(s_.door, at, s_.ns, false);
+    if (!port) {
+      s_.log(actors::log_level::warning,
+             fmt::format("troupe: worker {}: cannot open its feed door on {} ({}); no "
+                         "environment-only host can feed its learners",
+                         s_.opts.name, at.host,
+                         actors::error_message(supervisor.home_system(), port.error())));
+      return;
+    }
+    caf::anon_send(s_.gate, door_atom::value, s_.token,
+                   door_info{s_.opts.name, at.host, *port});
+    s_.log(actors::log_level::info,
+           fmt::format("troupe: worker {}: its feed door for environment-only hosts "
+                       "listens on {}:{}",
+                       s_.opts.name, at.host, *port));
+  }
+
   worker::state& s_;
 };
 
@@ -332,9 +394,17 @@ status worker_events::on_end(caf::scoped_actor& self, runtime::run_end& end) {
                          acked->unacked + acked->held > 0 ? ", some still unacknowledged"
                                                           : ""));
   }
+  if (s_.feed && s_.store)
+    s_.log(actors::log_level::info,
+           fmt::format("troupe: worker {}: its runners acted with policy versions up "
+                       "to {} (from the learner hosts)",
+                       opts.name, s_.store->latest()->version));
   self->send_exit(s_.outbox, caf::exit_reason::user_shutdown);
   self->send_exit(s_.relay, caf::exit_reason::user_shutdown);
   self->send_exit(s_.reports, caf::exit_reason::user_shutdown);
+  for (auto* a : {&s_.door, &s_.feed})
+    if (*a)
+      self->send_exit(*a, caf::exit_reason::user_shutdown);
   if (gate_lost && !end.stop_asked) {
     // The coordinator is gone (or has declared this host lost while it was
     // stopped or cut off, and refuses what it still sends): this process's
@@ -366,6 +436,8 @@ worker::~worker() {
     // Actor handles go before the driver, which leaves the system running.
     st_->self.reset();
     st_->gate = st_->host = st_->outbox = st_->relay = caf::actor{};
+    st_->door = st_->feed = caf::actor{};
+    st_->store.reset();
     st_->w.reset();
     st_->plan.reset();
     st_->handles = runtime::cast_handles{};
@@ -535,6 +607,9 @@ status join_run(worker::state& s) {
   if (s.run.empty()) { // no --run: the coordinator's welcome names it
     s.run = w->run;
     s.where = s.where_of();
+    // From now on this host connects to, or is reached by, other hosts of
+    // the run only (the learner hosts' feed doors).
+    use_run_identifier(sys, s.run);
   } else if (w->run != s.run) {
     return worker_error(
       fmt::format("--run {}: the coordinator at {} runs {}", s.run, s.where, w->run));
@@ -605,16 +680,38 @@ status join_run(worker::state& s) {
     lc.gradients_in_flight = lo.pipelined ? 1 : 0;
     lo.local_optimizer = false; // the coordinator's server has other learners
   }
-  if (req_guest_runners(opts) > 0) {
-    if (w->feed.empty())
-      return worker_error("the coordinator named no learner for this host's runners");
-    cluster.guest_runners = req_guest_runners(opts);
-    cluster.feed_learners = w->feed;
-    cluster.guest_prefix = opts.name;
-  }
   auto plane = data_plane_from(*cfg);
   if (!plane)
     return worker_error(plane.err().message);
+  s.plane_settings = *plane;
+  if (req_guest_runners(opts) > 0) {
+    cluster.guest_runners = req_guest_runners(opts);
+    cluster.guest_prefix = opts.name;
+    if (plane->allreduce) {
+      // The runners feed the learner hosts' learners through their doors,
+      // and the host takes its policy versions from one of them.
+      if (w->doors.empty())
+        return worker_error("the coordinator named no learner host for this host's "
+                            "runners");
+      guest_feed_options fo;
+      fo.token = s.token;
+      fo.host = opts.name;
+      fo.doors = w->doors;
+      fo.node = s.ns;
+      fo.policy_taker = s.host;
+      fo.log = opts.log;
+      s.feed = spawn_guest_feed(sys, std::move(fo));
+      {
+        base::mutex_lock lock(s.cache->mtx);
+        s.cache->feed = s.feed;
+      }
+      cluster.feed_learners = {s.feed};
+    } else {
+      if (w->feed.empty())
+        return worker_error("the coordinator named no learner for this host's runners");
+      cluster.feed_learners = w->feed;
+    }
+  }
   caf::actor server = w->server;
   if (plane->allreduce && opts.learners > 0) {
     // This host's replica of the parameter server takes its learners'
@@ -679,6 +776,7 @@ status join_run(worker::state& s) {
   cluster.host = s.counters;
   s.cache->take(std::move(w->weights));
   s.cache->set_store(plan.store);
+  s.store = plan.store;
   {
     base::mutex_lock lock(s.cache->mtx);
     if (!s.cache->problem.empty())
@@ -708,7 +806,7 @@ status worker::join() {
   if (!joined && s.self) {
     // Nothing of this host waits on the coordinator yet: its actors end, so
     // that its system can end with the worker (bounded).
-    for (auto* a : {&s.host, &s.outbox, &s.relay, &s.reports, &s.replica})
+    for (auto* a : {&s.host, &s.outbox, &s.relay, &s.reports, &s.replica, &s.feed})
       if (*a) {
         (*s.self)->send_exit(*a, caf::exit_reason::user_shutdown);
         *a = caf::actor{};

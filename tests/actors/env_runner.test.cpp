@@ -637,6 +637,56 @@ TEST_CASE("a runner started from another runner's state continues its batches ex
   }
 }
 
+TEST_CASE("a guest runner sends its batches to the learner that asked last, ending the "
+          "request of the one before, and none is lost or sent twice") {
+  runner_fixture fx;
+  caf::scoped_actor feed{*fx.sys}, a{*fx.sys}, b{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::shared_ptr<envs::vector_env> vec = envs::make_vector_env("CartPole-v1", 2).value();
+  env_runner_options o;
+  o.name = "e1.runner0";
+  o.seed = seed;
+  o.steps_per_batch = 8;
+  o.guest = true;
+  // Registered through its host's feed: nobody has asked it yet.
+  auto r = spawn_env_runner(*fx.sys, o, vec, make_random_policy(vec->spec().action_space),
+                            caf::actor_cast<caf::actor>(feed));
+  // Learner A asks as learners do (a send, not a request), for more than it
+  // will get; it takes two batches, then learner B asks (A's host was lost).
+  a->send(r, collect_atom::value, uint64_t{1000000});
+  std::vector<uint64_t> seq_a, seq_b;
+  for (int k = 0; k < 2; ++k)
+    a->receive([&](trajectory_batch& x) { seq_a.push_back(x.sequence); },
+               test::fail_after("a batch for learner A"));
+  uint64_t b_sent = 0;
+  b->request(r, test::wait_limit, collect_atom::value, uint64_t{3})
+    .receive([&](uint64_t n) { b_sent = n; },
+             [&](caf::error& e) { FAIL("B's collect failed: " << fx.sys->render(e)); });
+  CHECK(b_sent == 3);
+  for (int k = 0; k < 3; ++k)
+    b->receive(
+      [&](trajectory_batch& x) {
+        CHECK(x.runner == "e1.runner0");
+        seq_b.push_back(x.sequence);
+      },
+      test::fail_after("a batch for learner B"));
+  // A gets the batches sent before B asked, then the end of its request.
+  std::string ended;
+  while (ended.empty())
+    a->receive([&](trajectory_batch& x) { seq_a.push_back(x.sequence); },
+               [&](caf::error& e) { ended = fx.sys->render(e); },
+               test::fail_after("the end of learner A's request"));
+  CHECK(ended.find("env runner 'e1.runner0' now feeds another learner") !=
+        std::string::npos);
+  std::vector<uint64_t> all = seq_a;
+  all.insert(all.end(), seq_b.begin(), seq_b.end());
+  for (size_t i = 0; i < all.size(); ++i)
+    CHECK(all[i] == i);
+  CHECK(feed->mailbox().empty());
+  a->send_exit(r, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("a runner given a state that does not fit quits with a message naming it") {
   runner_fixture fx;
   caf::scoped_actor self{*fx.sys};

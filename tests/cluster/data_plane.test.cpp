@@ -6,6 +6,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <regex>
@@ -299,6 +300,82 @@ TEST_CASE_FIXTURE(
   stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
   CHECK(coord.err().find("differ between hosts") == std::string::npos);
   CHECK(rounds_and_members(coord.err()).second == 2);
+}
+
+TEST_CASE_FIXTURE(cluster_run,
+                  "an environment-only host (started without --run) feeds the learner "
+                  "hosts' learners through their feed doors and takes their policy "
+                  "versions, and when a learner host is killed its runners and its "
+                  "subscription go to the other") {
+  auto& coord =
+    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 50000000, 2));
+  auto& w1 = start_worker("w1");
+  auto& w2 = start_worker("w2");
+  // No --run: it learns the run from the welcome, and only then reaches the
+  // learner hosts, which were started with it.
+  auto args = worker_args("e1", {"--learners", "0", "--runners", "2"});
+  args.erase(args.begin() + 3, args.begin() + 5);
+  REQUIRE(std::find(args.begin(), args.end(), "--run") == args.end());
+  auto& e1 = start("e1", args);
+  INFO(report());
+  auto learner_logs = [&] { return w1.out() + w1.err() + w2.out() + w2.err(); };
+  await(
+    [&] {
+      const auto log = learner_logs();
+      return log.find("first batch from guest runner 'e1.runner0'") !=
+               std::string::npos &&
+             log.find("first batch from guest runner 'e1.runner1'") != std::string::npos;
+    },
+    std::chrono::seconds(120), "no batch of e1's runners reached a learner host",
+    {&w1, &w2, &e1});
+  const auto e1_log = [&] { return e1.out() + e1.err(); };
+  CHECK(e1_log().find("2 runners feeding the learners of ") != std::string::npos);
+  CHECK(e1_log().find("takes the policy versions of learner host w") !=
+        std::string::npos);
+  // One runner each: the feed hands a runner to the door with the fewest.
+  std::smatch m;
+  const auto before = e1_log();
+  REQUIRE(std::regex_search(before, m,
+                            std::regex(R"(runner 'e1.runner0' feeds learner 0 of )"
+                                       R"(learner host (w[12]))")));
+  const std::string host0 = m[1].str();
+  REQUIRE(std::regex_search(before, m,
+                            std::regex(R"(runner 'e1.runner1' feeds learner 0 of )"
+                                       R"(learner host (w[12]))")));
+  const std::string host1 = m[1].str();
+  CHECK(host0 != host1);
+  const auto coord_log = coord.err() + coord.out();
+  CHECK(coord_log.find("cluster: learner host w1 opened its feed door at 127.0.0.1:") !=
+        std::string::npos);
+  CHECK(coord_log.find("no learners, 2 runners feeding the learner hosts' learners") !=
+        std::string::npos);
+
+  // w2 is killed: its runner goes to w1's learner, which learns its batches.
+  const std::string moved = host0 == "w2" ? "e1.runner0" : "e1.runner1";
+  w2.kill_now();
+  await(
+    [&] {
+      return w1.out().find("guest runner '" + moved + "' joins") != std::string::npos ||
+             w1.err().find("guest runner '" + moved + "' joins") != std::string::npos;
+    },
+    std::chrono::seconds(120), "the runner of the killed host did not go to w1",
+    {&w1, &e1});
+  CHECK(e1_log().find("lost the feed door of learner host w2") != std::string::npos);
+  const double updates = metric(run, "updates");
+  await([&] { return metric(run, "updates") > updates + 20; }, std::chrono::seconds(120),
+        "no 20 updates after w2 was killed", {&w1, &e1});
+  stop_run({{"coordinator", &coord}, {"w1", &w1}, {"e1", &e1}});
+  // The environment-only host acted with versions the learner hosts pushed:
+  // the coordinator, out of the group, has only the start's.
+  const auto end_log = e1_log();
+  REQUIRE(std::regex_search(end_log, m,
+                            std::regex(R"(its runners acted with policy versions up to )"
+                                       R"(([0-9]+) \(from the learner hosts\))")));
+  CHECK(std::stol(m[1].str()) > 20);
+  for (const auto* c : {&coord, &w1, &e1}) {
+    const auto text = c->err() + c->out();
+    CHECK(text.find("differ between hosts") == std::string::npos);
+  }
 }
 
 TEST_CASE("the all-reduce data plane's settings are checked before anything starts") {
