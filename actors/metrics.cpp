@@ -50,6 +50,19 @@ const char* const metrics_columns[] = {"wall_time_s",
 
 const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
 
+const char* const hosts_columns[] = {"wall_time_s",    "env_steps",       "host",
+                                     "host_env_steps", "host_updates",    "host_episodes",
+                                     "host_sps",       "policy_lag_mean", "return_mean"};
+
+const size_t hosts_column_count = sizeof(hosts_columns) / sizeof(hosts_columns[0]);
+
+std::string host_of_learner(const std::string& learner) {
+  const auto at = learner.rfind(".learner");
+  if (at == std::string::npos || at == 0)
+    return "coordinator";
+  return learner.substr(0, at);
+}
+
 std::vector<std::string>
 metrics_column_names(const std::vector<std::string>& reward_terms,
                      const std::vector<std::string>& counters) {
@@ -63,6 +76,18 @@ metrics_column_names(const std::vector<std::string>& reward_terms,
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+// One host's counters for hosts.csv.
+struct host_tally {
+  uint64_t env_steps = 0; // since the actor started
+  uint64_t updates = 0;
+  uint64_t episodes = 0;
+  uint64_t row_steps = 0; // since the last row
+  double lag_sum = 0;
+  uint64_t lag_n = 0;
+  double return_sum = 0;
+  uint64_t return_n = 0;
+};
 
 struct metrics_state {
   metrics_options opts;
@@ -104,9 +129,13 @@ struct metrics_state {
   uint64_t last_row_updates = UINT64_MAX;
   std::FILE* csv = nullptr;
   std::FILE* jsonl = nullptr;
+  std::FILE* hosts_csv = nullptr;
+  std::map<std::string, host_tally> by_host;       // hosts.csv's counters
   std::unique_ptr<learners::tb_event_file> events; // the TensorBoard events file
   std::string write_error; // the first failed open or write; the run is stopped then
   ~metrics_state() {
+    if (hosts_csv)
+      std::fclose(hosts_csv);
     if (csv)
       std::fclose(csv);
     if (jsonl)
@@ -178,7 +207,9 @@ void write_failed(metrics_state& st, const std::string& what) {
     std::fclose(st.csv);
   if (st.jsonl)
     std::fclose(st.jsonl);
-  st.csv = st.jsonl = nullptr;
+  if (st.hosts_csv)
+    std::fclose(st.hosts_csv);
+  st.csv = st.jsonl = st.hosts_csv = nullptr;
   st.events.reset();
   if (st.coordinator)
     caf::anon_send(st.coordinator, stop_atom::value);
@@ -190,8 +221,50 @@ bool append_line(std::FILE* f, const std::string& line) {
   return std::fprintf(f, "%s\n", line.c_str()) >= 0 && std::fflush(f) == 0;
 }
 
+// A CSV field: as it is, or quoted (quotes doubled) when it holds a comma,
+// a quote or a line break.
+std::string csv_field(const std::string& x) {
+  if (x.find_first_of(",\"\r\n") == std::string::npos)
+    return x;
+  std::string out = "\"";
+  for (char c : x) {
+    out += c;
+    if (c == '"')
+      out += '"';
+  }
+  return out + "\"";
+}
+
+// hosts.csv's rows for the row of metrics.csv at `t`, over the `dt` seconds
+// since the last row; the per-row counters start again.
+void write_host_rows(metrics_state& st, double t, double dt) {
+  for (auto& [host, h] : st.by_host) {
+    if (st.hosts_csv) {
+      const double sps = dt > 0 ? static_cast<double>(h.row_steps) / dt : 0.0;
+      const std::string lag =
+        h.lag_n ? num(h.lag_sum / static_cast<double>(h.lag_n)) : std::string{};
+      const std::string ret =
+        h.return_n ? num(h.return_sum / static_cast<double>(h.return_n)) : std::string{};
+      const auto line =
+        fmt::format("{},{},{},{},{},{},{},{},{}", num(t), st.c.env_steps, csv_field(host),
+                    h.env_steps, h.updates, h.episodes, num(sps), lag, ret);
+      if (!append_line(st.hosts_csv, line)) {
+        write_failed(st, fmt::format("cannot write {}: {}", st.opts.hosts_csv_path,
+                                     std::strerror(errno)));
+        return;
+      }
+    }
+    h.row_steps = 0;
+    h.lag_sum = 0;
+    h.lag_n = 0;
+    h.return_sum = 0;
+    h.return_n = 0;
+  }
+}
+
 void write_row(metrics_state& st) {
   const double t = elapsed(st);
+  write_host_rows(st, t, t - st.row_time);
   const double sps = window_sps(st, t);
   double len_mean = NAN;
   if (!st.lengths.empty())
@@ -358,6 +431,12 @@ void take_report(metrics_actor* self, learner_report& r) {
   auto& s = self->state;
   s.c.env_steps += r.env_steps;
   s.row_steps += r.env_steps;
+  host_tally* host = nullptr;
+  if (!s.opts.hosts_csv_path.empty()) {
+    host = &s.by_host[host_of_learner(r.learner)];
+    host->env_steps += r.env_steps;
+    host->row_steps += r.env_steps;
+  }
   s.non_finite_by_learner[r.learner] = r.non_finite;
   s.non_finite = 0;
   for (auto& kv : s.non_finite_by_learner)
@@ -369,6 +448,16 @@ void take_report(metrics_actor* self, learner_report& r) {
       s.env_counters[j] += r.env_counters[j];
   if (r.skipped)
     return; // not learned: no update, no losses
+  if (host) {
+    host->updates += 1;
+    host->episodes += r.episode_returns.size();
+    host->lag_sum += static_cast<double>(r.policy_lag);
+    host->lag_n += 1;
+    for (double x : r.episode_returns) {
+      host->return_sum += x;
+      host->return_n += 1;
+    }
+  }
   s.c.updates += 1;
   s.c.episodes += r.episode_returns.size();
   for (size_t i = 0; i < r.episode_returns.size(); ++i) {
@@ -440,6 +529,23 @@ caf::behavior metrics(metrics_actor* self, metrics_options opts, caf::actor coor
         write_failed(
           st, fmt::format("cannot write {}: {}", st.opts.csv_path, std::strerror(errno)));
     }
+  }
+  if (!st.opts.hosts_csv_path.empty() && st.write_error.empty()) {
+    std::FILE* probe = std::fopen(st.opts.hosts_csv_path.c_str(), "r");
+    const bool fresh = probe == nullptr;
+    if (probe)
+      std::fclose(probe);
+    st.hosts_csv = std::fopen(st.opts.hosts_csv_path.c_str(), "a");
+    if (!st.hosts_csv)
+      write_failed(st, fmt::format("cannot open {} for appending: {}",
+                                   st.opts.hosts_csv_path, std::strerror(errno)));
+    else if (fresh &&
+             !append_line(
+               st.hosts_csv,
+               fmt::format("{}", fmt::join(hosts_columns,
+                                           hosts_columns + hosts_column_count, ","))))
+      write_failed(st, fmt::format("cannot write {}: {}", st.opts.hosts_csv_path,
+                                   std::strerror(errno)));
   }
   if (!st.opts.jsonl_path.empty() && st.write_error.empty()) {
     st.jsonl = std::fopen(st.opts.jsonl_path.c_str(), "a");

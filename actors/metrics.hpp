@@ -56,6 +56,11 @@ metrics_column_names(const std::vector<std::string>& reward_terms,
 struct metrics_options {
   std::string csv_path;   ///< metrics.csv (appended to; header when new)
   std::string jsonl_path; ///< metrics.jsonl (appended to)
+  /// hosts.csv (appended to; header when new; empty: none): with each row of
+  /// metrics.csv, one row per host whose learners have reported, the host
+  /// named by its learners' names ("w1.learner0": w1; a name without a host
+  /// part: "coordinator"); see hosts_columns.
+  std::string hosts_csv_path;
   /// Folder of a new TensorBoard events file holding every row (empty: none).
   std::string tensorboard_dir;
   uint64_t log_every_updates = 10;       ///< a row every this many updates
@@ -83,6 +88,18 @@ struct metrics_options {
   /// metrics actor started (the reports' env_counters added up).
   std::vector<std::string> env_counters;
 };
+
+/// The columns of hosts.csv: wall_time_s and env_steps of the run's row,
+/// then the host, its learners' env steps and updates (learned batches) since
+/// the metrics actor started, their episodes, their env steps per second
+/// since the last row, and the mean policy lag and mean return of the
+/// batches and episodes since the last row (empty when none).
+extern const char* const hosts_columns[];
+extern const size_t hosts_column_count;
+
+/// The host of learner `learner` in hosts.csv: the part before ".learner"
+/// ("w1.learner0": "w1"), else "coordinator".
+std::string host_of_learner(const std::string& learner);
 
 /// Spawns the metrics actor; `coordinator` receives ckpt_atom and done_atom.
 caf::actor spawn_metrics(caf::actor_system& sys, metrics_options opts,

@@ -131,6 +131,9 @@ void plan_shared_actors(actors::cast_plan& plan, const config& cfg,
     static_cast<uint64_t>(cfg.get_int("run.max_learner_restarts"));
   plan.metrics.csv_path = (fs::path(run_dir) / "metrics.csv").string();
   plan.metrics.jsonl_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  // A coordinator of a run across processes: a row per host beside each row.
+  if (!cfg.get_string("cluster.listen").empty())
+    plan.metrics.hosts_csv_path = (fs::path(run_dir) / "hosts.csv").string();
   if (cfg.get_bool("run.tensorboard"))
     plan.metrics.tensorboard_dir = run_dir;
   plan.metrics.log_every_updates =

@@ -86,6 +86,7 @@ status prepare_resumed_folder(const std::string& run_dir, const resume_point& po
     if (auto ok = ensure_checkpoints_folder(run_dir); !ok)
       return ok;
   trim_metrics(run_dir, point.start.updates, metrics_columns);
+  trim_host_rows(run_dir, point.start.env_steps);
   return {};
 }
 

@@ -204,6 +204,37 @@ status ensure_checkpoints_folder(const std::string& run_dir) {
   return {};
 }
 
+void trim_host_rows(const std::string& run_dir, uint64_t env_steps) {
+  const auto path = (fs::path(run_dir) / "hosts.csv").string();
+  std::ifstream in(path);
+  if (!in)
+    return;
+  std::string line, kept;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (in.eof())
+      break; // an unterminated last line: a row being written when killed
+    if (header) {
+      header = false;
+      kept += line + "\n";
+      continue;
+    }
+    // wall_time_s, env_steps, then the host (quoted when it needs to be).
+    const auto first = line.find(',');
+    const auto second = first == std::string::npos ? first : line.find(',', first + 1);
+    if (second == std::string::npos)
+      continue;
+    const auto cell = line.substr(first + 1, second - first - 1);
+    char* end = nullptr;
+    const auto steps = std::strtoull(cell.c_str(), &end, 10);
+    if (cell.empty() || *end != '\0' || steps > env_steps)
+      continue;
+    kept += line + "\n";
+  }
+  in.close();
+  (void)learners::write_file_atomically(path, kept.data(), kept.size());
+}
+
 void trim_metrics(const std::string& run_dir, uint64_t updates,
                   const std::vector<std::string>& columns) {
   keep_rows_up_to((fs::path(run_dir) / "metrics.csv").string(), updates, true, columns);

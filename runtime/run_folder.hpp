@@ -40,6 +40,11 @@ private:
 /// Creates <run_dir>/checkpoints/ when missing.
 status ensure_checkpoints_folder(const std::string& run_dir);
 
+/// Drops the rows of <run_dir>/hosts.csv (a coordinator's) whose run
+/// env_steps (its second column) are past `env_steps`, as trim_metrics does
+/// for metrics.csv; nothing when there is no such file.
+void trim_host_rows(const std::string& run_dir, uint64_t env_steps);
+
 /// Drops the rows of <run_dir>/metrics.csv and metrics.jsonl written after
 /// update `updates` (a killed run's last moments), so that both stay monotonic;
 /// metrics.csv is rewritten under `columns` (actors::metrics_column_names of

@@ -13,11 +13,13 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <caf/all.hpp>
+#include <fmt/format.h>
 
 #include "actors/messages.hpp"
 #include "actors/metrics.hpp"
@@ -607,4 +609,149 @@ TEST_CASE("a host's report relay hands the metrics actor its reports in order, o
   CHECK_MESSAGE(ended, "the relay did not end within 30 s of its metrics actor");
   self->send_exit(slow, caf::exit_reason::user_shutdown);
   self->send_exit(direct, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+// The cells of one CSV line, a quoted cell unquoted (its doubled quotes made one).
+std::vector<std::string> csv_cells(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      out.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("hosts.csv has, with each metrics row, a row per host of its learners' steps, "
+          "updates, episodes, lag and return since the last row, as a float64 reference "
+          "counts them") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self(sys);
+  const uint64_t seed = troupe::test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  troupe::test::temp_folder dir("troupe-metrics");
+  metrics_options mo;
+  mo.csv_path = (dir.path / "metrics.csv").string();
+  mo.hosts_csv_path = (dir.path / "hosts.csv").string();
+  mo.quiet = true;
+  mo.log_every_updates = 3;
+  auto metrics = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  // A coordinator's own learner, two of host w1 and one of a host whose name
+  // needs quoting.
+  const std::vector<std::string> learners = {"learner0", "w1.learner0", "w1.learner1",
+                                             "w,2.learner0"};
+  CHECK(host_of_learner("learner0") == "coordinator");
+  CHECK(host_of_learner("w1.learner1") == "w1");
+  CHECK(host_of_learner("w,2.learner0") == "w,2");
+
+  struct tally {
+    uint64_t steps = 0, updates = 0, episodes = 0;
+    double lag_sum = 0, return_sum = 0;
+    uint64_t lag_n = 0, return_n = 0;
+  };
+  std::map<std::string, tally> hosts; // the reference, by host (sorted as the file)
+  uint64_t run_steps = 0, run_updates = 0;
+  std::vector<std::vector<std::string>> expected; // without wall_time_s and host_sps
+  auto row = [&] {
+    for (auto& [name, h] : hosts) {
+      expected.push_back(
+        {std::to_string(run_steps), name, std::to_string(h.steps),
+         std::to_string(h.updates), std::to_string(h.episodes),
+         h.lag_n ? fmt::format("{:.17g}", h.lag_sum / static_cast<double>(h.lag_n)) : "",
+         h.return_n
+           ? fmt::format("{:.17g}", h.return_sum / static_cast<double>(h.return_n))
+           : ""});
+      h.lag_sum = h.return_sum = 0;
+      h.lag_n = h.return_n = 0;
+    }
+  };
+  const int n = 30 + static_cast<int>(rng() % 30);
+  for (int i = 0; i < n; ++i) {
+    auto r = random_report(rng);
+    r.learner = learners[rng() % learners.size()];
+    r.skipped = rng() % 5 == 0;
+    auto& h = hosts[host_of_learner(r.learner)];
+    h.steps += r.env_steps;
+    run_steps += r.env_steps;
+    if (!r.skipped) {
+      h.updates += 1;
+      h.episodes += r.episode_returns.size();
+      h.lag_sum += static_cast<double>(r.policy_lag);
+      h.lag_n += 1;
+      for (double x : r.episode_returns) {
+        h.return_sum += x;
+        h.return_n += 1;
+      }
+      run_updates += 1;
+    }
+    const bool rows_now = !r.skipped && run_updates % mo.log_every_updates == 0;
+    self->send(metrics, std::move(r));
+    if (rows_now)
+      row();
+  }
+  const bool final_row = run_updates % mo.log_every_updates != 0;
+  ask<metrics_counters>(self, metrics, row_atom::value);
+  if (final_row)
+    row();
+  self->send_exit(metrics, caf::exit_reason::user_shutdown);
+
+  std::ifstream in(mo.hosts_csv_path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  REQUIRE(!lines.empty());
+  CHECK(csv_cells(lines[0]) ==
+        std::vector<std::string>(hosts_columns, hosts_columns + hosts_column_count));
+  REQUIRE(lines.size() == expected.size() + 1);
+  const bool quoted = std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find(",\"w,2\",") != std::string::npos;
+  });
+  CHECK(quoted == (hosts.count("w,2") == 1));
+  for (size_t i = 0; i < expected.size(); ++i) {
+    CAPTURE(i);
+    const auto cells = csv_cells(lines[i + 1]);
+    REQUIRE(cells.size() == hosts_column_count);
+    const auto& want = expected[i];
+    CHECK(cells[1] == want[0]); // the run's env_steps
+    CHECK(cells[2] == want[1]);
+    CHECK(cells[3] == want[2]);
+    CHECK(cells[4] == want[3]);
+    CHECK(cells[5] == want[4]);
+    CHECK(std::strtod(cells[6].c_str(), nullptr) >= 0.0); // host_sps
+    for (size_t k : {7, 8}) {
+      const auto& w = want[k - 2];
+      if (w.empty()) {
+        CHECK(cells[k].empty());
+      } else {
+        REQUIRE(!cells[k].empty());
+        const double got = std::strtod(cells[k].c_str(), nullptr);
+        const double ref = std::strtod(w.c_str(), nullptr);
+        CHECK(std::abs(got - ref) <= 1e-8 * std::max(1.0, std::abs(ref)));
+      }
+    }
+  }
+  // Every metrics row has its host rows: as many rows per metrics row as hosts
+  // seen by then, the run's env_steps the same.
+  const auto metric_lines = csv_lines(mo.csv_path);
+  std::set<std::string> steps_of_rows;
+  for (size_t i = 1; i < metric_lines.size(); ++i)
+    steps_of_rows.insert(metric_lines[i][1]);
+  for (const auto& w : expected)
+    CHECK(steps_of_rows.count(w[0]) == 1);
 }

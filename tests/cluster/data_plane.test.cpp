@@ -372,6 +372,20 @@ TEST_CASE_FIXTURE(cluster_run,
                             std::regex(R"(its runners acted with policy versions up to )"
                                        R"(([0-9]+) \(from the learner hosts\))")));
   CHECK(std::stol(m[1].str()) > 20);
+  // hosts.csv: rows of the two learner hosts (the environment-only host's
+  // batches count where they were learned).
+  {
+    const auto hosts = read_text(run / "hosts.csv");
+    CHECK(hosts.rfind("wall_time_s,env_steps,host,host_env_steps,host_updates,"
+                      "host_episodes,host_sps,policy_lag_mean,return_mean\n",
+                      0) == 0);
+    for (const std::string host : {"w1", "w2"}) {
+      CAPTURE(host);
+      CHECK(std::regex_search(
+        hosts, std::regex("\n[0-9.e+-]+,[0-9]+," + host + ",[1-9][0-9]*,")));
+    }
+    CHECK(hosts.find(",e1,") == std::string::npos);
+  }
   for (const auto* c : {&coord, &w1, &e1}) {
     const auto text = c->err() + c->out();
     CHECK(text.find("differ between hosts") == std::string::npos);

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <memory>
 #include <string>
 #include <vector>
@@ -227,4 +230,42 @@ TEST_CASE("end_status says could not start, failed, stopped or fine, in that ord
   CHECK(s.err().message == "the run stopped: checkpoint failed: disk full");
   end.write_failure.clear();
   CHECK(runtime::end_status(end).ok());
+}
+
+TEST_CASE(
+  "a resume keeps the hosts.csv rows up to the checkpoint's env steps, the header "
+  "and quoted host names, and drops later rows and a row cut off mid-line") {
+  temp_folder dir("troupe-hosts-trim");
+  const uint64_t seed = troupe::test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  const std::string header = "wall_time_s,env_steps,host,host_env_steps,host_updates,"
+                             "host_episodes,host_sps,policy_lag_mean,return_mean";
+  std::string text = header + "\n", want = header + "\n";
+  uint64_t steps = 0;
+  const uint64_t cut = 1000 + rng() % 100000;
+  for (int row = 0; row < 40; ++row) {
+    steps += 1 + rng() % 5000;
+    for (const std::string host : {"\"w,1\"", "w2"}) {
+      const auto line =
+        fmt::format("{}.5,{},{},{},3,1,12.5,2,", row, steps, host, steps / 2);
+      text += line + "\n";
+      if (steps <= cut)
+        want += line + "\n";
+    }
+  }
+  text += "99.5,1"; // killed while writing
+  const auto path = dir.path / "hosts.csv";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+  }
+  runtime::trim_host_rows(dir.path.string(), cut);
+  std::ifstream in(path, std::ios::binary);
+  const std::string got((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
+  CHECK(got == want);
+  // No file: nothing happens.
+  runtime::trim_host_rows((dir.path / "none").string(), cut);
+  CHECK_FALSE(fs::exists(dir.path / "none" / "hosts.csv"));
 }
