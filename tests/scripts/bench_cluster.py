@@ -121,6 +121,29 @@ try:
           100 * many["processes"][0]["cpu_s"] / sum(w["cpu_s"] for w in workers) * len(workers),
           "the coordinator's share", rel=1e-6)
 
+    # -- an environment-only host beside the worker (all-reduce plane) -------------
+    path = os.path.join(tmp, "env.json")
+    # A million steps (a few seconds): the environment-only host joins once the
+    # worker's feed door is open, well before the run ends.
+    r = run([CONFIG, "1", "--json", path], STEPS="1000000", LEARNERS="1", PIN="0",
+            PLANE="allreduce", ENV_HOSTS="1", ENV_RUNNERS="1")
+    print(r.stdout, r.stderr, sep="\n", flush=True)
+    check(r.returncode == 0, f"ENV_HOSTS=1: exit status {r.returncode}, expected 0")
+    check("+ 1 environment-only host(s) of 1 runner(s)" in r.stdout,
+          "ENV_HOSTS=1: the N line names the environment-only host")
+    check("    e1 (env only): " in r.stdout, "ENV_HOSTS=1: a line for e1's CPU")
+    doc = json.load(open(path))
+    check(doc["env_hosts"] == 1 and doc["env_runners"] == 1, "ENV_HOSTS=1: in the JSON")
+    many = doc["runs"][0]["across_processes"]
+    check([p["name"] for p in many["processes"]] == ["coordinator", "w1", "e1 (env only)"],
+          "ENV_HOSTS=1: the processes are the coordinator, w1 and e1")
+    close(many["worker_mean_cpu_us_per_step"], many["processes"][1]["cpu_us_per_step"],
+          "ENV_HOSTS=1: the workers' mean is w1's alone")
+    check(many["env_steps"] >= 1000000, "ENV_HOSTS=1: the run ran the step budget")
+    # e1 exits 0 only when it joined and its run ended (one that could not join exits 1).
+    check(many["processes"][2]["exit_status"] == 0,
+          f"ENV_HOSTS=1: e1 exit status {many['processes'][2]['exit_status']}")
+
     # -- bad input ------------------------------------------------------------------
     cases = [([], {}, 2, "usage: scripts/bench-cluster CONFIG"),
              ([CONFIG, "0"], {}, 2, "each N must be an integer >= 1, got 0"),
@@ -128,6 +151,10 @@ try:
              ([CONFIG, "1"], {"PIN": "yes"}, 2, "PIN='yes': must be 0 or 1"),
              ([CONFIG, "1"], {"STEPS": "-5"}, 2, "STEPS='-5': must be an integer >= 1"),
              ([CONFIG, "1"], {"SAMPLE_S": "0"}, 2, "SAMPLE_S='0'"),
+             ([CONFIG, "1"], {"ENV_HOSTS": "1"}, 2, "ENV_HOSTS needs PLANE=allreduce"),
+             ([CONFIG, "1"], {"ENV_HOSTS": "1", "PLANE": "allreduce", "LEARNERS": "2"}, 2,
+              "ENV_HOSTS x ENV_RUNNERS = 1 runners do not divide among the one-process "
+              "run's 2 learners"),
              ([os.path.join(tmp, "missing.toml"), "1"], {"STEPS": "1000"}, 1,
               "the one-process run (N=1) failed")]
     for args, env, status, text in cases:
