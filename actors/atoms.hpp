@@ -40,6 +40,9 @@ using ckpt_atom = caf::atom_constant<caf::atom("ckpt")>;         ///< a checkpoi
 using row_atom = caf::atom_constant<caf::atom("row")>;           ///< a metrics row
 using ready_atom = caf::atom_constant<caf::atom("ready")>;       ///< the cast is up
 using runner_atom = caf::atom_constant<caf::atom("runner")>;     ///< a runner registers
+/// To a guest runner, from a learner: (consumer_atom, uint64_t handoff), its
+/// batches go to the sender from now on unless a later hand-off came first.
+using consumer_atom = caf::atom_constant<caf::atom("consumer")>;
 using learners_atom = caf::atom_constant<caf::atom("learners")>; ///< the live learners
 /// A checkpoint's consistent cut: runners stop between batches, learners learn
 /// what they were sent, then release_atom lets the cast go on.

@@ -59,6 +59,7 @@ struct runner_state {
   policy_fn policy;
   base::rng gen; // the policy's randomness
   caf::actor consumer;
+  uint64_t handoff = 0; // a guest's: the hand-off of its consumer (consumer_atom)
   caf::actor keeper;
   std::shared_ptr<learners::stats_view> view;
   std::shared_ptr<learners::stats_view> return_view; // reward_norm: the "ret" stream
@@ -384,20 +385,37 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
   return {
     [self](collect_atom, uint64_t batches) -> caf::result<uint64_t> {
       auto& s = self->state;
-      if (s.opts.guest) {
-        // Another host's runner feeds whichever learner asks: a learner that
-        // takes it over (its learner host was lost, and its feed handed it on)
-        // ends the request of the one before, whose batches nobody takes.
-        auto from = caf::actor_cast<caf::actor>(self->current_sender());
-        if (from && from != s.consumer) {
-          s.request.fail(to_caf_error(
-            make_error(errc::unavailable, "env runner '{}' now feeds another learner",
-                       s.opts.name)));
-          s.consumer = std::move(from);
-        }
-      }
+      // Another host's runner answers only the learner it feeds now (the
+      // last to send consumer_atom); a learner it left is told so.
+      if (s.opts.guest &&
+          caf::actor_cast<caf::actor>(self->current_sender()) != s.consumer)
+        return to_caf_error(make_error(
+          errc::unavailable, "env runner '{}' now feeds another learner", s.opts.name));
       return s.request.open(self, batches, fmt::format("env runner '{}'", s.opts.name),
                             [self] { self->send(self, next_atom::value); });
+    },
+    [self](consumer_atom, uint64_t handoff) {
+      // A learner takes this guest runner over (its host's feed handed it on,
+      // hand-off number `handoff`): the request of the learner before ends,
+      // and its batches go to the sender from now on. A hand-off older than
+      // the one it follows arrives late: that learner is told it lost the
+      // runner (the runner's moves are ordered by its feed, not by which
+      // learner's message arrives first).
+      auto& s = self->state;
+      auto from = caf::actor_cast<caf::actor>(self->current_sender());
+      if (!s.opts.guest || !from || from == s.consumer) {
+        s.handoff = std::max(s.handoff, handoff);
+        return;
+      }
+      auto moved = to_caf_error(make_error(
+        errc::unavailable, "env runner '{}' now feeds another learner", s.opts.name));
+      if (handoff < s.handoff) {
+        self->send(from, std::move(moved));
+        return;
+      }
+      s.request.fail(moved);
+      s.consumer = std::move(from);
+      s.handoff = handoff;
     },
     [self](next_atom) {
       auto& s = self->state;

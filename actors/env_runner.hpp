@@ -52,8 +52,9 @@ struct env_runner_options {
   /// `collected`, and when `guest` (it feeds a learner of another host) the
   /// steps of each batch it sends in `finished`. Null: not counted.
   std::shared_ptr<host_counters> host;
-  /// A guest's batches go to the learner that asked last (a request still
-  /// open for another learner is ended: that learner's host is gone).
+  /// A guest's batches go to the learner that last sent (consumer_atom): a
+  /// request still open for the learner before is ended, and a collect from
+  /// any other learner is refused, saying so.
   bool guest = false;
   /// With a view (observation normalization): normalize with this runner's
   /// own running moments instead of the view's global ones, as one

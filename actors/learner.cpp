@@ -503,6 +503,41 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       hold_answer.reset();
     }
   };
+  // A guest: a runner of an environment-only host, handed here by the
+  // coordinator's supervisor or by a learner host's feed door (`handoff`: the
+  // environment-only host's count of its hand-offs of that runner, 0 from a
+  // supervisor). It is watched (its host may be lost) and asked for batches
+  // like the learner's own.
+  auto take_guest = [&](const std::string& name, caf::actor& runner, uint64_t handoff) {
+    auto slot = std::find_if(runners.begin(), runners.end(),
+                             [&](const runner_slot& r) { return r.name == name; });
+    if (slot != runners.end() && !slot->guest)
+      return; // a name of the learner's own runners: refused
+    if (!runner)
+      return;
+    self->monitor(runner);
+    // The runner's batches come here from now on, unless a later hand-off
+    // has taken it elsewhere (before the first ask: messages between two
+    // actors keep their order).
+    self->send(runner, consumer_atom::value, handoff);
+    if (slot != runners.end()) {
+      slot->restarts += 1;
+      slot->actor = std::move(runner);
+      if (slot->outstanding)
+        self->send(slot->actor, collect_atom::value, uint64_t{1});
+      return;
+    }
+    runner_slot g;
+    g.name = name;
+    g.index = runners.size();
+    g.guest = true;
+    g.actor = std::move(runner);
+    runners.push_back(std::move(g));
+    write_log(w.opts.log,
+              fmt::format("learner '{}': guest runner '{}' joins", w.opts.name, name));
+    if (started && running)
+      ask_batch(runners.back());
+  };
   self->receive_while([&] { return running; })(
     [&](trajectory_batch& b) {
       auto slot = std::find_if(runners.begin(), runners.end(),
@@ -638,32 +673,30 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         start();
     },
     [&](runner_atom, std::string& name, caf::actor& runner) {
-      // A guest: a runner of an environment-only host. It is watched (its
-      // host may be lost) and asked for batches like the learner's own.
-      auto slot = std::find_if(runners.begin(), runners.end(),
-                               [&](const runner_slot& r) { return r.name == name; });
-      if (slot != runners.end() && !slot->guest)
-        return; // a name of the learner's own runners: refused
-      if (!runner)
+      take_guest(name, runner, 0);
+    },
+    [&](runner_atom, std::string& name, caf::actor& runner, uint64_t handoff) {
+      take_guest(name, runner, handoff);
+    },
+    [&](caf::error& e) {
+      // A guest runner's end of this learner's request: its host's feed handed
+      // it to another learner (a learner host joined, or this one's request
+      // was cut short). The slot goes, and the batch asked of it is given
+      // back to the budget.
+      const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+      auto slot = std::find_if(runners.begin(), runners.end(), [&](const runner_slot& r) {
+        return r.guest && r.actor && r.actor.address() == from;
+      });
+      if (slot == runners.end())
         return;
-      self->monitor(runner);
-      if (slot != runners.end()) {
-        slot->restarts += 1;
-        slot->actor = std::move(runner);
-        if (slot->outstanding)
-          self->send(slot->actor, collect_atom::value, uint64_t{1});
-        return;
-      }
-      runner_slot g;
-      g.name = name;
-      g.index = runners.size();
-      g.guest = true;
-      g.actor = std::move(runner);
-      runners.push_back(std::move(g));
       write_log(w.opts.log,
-                fmt::format("learner '{}': guest runner '{}' joins", w.opts.name, name));
-      if (started && running)
-        ask_batch(runners.back());
+                fmt::format("learner '{}': guest runner '{}' left it ({})", w.opts.name,
+                            slot->name, error_message(self->system(), e)));
+      if (slot->outstanding)
+        w.budget->release(runner_steps(w.opts, slot->index));
+      self->demonitor(slot->actor);
+      runners.erase(slot);
+      running = outstanding();
     },
     [&](caf::down_msg& down) {
       // A guest runner is gone: its batch under way is lost (its steps were

@@ -39,6 +39,9 @@ public:
     }
     return false;
   }
+  /// Gives back `steps` claimed steps that will not be collected (a batch
+  /// asked of a guest runner that another learner took over).
+  void release(uint64_t steps) { claimed_.fetch_sub(steps); }
   /// Steps claimed so far.
   uint64_t claimed() const { return claimed_.load(); }
   /// The total.

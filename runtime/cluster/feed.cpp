@@ -19,8 +19,15 @@ constexpr auto door_ask_timeout = std::chrono::seconds(10);
 // How often a feed tries again a door it could not reach, or looks for a door
 // for runners that have none.
 constexpr auto feed_retry = std::chrono::seconds(1);
+// How long runners wait for the doors still being connected to before they
+// are handed to those connected already (so that they spread over all the
+// doors when every door answers at once).
+constexpr auto connect_patience = std::chrono::seconds(2);
 
 using retry_atom = caf::atom_constant<caf::atom("feed_retry")>;
+// A connection attempt's outcome: (connected_atom, name, host, port, door or
+// null, why not).
+using connected_atom = caf::atom_constant<caf::atom("feed_conn")>;
 
 caf::error refused(const std::string& why) {
   return actors::to_caf_error(make_error(errc::invalid_argument, "{}", why));
@@ -81,7 +88,7 @@ caf::behavior door(caf::event_based_actor* self, std::shared_ptr<door_state> st)
     [st](caf::down_msg& down) { st->subscribers.erase(down.source); });
   return {
     [self, st](actors::runner_atom, const std::string& token, const std::string& name,
-               caf::actor& runner) -> caf::result<uint64_t> {
+               caf::actor& runner, uint64_t handoff) -> caf::result<uint64_t> {
       if (!same_token(token, st->opts.token))
         return refused(fmt::format("door of host {}: guest runner '{}' refused: wrong "
                                    "token",
@@ -93,7 +100,7 @@ caf::behavior door(caf::event_based_actor* self, std::shared_ptr<door_state> st)
       auto rp = self->make_response_promise<uint64_t>();
       self->request(st->opts.supervisor, door_ask_timeout, actors::learners_atom::value)
         .then(
-          [st, rp, name, runner](std::vector<caf::actor>& learners) mutable {
+          [st, rp, name, runner, handoff](std::vector<caf::actor>& learners) mutable {
             learners.erase(std::remove(learners.begin(), learners.end(), caf::actor{}),
                            learners.end());
             if (learners.empty()) {
@@ -105,7 +112,8 @@ caf::behavior door(caf::event_based_actor* self, std::shared_ptr<door_state> st)
               return;
             }
             const uint64_t i = st->next++ % learners.size();
-            caf::anon_send(learners[i], actors::runner_atom::value, name, runner);
+            caf::anon_send(learners[i], actors::runner_atom::value, name, runner,
+                           handoff);
             rp.deliver(i);
           },
           [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
@@ -144,13 +152,17 @@ caf::behavior door(caf::event_based_actor* self, std::shared_ptr<door_state> st)
 
 struct door_slot {
   door_info info;
-  caf::actor actor; // connected; null: not (yet, or no longer)
+  caf::actor actor;                            // connected; null: not (yet, or no longer)
+  bool connecting = false;                     // an attempt is under way
+  std::chrono::steady_clock::time_point since; // ... since then
   bool said_unreachable = false;
 };
 
 struct guest_slot {
   caf::actor runner;
-  std::string door; // the door it was handed to; empty: none yet
+  std::string door;      // the door it was handed to; empty: none yet
+  uint64_t handoffs = 0; // how often it was handed to a door (its learner
+                         // follows the newest: actors/env_runner.hpp)
 };
 
 struct feed_state {
@@ -175,28 +187,27 @@ void schedule_retry(caf::event_based_actor* self, feed_state& st) {
   self->delayed_send(self, feed_retry, retry_atom::value);
 }
 
-// Connects to every listed door not connected yet (blocking: the feed is
-// detached); one that cannot be reached is tried again later.
+// Starts a connection attempt to every listed door not connected yet, each on
+// a thread of its own (connecting blocks, as long as TCP takes to give up on
+// an address that does not answer), so that the feed goes on meanwhile; each
+// attempt answers (connected_atom, ...).
 void connect_doors(caf::event_based_actor* self, feed_state& st) {
   for (auto& [name, d] : st.doors) {
-    if (d.actor)
+    if (d.actor || d.connecting)
       continue;
-    auto a =
-      connect_gate(self->system(), endpoint{d.info.host, d.info.port}, st.opts.node);
-    if (!a) {
-      if (!d.said_unreachable)
-        feed_log(st, actors::log_level::warning,
-                 fmt::format("cannot reach the feed door of learner host {} at {}:{} "
-                             "({}); trying again",
-                             name, d.info.host, d.info.port,
-                             actors::error_message(self->system(), a.error())));
-      d.said_unreachable = true;
-      schedule_retry(self, st);
-      continue;
-    }
-    d.actor = std::move(*a);
-    d.said_unreachable = false;
-    self->monitor(d.actor);
+    d.connecting = true;
+    d.since = std::chrono::steady_clock::now();
+    self->system().spawn([feed = caf::actor_cast<caf::actor>(self), name = name,
+                          info = d.info,
+                          node = st.opts.node](caf::blocking_actor* attempt) {
+      auto a = connect_gate(attempt->system(), endpoint{info.host, info.port}, node);
+      if (a)
+        attempt->send(feed, connected_atom::value, name, info.host, info.port, *a,
+                      std::string{});
+      else
+        attempt->send(feed, connected_atom::value, name, info.host, info.port,
+                      caf::actor{}, actors::error_message(attempt->system(), a.error()));
+    });
   }
 }
 
@@ -224,6 +235,17 @@ void hand_runner(caf::event_based_actor* self, std::shared_ptr<feed_state> st,
 // Hands every runner without a door to one; subscribes for the policy where
 // there is no subscription.
 void settle(caf::event_based_actor* self, std::shared_ptr<feed_state> st) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool patient =
+    std::any_of(st->doors.begin(), st->doors.end(), [&](const auto& d) {
+      return d.second.connecting && now - d.second.since < connect_patience;
+    });
+  if (patient) {
+    // A door being connected to may answer soon: its outcome (or the next
+    // tick) settles the runners.
+    schedule_retry(self, *st);
+    return;
+  }
   std::vector<std::string> waiting;
   for (auto& [name, g] : st->guests)
     if (g.door.empty() && g.runner)
@@ -256,7 +278,10 @@ void settle(caf::event_based_actor* self, std::shared_ptr<feed_state> st) {
   }
   const bool stranded = std::any_of(st->guests.begin(), st->guests.end(),
                                     [](const auto& g) { return g.second.door.empty(); });
-  if (stranded && least_fed(*st).empty()) {
+  const bool connecting = std::any_of(st->doors.begin(), st->doors.end(),
+                                      [](const auto& d) { return d.second.connecting; });
+  // While a connection is under way its outcome settles the runners again.
+  if (stranded && least_fed(*st).empty() && !connecting) {
     if (!st->said_no_door)
       feed_log(*st, actors::log_level::warning,
                "no learner host's feed door is reachable; its runners wait for one");
@@ -274,10 +299,11 @@ void hand_runner(caf::event_based_actor* self, std::shared_ptr<feed_state> st,
   if (to.empty())
     return; // settle says so and tries again
   g->second.door = to;
+  g->second.handoffs += 1;
   st->said_no_door = false;
   self
     ->request(st->doors[to].actor, door_ask_timeout, actors::runner_atom::value,
-              st->opts.token, runner_name, g->second.runner)
+              st->opts.token, runner_name, g->second.runner, g->second.handoffs)
     .then(
       [st, to, runner_name](uint64_t learner) {
         feed_log(*st, actors::log_level::info,
@@ -294,6 +320,40 @@ void hand_runner(caf::event_based_actor* self, std::shared_ptr<feed_state> st,
           g->second.door.clear();
         schedule_retry(self, *st);
       });
+}
+
+// Once a door connects (a learner host that joined after this host's runners
+// were handed out): runners move from the door with the most to the one with
+// the fewest until they differ by one at most. The learner that takes a
+// runner over ends the old learner's request, and the old learner lets it go.
+void rebalance(caf::event_based_actor* self, std::shared_ptr<feed_state> st) {
+  for (;;) {
+    std::map<std::string, std::vector<std::string>> fed; // door -> its runners
+    for (auto& [name, d] : st->doors)
+      if (d.actor)
+        fed[name];
+    for (auto& [rn, g] : st->guests)
+      if (auto it = fed.find(g.door); it != fed.end())
+        it->second.push_back(rn);
+    if (fed.size() < 2)
+      return;
+    auto most =
+      std::max_element(fed.begin(), fed.end(), [](const auto& a, const auto& b) {
+        return a.second.size() < b.second.size();
+      });
+    auto fewest =
+      std::min_element(fed.begin(), fed.end(), [](const auto& a, const auto& b) {
+        return a.second.size() < b.second.size();
+      });
+    if (most->second.size() <= fewest->second.size() + 1)
+      return;
+    const std::string runner = most->second.back();
+    feed_log(*st, actors::log_level::info,
+             fmt::format("runner '{}' moves from learner host {} to {}", runner,
+                         most->first, fewest->first));
+    st->guests[runner].door.clear();
+    hand_runner(self, st, runner); // to the door with the fewest
+  }
 }
 
 // A door is gone (its host lost, or no longer listed): its runners and the
@@ -341,7 +401,6 @@ caf::behavior guest_feed(caf::event_based_actor* self, std::shared_ptr<feed_stat
       auto& g = st->guests[name];
       g.runner = std::move(runner);
       g.door.clear();
-      hand_runner(self, st, name);
       settle(self, st);
     },
     [self, st](doors_atom, std::vector<door_info>& doors) {
@@ -370,6 +429,32 @@ caf::behavior guest_feed(caf::event_based_actor* self, std::shared_ptr<feed_stat
           st->doors[name].info = d;
       connect_doors(self, *st);
       settle(self, st);
+    },
+    [self, st](connected_atom, const std::string& name, const std::string& host,
+               uint16_t port, caf::actor& door, const std::string& why) {
+      auto it = st->doors.find(name);
+      if (it == st->doors.end() || it->second.info.host != host ||
+          it->second.info.port != port)
+        return; // no longer listed (or listed elsewhere): a new attempt is under way
+      auto& d = it->second;
+      d.connecting = false;
+      if (st->stopping || d.actor)
+        return;
+      if (!door) {
+        if (!d.said_unreachable)
+          feed_log(*st, actors::log_level::warning,
+                   fmt::format("cannot reach the feed door of learner host {} at {}:{} "
+                               "({}); trying again",
+                               name, host, port, why));
+        d.said_unreachable = true;
+        schedule_retry(self, *st);
+        return;
+      }
+      d.actor = std::move(door);
+      d.said_unreachable = false;
+      self->monitor(d.actor);
+      settle(self, st);
+      rebalance(self, st);
     },
     [self, st](retry_atom) {
       st->retry_pending = false;
@@ -405,7 +490,7 @@ caf::actor spawn_door(caf::actor_system& sys, door_options opts) {
 caf::actor spawn_guest_feed(caf::actor_system& sys, guest_feed_options opts) {
   auto st = std::make_shared<feed_state>();
   st->opts = std::move(opts);
-  return sys.spawn<caf::detached>(guest_feed, st);
+  return sys.spawn(guest_feed, st);
 }
 
 } // namespace troupe::cluster

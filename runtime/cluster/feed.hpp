@@ -32,9 +32,10 @@ struct door_options {
 };
 
 /// Spawns a learner host's door. It answers
-/// - (runner_atom, token, name, runner) -> uint64_t: hands the guest runner
-///   to one of the host's live learners (round robin) and answers that
-///   learner's index among them;
+/// - (runner_atom, token, name, runner, handoff) -> uint64_t: hands the guest
+///   runner to one of the host's live learners (round robin; `handoff`, the
+///   environment-only host's count of that runner's hand-offs, goes with it)
+///   and answers that learner's index among them;
 /// - (subscribe_atom, token, host_actor) -> uint64_t: pushes each new policy
 ///   version to host_actor as a policy_push, one under way at a time (the
 ///   newest goes next), and answers the version it holds now.
@@ -58,7 +59,7 @@ struct guest_feed_options {
 /// std::vector<door_info>) from the gate replaces the list. A door whose host
 /// is lost (its connection ends) has its runners handed to the others, and
 /// the policy subscription moves too; runners without a door wait for one.
-/// Detached: connecting to a door blocks its thread.
+/// Each connection to a door is made on a thread of its own (it blocks).
 caf::actor spawn_guest_feed(caf::actor_system& sys, guest_feed_options opts);
 
 } // namespace troupe::cluster

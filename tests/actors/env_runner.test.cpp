@@ -637,10 +637,11 @@ TEST_CASE("a runner started from another runner's state continues its batches ex
   }
 }
 
-TEST_CASE("a guest runner sends its batches to the learner that asked last, ending the "
-          "request of the one before, and none is lost or sent twice") {
+TEST_CASE("a guest runner sends its batches to the learner of its newest hand-off, "
+          "ending the request of the one before and refusing its asks, and none is lost "
+          "or sent twice") {
   runner_fixture fx;
-  caf::scoped_actor feed{*fx.sys}, a{*fx.sys}, b{*fx.sys};
+  caf::scoped_actor feed{*fx.sys}, a{*fx.sys}, b{*fx.sys}, stranger{*fx.sys};
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   std::shared_ptr<envs::vector_env> vec = envs::make_vector_env("CartPole-v1", 2).value();
@@ -649,16 +650,28 @@ TEST_CASE("a guest runner sends its batches to the learner that asked last, endi
   o.seed = seed;
   o.steps_per_batch = 8;
   o.guest = true;
-  // Registered through its host's feed: nobody has asked it yet.
+  // Registered through its host's feed: no learner has taken it yet, so an
+  // ask is refused.
   auto r = spawn_env_runner(*fx.sys, o, vec, make_random_policy(vec->spec().action_space),
                             caf::actor_cast<caf::actor>(feed));
-  // Learner A asks as learners do (a send, not a request), for more than it
-  // will get; it takes two batches, then learner B asks (A's host was lost).
+  auto refused = [&](caf::scoped_actor& who) {
+    std::string why;
+    who->request(r, test::wait_limit, collect_atom::value, uint64_t{1})
+      .receive([&](uint64_t) { why = "(answered)"; },
+               [&](caf::error& e) { why = fx.sys->render(e); });
+    return why;
+  };
+  CHECK(refused(stranger).find("env runner 'e1.runner0' now feeds another learner") !=
+        std::string::npos);
+  // Learner A takes it and asks as learners do (a send, not a request), for
+  // more than it will get; it takes two batches, then learner B takes it over.
+  a->send(r, consumer_atom::value, uint64_t{1});
   a->send(r, collect_atom::value, uint64_t{1000000});
   std::vector<uint64_t> seq_a, seq_b;
   for (int k = 0; k < 2; ++k)
     a->receive([&](trajectory_batch& x) { seq_a.push_back(x.sequence); },
                test::fail_after("a batch for learner A"));
+  b->send(r, consumer_atom::value, uint64_t{2});
   uint64_t b_sent = 0;
   b->request(r, test::wait_limit, collect_atom::value, uint64_t{3})
     .receive([&](uint64_t n) { b_sent = n; },
@@ -671,7 +684,7 @@ TEST_CASE("a guest runner sends its batches to the learner that asked last, endi
         seq_b.push_back(x.sequence);
       },
       test::fail_after("a batch for learner B"));
-  // A gets the batches sent before B asked, then the end of its request.
+  // A gets the batches sent before B took over, then the end of its request.
   std::string ended;
   while (ended.empty())
     a->receive([&](trajectory_batch& x) { seq_a.push_back(x.sequence); },
@@ -679,6 +692,22 @@ TEST_CASE("a guest runner sends its batches to the learner that asked last, endi
                test::fail_after("the end of learner A's request"));
   CHECK(ended.find("env runner 'e1.runner0' now feeds another learner") !=
         std::string::npos);
+  // A asking again is refused, and does not take the runner back from B; nor
+  // does an older hand-off that arrives late (A's again): A is told.
+  CHECK(refused(a).find("now feeds another learner") != std::string::npos);
+  a->send(r, consumer_atom::value, uint64_t{1});
+  a->receive(
+    [&](caf::error& e) {
+      CHECK(fx.sys->render(e).find("now feeds another learner") != std::string::npos);
+    },
+    test::fail_after("the refusal of a late hand-off"));
+  CHECK(refused(a).find("now feeds another learner") != std::string::npos);
+  b->request(r, test::wait_limit, collect_atom::value, uint64_t{1})
+    .receive(
+      [&](uint64_t n) { CHECK(n == 1); },
+      [&](caf::error& e) { FAIL("B's second collect failed: " << fx.sys->render(e)); });
+  b->receive([&](trajectory_batch& x) { seq_b.push_back(x.sequence); },
+             test::fail_after("B's batch after A asked again"));
   std::vector<uint64_t> all = seq_a;
   all.insert(all.end(), seq_b.begin(), seq_b.end());
   for (size_t i = 0; i < all.size(); ++i)

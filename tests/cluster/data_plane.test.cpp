@@ -305,12 +305,11 @@ TEST_CASE_FIXTURE(
 TEST_CASE_FIXTURE(cluster_run,
                   "an environment-only host (started without --run) feeds the learner "
                   "hosts' learners through their feed doors and takes their policy "
-                  "versions, and when a learner host is killed its runners and its "
-                  "subscription go to the other") {
+                  "versions, a learner host that joins later takes half its runners, and "
+                  "when a learner host is killed its runners go to the other") {
   auto& coord =
     start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 50000000, 2));
   auto& w1 = start_worker("w1");
-  auto& w2 = start_worker("w2");
   // No --run: it learns the run from the welcome, and only then reaches the
   // learner hosts, which were started with it.
   auto args = worker_args("e1", {"--learners", "0", "--runners", "2"});
@@ -318,47 +317,73 @@ TEST_CASE_FIXTURE(cluster_run,
   REQUIRE(std::find(args.begin(), args.end(), "--run") == args.end());
   auto& e1 = start("e1", args);
   INFO(report());
-  auto learner_logs = [&] { return w1.out() + w1.err() + w2.out() + w2.err(); };
+  const auto e1_log = [&] { return e1.out() + e1.err(); };
+  const auto log_of = [](child& c) { return c.out() + c.err(); };
+  // w1's door is the only one: both runners go there.
   await(
     [&] {
-      const auto log = learner_logs();
-      return log.find("first batch from guest runner 'e1.runner0'") !=
+      const auto log = e1_log();
+      return log.find("runner 'e1.runner0' feeds learner 0 of learner host w1") !=
                std::string::npos &&
-             log.find("first batch from guest runner 'e1.runner1'") != std::string::npos;
+             log.find("runner 'e1.runner1' feeds learner 0 of learner host w1") !=
+               std::string::npos;
     },
-    std::chrono::seconds(120), "no batch of e1's runners reached a learner host",
-    {&w1, &w2, &e1});
-  const auto e1_log = [&] { return e1.out() + e1.err(); };
-  CHECK(e1_log().find("2 runners feeding the learners of ") != std::string::npos);
-  CHECK(e1_log().find("takes the policy versions of learner host w") !=
+    std::chrono::seconds(120), "e1's runners were not handed to w1", {&w1, &e1});
+  CHECK(e1_log().find("2 runners feeding the learners of 1 learner host(s)") !=
         std::string::npos);
-  // One runner each: the feed hands a runner to the door with the fewest.
+  CHECK(e1_log().find("takes the policy versions of learner host w1") !=
+        std::string::npos);
+
+  // w2 joins: its door opens, and one runner moves to it; w1's learner lets
+  // it go, w2's learns its batches.
+  auto& w2 = start_worker("w2");
   std::smatch m;
-  const auto before = e1_log();
-  REQUIRE(std::regex_search(before, m,
-                            std::regex(R"(runner 'e1.runner0' feeds learner 0 of )"
-                                       R"(learner host (w[12]))")));
-  const std::string host0 = m[1].str();
-  REQUIRE(std::regex_search(before, m,
-                            std::regex(R"(runner 'e1.runner1' feeds learner 0 of )"
-                                       R"(learner host (w[12]))")));
-  const std::string host1 = m[1].str();
-  CHECK(host0 != host1);
+  await(
+    [&] {
+      const auto log = e1_log();
+      return std::regex_search(
+        log, m,
+        std::regex(R"(runner '(e1.runner[01])' moves from learner host w1 to w2)"));
+    },
+    std::chrono::seconds(120), "no runner of e1 moved to w2", {&w1, &w2, &e1});
+  const std::string moved = m[1].str();
+  const std::string stayed = moved == "e1.runner0" ? "e1.runner1" : "e1.runner0";
+  await(
+    [&] {
+      return log_of(w2).find("first batch from guest runner '" + moved + "'") !=
+               std::string::npos &&
+             log_of(w1).find("guest runner '" + moved + "' left it") != std::string::npos;
+    },
+    std::chrono::seconds(120), "w2's learner did not learn the moved runner's batches",
+    {&w1, &w2, &e1});
+  CHECK(log_of(w1).find("first batch from guest runner '" + stayed + "'") !=
+        std::string::npos);
   const auto coord_log = coord.err() + coord.out();
   CHECK(coord_log.find("cluster: learner host w1 opened its feed door at 127.0.0.1:") !=
         std::string::npos);
   CHECK(coord_log.find("no learners, 2 runners feeding the learner hosts' learners") !=
         std::string::npos);
 
-  // w2 is killed: its runner goes to w1's learner, which learns its batches.
-  const std::string moved = host0 == "w2" ? "e1.runner0" : "e1.runner1";
+  // hosts.csv has rows of both learner hosts (the environment-only host's
+  // batches count where they were learned), w2's once its reports arrived.
+  const auto host_row = [&](const std::string& host) {
+    return std::regex_search(read_text(run / "hosts.csv"),
+                             std::regex("\n[0-9.e+-]+,[0-9]+," + host + ",[1-9][0-9]*,"));
+  };
+  await([&] { return host_row("w1") && host_row("w2"); }, std::chrono::seconds(120),
+        "no rows of w1 and w2 in hosts.csv", {&w1, &w2, &e1});
+
+  // w2 is killed: its runner goes back to w1's learner, which learns on.
   w2.kill_now();
   await(
     [&] {
-      return w1.out().find("guest runner '" + moved + "' joins") != std::string::npos ||
-             w1.err().find("guest runner '" + moved + "' joins") != std::string::npos;
+      const auto log = log_of(w1);
+      // The runner joins w1's learner a second time.
+      const auto first = log.find("guest runner '" + moved + "' joins");
+      return first != std::string::npos && log.find("guest runner '" + moved + "' joins",
+                                                    first + 1) != std::string::npos;
     },
-    std::chrono::seconds(120), "the runner of the killed host did not go to w1",
+    std::chrono::seconds(120), "the runner of the killed host did not go back to w1",
     {&w1, &e1});
   CHECK(e1_log().find("lost the feed door of learner host w2") != std::string::npos);
   const double updates = metric(run, "updates");
@@ -372,18 +397,11 @@ TEST_CASE_FIXTURE(cluster_run,
                             std::regex(R"(its runners acted with policy versions up to )"
                                        R"(([0-9]+) \(from the learner hosts\))")));
   CHECK(std::stol(m[1].str()) > 20);
-  // hosts.csv: rows of the two learner hosts (the environment-only host's
-  // batches count where they were learned).
   {
     const auto hosts = read_text(run / "hosts.csv");
     CHECK(hosts.rfind("wall_time_s,env_steps,host,host_env_steps,host_updates,"
                       "host_episodes,host_sps,policy_lag_mean,return_mean\n",
                       0) == 0);
-    for (const std::string host : {"w1", "w2"}) {
-      CAPTURE(host);
-      CHECK(std::regex_search(
-        hosts, std::regex("\n[0-9.e+-]+,[0-9]+," + host + ",[1-9][0-9]*,")));
-    }
     CHECK(hosts.find(",e1,") == std::string::npos);
   }
   for (const auto* c : {&coord, &w1, &e1}) {

@@ -73,7 +73,7 @@ TEST_CASE_FIXTURE(door_fixture,
   const caf::actor r = caf::actor_cast<caf::actor>(runner);
 
   auto why = refusal(self, door, actors::runner_atom::value, std::string{"wrong"},
-                     std::string{"e1.runner0"}, r);
+                     std::string{"e1.runner0"}, r, uint64_t{1});
   CHECK(why.find("door of host w1: guest runner 'e1.runner0' refused: wrong token") !=
         std::string::npos);
   why = refusal(self, door, actors::subscribe_atom::value, std::string{""},
@@ -81,7 +81,7 @@ TEST_CASE_FIXTURE(door_fixture,
   CHECK(why.find("door of host w1: a policy subscription refused: wrong token") !=
         std::string::npos);
   why = refusal(self, door, actors::runner_atom::value, std::string{"secret"},
-                std::string{"e1.runner0"}, caf::actor{});
+                std::string{"e1.runner0"}, caf::actor{}, uint64_t{1});
   CHECK(why.find("needs a name and an actor") != std::string::npos);
 
   // Three runners: the first and third to a1, the second to a2.
@@ -89,27 +89,32 @@ TEST_CASE_FIXTURE(door_fixture,
   for (int i = 0; i < 3; ++i)
     self
       ->request(door, wait_limit, actors::runner_atom::value, std::string{"secret"},
-                fmt::format("e1.runner{}", i), r)
+                fmt::format("e1.runner{}", i), r, uint64_t(10 + i))
       .receive([&](uint64_t learner) { answered.push_back(learner); },
                [&](caf::error& e) {
                  FAIL("refused: " << actors::error_message(self->system(), e));
                });
   CHECK(answered == std::vector<uint64_t>{0, 1, 0});
-  auto handed = [&](caf::scoped_actor& learner, const std::string& expected) {
+  // Each with its hand-off number, which the learner passes on to the runner.
+  auto handed = [&](caf::scoped_actor& learner, const std::string& expected,
+                    uint64_t handoff) {
     std::string name;
     caf::actor got;
+    uint64_t number = 0;
     learner->receive(
-      [&](actors::runner_atom, std::string& n, caf::actor& a) {
+      [&](actors::runner_atom, std::string& n, caf::actor& a, uint64_t h) {
         name = std::move(n);
         got = std::move(a);
+        number = h;
       },
       caf::after(wait_limit) >> [] {});
     CHECK(name == expected);
     CHECK(got == r);
+    CHECK(number == handoff);
   };
-  handed(l1, "e1.runner0");
-  handed(l2, "e1.runner1");
-  handed(l1, "e1.runner2");
+  handed(l1, "e1.runner0", 10);
+  handed(l2, "e1.runner1", 11);
+  handed(l1, "e1.runner2", 12);
   self->send_exit(door, caf::exit_reason::user_shutdown);
   self->send_exit(supervisor, caf::exit_reason::user_shutdown);
 }
