@@ -56,11 +56,7 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<door_state> st,
   auto snap = st->opts.store->latest();
   if (!snap || snap->version <= it->second.sent_version)
     return;
-  policy_push p;
-  p.version = snap->version;
-  p.params.assign(snap->model.params(), snap->model.params() + snap->model.param_count());
-  p.buffers.assign(snap->model.buffers(),
-                   snap->model.buffers() + snap->model.buffer_count());
+  policy_push p = policy_push_of(*snap);
   it->second.in_flight = true;
   it->second.sent_version = snap->version;
   self->request(it->second.actor, door_ask_timeout, std::move(p))

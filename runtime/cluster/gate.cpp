@@ -78,11 +78,7 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   auto snap = st->opts.store->latest();
   if (!snap || snap->version <= it->second.sent_version)
     return;
-  policy_push p;
-  p.version = snap->version;
-  p.params.assign(snap->model.params(), snap->model.params() + snap->model.param_count());
-  p.buffers.assign(snap->model.buffers(),
-                   snap->model.buffers() + snap->model.buffer_count());
+  policy_push p = policy_push_of(*snap);
   it->second.in_flight = true;
   it->second.sent_version = snap->version;
   self->request(it->second.actor, push_timeout, std::move(p))
@@ -318,11 +314,7 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
     w.feed = std::move(feed);
   }
   auto snap = st->opts.store->latest();
-  w.weights.version = snap->version;
-  w.weights.params.assign(snap->model.params(),
-                          snap->model.params() + snap->model.param_count());
-  w.weights.buffers.assign(snap->model.buffers(),
-                           snap->model.buffers() + snap->model.buffer_count());
+  w.weights = policy_push_of(*snap);
   h.sent_version = snap->version;
   actors::write_log(st->opts.log,
                     fmt::format("cluster: host {} ({}) joined, incarnation {:016x}: {}, "

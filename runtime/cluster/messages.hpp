@@ -9,6 +9,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/policy_store.hpp"
 #include "actors/raw_array.hpp"
 
 namespace troupe::cluster {
@@ -48,6 +49,9 @@ typename Inspector::result_type inspect(Inspector& f, policy_push& x) {
   return f(caf::meta::type_name("policy_push"), x.version, actors::raw(x.params),
            actors::raw(x.buffers));
 }
+
+/// The version `snap` as a policy_push (its weights copied).
+policy_push policy_push_of(const actors::policy_snapshot& snap);
 
 /// A host's answer to a policy_push: its host_counters (actors/host_counters.hpp)
 /// at that moment, from which the gate counts what the host takes with it
