@@ -126,6 +126,12 @@ algorithm_info impala_info() {
        false, "entropy bonus weight (IMPALA paper 0.01)"},
       {"vf_coef", +[](S& s) -> double& { return s.loss.baseline_coef; }, 0.0, 100.0,
        false, false, "value loss weight (IMPALA baseline cost 0.5)"},
+      {"policy_clip", +[](S& s) -> double& { return s.loss.policy_clip; }, 0.0, 1.0,
+       false, true,
+       "trust region of the policy gradient: a row whose ratio pi/mu left "
+       "[1 - clip, 1 + clip] in its advantage's direction adds no policy gradient, "
+       "as in PPO's clipped surrogate (APPO); 0: none, V-trace as published. "
+       "Keeps 8 and 16 learners from collapsing (docs/training.md)"},
       {"local_bn_same_pass", +[](S& s) -> bool& { return s.local_bn_same_pass; }, 0, 1,
        false, false,
        "model.batch_norm = local: mu's log-probabilities are taken over the whole "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "kernels/policy_heads.hpp"
@@ -188,6 +189,13 @@ void vtrace_targets(size_t steps, size_t envs, const T* log_rhos, const T* disco
   const T rho_bar = static_cast<T>(config.rho_bar);
   const T pg_rho_bar = static_cast<T>(config.pg_rho_bar);
   const T c_bar = static_cast<T>(config.c_bar);
+  // The trust region's bounds on log(pi/mu); a row's sign of advantage picks
+  // the bound it may not pass (the region is off when policy_clip is 0).
+  const bool clip = config.policy_clip > 0;
+  const T log_hi = clip ? static_cast<T>(std::log1p(config.policy_clip)) : T{0};
+  const T log_lo = clip && config.policy_clip < 1
+                     ? static_cast<T>(std::log1p(-config.policy_clip))
+                     : -std::numeric_limits<T>::infinity();
   for (size_t e = 0; e < envs; ++e) {
     // Backward recursion; acc is v_{t+1} - V(x_{t+1}) (0 past the end).
     T acc = T{0};
@@ -204,8 +212,12 @@ void vtrace_targets(size_t steps, size_t envs, const T* log_rhos, const T* disco
       const size_t i = t * envs + e;
       const T next_vs = t + 1 < steps ? vs[i + envs] : bootstrap[e];
       const T rho = std::exp(log_rhos[i]);
-      pg_advantages[i] =
+      T adv =
         std::min(pg_rho_bar, rho) * (rewards[i] + discounts[i] * next_vs - values[i]);
+      if (clip &&
+          ((adv > 0 && log_rhos[i] > log_hi) || (adv < 0 && log_rhos[i] < log_lo)))
+        adv = T{0};
+      pg_advantages[i] = adv;
     }
   }
 }

@@ -96,11 +96,18 @@ struct vtrace_config {
   double c_bar = 1.0;         ///< clip of the trace-cutting coefficients
   double baseline_coef = 0.5; ///< weight of the value loss
   double ent_coef = 0.01;     ///< weight of the entropy bonus
+  /// Trust region of the policy gradient (0: none, V-trace as published): a
+  /// row whose ratio pi/mu already left [1 - policy_clip, 1 + policy_clip]
+  /// in the direction its advantage pushes gets advantage 0, as PPO's
+  /// clipped surrogate gives it no gradient (APPO, Petrenko et al. 2020).
+  double policy_clip = 0.0;
 };
 
 /// V-trace targets v_t and policy-gradient advantages for `steps` x `envs`
 /// transitions stored time-major ([t * envs + e]), bootstrapped from
-/// `bootstrap` (the recursion: docs/learners.md).
+/// `bootstrap` (the recursion: docs/learners.md). With
+/// `config.policy_clip` > 0 the advantages of the rows outside the trust
+/// region are 0 (vtrace_config::policy_clip).
 template <class T>
 void vtrace_targets(size_t steps, size_t envs, const T* log_rhos, const T* discounts,
                     const T* rewards, const T* values, const T* bootstrap,

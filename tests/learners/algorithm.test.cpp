@@ -321,6 +321,7 @@ TEST_CASE("each declared hyperparameter reads into its own field of the settings
                          {"pg_rho_bar", p.loss.pg_rho_bar},
                          {"ent_coef", p.loss.ent_coef},
                          {"vf_coef", p.loss.baseline_coef},
+                         {"policy_clip", p.loss.policy_clip},
                          {"local_bn_same_pass", p.local_bn_same_pass ? 1.0 : 0.0}};
   };
   const auto a3c_fields = [](const a3c_settings& p) {

@@ -375,6 +375,56 @@ TEST_CASE("V-trace targets equal the paper's sum of discounted, trace-cut TD err
     }
 }
 
+TEST_CASE("V-trace's policy trust region zeroes exactly the advantages that push a ratio "
+          "further out of it") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const size_t steps = 16, envs = 8, n = steps * envs;
+  std::vector<double> log_rhos(n), discounts(n), rewards(n), values(n), bootstrap(envs);
+  for (size_t i = 0; i < n; ++i) {
+    log_rhos[i] = 0.6 * normal(rng);
+    discounts[i] = u(rng) < 0.1 ? 0.0 : 0.99;
+    rewards[i] = normal(rng);
+    values[i] = normal(rng);
+  }
+  for (auto& b : bootstrap)
+    b = normal(rng);
+  vtrace_config plain;
+  plain.pg_rho_bar = 0.5 + u(rng);
+  vtrace_config clipped = plain;
+  clipped.policy_clip = 0.05 + 0.6 * u(rng);
+  CAPTURE(clipped.policy_clip);
+  std::vector<double> vs0(n), adv0(n), vs1(n), adv1(n);
+  vtrace_targets(steps, envs, log_rhos.data(), discounts.data(), rewards.data(),
+                 values.data(), bootstrap.data(), plain, vs0.data(), adv0.data());
+  vtrace_targets(steps, envs, log_rhos.data(), discounts.data(), rewards.data(),
+                 values.data(), bootstrap.data(), clipped, vs1.data(), adv1.data());
+  size_t above = 0, below = 0, kept_outside = 0;
+  for (size_t i = 0; i < n; ++i) {
+    CAPTURE(i);
+    // The value targets do not depend on the trust region.
+    CHECK(vs1[i] == vs0[i]);
+    const double ratio = std::exp(log_rhos[i]);
+    const bool too_high = adv0[i] > 0 && ratio > 1 + clipped.policy_clip;
+    const bool too_low = adv0[i] < 0 && ratio < 1 - clipped.policy_clip;
+    above += too_high;
+    below += too_low;
+    const bool outside =
+      ratio > 1 + clipped.policy_clip || ratio < 1 - clipped.policy_clip;
+    kept_outside += outside && !too_high && !too_low;
+    // PPO's clipped surrogate: no gradient where the ratio already passed
+    // the bound its advantage pushes towards; everywhere else V-trace's.
+    CHECK(adv1[i] == (too_high || too_low ? 0.0 : adv0[i]));
+  }
+  // Each kind of row occurred, so each branch was compared.
+  CHECK(above > 0);
+  CHECK(below > 0);
+  CHECK(kept_outside > 0);
+}
+
 TEST_CASE("the float32 PPO gradient agrees with the float64 one within 1e-5 per tensor") {
   auto seed = fresh_seed();
   CAPTURE(seed);
