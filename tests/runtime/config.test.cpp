@@ -374,8 +374,8 @@ TEST_CASE("a key of another algorithm's section is an error naming the file:line
   msg = errors_of("[algo]\nname = \"impala\"\n[algo.impala]\nclip_coef = 0.2\n");
   CHECK(msg.find("cartpole.toml:4: unknown key 'algo.impala.clip_coef' ('clip_coef' is a "
                  "key of [algo.ppo], not of [algo.impala], whose keys are: rho_bar, "
-                 "c_bar, pg_rho_bar, ent_coef, vf_coef, local_bn_same_pass)") !=
-        std::string::npos);
+                 "c_bar, pg_rho_bar, ent_coef, vf_coef, policy_clip, "
+                 "local_bn_same_pass)") != std::string::npos);
   msg = errors_of("[algo.ppoo]\nclip_coef = 0.2\n");
   CHECK(msg.find("cartpole.toml:1: unknown section '[algo.ppoo]' (did you mean "
                  "'[algo.ppo]'?)") != std::string::npos);
