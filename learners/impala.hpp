@@ -9,7 +9,8 @@ namespace troupe::learners {
 
 /// IMPALA's hyperparameters ([algo.impala]).
 struct impala_settings {
-  vtrace_config loss; ///< rho_bar, c_bar, pg_rho_bar, ent_coef, vf_coef (baseline_coef)
+  /// rho_bar, c_bar, pg_rho_bar, ent_coef, vf_coef (baseline_coef), policy_clip
+  vtrace_config loss;
   /// Local batch norm only: take mu's log-probabilities again with the acting
   /// weights and the batch's own statistics, as the learning pass normalizes
   /// (docs/training.md, "Hyperparameters", says when the recorded ones stay).
