@@ -131,7 +131,7 @@ algorithm_info impala_info() {
        "trust region of the policy gradient: a row whose ratio pi/mu left "
        "[1 - clip, 1 + clip] in its advantage's direction adds no policy gradient, "
        "as in PPO's clipped surrogate (APPO); 0: none, V-trace as published. "
-       "Keeps 8 and 16 learners from collapsing (docs/training.md)"},
+       "Keeps 8 and 16 learners of one process from collapsing (docs/training.md)"},
       {"local_bn_same_pass", +[](S& s) -> bool& { return s.local_bn_same_pass; }, 0, 1,
        false, false,
        "model.batch_norm = local: mu's log-probabilities are taken over the whole "
