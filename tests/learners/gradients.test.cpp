@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <vector>
 #include <cstdlib>
 #include <cstdio>
 
@@ -34,6 +35,31 @@ double finite_difference(const std::function<double(const std::vector<double>&)>
     return f(p);
   };
   return (-at(2 * h) + 8 * at(h) - 8 * at(-h) + at(-2 * h)) / (12 * h);
+}
+
+// Random V-trace inputs for `steps` x `envs` rows: log-ratios with standard
+// deviation `log_rho_sd`, discounts 0 (an episode's end, 15%) or in
+// [0.9, 1], standard normal rewards, values and bootstrap values.
+struct vtrace_inputs {
+  std::vector<double> log_rhos, discounts, rewards, values, bootstrap;
+};
+
+vtrace_inputs random_vtrace_inputs(std::mt19937_64& rng, size_t steps, size_t envs,
+                                   double log_rho_sd) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const size_t n = steps * envs;
+  vtrace_inputs in{std::vector<double>(n), std::vector<double>(n), std::vector<double>(n),
+                   std::vector<double>(n), std::vector<double>(envs)};
+  for (size_t i = 0; i < n; ++i) {
+    in.log_rhos[i] = log_rho_sd * normal(rng);
+    in.discounts[i] = u(rng) < 0.15 ? 0.0 : 0.9 + 0.1 * u(rng);
+    in.rewards[i] = normal(rng);
+    in.values[i] = normal(rng);
+  }
+  for (auto& b : in.bootstrap)
+    b = normal(rng);
+  return in;
 }
 
 std::string name_of(const model_layout& layout, size_t i) {
@@ -323,18 +349,10 @@ TEST_CASE("V-trace targets equal the paper's sum of discounted, trace-cut TD err
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
   const size_t steps = 9, envs = 4, n = steps * envs;
-  std::vector<double> log_rhos(n), discounts(n), rewards(n), values(n), bootstrap(envs);
-  for (size_t i = 0; i < n; ++i) {
-    log_rhos[i] = normal(rng);
-    discounts[i] = u(rng) < 0.15 ? 0.0 : 0.9 + 0.1 * u(rng);
-    rewards[i] = normal(rng);
-    values[i] = normal(rng);
-  }
-  for (auto& b : bootstrap)
-    b = normal(rng);
+  const auto in = random_vtrace_inputs(rng, steps, envs, 1.0);
+  const auto &log_rhos = in.log_rhos, &discounts = in.discounts, &rewards = in.rewards,
+             &values = in.values, &bootstrap = in.bootstrap;
   vtrace_config config;
   config.rho_bar = 0.9;
   config.pg_rho_bar = 1.2;
@@ -380,22 +398,16 @@ TEST_CASE("V-trace's policy trust region zeroes exactly the advantages that push
   auto seed = fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   const size_t steps = 16, envs = 8, n = steps * envs;
-  std::vector<double> log_rhos(n), discounts(n), rewards(n), values(n), bootstrap(envs);
-  for (size_t i = 0; i < n; ++i) {
-    log_rhos[i] = 0.6 * normal(rng);
-    discounts[i] = u(rng) < 0.1 ? 0.0 : 0.99;
-    rewards[i] = normal(rng);
-    values[i] = normal(rng);
-  }
-  for (auto& b : bootstrap)
-    b = normal(rng);
+  const auto in = random_vtrace_inputs(rng, steps, envs, 1.0);
+  const auto &log_rhos = in.log_rhos, &discounts = in.discounts, &rewards = in.rewards,
+             &values = in.values, &bootstrap = in.bootstrap;
   vtrace_config plain;
   plain.pg_rho_bar = 0.5 + u(rng);
   vtrace_config clipped = plain;
-  clipped.policy_clip = 0.05 + 0.6 * u(rng);
+  // At most 0.35, so that rows past either bound are many (about 20 each).
+  clipped.policy_clip = 0.05 + 0.3 * u(rng);
   CAPTURE(clipped.policy_clip);
   std::vector<double> vs0(n), adv0(n), vs1(n), adv1(n);
   vtrace_targets(steps, envs, log_rhos.data(), discounts.data(), rewards.data(),
