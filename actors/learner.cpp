@@ -427,7 +427,8 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
   for (auto& v : w.opts.batch_norm_views)
     w.bn_views.push_back(v.get());
   learners::backend_options bo;
-  bo.threads = 1;
+  bo.threads = std::max(1u, w.opts.compute_threads);
+  bo.split_networks = bo.threads >= 2;
   if (auto made = learners::make_backend(w.opts.device, w.opts.spec, w.opts.adam, bo))
     w.backend = std::move(*made);
   else {

@@ -94,6 +94,9 @@ struct learner_options {
   caf::actor report_to; ///< receives the learner's learner_state when it ends
   learners::device_kind device =
     learners::device_kind::cpu; ///< where gradients are computed
+  /// CPU: threads of the backend. 2 runs a PPO minibatch's actor and critic
+  /// at once (learners::backend_options::split_networks, the same floats as 1).
+  unsigned compute_threads = 1;
   /// Global batch norm: one view per batch-norm layer (batch_norm_layers()
   /// order, streams named by the layer prefix); the learner normalizes with
   /// them and sends each minibatch's layer moments to `keeper`.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -19,8 +20,14 @@ namespace troupe::base {
 /// threads spinning briefly before they sleep (docs/design-notes.md, "kernels/").
 class worker_pool {
 public:
-  /// A pool of `workers` threads besides the caller.
-  explicit worker_pool(size_t workers);
+  /// A pool of `workers` threads besides the caller. An idle worker polls
+  /// for the next step for `spin` before it sleeps (0: 4,000 polls, a few
+  /// microseconds). A caller whose steps come tens of microseconds apart (the
+  /// PPO minibatches of the CPU learner) gives a window longer than the gap,
+  /// so that no step waits for a thread to wake; the price is a core kept
+  /// busy for that long after the last step.
+  explicit worker_pool(size_t workers,
+                       std::chrono::microseconds spin = std::chrono::microseconds{0});
   /// Stops and joins the workers.
   ~worker_pool();
   worker_pool(const worker_pool&) = delete;
@@ -36,6 +43,7 @@ public:
 private:
   void work(size_t task);
 
+  std::chrono::microseconds spin_;
   std::vector<std::thread> threads_;
   // Taken only around the condition variables' waits and notifications: the
   // state is atomic, or published by the release increment of generation_.

@@ -53,6 +53,18 @@ void ppo_terms(const float* logp, const float* entropy, const float* value,
                const float* old_values, size_t rows, const ppo_term_constants& c,
                float* d_logp, float* d_entropy, float* d_value, float* terms) noexcept;
 
+/// The policy half of ppo_terms: dL/dlogp, dL/dH and the terms' columns 0, 2,
+/// 3 and 4 (the actor's outputs alone; the same floats as ppo_terms).
+void ppo_policy_terms(const float* logp, const float* entropy, const float* old_logp,
+                      const float* advantages, size_t rows, const ppo_term_constants& c,
+                      float* d_logp, float* d_entropy, float* terms) noexcept;
+
+/// The value half of ppo_terms: dL/dV and the terms' column 1 (the critic's
+/// outputs alone; the same floats as ppo_terms).
+void ppo_value_terms(const float* value, const float* returns, const float* old_values,
+                     size_t rows, const ppo_term_constants& c, float* d_value,
+                     float* terms) noexcept;
+
 /// CUDA twin of categorical_forward.
 status cuda_categorical_forward_async(const float* logits, const int64_t* actions,
                                       size_t rows, size_t n, float* log_softmax,

@@ -37,6 +37,12 @@ result<device_choice> choose_device(const std::string& setting);
 struct backend_options {
   /// CPU: worker threads the batch is split across (0: hardware threads).
   unsigned threads = 0;
+  /// CPU with threads >= 2, a model without batch norm: a PPO minibatch's
+  /// actor and critic run on two threads at once (ppo_part; the same floats
+  /// as one thread), never row shards, and an idle worker polls for the next
+  /// minibatch instead of sleeping between them. For a learner whose
+  /// minibatches come back to back while nothing else runs (sync PPO).
+  bool split_networks = false;
   /// CUDA: allow TF32 tensor-core GEMMs (faster, ~1e-3 relative error).
   bool allow_tf32 = false;
 };

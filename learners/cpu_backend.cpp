@@ -2,9 +2,12 @@
 // thread; every shard runs the float32 forward and backward passes with
 // Eigen GEMMs, and the shard gradients are summed with their row weights.
 // Local batch norm needs the statistics of the whole batch, so it runs in
-// one shard.
+// one shard. With split_networks a PPO minibatch is split by network
+// instead: the actor's share on the calling thread, the critic's on the
+// worker, each writing its own parameters' gradients.
 #include <cmath>
 #include <algorithm>
+#include <chrono>
 #include <thread>
 
 #include "kernels/moments.hpp"
@@ -31,7 +34,14 @@ public:
       optimizer_(layout_.param_count, adam),
       pool_(
         std::max(1u, opts.threads ? opts.threads : std::thread::hardware_concurrency()) -
-        1) {
+          1,
+        opts.split_networks ? split_spin : std::chrono::microseconds{0}),
+      split_networks_(opts.split_networks),
+      split_(opts.split_networks && spec.batch_norm == batch_norm_mode::none &&
+             pool_.size() >= 2),
+      actor_begin_(layout_.actor.hidden.empty()
+                     ? layout_.actor.output.weight
+                     : layout_.actor.hidden.front().linear.weight) {
     shards_.resize(pool_.size());
     for (auto& s : shards_)
       s.grad.resize(layout_.param_count);
@@ -72,9 +82,12 @@ public:
       whole.advantages = advantages_.data();
       shard_config.normalize_advantages = false;
     }
+    if (split_)
+      return split_gradient(whole, shard_config);
     constexpr size_t min_rows_per_shard = 128;
+    // Row shards change the sums' order, which split_networks promises not to.
     size_t shards =
-      spec_.batch_norm == batch_norm_mode::local
+      spec_.batch_norm == batch_norm_mode::local || split_networks_
         ? 1
         : std::clamp<size_t>(batch.rows / min_rows_per_shard, 1, shards_.size());
     const size_t obs_dim = static_cast<size_t>(spec_.obs_dim);
@@ -147,6 +160,22 @@ public:
     const double norm = global_norm(grad_.data(), grad_.size());
     if (!std::isfinite(norm))
       return norm; // a NaN or an infinity: not applied
+    if (split_) {
+      // The norm in one pass (its sum's order fixed); the clip and Adam are
+      // element by element, so each thread takes half the parameters.
+      const auto hyper = optimizer_.begin_step(lr);
+      // Each thread takes its own network's parameters, which it has just
+      // written the gradient of (the critic's come first, make_layout).
+      const size_t n = grad_.size();
+      const size_t mid = actor_begin_ / 16 * 16; // a cache line's floats apart
+      pool_.run(2, [&](size_t k) {
+        const size_t begin = k == 0 ? mid : 0, end = k == 0 ? n : mid;
+        if (max_grad_norm > 0)
+          scale_to_norm(grad_.data() + begin, end - begin, norm, max_grad_norm);
+        optimizer_.apply_range(params_.data(), grad_.data(), hyper, begin, end);
+      });
+      return norm;
+    }
     if (max_grad_norm > 0)
       scale_to_norm(grad_.data(), grad_.size(), norm, max_grad_norm);
     optimizer_.step(params_.data(), grad_.data(), lr);
@@ -177,6 +206,27 @@ public:
   }
 
 private:
+  // How long the worker polls for the next minibatch: longer than the
+  // optimizer step and the gather between two minibatches (tens of
+  // microseconds), far shorter than a runner's batch.
+  static constexpr std::chrono::microseconds split_spin{200};
+
+  result<loss_report> split_gradient(const ppo_batch<float>& batch,
+                                     const ppo_config& config) {
+    // Every parameter belongs to one network (log_std to the actor's share);
+    // zeroed first all the same, as the row-shard sum starts from 0.
+    std::fill(grad_.begin(), grad_.end(), 0.0f);
+    loss_report parts[2];
+    pool_.run(2, [&](size_t k) {
+      train_options options; // no batch norm: no moments, no running statistics
+      parts[k] = ppo_loss_and_grad(spec_, layout_, params_.data(), buffers_.data(), batch,
+                                   config, options, shards_[k].workspace, grad_.data(),
+                                   k == 0 ? ppo_part::actor : ppo_part::critic);
+    });
+    moments_.clear();
+    return ppo_merge_parts(parts[0], parts[1], config);
+  }
+
   model_spec spec_;
   model_layout layout_;
   std::vector<float> params_;
@@ -187,6 +237,9 @@ private:
   std::vector<kernels::moments> moments_;
   std::vector<shard_state> shards_;
   base::worker_pool pool_;
+  bool split_networks_; // asked for: never row shards
+  bool split_;          // and possible: two threads, no batch norm
+  size_t actor_begin_;  // the actor's first parameter
 };
 
 } // namespace

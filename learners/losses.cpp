@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "base/error.hpp"
 #include "kernels/policy_heads.hpp"
 
 namespace troupe::learners {
@@ -17,11 +18,16 @@ template <class T>
 void forward_all(const model_spec& spec, const model_layout& layout, const T* params,
                  T* buffers, const T* obs, size_t rows, size_t action_rows,
                  const int64_t* discrete_actions, const T* box_actions,
-                 const train_options& options, loss_workspace<T>& ws) {
-  network_forward(layout.actor, spec, params, buffers, obs, rows, forward_mode::train,
-                  ws.actor);
-  network_forward(layout.critic, spec, params, buffers, obs, rows, forward_mode::train,
-                  ws.critic);
+                 const train_options& options, loss_workspace<T>& ws,
+                 ppo_part part = ppo_part::both) {
+  if (part != ppo_part::critic)
+    network_forward(layout.actor, spec, params, buffers, obs, rows, forward_mode::train,
+                    ws.actor);
+  if (part != ppo_part::actor)
+    network_forward(layout.critic, spec, params, buffers, obs, rows, forward_mode::train,
+                    ws.critic);
+  if (part == ppo_part::critic)
+    return; // a part runs only without batch norm (ppo_loss_and_grad checks)
   const size_t head = static_cast<size_t>(spec.head_dim());
   if (spec.action == action_kind::discrete)
     categorical_forward(ws.actor.out.data(), action_rows, head, discrete_actions,
@@ -29,6 +35,8 @@ void forward_all(const model_spec& spec, const model_layout& layout, const T* pa
   else
     gaussian_forward(ws.actor.out.data(), params + layout.log_std, action_rows, head,
                      box_actions, ws.head);
+  if (part == ppo_part::actor)
+    return;
   if (options.batch_moments) {
     options.batch_moments->clear();
     batch_norm_moments(layout.actor, ws.actor, *options.batch_moments);
@@ -45,7 +53,11 @@ void forward_all(const model_spec& spec, const model_layout& layout, const T* pa
 template <class T>
 void backward_all(const model_spec& spec, const model_layout& layout, const T* params,
                   size_t rows, size_t action_rows, const int64_t* discrete_actions,
-                  loss_workspace<T>& ws, T* grad) {
+                  loss_workspace<T>& ws, T* grad, ppo_part part = ppo_part::both) {
+  if (part == ppo_part::critic) {
+    network_backward(layout.critic, spec, params, ws.critic, ws.d_value.data(), grad);
+    return;
+  }
   const size_t head = static_cast<size_t>(spec.head_dim());
   ws.d_head.assign(rows * head, T{0});
   if (spec.action == action_kind::discrete)
@@ -56,7 +68,8 @@ void backward_all(const model_spec& spec, const model_layout& layout, const T* p
                       ws.d_logp.data(), ws.d_entropy.data(), ws.d_head.data(),
                       grad + layout.log_std);
   network_backward(layout.actor, spec, params, ws.actor, ws.d_head.data(), grad);
-  network_backward(layout.critic, spec, params, ws.critic, ws.d_value.data(), grad);
+  if (part == ppo_part::both)
+    network_backward(layout.critic, spec, params, ws.critic, ws.d_value.data(), grad);
 }
 
 } // namespace
@@ -85,21 +98,27 @@ template <class T>
 loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout,
                               const T* params, T* buffers, const ppo_batch<T>& batch,
                               const ppo_config& config, const train_options& options,
-                              loss_workspace<T>& ws, T* grad) {
+                              loss_workspace<T>& ws, T* grad, ppo_part part) {
+  TROUPE_CHECK(part == ppo_part::both || spec.batch_norm == batch_norm_mode::none,
+               "ppo_loss_and_grad: a share of the loss needs a model without batch norm");
+  const bool actor = part != ppo_part::critic;
+  const bool critic = part != ppo_part::actor;
   const size_t rows = batch.rows;
   forward_all(spec, layout, params, buffers, batch.obs, rows, rows,
-              batch.discrete_actions, batch.box_actions, options, ws);
+              batch.discrete_actions, batch.box_actions, options, ws, part);
 
-  // Advantages are data: normalizing them changes no gradient formula.
-  ws.advantages.resize(rows);
-  if (config.normalize_advantages)
-    normalize_advantages(batch.advantages, rows, ws.advantages.data());
-  else
-    ws.advantages.assign(batch.advantages, batch.advantages + rows);
-
-  ws.d_logp.resize(rows);
-  ws.d_entropy.resize(rows);
-  ws.d_value.resize(rows);
+  if (actor) {
+    // Advantages are data: normalizing them changes no gradient formula.
+    ws.advantages.resize(rows);
+    if (config.normalize_advantages)
+      normalize_advantages(batch.advantages, rows, ws.advantages.data());
+    else
+      ws.advantages.assign(batch.advantages, batch.advantages + rows);
+    ws.d_logp.resize(rows);
+    ws.d_entropy.resize(rows);
+  }
+  if (critic)
+    ws.d_value.resize(rows);
   const T inv_rows = T{1} / static_cast<T>(rows);
   const T c = static_cast<T>(config.clip_coef);
   const T vf = static_cast<T>(config.vf_coef);
@@ -116,21 +135,32 @@ loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout
     k.inv_rows = inv_rows;
     k.clip_value_loss = config.clip_value_loss;
     ws.terms.resize(rows * 5);
-    kernels::ppo_terms(ws.head.logp.data(), ws.head.entropy.data(), values,
-                       batch.old_logprob, ws.advantages.data(), batch.returns,
-                       batch.old_values, rows, k, ws.d_logp.data(), ws.d_entropy.data(),
-                       ws.d_value.data(), ws.terms.data());
+    if (part == ppo_part::both)
+      kernels::ppo_terms(ws.head.logp.data(), ws.head.entropy.data(), values,
+                         batch.old_logprob, ws.advantages.data(), batch.returns,
+                         batch.old_values, rows, k, ws.d_logp.data(), ws.d_entropy.data(),
+                         ws.d_value.data(), ws.terms.data());
+    else if (actor)
+      kernels::ppo_policy_terms(ws.head.logp.data(), ws.head.entropy.data(),
+                                batch.old_logprob, ws.advantages.data(), rows, k,
+                                ws.d_logp.data(), ws.d_entropy.data(), ws.terms.data());
+    else
+      kernels::ppo_value_terms(values, batch.returns, batch.old_values, rows, k,
+                               ws.d_value.data(), ws.terms.data());
     for (size_t r = 0; r < rows; ++r) {
       const float* t = ws.terms.data() + r * 5;
-      pg_sum += t[0];
-      v_sum += t[1];
-      ent_sum += t[2];
-      kl_sum += t[3];
-      clipped += t[4] > 0.0f;
+      if (actor) {
+        pg_sum += t[0];
+        ent_sum += t[2];
+        kl_sum += t[3];
+        clipped += t[4] > 0.0f;
+      }
+      if (critic)
+        v_sum += t[1];
     }
   } else {
     // The float64 reference: the same formulas written out.
-    for (size_t r = 0; r < rows; ++r) {
+    for (size_t r = 0; r < rows && actor; ++r) {
       const T log_ratio = ws.head.logp[r] - batch.old_logprob[r];
       const T ratio = std::exp(log_ratio);
       const T adv = ws.advantages[r];
@@ -143,7 +173,10 @@ loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout
       ws.d_logp[r] = take_unclipped ? -adv * ratio * inv_rows : T{0};
       kl_sum += static_cast<double>((ratio - T{1}) - log_ratio);
       clipped += std::abs(ratio - T{1}) > c;
-
+      ent_sum += static_cast<double>(ws.head.entropy[r]);
+      ws.d_entropy[r] = -static_cast<T>(config.ent_coef) * inv_rows;
+    }
+    for (size_t r = 0; r < rows && critic; ++r) {
       const T v = values[r];
       const T err = v - batch.returns[r];
       if (config.clip_value_loss) {
@@ -162,21 +195,31 @@ loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout
         v_sum += static_cast<double>(err * err);
         ws.d_value[r] = vf * err * inv_rows;
       }
-      ent_sum += static_cast<double>(ws.head.entropy[r]);
-      ws.d_entropy[r] = -static_cast<T>(config.ent_coef) * inv_rows;
     }
   }
   loss_report report;
   const double n = static_cast<double>(rows);
-  report.policy_loss = pg_sum / n;
-  report.value_loss = 0.5 * v_sum / n;
-  report.entropy = ent_sum / n;
-  report.approx_kl = kl_sum / n;
-  report.clip_fraction = static_cast<double>(clipped) / n;
+  if (actor) {
+    report.policy_loss = pg_sum / n;
+    report.entropy = ent_sum / n;
+    report.approx_kl = kl_sum / n;
+    report.clip_fraction = static_cast<double>(clipped) / n;
+  }
+  if (critic)
+    report.value_loss = 0.5 * v_sum / n;
   report.loss = report.policy_loss + config.vf_coef * report.value_loss -
                 config.ent_coef * report.entropy;
 
-  backward_all(spec, layout, params, rows, rows, batch.discrete_actions, ws, grad);
+  backward_all(spec, layout, params, rows, rows, batch.discrete_actions, ws, grad, part);
+  return report;
+}
+
+loss_report ppo_merge_parts(const loss_report& actor, const loss_report& critic,
+                            const ppo_config& config) noexcept {
+  loss_report report = actor;
+  report.value_loss = critic.value_loss;
+  report.loss = report.policy_loss + config.vf_coef * report.value_loss -
+                config.ent_coef * report.entropy;
   return report;
 }
 
@@ -274,7 +317,7 @@ vtrace_loss_and_grad(const model_spec& spec, const model_layout& layout, const T
   template void normalize_advantages<T>(const T*, size_t, T*);                           \
   template loss_report ppo_loss_and_grad<T>(                                             \
     const model_spec&, const model_layout&, const T*, T*, const ppo_batch<T>&,           \
-    const ppo_config&, const train_options&, loss_workspace<T>&, T*);                    \
+    const ppo_config&, const train_options&, loss_workspace<T>&, T*, ppo_part);          \
   template void vtrace_targets<T>(size_t, size_t, const T*, const T*, const T*,          \
                                   const T*, const T*, const vtrace_config&, T*, T*);     \
   template loss_report vtrace_loss_and_grad<T>(                                          \

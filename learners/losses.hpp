@@ -78,14 +78,36 @@ struct ppo_batch {
   const T* old_values = nullptr;             ///< [rows] values when acting
 };
 
+/// Which network's share of PPO's loss an evaluation takes. The actor's
+/// (policy loss, entropy, KL, clip fraction, and the gradient of the actor's
+/// parameters and log_std) and the critic's (value loss and the critic's
+/// gradient) share nothing but the batch, so two threads can take them at
+/// once, on two workspaces, into one gradient vector: they write disjoint
+/// parameters, and each float is the one a `both` evaluation gives.
+enum class ppo_part : uint8_t {
+  both,   ///< the whole loss
+  actor,  ///< the actor's share
+  critic, ///< the critic's share
+};
+
 /// PPO's loss on `batch` and its gradient with respect to every parameter
 /// (written to `grad`, param_count numbers), with the batch-norm running
-/// statistics in `buffers`.
+/// statistics in `buffers`. With `part` actor or critic only that network's
+/// parameters are written and only its share of the report (the other
+/// fields stay 0; ppo_merge_parts joins two shares). A part needs float and
+/// a model without batch norm (the moments and running statistics of both
+/// networks go into one list); the float64 reference evaluates both.
 template <class T>
 loss_report ppo_loss_and_grad(const model_spec& spec, const model_layout& layout,
                               const T* params, T* buffers, const ppo_batch<T>& batch,
                               const ppo_config& config, const train_options& options,
-                              loss_workspace<T>& workspace, T* grad);
+                              loss_workspace<T>& workspace, T* grad,
+                              ppo_part part = ppo_part::both);
+
+/// The report of a `both` evaluation from the actor's and the critic's
+/// shares (the same doubles).
+loss_report ppo_merge_parts(const loss_report& actor, const loss_report& critic,
+                            const ppo_config& config) noexcept;
 
 // -- V-trace -----------------------------------------------------------------
 

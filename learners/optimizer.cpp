@@ -23,6 +23,18 @@ void adam_optimizer::step(float* params, const float* grad, double lr) {
                      adam_hyper_for(config_, lr, steps_));
 }
 
+kernels::adam_hyper adam_optimizer::begin_step(double lr) {
+  ++steps_;
+  return adam_hyper_for(config_, lr, steps_);
+}
+
+void adam_optimizer::apply_range(float* params, const float* grad,
+                                 const kernels::adam_hyper& hyper, size_t begin,
+                                 size_t end) noexcept {
+  kernels::adam_step(params + begin, grad + begin, m_.data() + begin, v_.data() + begin,
+                     end - begin, hyper);
+}
+
 double global_norm(const float* grad, size_t n) noexcept {
   // Eight running sums (in a fixed order, so the result is the same on every
   // run): one sum would chain every addition behind the last (four cycles

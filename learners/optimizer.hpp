@@ -32,6 +32,15 @@ public:
   /// annealing); advances the step counter first, as PyTorch does.
   void step(float* params, const float* grad, double lr);
 
+  /// step() in parts, for threads that share one step: advances the step
+  /// counter and returns the step's hyperparameters, which apply_range then
+  /// applies to parameters [begin, end). Disjoint ranges covering every
+  /// parameter give exactly what step() gives (Adam is element by element).
+  kernels::adam_hyper begin_step(double lr);
+  /// Applies `hyper` (from begin_step) to parameters [begin, end).
+  void apply_range(float* params, const float* grad, const kernels::adam_hyper& hyper,
+                   size_t begin, size_t end) noexcept;
+
   /// The settings given at construction.
   const adam_config& config() const noexcept { return config_; }
   /// Steps taken so far.

@@ -40,6 +40,12 @@ result<learners::algorithm_settings> algorithm_settings_for(const config& cfg);
 /// error names the config file, the algorithm and the numbers.
 status check_algorithm(const config& cfg, const learners::model_spec& spec);
 
+/// algo.learner_threads with 0 resolved: 2 for the only learner of a sync run
+/// in one process on the CPU, without batch norm, with 2 or more hardware
+/// threads (its runners wait while it learns, so a core is free), else 1.
+unsigned learner_threads_for(const config& cfg, const learners::model_spec& spec,
+                             learners::device_kind device);
+
 /// What the factory of a runner slot gets: which slot, its learner, and what
 /// an environment runner in that slot would have been given.
 struct runner_slot {

@@ -152,6 +152,13 @@ void add_algo(std::vector<option_spec>& out) {
     "algo", "num_learners", 1, 0, 64,
     "learner actors of this process, each with its environment runners (0: only on the "
     "coordinator of a run across processes, whose workers host the learners)"));
+  out.push_back(opt_int("algo", "learner_threads", 0, 0, 2,
+                        "CPU threads of each learner: 2 computes a PPO or A3C "
+                        "minibatch's actor and critic at "
+                        "once (the same numbers as 1); 0: 2 for the only learner of a "
+                        "sync run in one process "
+                        "on the CPU, without batch norm, on a machine with 2 or more "
+                        "hardware threads, else 1"));
   out.push_back(opt_int("algo", "runners_per_learner", 1, 1, 64,
                         "environment runners feeding each learner"));
   out.push_back(opt_int(

@@ -76,10 +76,9 @@ void gaussian_backward(const float* z, const float* log_std, const float* d_logp
     }
 }
 
-void ppo_terms(const float* logp, const float* entropy, const float* value,
-               const float* old_logp, const float* advantages, const float* returns,
-               const float* old_values, size_t rows, const ppo_term_constants& c,
-               float* d_logp, float* d_entropy, float* d_value, float* terms) noexcept {
+void ppo_policy_terms(const float* logp, const float* entropy, const float* old_logp,
+                      const float* advantages, size_t rows, const ppo_term_constants& c,
+                      float* d_logp, float* d_entropy, float* terms) noexcept {
   for (size_t r = 0; r < rows; ++r) {
     const float log_ratio = logp[r] - old_logp[r];
     const float ratio = std::exp(log_ratio);
@@ -88,6 +87,19 @@ void ppo_terms(const float* logp, const float* entropy, const float* value,
     const float clipped = -adv * std::clamp(ratio, 1.0f - c.clip, 1.0f + c.clip);
     const bool take_unclipped = unclipped >= clipped;
     d_logp[r] = take_unclipped ? -adv * ratio * c.inv_rows : 0.0f;
+    d_entropy[r] = -c.ent_coef * c.inv_rows;
+    float* t = terms + r * 5;
+    t[0] = take_unclipped ? unclipped : clipped;
+    t[2] = entropy[r];
+    t[3] = (ratio - 1.0f) - log_ratio;
+    t[4] = std::abs(ratio - 1.0f) > c.clip ? 1.0f : 0.0f;
+  }
+}
+
+void ppo_value_terms(const float* value, const float* returns, const float* old_values,
+                     size_t rows, const ppo_term_constants& c, float* d_value,
+                     float* terms) noexcept {
+  for (size_t r = 0; r < rows; ++r) {
     const float err = value[r] - returns[r];
     float sq = err * err;
     float dv = c.vf_coef * err * c.inv_rows;
@@ -102,14 +114,18 @@ void ppo_terms(const float* logp, const float* entropy, const float* value,
       }
     }
     d_value[r] = dv;
-    d_entropy[r] = -c.ent_coef * c.inv_rows;
-    float* t = terms + r * 5;
-    t[0] = take_unclipped ? unclipped : clipped;
-    t[1] = sq;
-    t[2] = entropy[r];
-    t[3] = (ratio - 1.0f) - log_ratio;
-    t[4] = std::abs(ratio - 1.0f) > c.clip ? 1.0f : 0.0f;
+    terms[r * 5 + 1] = sq;
   }
+}
+
+void ppo_terms(const float* logp, const float* entropy, const float* value,
+               const float* old_logp, const float* advantages, const float* returns,
+               const float* old_values, size_t rows, const ppo_term_constants& c,
+               float* d_logp, float* d_entropy, float* d_value, float* terms) noexcept {
+  // Each row's terms depend on that row alone, so the two halves may run apart.
+  ppo_policy_terms(logp, entropy, old_logp, advantages, rows, c, d_logp, d_entropy,
+                   terms);
+  ppo_value_terms(value, returns, old_values, rows, c, d_value, terms);
 }
 
 } // namespace troupe::kernels

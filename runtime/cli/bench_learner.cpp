@@ -75,6 +75,8 @@ struct bench_row {
   double samples_per_s = 0;
   double gflop_per_s = 0;
   double floor_gflop_per_s = 0; ///< cuda rows: cuBLAS SGEMM rate at [batch x h] * [h x h]
+  unsigned threads =
+    0; ///< cpu update rows: the learner's threads (2: actor and critic apart)
 };
 
 // Multiply-add FLOPs of the GEMMs of one forward and backward pass of both
@@ -134,13 +136,14 @@ result<std::vector<bench_case>> parse_bench_cases(const std::string& text) {
 
 // A backend for the CartPole-shaped model with `hidden`, loaded with seed 1's weights.
 result<std::unique_ptr<learners::learner_backend>>
-bench_backend(learners::device_kind device, const std::vector<int64_t>& hidden) {
+bench_backend(learners::device_kind device, const std::vector<int64_t>& hidden,
+              const learners::backend_options& options = {}) {
   learners::model_spec spec;
   spec.obs_dim = bench_obs_dim;
   spec.n = bench_actions;
   spec.hidden = hidden;
   learners::actor_critic model(spec, 1);
-  auto backend = learners::make_backend(device, spec, learners::adam_config{});
+  auto backend = learners::make_backend(device, spec, learners::adam_config{}, options);
   if (!backend)
     return backend.err();
   if (auto st = (*backend)->load(model.params(), model.buffers()); !st)
@@ -243,8 +246,14 @@ result<bench_row> time_case(learners::device_kind device, const bench_case& c,
 // (its first two calls, untimed, size the buffers and capture it). Samples
 // are the rows of every minibatch.
 result<bench_row> time_update(learners::device_kind device, const bench_case& c,
-                              double min_seconds) {
-  auto backend = bench_backend(device, c.hidden);
+                              double min_seconds, unsigned threads = 0) {
+  learners::backend_options options;
+  if (threads > 0) {
+    // What a learner with algo.learner_threads = threads gets.
+    options.threads = threads;
+    options.split_networks = threads >= 2;
+  }
+  auto backend = bench_backend(device, c.hidden, options);
   if (!backend)
     return backend.err();
   auto& b = **backend;
@@ -277,6 +286,7 @@ result<bench_row> time_update(learners::device_kind device, const bench_case& c,
     return timed.err();
   bench_row row;
   row.kind = bench_kind::update;
+  row.threads = threads;
   row.device = learners::to_string(device);
   row.hidden = c.hidden;
   row.batch = c.batch;
@@ -445,11 +455,25 @@ int bench_learner(const args_t& args) {
       }
       rows.push_back(*row);
     }
-    // On the CPU a whole update is its minibatch steps in a loop (the rows
-    // above); the CUDA backend runs it as one graph.
-    for (const auto& c : device_cases) {
-      if (device != learners::device_kind::cuda)
-        break;
+    // On the CPU a whole update is its minibatch steps in a loop, on one
+    // thread or with actor and critic on two (algo.learner_threads; CartPole
+    // PPO's minibatch of 128 rows added); the CUDA backend runs it as one graph.
+    auto update_cases = device_cases;
+    if (device == learners::device_kind::cpu && !chosen)
+      update_cases.insert(update_cases.begin(), bench_case{{64, 64}, 128});
+    for (const auto& c : update_cases) {
+      if (device == learners::device_kind::cpu) {
+        for (unsigned t : {1u, 2u}) {
+          if (t == 2 && std::thread::hardware_concurrency() < 2)
+            break;
+          auto row = time_update(device, c, *seconds, t);
+          if (!row)
+            return fail(exit_failure,
+                        fmt::format("bench learner: {}", row.err().message));
+          rows.push_back(*row);
+        }
+        continue;
+      }
       auto row = time_update(device, c, *seconds);
       if (!row)
         return fail(exit_failure, fmt::format("bench learner: {}", row.err().message));
@@ -483,6 +507,8 @@ int bench_learner(const args_t& args) {
         row["steps"] = r.steps;
       if (r.kind == bench_kind::update)
         row["minibatches"] = update_minibatches;
+      if (r.threads > 0)
+        row["threads"] = r.threads;
       out.push_back(std::move(row));
     }
     std::fputs(json_line(out).c_str(), stdout);
@@ -499,7 +525,7 @@ int bench_learner(const args_t& args) {
         break;
       case bench_kind::update:
         fmt::print("whole PPO update: {} minibatches of batch rows, one epoch (CUDA: one "
-                   "graph per update)\n",
+                   "graph per update; cpu x2: actor and critic on two threads)\n",
                    update_minibatches);
         break;
       case bench_kind::vtrace:
@@ -522,7 +548,9 @@ int bench_learner(const args_t& args) {
     const std::string batch = r.kind == bench_kind::vtrace
                                 ? fmt::format("{}x{}", r.steps, r.batch / r.steps)
                                 : std::to_string(r.batch);
-    fmt::print("{:<7} {:<11} {:>7} {:>16.0f} {:>12.2f}", r.device,
+    const std::string device =
+      r.threads > 0 ? fmt::format("{} x{}", r.device, r.threads) : r.device;
+    fmt::print("{:<7} {:<11} {:>7} {:>16.0f} {:>12.2f}", device,
                fmt::format("[{}]", fmt::join(r.hidden, ",")), batch, r.samples_per_s,
                r.gflop_per_s);
     if (r.floor_gflop_per_s > 0)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <tuple>
@@ -670,4 +671,110 @@ TEST_CASE("the CUDA backend hands out and takes Adam's state, and steps from it 
   }
   auto pa = params_of(**cuda, model), pb = params_of(*cpu, model);
   CHECK(max_abs_diff(pa, pb) <= 1e-3 * 0.02);
+}
+
+// Bit for bit: the same float in every place (NaN included).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Equal in every place, or NaN in both. (A one-thread gradient is a sum
+// started from +0, so an all-zero column is +0 where the two-thread one
+// keeps its -0; Adam's steps from either are the same bits.)
+bool same_values(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))))
+      return false;
+  return true;
+}
+
+TEST_CASE("a CPU backend with actor and critic on two threads computes bit for bit what "
+          "one thread computes, gradient, losses, Adam step and state") {
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (auto bn : {batch_norm_mode::none, batch_norm_mode::global})
+    for (bool box : {false, true}) {
+      const std::string bn_name = to_string(bn);
+      CAPTURE(bn_name);
+      CAPTURE(box);
+      const int64_t width = 8 + static_cast<int64_t>(rng() % 57);
+      const model_spec spec =
+        parity_spec(1 + static_cast<int64_t>(rng() % 7), {width, width}, box, bn);
+      CAPTURE(width);
+      actor_critic model(spec, rng());
+      const size_t n = model.param_count();
+      backend_options one, two;
+      one.threads = 1;
+      two.threads = 2;
+      two.split_networks = true; // with batch norm: one thread, and no row shards
+      auto a = make_cpu_backend(spec, adam_config{}, one);
+      auto b = make_cpu_backend(spec, adam_config{}, two);
+      REQUIRE(a->load(model.params(), model.buffers()));
+      REQUIRE(b->load(model.params(), model.buffers()));
+      auto state = [&](learner_backend& backend) {
+        std::vector<float> grad(n), params(n), buffers(model.buffer_count()), m(n), v(n);
+        int64_t steps = -1;
+        REQUIRE(backend.read_gradient(grad.data()));
+        REQUIRE(backend.store(params.data(), buffers.data()));
+        REQUIRE(backend.read_optimizer(m.data(), v.data(), &steps));
+        return std::make_tuple(grad, params, m, v, steps);
+      };
+      for (int step = 0; step < 12; ++step) {
+        CAPTURE(step);
+        // Row counts on both sides of the row shards' 256 (which the split
+        // never takes), a clip that bites or not, and now and then a NaN.
+        const size_t rows = 1 + rng() % 600;
+        CAPTURE(rows);
+        host_batch data(spec, rows, rng);
+        const bool poisoned = step % 5 == 4;
+        if (poisoned)
+          data.obs[rng() % data.obs.size()] = std::nanf("");
+        ppo_config loss;
+        loss.normalize_advantages = rng() % 2 == 0;
+        loss.clip_value_loss = rng() % 2 == 0;
+        loss.ent_coef = 0.01 * static_cast<double>(rng() % 3);
+        auto ra = a->ppo_gradient(data.view(), loss);
+        auto rb = b->ppo_gradient(data.view(), loss);
+        REQUIRE(ra);
+        REQUIRE(rb);
+        if (!poisoned) {
+          CHECK(rb->loss == ra->loss);
+          CHECK(rb->policy_loss == ra->policy_loss);
+          CHECK(rb->value_loss == ra->value_loss);
+          CHECK(rb->entropy == ra->entropy);
+          CHECK(rb->approx_kl == ra->approx_kl);
+          CHECK(rb->clip_fraction == ra->clip_fraction);
+        }
+        const double max_norm = rng() % 2 ? 0.5 : 1e9;
+        auto na = a->apply_gradient(1e-3, max_norm);
+        auto nb = b->apply_gradient(1e-3, max_norm);
+        REQUIRE(na);
+        REQUIRE(nb);
+        CHECK(std::isfinite(*na) == !poisoned);
+        if (!poisoned)
+          CHECK(*nb == *na);
+        CHECK(std::isfinite(*nb) == std::isfinite(*na));
+        const auto sa = state(*a);
+        const auto sb = state(*b);
+        CHECK(same_values(std::get<0>(sb), std::get<0>(sa)));
+        CHECK(same_bits(std::get<1>(sb), std::get<1>(sa)));
+        CHECK(same_bits(std::get<2>(sb), std::get<2>(sa)));
+        CHECK(same_bits(std::get<3>(sb), std::get<3>(sa)));
+        CHECK(std::get<4>(sb) == std::get<4>(sa));
+      }
+    }
+}
+
+TEST_CASE("the CPU backend with actor and critic on two threads matches a float64 "
+          "reference on the whole batch") {
+  check_against_float64([](const model_spec& spec, const adam_config& adam) {
+    backend_options options;
+    options.threads = 2;
+    options.split_networks = true;
+    return make_cpu_backend(spec, adam, options);
+  });
 }

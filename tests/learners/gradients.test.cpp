@@ -604,3 +604,91 @@ TEST_CASE(
   normalize_advantages(&single, 1, &single_out);
   CHECK(single_out == 7.5f);
 }
+
+// The actor's and the critic's shares of PPO's loss, each on its own
+// workspace, write exactly their own network's tensors with exactly the
+// numbers of the whole evaluation, and their reports join into its report.
+template <class T>
+void check_ppo_parts(bool box, std::mt19937_64& rng) {
+  model_spec spec = small_spec(box, activation_kind::tanh, batch_norm_mode::none);
+  spec.hidden = {1 + static_cast<int64_t>(rng() % 40),
+                 1 + static_cast<int64_t>(rng() % 40)};
+  actor_critic model(spec, rng());
+  const auto& layout = model.layout();
+  const size_t rows = 1 + rng() % 300;
+  CAPTURE(rows);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<T> obs(rows * spec.obs_dim), box_actions(rows * spec.act_dim);
+  std::vector<int64_t> actions(rows);
+  std::vector<T> old_logp(rows), adv(rows), ret(rows), old_v(rows);
+  for (auto& v : obs)
+    v = static_cast<T>(normal(rng));
+  for (auto& v : box_actions)
+    v = static_cast<T>(normal(rng));
+  for (auto& a : actions)
+    a = static_cast<int64_t>(rng() % 3);
+  for (size_t r = 0; r < rows; ++r) {
+    adv[r] = static_cast<T>(normal(rng));
+    ret[r] = static_cast<T>(normal(rng));
+    old_v[r] = static_cast<T>(normal(rng));
+    old_logp[r] = static_cast<T>((box ? -2.0 : -1.1) + 0.3 * normal(rng));
+  }
+  std::vector<T> params(model.params(), model.params() + model.param_count());
+  std::vector<T> buffers(model.buffers(), model.buffers() + model.buffer_count());
+  ppo_batch<T> batch{
+    rows,       obs.data(), actions.data(), box_actions.data(), old_logp.data(),
+    adv.data(), ret.data(), old_v.data()};
+  ppo_config config;
+  config.ent_coef = 0.01 * static_cast<double>(rng() % 3);
+  config.clip_value_loss = rng() % 2 == 0;
+  config.normalize_advantages = rng() % 2 == 0;
+  train_options options;
+  const T sentinel = static_cast<T>(12345.0);
+  std::vector<T> whole(model.param_count(), sentinel), actor(whole), critic(whole);
+  loss_workspace<T> w_whole, w_actor, w_critic;
+  auto r = ppo_loss_and_grad(spec, layout, params.data(), buffers.data(), batch, config,
+                             options, w_whole, whole.data());
+  auto ra = ppo_loss_and_grad(spec, layout, params.data(), buffers.data(), batch, config,
+                              options, w_actor, actor.data(), ppo_part::actor);
+  auto rc = ppo_loss_and_grad(spec, layout, params.data(), buffers.data(), batch, config,
+                              options, w_critic, critic.data(), ppo_part::critic);
+  auto joined = ppo_merge_parts(ra, rc, config);
+  CHECK(joined.loss == r.loss);
+  CHECK(joined.policy_loss == r.policy_loss);
+  CHECK(joined.value_loss == r.value_loss);
+  CHECK(joined.entropy == r.entropy);
+  CHECK(joined.approx_kl == r.approx_kl);
+  CHECK(joined.clip_fraction == r.clip_fraction);
+  CHECK(ra.value_loss == 0);
+  CHECK(rc.policy_loss == 0);
+  CHECK(rc.entropy == 0);
+  for (const auto& t : layout.tensors) {
+    if (t.is_buffer)
+      continue;
+    CAPTURE(t.name);
+    const bool of_critic = t.name.rfind("critic", 0) == 0;
+    const auto& mine = of_critic ? critic : actor;
+    const auto& other = of_critic ? actor : critic;
+    size_t wrong = 0, touched = 0;
+    for (size_t i = t.offset; i < t.offset + t.size; ++i) {
+      wrong += !(mine[i] == whole[i]);
+      touched += !(other[i] == sentinel);
+    }
+    CHECK(wrong == 0);
+    CHECK(touched == 0);
+  }
+}
+
+TEST_CASE("the actor's and the critic's shares of PPO's loss write their own tensors "
+          "with the whole evaluation's numbers, in float32 and float64") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 10; ++round)
+    for (bool box : {false, true}) {
+      CAPTURE(round);
+      CAPTURE(box);
+      check_ppo_parts<float>(box, rng);
+      check_ppo_parts<double>(box, rng);
+    }
+}

@@ -1,7 +1,9 @@
 #include "learners/optimizer.hpp"
 #include "tests/seed.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include <doctest/doctest.h>
@@ -76,4 +78,44 @@ TEST_CASE("the learning rate anneals linearly from lr0 to lr0 / total") {
   CHECK(linear_lr(3e-4, 1, 100) == doctest::Approx(3e-4));
   CHECK(linear_lr(3e-4, 51, 100) == doctest::Approx(1.5e-4));
   CHECK(linear_lr(3e-4, 100, 100) == doctest::Approx(3e-6));
+}
+
+TEST_CASE("an Adam step taken in ranges by begin_step and apply_range is step() bit for "
+          "bit, whatever the cuts") {
+  auto seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t n = 1 + rng() % 5000;
+  CAPTURE(n);
+  adam_config config;
+  config.eps = 1e-5;
+  adam_optimizer whole(n, config), parts(n, config);
+  std::vector<float> p(n);
+  for (auto& x : p)
+    x = normal(rng);
+  std::vector<float> q = p;
+  for (int t = 1; t <= 10; ++t) {
+    std::vector<float> g(n);
+    for (auto& x : g)
+      x = normal(rng) * (t % 4 == 0 ? 1e-6f : 1.0f);
+    const double lr = 1e-3 * t;
+    whole.step(p.data(), g.data(), lr);
+    // Cuts anywhere (vector bodies and scalar tails of any length), applied
+    // in any order.
+    std::vector<size_t> cuts{0, n};
+    for (int c = 0; c < 3; ++c)
+      cuts.push_back(rng() % (n + 1));
+    std::sort(cuts.begin(), cuts.end());
+    const auto hyper = parts.begin_step(lr);
+    CHECK(hyper.step == t);
+    for (size_t k = cuts.size() - 1; k-- > 0;)
+      parts.apply_range(q.data(), g.data(), hyper, cuts[k], cuts[k + 1]);
+  }
+  CHECK(parts.steps() == whole.steps());
+  CHECK(std::memcmp(q.data(), p.data(), n * sizeof(float)) == 0);
+  CHECK(std::memcmp(parts.first_moment().data(), whole.first_moment().data(),
+                    n * sizeof(float)) == 0);
+  CHECK(std::memcmp(parts.second_moment().data(), whole.second_moment().data(),
+                    n * sizeof(float)) == 0);
 }

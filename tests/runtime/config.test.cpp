@@ -7,11 +7,13 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "runtime/cast.hpp"
 #include "runtime/config.hpp"
 #include "tests/cli_support.hpp"
 #include "tests/seed.hpp"
@@ -532,4 +534,32 @@ TEST_CASE("bad reward normalization values are refused with the place, the key, 
   msg = errors_of("[model]\nreward_normalize = true\n");
   CHECK(msg.find("cartpole.toml:2: unknown key 'model.reward_normalize'") == 0);
   CHECK(msg.find("model.reward_norm") != std::string::npos);
+}
+
+TEST_CASE("algo.learner_threads 0 takes a second thread only for the only learner of a "
+          "sync run in one process on the CPU without batch norm; 1 and 2 as given") {
+  const std::string sync = "[algo]\nmode = \"sync\"\n";
+  const unsigned two = std::thread::hardware_concurrency() >= 2 ? 2 : 1;
+  troupe::learners::model_spec plain, normed;
+  normed.batch_norm = troupe::learners::batch_norm_mode::global;
+  const auto cpu = troupe::learners::device_kind::cpu;
+  const auto cuda = troupe::learners::device_kind::cuda;
+  auto threads = [&](const std::string& text, const std::vector<std::string>& sets,
+                     const troupe::learners::model_spec& spec,
+                     troupe::learners::device_kind device) {
+    auto cfg = parse_config(text, "t.toml", sets);
+    REQUIRE(cfg.has_value());
+    return learner_threads_for(*cfg, spec, device);
+  };
+  CHECK(threads(sync, {}, plain, cpu) == two);
+  CHECK(threads("[algo]\nmode = \"async\"\n", {}, plain, cpu) == 1);
+  CHECK(threads(sync, {"algo.num_learners=2"}, plain, cpu) == 1);
+  CHECK(threads(sync, {"cluster.listen=\"127.0.0.1:0\""}, plain, cpu) == 1);
+  CHECK(threads(sync, {}, normed, cpu) == 1);
+  CHECK(threads(sync, {}, plain, cuda) == 1);
+  CHECK(threads("[algo]\nmode = \"async\"\nlearner_threads = 2\n", {}, normed, cpu) == 2);
+  CHECK(threads(sync, {"algo.learner_threads=1"}, plain, cpu) == 1);
+  const auto message = errors_of(sync, {"algo.learner_threads=3"});
+  CHECK(message.find("algo.learner_threads") != std::string::npos);
+  CHECK(message.find("3") != std::string::npos);
 }

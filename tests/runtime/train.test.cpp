@@ -630,6 +630,37 @@ fs::path check_exact_resume(const temp_folder& dir, const std::string& extra) {
   return parts;
 }
 
+TEST_CASE("a sync PPO run learns the same numbers with its learner on one thread and on "
+          "two (actor and critic apart), and says which it took") {
+  temp_folder dir("train-learner-threads");
+  const uint64_t seed = fresh_seed() % 100000;
+  CAPTURE(seed);
+  const std::string common =
+    fmt::format("--set run.seed={} --set algo.total_env_steps=10240 --set "
+                "run.checkpoint_every_updates=0 --set run.log_every_updates=1",
+                seed);
+  const auto one = train_cartpole(dir, common + " --set algo.learner_threads=1", "one");
+  const auto two = train_cartpole(dir, common + " --set algo.learner_threads=2", "two");
+  CHECK(one.result.out.find("learners on cpu") != std::string::npos);
+  CHECK(one.result.out.find(", 1 thread each") != std::string::npos);
+  CHECK(two.result.out.find(", 2 threads each") != std::string::npos);
+  const auto rows_one = read_metrics(one.run);
+  const auto rows_two = read_metrics(two.run);
+  REQUIRE(rows_one.size() == 20);
+  REQUIRE(rows_two.size() == rows_one.size());
+  for (size_t i = 0; i < rows_one.size(); ++i) {
+    CAPTURE(i);
+    for (const char* column : {"env_steps", "episodes", "return_mean_100", "loss_policy",
+                               "loss_value", "entropy", "weights_version"}) {
+      CAPTURE(column);
+      CHECK(rows_two[i].at(column) == rows_one[i].at(column));
+    }
+  }
+  const auto final_ckpt = fmt::format("{:010d}", 20);
+  check_same_optimizer(one.run / "checkpoints" / final_ckpt,
+                       two.run / "checkpoints" / final_ckpt);
+}
+
 TEST_CASE("a finished run extended with --resume learns exactly what one uninterrupted "
           "run learns (sync PPO, one learner: runner and learner states are restored)") {
   temp_folder dir("train-exact");
