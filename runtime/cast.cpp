@@ -96,17 +96,18 @@ status check_algorithm(const config& cfg, const learners::model_spec& spec) {
 }
 
 unsigned learner_threads_for(const config& cfg, const learners::model_spec& spec,
-                             learners::device_kind device) {
+                             learners::device_kind device, bool own_runners) {
   if (auto set = cfg.get_int("algo.learner_threads"); set > 0)
     return static_cast<unsigned>(set);
   // 0: the second thread only where it would idle otherwise. In a sync run
   // in one process the only learner's runners wait while it learns, so the
   // core they act on is free during every update.
-  const bool free_core =
-    cfg.get_string("algo.mode") == "sync" && cfg.get_int("algo.num_learners") == 1 &&
-    cfg.get_string("cluster.listen").empty() && device == learners::device_kind::cpu &&
-    spec.batch_norm == learners::batch_norm_mode::none &&
-    std::thread::hardware_concurrency() >= 2;
+  const bool free_core = own_runners && cfg.get_string("algo.mode") == "sync" &&
+                         cfg.get_int("algo.num_learners") == 1 &&
+                         cfg.get_string("cluster.listen").empty() &&
+                         device == learners::device_kind::cpu &&
+                         spec.batch_norm == learners::batch_norm_mode::none &&
+                         std::thread::hardware_concurrency() >= 2;
   return free_core ? 2 : 1;
 }
 
@@ -269,7 +270,8 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     if (auto g = resume.learner_gens.find(lo.name); g != resume.learner_gens.end())
       lo.start_gen = g->second;
     lo.device = device;
-    lo.compute_threads = learner_threads_for(cfg, spec, device);
+    lo.compute_threads =
+      learner_threads_for(cfg, spec, device, options.runner_factories.empty());
     lo.log = log;
     // sync: every learner takes part in every step, so each gets the same
     // number of batches (its share of the steps follows its batch sizes).

@@ -42,9 +42,11 @@ status check_algorithm(const config& cfg, const learners::model_spec& spec);
 
 /// algo.learner_threads with 0 resolved: 2 for the only learner of a sync run
 /// in one process on the CPU, without batch norm, with 2 or more hardware
-/// threads (its runners wait while it learns, so a core is free), else 1.
+/// threads, whose runners are the runtime's own (`own_runners`: no runner
+/// factories, so no game or remote client keeps acting meanwhile): they wait
+/// while it learns, so a core is free. Else 1.
 unsigned learner_threads_for(const config& cfg, const learners::model_spec& spec,
-                             learners::device_kind device);
+                             learners::device_kind device, bool own_runners);
 
 /// What the factory of a runner slot gets: which slot, its learner, and what
 /// an environment runner in that slot would have been given.

@@ -154,10 +154,10 @@ void add_algo(std::vector<option_spec>& out) {
     "coordinator of a run across processes, whose workers host the learners)"));
   out.push_back(opt_int("algo", "learner_threads", 0, 0, 2,
                         "CPU threads of each learner: 2 computes a PPO or A3C "
-                        "minibatch's actor and critic at "
-                        "once (the same numbers as 1); 0: 2 for the only learner of a "
-                        "sync run in one process "
-                        "on the CPU, without batch norm, on a machine with 2 or more "
+                        "minibatch's actor and critic at once (the same numbers as 1); "
+                        "0: 2 for the only learner of a sync run in one process with its "
+                        "own environment runners (not a game's or remote clients'), on "
+                        "the CPU, without batch norm, on a machine with 2 or more "
                         "hardware threads, else 1"));
   out.push_back(opt_int("algo", "runners_per_learner", 1, 1, 64,
                         "environment runners feeding each learner"));

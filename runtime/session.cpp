@@ -276,7 +276,8 @@ status session::start() {
         // them), instead of CAF's default of polling every 50 us for 500
         // attempts, which took more of its CPU than its work did.
         c.set("work-stealing.moderate-poll-attempts", size_t{0});
-      if (learner_threads_for(s.cfg, s.spec, s.device.kind) >= 2)
+      if (learner_threads_for(s.cfg, s.spec, s.device.kind,
+                              s.options.cast.runner_factories.empty()) >= 2)
         // The learner computes on both cores while its runners wait, and
         // CAF's idle workers, polling every 50 us, would take turns with it
         // (the same runs took 1.3x as long to 475): they wait on their
@@ -444,7 +445,8 @@ std::string session_events::on_ready(caf::scoped_actor&, const caf::actor& super
     s_.ready = true;
     s_.changed.notify_all();
   }
-  const unsigned threads = learner_threads_for(s_.cfg, s_.spec, s_.device.kind);
+  const unsigned threads = learner_threads_for(s_.cfg, s_.spec, s_.device.kind,
+                                               s_.options.cast.runner_factories.empty());
   s_.log(
     actors::log_level::info,
     fmt::format("troupe: run folder {}; learners on {} ({}){}", s_.run_dir,

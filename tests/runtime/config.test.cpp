@@ -537,7 +537,8 @@ TEST_CASE("bad reward normalization values are refused with the place, the key, 
 }
 
 TEST_CASE("algo.learner_threads 0 takes a second thread only for the only learner of a "
-          "sync run in one process on the CPU without batch norm; 1 and 2 as given") {
+          "sync run in one process with its own runners, on the CPU without batch norm; "
+          "1 and 2 as given") {
   const std::string sync = "[algo]\nmode = \"sync\"\n";
   const unsigned two = std::thread::hardware_concurrency() >= 2 ? 2 : 1;
   troupe::learners::model_spec plain, normed;
@@ -546,10 +547,10 @@ TEST_CASE("algo.learner_threads 0 takes a second thread only for the only learne
   const auto cuda = troupe::learners::device_kind::cuda;
   auto threads = [&](const std::string& text, const std::vector<std::string>& sets,
                      const troupe::learners::model_spec& spec,
-                     troupe::learners::device_kind device) {
+                     troupe::learners::device_kind device, bool own = true) {
     auto cfg = parse_config(text, "t.toml", sets);
     REQUIRE(cfg.has_value());
-    return learner_threads_for(*cfg, spec, device);
+    return learner_threads_for(*cfg, spec, device, own);
   };
   CHECK(threads(sync, {}, plain, cpu) == two);
   CHECK(threads("[algo]\nmode = \"async\"\n", {}, plain, cpu) == 1);
@@ -557,6 +558,8 @@ TEST_CASE("algo.learner_threads 0 takes a second thread only for the only learne
   CHECK(threads(sync, {"cluster.listen=\"127.0.0.1:0\""}, plain, cpu) == 1);
   CHECK(threads(sync, {}, normed, cpu) == 1);
   CHECK(threads(sync, {}, plain, cuda) == 1);
+  // A game or remote clients feed the runners and go on acting while it learns.
+  CHECK(threads(sync, {}, plain, cpu, false) == 1);
   CHECK(threads("[algo]\nmode = \"async\"\nlearner_threads = 2\n", {}, normed, cpu) == 2);
   CHECK(threads(sync, {"algo.learner_threads=1"}, plain, cpu) == 1);
   const auto message = errors_of(sync, {"algo.learner_threads=3"});
