@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -37,40 +38,56 @@ std::vector<std::string> keys_of(const nlohmann::ordered_json& object) {
 
 } // namespace
 
-TEST_CASE("bench learner --json rows: PPO cases, V-trace shapes and acting sizes, each "
-          "with a positive rate") {
+TEST_CASE("bench learner --json rows: PPO cases, whole updates on one and two threads, "
+          "V-trace shapes and acting sizes, each with a positive rate") {
   temp_folder dir("bench-cli");
   auto r = run_troupe("bench learner --json --device cpu --seconds 0.01", dir);
   INFO(r.err);
   REQUIRE(r.status == 0);
   const auto rows = parse_json(r.out);
   REQUIRE(rows.is_array());
-  REQUIRE(rows.size() == 8);
-  // Four PPO cases, two V-trace shapes, two acting sizes, in that order.
+  // Four PPO cases; the whole-update rows of CartPole PPO's minibatch and the
+  // four cases, on one thread and (with two hardware threads) on two; two
+  // V-trace shapes; two acting sizes; in that order.
+  const size_t threads = std::thread::hardware_concurrency() >= 2 ? 2 : 1;
+  const size_t updates = 5 * threads;
+  REQUIRE(rows.size() == 8 + updates);
   for (size_t i = 0; i < rows.size(); ++i) {
     CAPTURE(i);
     const auto& row = rows[i];
-    const std::string kind = i < 4 ? "ppo" : i < 6 ? "vtrace" : "act";
+    const std::string kind = i < 4                 ? "ppo"
+                             : i < 4 + updates     ? "ppo_update"
+                             : i < 4 + updates + 2 ? "vtrace"
+                                                   : "act";
     CHECK(row.at("kind") == kind);
     CHECK(row.at("device") == "cpu");
     std::vector<std::string> keys = {"kind",  "device",        "hidden",
                                      "batch", "samples_per_s", "gemm_gflop_per_s"};
     if (kind == "vtrace")
       keys.push_back("steps");
+    if (kind == "ppo_update") {
+      keys.push_back("minibatches");
+      keys.push_back("threads");
+      CHECK(row.at("threads") == (i - 4) % threads + 1);
+    }
     CHECK(keys_of(row) == keys);
     CHECK(row.at("hidden").is_array());
     const double rate = row.at("samples_per_s").get<double>();
     CHECK(std::isfinite(rate));
     CHECK(rate > 0);
   }
-  CHECK(rows[4].at("steps") == 32);
-  CHECK(rows[5].at("steps") == 16);
-  CHECK(rows[4].at("batch") == 1024); // 32 x 32
-  CHECK(rows[5].at("batch") == 1024); // 16 x 64
+  const size_t v = 4 + updates;
+  CHECK(rows[v].at("steps") == 32);
+  CHECK(rows[v + 1].at("steps") == 16);
+  CHECK(rows[v].at("batch") == 1024);     // 32 x 32
+  CHECK(rows[v + 1].at("batch") == 1024); // 16 x 64
   CHECK(rows[0].at("hidden") == std::vector<int>{64, 64});
   CHECK(rows[0].at("batch") == 512);
   CHECK(rows[3].at("hidden") == std::vector<int>{256, 256});
   CHECK(rows[3].at("batch") == 4096);
+  CHECK(rows[4].at("hidden") == std::vector<int>{64, 64});
+  CHECK(rows[4].at("batch") == 128);
+  CHECK(rows[4 + updates - 1].at("batch") == 4096);
   auto bad = run_troupe("bench learner --device tpu", dir);
   CHECK(bad.status == 2);
   CHECK(bad.err.find("tpu") != std::string::npos);

@@ -537,8 +537,8 @@ TEST_CASE("bad reward normalization values are refused with the place, the key, 
 }
 
 TEST_CASE("algo.learner_threads 0 takes a second thread only for the only learner of a "
-          "sync run in one process with its own runners, on the CPU without batch norm; "
-          "1 and 2 as given") {
+          "sync run in one process with its own runners, on the CPU without batch norm, "
+          "and 1 and 2 as given") {
   const std::string sync = "[algo]\nmode = \"sync\"\n";
   const unsigned two = std::thread::hardware_concurrency() >= 2 ? 2 : 1;
   troupe::learners::model_spec plain, normed;
