@@ -162,10 +162,10 @@ public:
       return norm; // a NaN or an infinity: not applied
     if (split_) {
       // The norm in one pass (its sum's order fixed); the clip and Adam are
-      // element by element, so each thread takes half the parameters.
+      // element by element, so each thread steps its own network's
+      // parameters, whose gradient it has just written (the critic's come
+      // first, make_layout).
       const auto hyper = optimizer_.begin_step(lr);
-      // Each thread takes its own network's parameters, which it has just
-      // written the gradient of (the critic's come first, make_layout).
       const size_t n = grad_.size();
       const size_t mid = actor_begin_ / 16 * 16; // a cache line's floats apart
       pool_.run(2, [&](size_t k) {
