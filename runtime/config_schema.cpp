@@ -314,21 +314,25 @@ void add_cluster(std::vector<option_spec>& out) {
   out.push_back(opt_int("cluster", "metrics_interval_ms", 50, 0, 60000,
                         "a worker host sends its learners' reports to the metrics "
                         "actor as one message per this interval; 0: each as it comes"));
-  out.push_back(opt_string("cluster", "data_plane", "server", {"server", "allreduce"},
-                           "how the hosts' gradients meet: server, each gradient to the "
-                           "coordinator's parameter server and the weights back; "
-                           "allreduce, every host a replica of the parameter server and "
-                           "the hosts' sums of gradients all-reduced through Gloo once "
-                           "per round (docs/cluster.md, \"The data plane\")"));
-  out.push_back(
-    opt_int("cluster", "hosts", 0, 0, 4096,
-            "data_plane = \"allreduce\": the worker hosts with learners "
-            "that form the group with the coordinator; it forms once that "
-            "many have joined; a host that comes later enters at the next epoch"));
-  out.push_back(opt_string("cluster", "data_interface", "127.0.0.1", {},
-                           "data_plane = \"allreduce\": the address each host's Gloo "
-                           "data port binds to and is reached at (one address, never a "
-                           "wildcard; the data plane is not encrypted)"));
+  out.push_back(opt_string("cluster", "data_plane", "allreduce", {"allreduce", "server"},
+                           "how the hosts' gradients meet: allreduce, every host with "
+                           "learners a replica of the parameter server and the hosts' "
+                           "sums of gradients all-reduced through Gloo once per round; "
+                           "server, each gradient to the coordinator's parameter server "
+                           "and the weights back (docs/cluster.md, \"The data plane\")"));
+  out.push_back(opt_int("cluster", "hosts", 0, 0, 4096,
+                        "data_plane = \"allreduce\": the worker hosts with learners the "
+                        "group waits for before its first round; 0: it forms with the "
+                        "members there are (the coordinator alone when it has learners, "
+                        "else the first host with learners); a host that comes later "
+                        "enters at the next epoch"));
+  out.push_back(opt_string("cluster", "data_interface", "", {},
+                           "data_plane = \"allreduce\": the address the coordinator's "
+                           "Gloo data port binds to and is reached at (one address, "
+                           "never a wildcard; the data plane is not encrypted); empty: "
+                           "its cluster.listen host. Each worker binds its own: troupe "
+                           "worker --data-interface, else the address its connection "
+                           "to the coordinator leaves from"));
   out.push_back(opt_int("cluster", "round_timeout_ms", 30000, 100, 86400000,
                         "data_plane = \"allreduce\": a round (or the group's forming) "
                         "that takes longer fails, naming the peer"));

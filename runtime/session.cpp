@@ -27,6 +27,7 @@
 #include "runtime/cluster/gate.hpp"
 #include "runtime/cluster/messages.hpp"
 #include "runtime/cluster/data_plane.hpp"
+#include "runtime/cluster/feed.hpp"
 #include "runtime/cluster/node.hpp"
 #include "runtime/json.hpp"
 #include "runtime/resume.hpp"
@@ -411,6 +412,17 @@ std::string session::state::open_gate(const cast_handles& h,
   go.log = options.log;
   go.plane = plane;
   go.own_group = own_group;
+  if (own_group && supervisor) {
+    // Environment-only hosts feed the group's learners through doors; the
+    // coordinator's door is reached through their connection to the gate.
+    cluster::door_options d;
+    d.token = token;
+    d.host = "coordinator";
+    d.supervisor = supervisor;
+    d.store = store;
+    d.log = options.log;
+    go.own_door = cluster::spawn_door(drv->system(), std::move(d));
+  }
   gate = cluster::spawn_gate(drv->system(), std::move(go));
   if (plane.allreduce && !own_group && h.server)
     // The standby replica asks the members for their state through the gate.

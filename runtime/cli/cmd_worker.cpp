@@ -1,6 +1,7 @@
 // `troupe worker (--connect HOST:PORT [--run RUN] | --connect-file CLUSTER_JSON)
 // [--learners N] [--runners-per-learner M]
-// [--runners R] [--device D] [--name NAME] [--heartbeat-ms MS] [--timeout-ms MS]
+// [--runners R] [--device D] [--data-interface ADDR] [--name NAME] [--heartbeat-ms MS]
+// [--timeout-ms MS]
 // [--reconnect-s S]`: joins a run across processes (docs/cluster.md).
 #include <cerrno>
 #include <chrono>
@@ -38,6 +39,10 @@ int cmd_worker(const args_t& args) {
      "with --learners 0: runners feeding the coordinator's learners (an "
      "environment-only host)"},
     {"device", true, false, "auto, cpu or cuda (default: the run's run.device)"},
+    {"data-interface", true, false,
+     "the one address this host's data port (and feed door) binds to and the other "
+     "hosts reach it at, with the all-reduce data plane (default: the address its "
+     "connection to the coordinator leaves from; never a wildcard)"},
     {"threads", true, false,
      "the actor system's scheduler threads (default: the CPUs this process may run "
      "on, as taskset or a cgroup's cpuset leaves them)"},
@@ -134,6 +139,13 @@ int cmd_worker(const args_t& args) {
     return fail(exit_bad_input,
                 "--name: a non-empty name without spaces or commas, got '" + o.name +
                   "'");
+  if (auto d = parsed->get("data-interface")) {
+    if (cluster::wildcard_host(*d))
+      return fail(exit_bad_input,
+                  "--data-interface: one address of this host, never a wildcard, got '" +
+                    *d + "'");
+    o.data_interface = *d;
+  }
   o.tls.certificate = parsed->get("tls-certificate").value_or("");
   o.tls.key = parsed->get("tls-key").value_or("");
   o.tls.ca = parsed->get("tls-ca").value_or("");

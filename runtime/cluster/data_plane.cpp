@@ -19,17 +19,28 @@ result<data_plane_settings> data_plane_from(const runtime::config& cfg) {
                    std::chrono::milliseconds(cfg.get_int("cluster.round_timeout_ms"));
   if (!s.allreduce)
     return s;
-  if (s.hosts == 0)
-    return make_error(
-      errc::bad_config,
-      "{}: cluster.hosts = 0: data_plane = \"allreduce\" needs the number "
-      "of worker hosts with learners that form the group (at least 1)",
-      cfg.origin("cluster.hosts"));
-  if (s.interface.empty() || wildcard_host(s.interface))
+  if (!s.interface.empty() && wildcard_host(s.interface))
     return make_error(errc::bad_config,
                       "{}: cluster.data_interface = \"{}\": the data plane binds to one "
                       "address, never a wildcard",
                       cfg.origin("cluster.data_interface"), s.interface);
+  if (s.interface.empty()) {
+    // The coordinator's: the host it listens on (a worker sets its own
+    // before this: --data-interface, or the address its connection to the
+    // coordinator leaves from).
+    const auto& listen = cfg.get_string("cluster.listen");
+    if (auto ep = parse_endpoint(listen, "cluster.listen");
+        ep && !wildcard_host(ep->host))
+      s.interface = ep->host;
+    else if (cfg.get_int("algo.num_learners") > 0)
+      return make_error(
+        errc::bad_config,
+        "{}: cluster.data_interface is empty and cluster.listen = '{}' ({}) listens on "
+        "every address: a coordinator with learners is a member of the data plane's "
+        "group and needs the one address its data port binds to and the other hosts "
+        "reach it at",
+        cfg.origin("cluster.data_interface"), listen, cfg.origin("cluster.listen"));
+  }
   return s;
 }
 
@@ -135,11 +146,14 @@ deferred_group::wait_formed(uint64_t after) {
                       "the data plane's group of host '{}' did not form in time: {} (see "
                       "cluster.hosts, cluster.reconnect_s and cluster.round_timeout_ms)",
                       host_,
-                      asked_epoch_ > after
-                        ? "its rendezvous did not finish"
-                        : "the coordinator never said to form it (fewer "
-                          "worker hosts joined than cluster.hosts, or a "
-                          "lost member was not yet replaced)");
+                      asked_epoch_ > after ? std::string{"its rendezvous did not finish"}
+                      : failed_epoch_ > 0
+                        ? fmt::format("the rendezvous of its last epoch ({}) failed: {}",
+                                      failed_epoch_, failure_)
+                        : std::string{"the coordinator never said to form it (with "
+                                      "cluster.hosts > 0, fewer worker hosts joined than "
+                                      "it names, or a lost member was not yet "
+                                      "replaced)"});
   }
 }
 

@@ -37,9 +37,17 @@ using form_atom = caf::atom_constant<caf::atom("form")>;
 
 /// The [cluster] keys of the data plane.
 struct data_plane_settings {
-  bool allreduce = false;              ///< cluster.data_plane = "allreduce"
-  uint64_t hosts = 0;                  ///< worker hosts with learners in the group
-  std::string interface = "127.0.0.1"; ///< cluster.data_interface
+  bool allreduce = false; ///< cluster.data_plane = "allreduce"
+  /// Worker hosts with learners the group waits for before its first round;
+  /// 0: it forms with the members there are (the coordinator alone when it
+  /// has learners, else the first host with learners to join) and again at
+  /// each join.
+  uint64_t hosts = 0;
+  /// This host's data address: cluster.data_interface, else the coordinator's
+  /// listen host (empty for a coordinator without learners listening on a
+  /// wildcard); a worker's own (--data-interface, or the address its
+  /// connection to the coordinator leaves from).
+  std::string interface;
   std::chrono::milliseconds round_timeout{30000}; ///< cluster.round_timeout_ms
   /// How long the group may take to form after the coordinator starts
   /// (cluster.reconnect_s, the time a worker may take to come, plus a round).
@@ -47,7 +55,8 @@ struct data_plane_settings {
 };
 
 /// The data plane's settings from cfg; an error naming the key when
-/// data_plane = "allreduce" has no hosts or a wildcard interface.
+/// data_plane = "allreduce" has a wildcard interface, or none for a
+/// coordinator with learners.
 result<data_plane_settings> data_plane_from(const runtime::config& cfg);
 
 /// Tells the coordinator that the group of `epoch` failed (`why`).

@@ -193,6 +193,12 @@ void connect_doors(caf::event_based_actor* self, feed_state& st) {
       continue;
     d.connecting = true;
     d.since = std::chrono::steady_clock::now();
+    if (d.info.actor) {
+      // The coordinator's own door: no connection to make.
+      self->send(self, connected_atom::value, name, d.info.host, d.info.port,
+                 d.info.actor, std::string{});
+      continue;
+    }
     self->system().spawn([feed = caf::actor_cast<caf::actor>(self), name = name,
                           info = d.info,
                           node = st.opts.node](caf::blocking_actor* attempt) {

@@ -100,6 +100,12 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
 // data_plane = "allreduce": the member hosts' feed doors open now.
 std::vector<door_info> open_doors(const gate_state& st) {
   std::vector<door_info> out;
+  if (st.opts.own_door) {
+    door_info own;
+    own.name = "coordinator";
+    own.actor = st.opts.own_door;
+    out.push_back(std::move(own));
+  }
   for (auto& [addr, h] : st.hosts)
     if (h.door)
       out.push_back(*h.door);
@@ -167,12 +173,22 @@ bool from_here(caf::event_based_actor* self) {
 void form_group(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                 const std::string& why) {
   st->formed = true;
-  const uint64_t epoch = ++st->epoch;
   const uint64_t first = st->opts.own_group ? 1 : 0;
   uint64_t size = first;
   for (auto& [addr, h] : st->hosts)
     if (h.member)
       h.rank = size++;
+  if (size == 0) {
+    // The last member host is gone and the coordinator is not a member: no
+    // group until a host with learners joins (it then forms at once, from
+    // the standby's state).
+    actors::write_log(st->opts.log, actors::log_level::warning,
+                      fmt::format("cluster: the data plane has no member left ({}); its "
+                                  "group forms again when a host with learners joins",
+                                  why));
+    return;
+  }
+  const uint64_t epoch = ++st->epoch;
   for (auto& [addr, h] : st->hosts)
     if (h.member)
       self->send(h.actor, form_atom::value, epoch, h.rank, size);
@@ -182,7 +198,8 @@ void form_group(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
                 "{}{}",
                 epoch == 1 ? "" : " again", size - first,
                 st->opts.own_group ? " and the coordinator" : "", epoch,
-                st->opts.plane.interface,
+                st->opts.plane.interface.empty() ? std::string{"the hosts' own addresses"}
+                                                 : st->opts.plane.interface,
                 why.empty() ? std::string{} : " (" + why + ")"));
   if (st->opts.own_group)
     st->opts.own_group->form(
@@ -331,11 +348,11 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   report_hosts(self, *st);
   rp.deliver(std::move(w));
   push_newest(self, st, addr); // the server may have moved on meanwhile
-  // The group forms once cluster.hosts have joined; a host that joins a
-  // formed group enters at the next epoch.
+  // The group forms once cluster.hosts have joined (0: at the first); a
+  // host that joins a formed group enters at the next epoch.
   if (member && st->formed)
     form_group(self, st, fmt::format("host {} joins", req.name));
-  else if (member && st->members == st->opts.plane.hosts)
+  else if (member && (st->opts.plane.hosts == 0 || st->members == st->opts.plane.hosts))
     form_group(self, st, "");
 }
 
@@ -371,6 +388,9 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
     st->stop_waiters.clear();
     st->store_waiting.clear();
     st->opts.own_group.reset();
+    if (st->opts.own_door)
+      caf::anon_send_exit(st->opts.own_door, caf::exit_reason::user_shutdown);
+    st->opts.own_door = nullptr;
   });
   self->set_down_handler([self, st](caf::down_msg& down) {
     auto it = st->hosts.find(down.source);
@@ -429,6 +449,10 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       st->stop_waiters.clear();
     }
   });
+  if (st->opts.own_group && st->opts.plane.hosts == 0)
+    // A coordinator with learners waits for nobody: its group of one forms
+    // now, and each host with learners that joins enters at the next epoch.
+    form_group(self, st, "");
   return {
     [self, st](join_request& req) -> caf::result<welcome> {
       auto rp = self->make_response_promise<welcome>();

@@ -32,8 +32,13 @@ struct gate_options {
   /// cluster.data_plane and the keys that go with it.
   data_plane_settings plane;
   /// data_plane = "allreduce": the coordinator's own place in the group (rank
-  /// 0), formed with the others once plane.hosts worker hosts have joined.
+  /// 0), formed with the others once plane.hosts worker hosts have joined
+  /// (plane.hosts = 0: alone, as the gate starts).
   std::shared_ptr<deferred_group> own_group;
+  /// data_plane = "allreduce": the coordinator's own feed door (a
+  /// coordinator with learners), named first to environment-only hosts and
+  /// ended with the gate; null: none.
+  caf::actor own_door;
 };
 
 /// A host of the run as the gate knew it when it was lost.

@@ -15,7 +15,7 @@
 namespace troupe::cluster {
 
 /// Version of the join protocol; a worker of another version is refused.
-constexpr uint32_t protocol_version = 5;
+constexpr uint32_t protocol_version = 6; // 6: door_info carries the coordinator's door
 
 /// A worker's request to join a run (sent to the coordinator's gate).
 struct join_request {
@@ -70,14 +70,17 @@ typename Inspector::result_type inspect(Inspector& f, host_progress& x) {
 /// door an environment-only host connects to, to feed that host's learners
 /// and take its policy versions (docs/cluster.md, "Environment-only hosts").
 struct door_info {
-  std::string name; ///< the learner host's worker name
+  std::string name; ///< the learner host's worker name ("coordinator": its own)
   std::string host; ///< the address it listens on (its cluster.data_interface)
   uint16_t port = 0;
+  /// The coordinator's own door (a coordinator with learners in the group),
+  /// reached through the connection to the gate: no host and port.
+  caf::actor actor;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, door_info& x) {
-  return f(caf::meta::type_name("door_info"), x.name, x.host, x.port);
+  return f(caf::meta::type_name("door_info"), x.name, x.host, x.port, x.actor);
 }
 
 /// A learner host to the gate: (door_atom, token, door_info), its door is open.

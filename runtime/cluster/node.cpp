@@ -10,6 +10,9 @@
 #include <memory>
 #include <sstream>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <caf/io/all.hpp>
@@ -231,6 +234,46 @@ result<endpoint> parse_endpoint(const std::string& text, const std::string& what
 
 bool wildcard_host(const std::string& host) {
   return host.empty() || host == "0.0.0.0" || host == "::" || host == "*";
+}
+
+result<std::string> source_address_toward(const endpoint& to) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const auto port = std::to_string(to.port == 0 ? 9 : to.port);
+  if (int rc = ::getaddrinfo(to.host.c_str(), port.c_str(), &hints, &found); rc != 0)
+    return make_error(errc::unavailable, "cannot resolve '{}': {}", to.host,
+                      ::gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
+  std::string last = "no address";
+  for (auto* a = found; a; a = a->ai_next) {
+    // A UDP socket's connect() only picks the route and the source address.
+    const int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      last = std::strerror(errno);
+      continue;
+    }
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    const bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+    if (!ok)
+      last = std::strerror(errno);
+    ::close(fd);
+    if (!ok)
+      continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* raw = local.ss_family == AF_INET6
+                        ? static_cast<const void*>(
+                            &reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr)
+                        : static_cast<const void*>(
+                            &reinterpret_cast<const sockaddr_in*>(&local)->sin_addr);
+    if (::inet_ntop(local.ss_family, raw, text, sizeof text))
+      return std::string(text);
+    last = std::strerror(errno);
+  }
+  return make_error(errc::unavailable, "no route to '{}': {}", to.host, last);
 }
 
 namespace {

@@ -103,6 +103,11 @@ result<endpoint> parse_endpoint(const std::string& text, const std::string& what
 /// connect to that name.
 bool wildcard_host(const std::string& host);
 
+/// The local address a connection to `to` leaves from (the kernel's route
+/// to it; nothing is sent): where a worker's data port binds by default, so
+/// that the hosts it reaches can reach it. An error names `to`.
+result<std::string> source_address_toward(const endpoint& to);
+
 /// What a coordinator's cluster.json says: where workers connect and the run.
 struct cluster_file {
   endpoint connect; ///< "connect" (the listen address, a wildcard host replaced

@@ -293,7 +293,7 @@ private:
       return;
     }
     caf::anon_send(s_.gate, door_atom::value, s_.token,
-                   door_info{s_.opts.name, at.host, *port});
+                   door_info{s_.opts.name, at.host, *port, caf::actor{}});
     s_.log(actors::log_level::info,
            fmt::format("troupe: worker {}: its feed door for environment-only hosts "
                        "listens on {}:{}",
@@ -679,6 +679,20 @@ status join_run(worker::state& s) {
     // crosses the wire (actors/learner.hpp, gradients_in_flight).
     lc.gradients_in_flight = lo.pipelined ? 1 : 0;
     lo.local_optimizer = false; // the coordinator's server has other learners
+  }
+  // The config's data_interface is the coordinator's: this host binds its own.
+  if (!opts.data_interface.empty()) {
+    cfg->set("cluster.data_interface", opts.data_interface,
+             "troupe worker --data-interface");
+  } else {
+    auto own = source_address_toward(s.at);
+    if (!own)
+      return worker_error(fmt::format("the address of this host's data port: {} (give "
+                                      "--data-interface)",
+                                      own.err().message));
+    cfg->set("cluster.data_interface", *own,
+             "troupe worker (the address its connection to the coordinator at " +
+               s.where + " leaves from)");
   }
   auto plane = data_plane_from(*cfg);
   if (!plane)

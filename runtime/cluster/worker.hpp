@@ -34,7 +34,11 @@ struct worker_options {
   uint64_t runners_per_learner = 0; ///< 0: the run's algo.runners_per_learner
   uint64_t runners = 0; ///< with learners = 0: runners feeding the coordinator's learners
   std::string device;   ///< empty: the run's run.device
-  std::string token;    ///< empty: TROUPE_CLUSTER_TOKEN
+  /// data_plane = "allreduce": the address this host's data port and feed
+  /// door bind to; empty: the one its connection to the coordinator leaves
+  /// from (source_address_toward).
+  std::string data_interface;
+  std::string token;           ///< empty: TROUPE_CLUSTER_TOKEN
   uint64_t heartbeat_ms = 500; ///< as the coordinator's cluster.heartbeat_ms
   uint64_t timeout_ms = 3000;  ///< as the coordinator's cluster.timeout_ms
   uint64_t reconnect_s = 60;   ///< how long it tries to reach the coordinator

@@ -206,13 +206,14 @@ TEST_CASE_FIXTURE(cluster_run,
   CHECK(applied_by(log, "w3.learner0") > 0);
 }
 
-TEST_CASE_FIXTURE(cluster_run,
-                  "an environment-only worker (--learners 0 --runners 2) feeds the "
-                  "coordinator's IMPALA learner over the wire, and the learner goes on "
-                  "when that host is killed") {
-  const auto cfg =
-    dir.write("impala.toml",
-              fmt::format(R"([run]
+// An environment-only worker (--learners 0 --runners 2) feeding the
+// coordinator's IMPALA learner on `plane`: its batches are learned, and the
+// learner goes on when that host is killed.
+static void environment_host_feeds_the_coordinator(cluster_run& fx,
+                                                   const std::string& plane) {
+  const auto cfg = fx.dir.write(
+    "impala.toml",
+    fmt::format(R"([run]
 name = "envhost"
 seed = {}
 device = "cpu"
@@ -240,13 +241,14 @@ obs_norm = true
 [cluster]
 heartbeat_ms = 200
 timeout_ms = {}
-)",
-                          fresh_seed() % 1000, (dir.path / "runs").string(), lost_ms));
-  auto& coord = start_coordinator(cfg);
-  auto& e1 = start_worker("e1", {"--learners", "0", "--runners", "2"});
-  INFO(report());
+{})",
+                fresh_seed() % 1000, (fx.dir.path / "runs").string(), lost_ms,
+                plane.empty() ? std::string{} : "data_plane = \"" + plane + "\"\n"));
+  auto& coord = fx.start_coordinator(cfg);
+  auto& e1 = fx.start_worker("e1", {"--learners", "0", "--runners", "2"});
+  INFO(fx.report());
   // Both guest runners' batches reach the coordinator's learner and are learned.
-  await(
+  fx.await(
     [&] {
       const auto log = coord.err();
       return log.find("first batch from guest runner 'e1.runner0'") !=
@@ -254,32 +256,61 @@ timeout_ms = {}
              log.find("first batch from guest runner 'e1.runner1'") != std::string::npos;
     },
     std::chrono::seconds(120), "no batch of e1's runners reached the learner", {&e1});
-  CHECK(e1.out().find("troupe: worker e1 joined the run at " + addr) !=
-        std::string::npos);
-  CHECK(e1.out().find("2 runners feeding 1 learner(s) of the coordinator") !=
+  CHECK(e1.out().find("troupe: worker e1 joined the run at " + fx.addr) !=
         std::string::npos);
   const auto log = coord.err();
+  if (plane == "server") {
+    // The welcome names the coordinator's learners.
+    CHECK(e1.out().find("2 runners feeding 1 learner(s) of the coordinator") !=
+          std::string::npos);
+    CHECK(log.find("no learners, 2 runners feeding the coordinator's learners") !=
+          std::string::npos);
+  } else {
+    // The coordinator, a member of the group, has a feed door of its own,
+    // reached through e1's connection to the gate.
+    CHECK(e1.out().find("2 runners feeding the learners of 1 learner host(s)") !=
+          std::string::npos);
+    CHECK(e1.out().find("runner 'e1.runner0' feeds learner 0 of learner host "
+                        "coordinator") != std::string::npos);
+    CHECK(log.find("no learners, 2 runners feeding the learner hosts' learners") !=
+          std::string::npos);
+    CHECK(log.find("the data plane's group forms: 0 host(s) and the coordinator") !=
+          std::string::npos);
+  }
   CHECK(log.find("learner 'learner0': guest runner 'e1.runner0' joins") !=
         std::string::npos);
   CHECK(log.find("cluster: host e1 (127.0.0.1:") != std::string::npos);
-  CHECK(log.find("no learners, 2 runners feeding the coordinator's learners") !=
-        std::string::npos);
 
   // The environment host is lost: the learner drops its runners and goes on
   // with its own.
   e1.kill_now();
-  await(
+  fx.await(
     [&] {
       const auto l = coord.err();
       return l.find("guest runner 'e1.runner0' is gone") != std::string::npos &&
              l.find("guest runner 'e1.runner1' is gone") != std::string::npos;
     },
     std::chrono::seconds(60), "the learner did not drop the lost host's runners");
-  const double updates_at_loss = metric(run, "updates");
-  await([&] { return metric(run, "updates") >= updates_at_loss + 20; },
-        std::chrono::seconds(60), "the learner did not go on learning after the loss");
-  CHECK(metric(run, "hosts_lost") == 1);
+  const double updates_at_loss = metric(fx.run, "updates");
+  fx.await([&] { return metric(fx.run, "updates") >= updates_at_loss + 20; },
+           std::chrono::seconds(60), "the learner did not go on learning after the loss");
+  CHECK(metric(fx.run, "hosts_lost") == 1);
   stop_run({{"coordinator", &coord}});
+}
+
+TEST_CASE_FIXTURE(cluster_run,
+                  "an environment-only worker (--learners 0 --runners 2) feeds the "
+                  "coordinator's IMPALA learner through the coordinator's own feed door "
+                  "(the default all-reduce data plane), and the learner goes on when "
+                  "that host is killed") {
+  environment_host_feeds_the_coordinator(*this, "");
+}
+
+TEST_CASE_FIXTURE(cluster_run,
+                  "an environment-only worker (--learners 0 --runners 2) feeds the "
+                  "coordinator's IMPALA learner over the wire with the parameter-server "
+                  "data plane, and the learner goes on when that host is killed") {
+  environment_host_feeds_the_coordinator(*this, "server");
 }
 
 TEST_CASE_FIXTURE(
@@ -537,6 +568,12 @@ TEST_CASE(
      "cluster.timeout_ms must be larger than cluster.heartbeat_ms (500), got 400"},
     {"--listen 127.0.0.1:0 --set env.id='\"remote\"'", token_env,
      "env.id: \"remote\" environments are served by a run in one process"},
+    // A member of the data plane's group needs one address for its data port.
+    {"--listen 0.0.0.0:0 --set algo.num_learners=1 --set "
+     "cluster.data_plane='\"allreduce\"'",
+     token_env,
+     "cluster.data_interface is empty and cluster.listen = '0.0.0.0:0' (--listen) "
+     "listens on every address"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.args);
@@ -566,6 +603,8 @@ TEST_CASE("troupe worker refuses bad arguments before it connects") {
      "--connect: expected HOST:PORT, got 'localhost'"},
     {"worker --connect 127.0.0.1:1 --run r --learners 65", "learners"},
     {"worker --connect 127.0.0.1:1 --run r --threads 0", "threads"},
+    {"worker --connect 127.0.0.1:1 --run r --data-interface 0.0.0.0",
+     "--data-interface: one address of this host, never a wildcard, got '0.0.0.0'"},
     {"worker --connect 127.0.0.1:1 --run r --threads many", "threads"},
     {"worker --connect 127.0.0.1:1 --run r --device tpu",
      "--device: expected auto, cpu or cuda, got 'tpu'"},

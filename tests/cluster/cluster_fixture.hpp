@@ -240,11 +240,15 @@ inline void stop_run(const std::vector<std::pair<std::string, child*>>& children
 }
 
 // The small CartPole PPO config of these tests (async unless `mode` says
-// sync): no local learner.
+// sync): no local learner. Its data plane is `plane` (the parameter server,
+// which the cases of cluster.test.cpp describe); empty: the default
+// (all-reduce), and [cluster] ends the file so that keys can follow.
 inline std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total,
-                                bool obs_norm = false,
-                                const std::string& mode = "async") {
-  return dir.write("cluster.toml", fmt::format(R"([run]
+                                bool obs_norm = false, const std::string& mode = "async",
+                                const std::string& plane = "server") {
+  return dir.write(
+    "cluster.toml",
+    fmt::format(R"([run]
 name = "cluster"
 seed = {}
 device = "cpu"
@@ -272,9 +276,9 @@ obs_norm = {}
 [cluster]
 heartbeat_ms = 200
 timeout_ms = {}
-)",
-                                               seed, (dir.path / "runs").string(), mode,
-                                               total, obs_norm, lost_ms));
+{})",
+                seed, (dir.path / "runs").string(), mode, total, obs_norm, lost_ms,
+                plane.empty() ? std::string{} : "data_plane = \"" + plane + "\"\n"));
 }
 
 // The coordinator's run folder, once its cluster.json exists.

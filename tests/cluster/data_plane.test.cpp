@@ -27,15 +27,15 @@ using namespace troupe::test;
 
 namespace {
 
-// The cases' CartPole PPO config with the all-reduce data plane and `hosts`
-// worker hosts in the group ([cluster] is the config's last section).
+// The cases' CartPole PPO config with the default data plane, the all-reduce
+// one, and `hosts` worker hosts in the group ([cluster] is the config's last
+// section).
 std::string write_plane_config(const temp_folder& dir, uint64_t seed, uint64_t total,
                                int hosts, const std::string& mode = "async") {
-  const auto path = write_config(dir, seed, total, /*obs_norm=*/true, mode);
+  const auto path = write_config(dir, seed, total, /*obs_norm=*/true, mode, "");
   const auto text =
-    read_text(path) + fmt::format("data_plane = \"allreduce\"\nhosts = {}\n"
-                                  "round_timeout_ms = {}\n",
-                                  hosts, 20000 * TROUPE_TEST_TIMEOUT_SCALE);
+    read_text(path) + fmt::format("hosts = {}\nround_timeout_ms = {}\n", hosts,
+                                  20000 * TROUPE_TEST_TIMEOUT_SCALE);
   return dir.write("cluster.toml", text);
 }
 
@@ -225,6 +225,44 @@ TEST_CASE_FIXTURE(cluster_run,
   CHECK(std::regex_search(w1.err() + w1.out(),
                           std::regex(R"(replica of host 'w1': the group formed again )"
                                      R"(\(rank [01] of 2, epoch 2\))")));
+}
+
+TEST_CASE_FIXTURE(cluster_run,
+                  "with cluster.hosts = 0 a coordinator with a learner trains alone in a "
+                  "group of one from its start, and each learner host that joins enters "
+                  "at the next epoch") {
+  auto& coord =
+    start_coordinator(write_plane_config(dir, fresh_seed() % 1000, 100000000, 0),
+                      {"--set", "algo.num_learners=1"});
+  INFO(report());
+  await([&] { return metric(run, "updates") >= 5; }, std::chrono::seconds(120),
+        "no 5 updates of the coordinator's group of one", {});
+  CHECK(coord.err().find("the data plane's group forms: 0 host(s) and the coordinator, "
+                         "epoch 1, on 127.0.0.1") != std::string::npos);
+  auto& w1 = start_worker("w1");
+  await_new_epoch(*this, coord,
+                  "1 host(s) and the coordinator, epoch 2, on 127.0.0.1 "
+                  "(host w1 joins)",
+                  "w1 joined", {&w1});
+  auto& w2 = start_worker("w2");
+  await_new_epoch(*this, coord,
+                  "2 host(s) and the coordinator, epoch 3, on 127.0.0.1 "
+                  "(host w2 joins)",
+                  "w2 joined", {&w1, &w2});
+  CHECK(metric(run, "hosts") == 2);
+  stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
+  const auto log = coord.err();
+  const auto [rounds, members] = rounds_and_members(log);
+  CHECK(members == 3);
+  CHECK(rounds > 20);
+  // The coordinator's replica left each group for the next at a join.
+  const auto coord_text = log + coord.out();
+  CHECK(coord_text.find("replica of host 'coordinator': the group formed again (rank 0 "
+                        "of 2, epoch 2)") != std::string::npos);
+  CHECK(coord_text.find("replica of host 'coordinator': the group formed again (rank 0 "
+                        "of 3, epoch 3)") != std::string::npos);
+  for (const auto* c : {&coord, &w1, &w2})
+    CHECK((c->err() + c->out()).find("differ between hosts") == std::string::npos);
 }
 
 // The replicas' log lines about a failed round that the survivors complete
@@ -419,8 +457,7 @@ TEST_CASE("the all-reduce data plane's settings are checked before anything star
   temp_folder dir("troupe-plane-config");
   const auto cfg = write_config(dir, 1, 1000);
   const std::vector<std::pair<std::string, std::string>> cases = {
-    {"--set cluster.hosts=0",
-     "cluster.hosts = 0: data_plane = \"allreduce\" needs the number of worker hosts"},
+    {"--set cluster.hosts=5000", "cluster.hosts"},
     {"--set cluster.hosts=1 --set cluster.data_interface='\"0.0.0.0\"'",
      "cluster.data_interface = \"0.0.0.0\": the data plane binds to one address, never a "
      "wildcard"},

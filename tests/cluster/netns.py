@@ -7,8 +7,11 @@ A coordinator in one namespace and two workers in two others, each worker
 joined to the coordinator's namespace by its own veth pair (10.X.1.0/24 and
 10.X.2.0/24, no route anywhere else: nothing leaves the namespaces). With
 `netem`, every veth end delays by 20 ms and drops 1% of packets (tc netem).
-The run trains CartPole PPO async with observation normalization until the
-100-episode mean return passes 200; after a SIGTERM every process exits 0 and
+The workers reach each other through the coordinator's namespace (forwarding
+on, a route in each), as the default all-reduce data plane's full mesh needs;
+each binds its data port to its own address. The run trains CartPole PPO
+async with observation normalization until the 100-episode mean return
+passes 200; after a SIGTERM every process exits 0 and
 the keeper's sample count equals the sum of the samples each worker's
 outbox saw acknowledged: the statistics stay exact over a real link.
 
@@ -104,6 +107,11 @@ def main():
                         print("skipped: tc netem is not available in this kernel "
                               f"(sch_netem): {r.stderr.strip()}")
                         return SKIP
+        # The workers reach each other through the coordinator's namespace
+        # (the data plane's group is a full mesh of the hosts' data ports).
+        sh("ip", "netns", "exec", ns["c"], "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        sh("ip", "-n", ns["a"], "route", "add", f"10.{net}.2.0/24", "via", f"10.{net}.1.1")
+        sh("ip", "-n", ns["b"], "route", "add", f"10.{net}.1.0/24", "via", f"10.{net}.2.1")
         # Nothing leaves the namespaces: no default route, no other interface.
         for w in ("a", "b"):
             routes = sh("ip", "-n", ns[w], "route").stdout
@@ -201,6 +209,13 @@ timeout_ms = 3000
         assert total > 0 and all(v > 0 for v in merged.values()), (total, merged)
         assert total == sum(merged.values()), (total, merged)
         assert merged == acked, (merged, acked)
+        # The default data plane: each worker's data port on its own address
+        # (the one its connection to the coordinator leaves from), and the
+        # group of both formed over the routed link.
+        assert "the data plane's group forms again: 2 host(s), epoch 2" in log, log[-3000:]
+        for i, n in enumerate(workers, start=1):
+            out = open(os.path.join(tmp, n + ".out")).read()
+            assert f"feed door for environment-only hosts listens on 10.{net}.{i}.2:" in out, out
         print("passed")
         return 0
     except (AssertionError, RuntimeError) as e:

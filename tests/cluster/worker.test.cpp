@@ -87,6 +87,20 @@ cluster::worker_options options_for(uint16_t port) {
 
 } // namespace
 
+TEST_CASE("a worker's data address is the one its connection to the coordinator "
+          "leaves from, and a name that does not resolve is an error naming it") {
+  auto loop = cluster::source_address_toward(cluster::endpoint{"127.0.0.1", 7400});
+  REQUIRE_MESSAGE(loop.ok(), (loop ? std::string() : loop.err().message));
+  CHECK(*loop == "127.0.0.1");
+  // Any loopback destination leaves from a loopback address.
+  auto other = cluster::source_address_toward(cluster::endpoint{"127.0.0.2", 0});
+  REQUIRE(other.ok());
+  CHECK(other->rfind("127.", 0) == 0);
+  auto bad = cluster::source_address_toward(cluster::endpoint{"no-such-host.invalid", 1});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.err().message.find("'no-such-host.invalid'") != std::string::npos);
+}
+
 TEST_CASE("worker connect to a closed loopback port is an error naming the address") {
   const uint16_t port = closed_loopback_port();
   CAPTURE(port);

@@ -151,7 +151,10 @@ try:
              ([CONFIG, "1"], {"PIN": "yes"}, 2, "PIN='yes': must be 0 or 1"),
              ([CONFIG, "1"], {"STEPS": "-5"}, 2, "STEPS='-5': must be an integer >= 1"),
              ([CONFIG, "1"], {"SAMPLE_S": "0"}, 2, "SAMPLE_S='0'"),
-             ([CONFIG, "1"], {"ENV_HOSTS": "1"}, 2, "ENV_HOSTS needs PLANE=allreduce"),
+             ([CONFIG, "1"], {"ENV_HOSTS": "1", "PLANE": "server"}, 2,
+              "ENV_HOSTS needs PLANE=allreduce"),
+             ([CONFIG, "1"], {"PLANE": "ring"}, 2,
+              "PLANE: expected allreduce or server, got 'ring'"),
              ([CONFIG, "1"], {"ENV_HOSTS": "1", "PLANE": "allreduce", "LEARNERS": "2"}, 2,
               "ENV_HOSTS x ENV_RUNNERS = 1 runners do not divide among the one-process "
               "run's 2 learners"),
