@@ -166,6 +166,44 @@ bool from_here(caf::event_based_actor* self) {
   return sender && sender->node() == self->node();
 }
 
+// The epoch of a rendezvous key ("epoch-N/...", the group's prefix); 0: none.
+uint64_t epoch_of_key(const std::string& key) {
+  static const std::string head = "epoch-";
+  if (key.compare(0, head.size(), head) != 0)
+    return 0;
+  uint64_t epoch = 0;
+  size_t i = head.size();
+  for (; i < key.size() && key[i] >= '0' && key[i] <= '9' && epoch < (uint64_t{1} << 59);
+       ++i)
+    epoch = epoch * 10 + static_cast<uint64_t>(key[i] - '0');
+  return i < key.size() && key[i] == '/' ? epoch : 0;
+}
+
+// The rendezvous of epochs before `epoch` can no longer complete (their
+// members moved on): the gets still waiting there fail now instead of at
+// their time-out, so that the forming threads of the old epochs end (a
+// blocked one kept the actor system from shutting down at the run's end), and
+// the old epochs' keys go.
+void retire_old_epochs(gate_state& st, uint64_t epoch) {
+  for (auto it = st.store_waiting.begin(); it != st.store_waiting.end();) {
+    const uint64_t of = epoch_of_key(it->first);
+    if (of == 0 || of >= epoch) {
+      ++it;
+      continue;
+    }
+    for (auto& rp : it->second)
+      rp.deliver(actors::to_caf_error(
+        make_error(errc::unavailable,
+                   "rendezvous: the group of epoch {} is replaced by epoch {} (key '{}')",
+                   of, epoch, it->first)));
+    it = st.store_waiting.erase(it);
+  }
+  for (auto it = st.store_values.begin(); it != st.store_values.end();) {
+    const uint64_t of = epoch_of_key(it->first);
+    it = of != 0 && of < epoch ? st.store_values.erase(it) : std::next(it);
+  }
+}
+
 // data_plane = "allreduce": opens the next epoch of the group with the member
 // hosts alive now (every member host has joined, or one was lost): each is
 // told its rank. A coordinator with learners takes rank 0; one without stays
@@ -189,6 +227,7 @@ void form_group(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
     return;
   }
   const uint64_t epoch = ++st->epoch;
+  retire_old_epochs(*st, epoch);
   for (auto& [addr, h] : st->hosts)
     if (h.member)
       self->send(h.actor, form_atom::value, epoch, h.rank, size);
@@ -535,6 +574,11 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
       if (!same_token(token, st->opts.token))
         return actors::to_caf_error(make_error(
           errc::invalid_argument, "rendezvous: wrong token for key '{}'", key));
+      if (const uint64_t of = epoch_of_key(key); of != 0 && of < st->epoch)
+        return actors::to_caf_error(make_error(
+          errc::unavailable,
+          "rendezvous: the group of epoch {} is replaced by epoch {} (key '{}')", of,
+          st->epoch, key));
       st->store_values[key] = value;
       if (auto it = st->store_waiting.find(key); it != st->store_waiting.end()) {
         for (auto& rp : it->second)
@@ -550,6 +594,11 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
           errc::invalid_argument, "rendezvous: wrong token for key '{}'", key));
       if (auto it = st->store_values.find(key); it != st->store_values.end())
         return it->second;
+      if (const uint64_t of = epoch_of_key(key); of != 0 && of < st->epoch)
+        return actors::to_caf_error(make_error(
+          errc::unavailable,
+          "rendezvous: the group of epoch {} is replaced by epoch {} (key '{}')", of,
+          st->epoch, key));
       auto rp = self->make_response_promise<std::string>();
       st->store_waiting[key].push_back(rp);
       return rp;

@@ -1,8 +1,9 @@
 // The coordinator's gate in one process (no connection between processes):
-// what it does with a host's word that the step budget is spent, and what it
-// counts when a host is lost.
+// what it does with a host's word that the step budget is spent, what it
+// counts when a host is lost, and how it forms the data plane's group.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -170,5 +171,151 @@ TEST_CASE("gate: a lost host's steps collected and not finished at its last answ
         answers[1].collected - answers[1].finished, answers[1].collected,
         answers[1].finished)) == 0);
   }
+  self->send_exit(gate, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("gate: with cluster.hosts = 0 the group forms at the first member and again at "
+          "each join, a replaced epoch's waiting rendezvous fails at once, and a group "
+          "left without members forms again at the next join") {
+  caf::actor_system_config cfg;
+  actors::register_messages(cfg);
+  cluster::register_cluster_messages(cfg);
+  cfg.load<caf::io::middleman>(); // the gate asks it for a host's address
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  test::gate_log log;
+  caf::scoped_actor self{sys};
+  cluster::gate_options go;
+  go.token = "t";
+  go.store = test::cartpole_policy_store();
+  go.log = log.sink();
+  go.plane.allreduce = true;
+  go.plane.hosts = 0;
+  go.plane.interface = "127.0.0.1";
+  auto gate = cluster::spawn_gate(sys, std::move(go));
+  auto tell = caf::actor_cast<caf::actor>(self);
+  // A member host that tells the test each (epoch, rank, size) it is given.
+  auto make_host = [&](const std::string& name) {
+    return sys.spawn([name, tell](caf::event_based_actor*) -> caf::behavior {
+      return {
+        [](cluster::policy_push&) { return cluster::host_progress{}; },
+        [name, tell](cluster::form_atom, uint64_t epoch, uint64_t rank, uint64_t size) {
+          caf::anon_send(tell, name, epoch, rank, size);
+        },
+        [](actors::stop_atom) {},
+      };
+    });
+  };
+  auto join = [&](const std::string& name, const caf::actor& host) {
+    cluster::join_request req;
+    req.protocol = cluster::protocol_version;
+    req.name = name;
+    req.learners = 1;
+    req.token = "t";
+    req.host = host;
+    bool joined = false;
+    self->request(gate, std::chrono::seconds(30), req)
+      .receive(
+        [&](cluster::welcome&) { joined = true; },
+        [&](caf::error& e) { FAIL(name << "'s join was refused: " << to_string(e)); });
+    return joined;
+  };
+  struct told {
+    std::string host;
+    uint64_t epoch = 0, rank = 0, size = 0;
+  };
+  // The next `n` form messages, in any order of hosts.
+  auto forms = [&](size_t n) {
+    std::vector<told> out;
+    for (size_t i = 0; i < n; ++i) {
+      bool got = false;
+      self->receive(
+        [&](const std::string& h, uint64_t e, uint64_t r, uint64_t s) {
+          out.push_back({h, e, r, s});
+          got = true;
+        },
+        caf::after(std::chrono::seconds(30)) >> [] {});
+      REQUIRE_MESSAGE(got, "form message " << i + 1 << " of " << n << " not within 30 s");
+    }
+    std::sort(out.begin(), out.end(),
+              [](const told& a, const told& b) { return a.host < b.host; });
+    return out;
+  };
+  auto set = [&](const std::string& key) {
+    std::string why;
+    self
+      ->request(gate, std::chrono::seconds(30), cluster::store_set_atom::value,
+                std::string{"t"}, key, std::string{"addr-" + key})
+      .receive([](caf::ok_atom) {}, [&](caf::error& e) { why = to_string(e); });
+    return why;
+  };
+
+  auto h1 = make_host("h1");
+  REQUIRE(join("h1", h1));
+  auto first = forms(1);
+  CHECK(first[0].host == "h1");
+  CHECK(first[0].epoch == 1);
+  CHECK(first[0].rank == 0);
+  CHECK(first[0].size == 1);
+  // Epoch 1's rendezvous: one key set, a get that waits for another.
+  CHECK(set("epoch-1/0").empty());
+  auto waiting =
+    self->request(gate, std::chrono::seconds(60), cluster::store_get_atom::value,
+                  std::string{"t"}, std::string{"epoch-1/1"});
+  auto h2 = make_host("h2");
+  REQUIRE(join("h2", h2));
+  auto second = forms(2);
+  CHECK(second[0].host == "h1");
+  CHECK(second[1].host == "h2");
+  for (auto& t : second) {
+    CHECK(t.epoch == 2);
+    CHECK(t.size == 2);
+  }
+  CHECK(second[0].rank != second[1].rank);
+  // The waiting get of epoch 1 fails, naming the epochs (not its time-out).
+  std::string failed;
+  waiting.receive([&](std::string& v) { failed = "answered " + v; },
+                  [&](caf::error& e) { failed = to_string(e); });
+  CAPTURE(failed);
+  CHECK(failed.find("rendezvous: the group of epoch 1 is replaced by epoch 2 (key "
+                    "'epoch-1/1')") != std::string::npos);
+  // Epoch 1's keys are gone and refused; epoch 2's work.
+  CHECK(set("epoch-1/1").find("replaced by epoch 2") != std::string::npos);
+  std::string old;
+  self
+    ->request(gate, std::chrono::seconds(30), cluster::store_get_atom::value,
+              std::string{"t"}, std::string{"epoch-1/0"})
+    .receive([&](std::string& v) { old = "answered " + v; },
+             [&](caf::error& e) { old = to_string(e); });
+  CHECK(old.find("replaced by epoch 2") != std::string::npos);
+  CHECK(set("epoch-2/0").empty());
+  std::string fresh;
+  self
+    ->request(gate, std::chrono::seconds(30), cluster::store_get_atom::value,
+              std::string{"t"}, std::string{"epoch-2/0"})
+    .receive([&](std::string& v) { fresh = v; },
+             [&](caf::error& e) { fresh = to_string(e); });
+  CHECK(fresh == "addr-epoch-2/0");
+
+  // Both members lost: no empty epoch; the next member forms epoch 3 alone.
+  self->send_exit(h1, caf::exit_reason::kill);
+  auto third = forms(1);
+  CHECK(third[0].host == "h2");
+  CHECK(third[0].epoch == 3);
+  CHECK(third[0].size == 1);
+  self->send_exit(h2, caf::exit_reason::kill);
+  auto h3 = make_host("h3");
+  // The gate handles the loss before the join (one mailbox, in order).
+  REQUIRE(join("h3", h3));
+  auto fourth = forms(1);
+  CHECK(fourth[0].host == "h3");
+  CHECK(fourth[0].epoch == 4);
+  CHECK(fourth[0].size == 1);
+  const auto lines = log.lines();
+  CHECK(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("cluster: the data plane has no member left (host h2 of rank 0 was "
+                  "lost); its group forms again when a host with learners joins") == 0;
+  }));
+  self->send_exit(h3, caf::exit_reason::kill);
   self->send_exit(gate, caf::exit_reason::user_shutdown);
 }
