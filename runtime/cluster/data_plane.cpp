@@ -38,7 +38,7 @@ result<data_plane_settings> data_plane_from(const runtime::config& cfg) {
         "{}: cluster.data_interface is empty and cluster.listen = '{}' ({}) listens on "
         "every address: a coordinator with learners is a member of the data plane's "
         "group and needs the one address its data port binds to and the other hosts "
-        "reach it at",
+        "reach it at: set cluster.data_interface to it, or listen on it",
         cfg.origin("cluster.data_interface"), listen, cfg.origin("cluster.listen"));
   }
   return s;
