@@ -313,6 +313,10 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
     return refuse("no host actor in the join request");
   if (req.name.empty())
     return refuse("an empty worker name");
+  if (req.name == "coordinator")
+    // The coordinator's own learners and feed door go by it (hosts.csv,
+    // the doors' list).
+    return refuse("the worker name 'coordinator' is the coordinator's own");
   if (req.guest_runners > 0 && req.learners > 0)
     return refuse(fmt::format("it asks for {} learners and {} runners of its own: an "
                               "environment-only host has no learners",

@@ -185,8 +185,10 @@ TEST_CASE("gate: with cluster.hosts = 0 the group forms at the first member and 
   caf::actor_system sys{cfg};
   test::gate_log log;
   caf::scoped_actor self{sys};
+  caf::scoped_actor metrics{sys}; // hears the gate's hosts rows
   cluster::gate_options go;
   go.token = "t";
+  go.cast.metrics = caf::actor_cast<caf::actor>(metrics);
   go.store = test::cartpole_policy_store();
   go.log = log.sink();
   go.plane.allreduce = true;
@@ -250,6 +252,22 @@ TEST_CASE("gate: with cluster.hosts = 0 the group forms at the first member and 
     return why;
   };
 
+  // The coordinator's own name is not a worker's.
+  {
+    cluster::join_request req;
+    req.protocol = cluster::protocol_version;
+    req.name = "coordinator";
+    req.learners = 1;
+    req.token = "t";
+    req.host = make_host("coordinator");
+    std::string refused;
+    self->request(gate, std::chrono::seconds(30), req)
+      .receive([&](cluster::welcome&) { refused = "joined"; },
+               [&](caf::error& e) { refused = to_string(e); });
+    CHECK(refused.find("the worker name 'coordinator' is the coordinator's own") !=
+          std::string::npos);
+    self->send_exit(req.host, caf::exit_reason::kill);
+  }
   auto h1 = make_host("h1");
   REQUIRE(join("h1", h1));
   auto first = forms(1);
@@ -304,8 +322,19 @@ TEST_CASE("gate: with cluster.hosts = 0 the group forms at the first member and 
   CHECK(third[0].epoch == 3);
   CHECK(third[0].size == 1);
   self->send_exit(h2, caf::exit_reason::kill);
+  // The gate's row of 0 live hosts: it has handled the loss.
+  bool none_left = false;
+  while (!none_left) {
+    bool got = false;
+    metrics->receive(
+      [&](actors::hosts_atom, uint64_t hosts, uint64_t, uint64_t) {
+        got = true;
+        none_left = hosts == 0;
+      },
+      caf::after(std::chrono::seconds(30)) >> [] {});
+    REQUIRE_MESSAGE(got, "no hosts row within 30 s while waiting for 0 live hosts");
+  }
   auto h3 = make_host("h3");
-  // The gate handles the loss before the join (one mailbox, in order).
   REQUIRE(join("h3", h3));
   auto fourth = forms(1);
   CHECK(fourth[0].host == "h3");
