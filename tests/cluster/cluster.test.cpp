@@ -58,10 +58,11 @@ TEST_CASE_FIXTURE(cluster_run,
 }
 
 TEST_CASE_FIXTURE(cluster_run,
-                  "a worker killed with SIGKILL is reported as lost and the run goes on "
-                  "learning with the other") {
-  auto& coord =
-    start_coordinator(write_config(dir, fresh_seed() % 1000, 2000000, /*obs_norm=*/true));
+                  "a worker killed with SIGKILL is reported as lost, fenced at the "
+                  "parameter server (that data plane), and the run goes on learning "
+                  "with the other") {
+  auto& coord = start_coordinator(write_config(dir, fresh_seed() % 1000, 2000000,
+                                               /*obs_norm=*/true, "async", "server"));
   auto& w1 = start_worker("w1");
   auto& w2 = start_worker("w2");
   INFO(report());
@@ -155,13 +156,14 @@ TEST_CASE_FIXTURE(cluster_run,
 }
 
 TEST_CASE_FIXTURE(cluster_run,
-                  "sync mode across processes: a killed worker leaves the step, which "
+                  "sync mode across processes on the parameter-server data plane: a "
+                  "killed worker leaves the step, which "
                   "completes with the other, a worker that joins later takes part from "
                   "the next step, and the run ends at its budget") {
   // About 150 sync steps of 512 or 1024 steps: the late worker joins well
   // before the end (it waits for nothing but its own start).
   auto& coord = start_coordinator(
-    write_config(dir, fresh_seed() % 1000, 160000, /*obs_norm=*/true, "sync"));
+    write_config(dir, fresh_seed() % 1000, 160000, /*obs_norm=*/true, "sync", "server"));
   auto& w1 = start_worker("w1");
   auto& w2 = start_worker("w2");
   INFO(report());
@@ -315,10 +317,11 @@ TEST_CASE_FIXTURE(cluster_run,
 
 TEST_CASE_FIXTURE(
   cluster_run, "a frozen worker (SIGSTOP) is declared lost after the connection timeout "
-               "and fenced, and when it wakes it starts again and joins the running "
+               "and fenced at the parameter server (that data plane), and when it "
+               "wakes it starts again and joins the running "
                "training as a new incarnation") {
-  auto& coord =
-    start_coordinator(write_config(dir, fresh_seed() % 1000, 2000000, /*obs_norm=*/true));
+  auto& coord = start_coordinator(write_config(dir, fresh_seed() % 1000, 2000000,
+                                               /*obs_norm=*/true, "async", "server"));
   auto& w1 = start_worker("w1");
   auto& w2 = start_worker("w2");
   INFO(report());
@@ -745,7 +748,7 @@ TEST_CASE_FIXTURE(
 
   auto& w1 = start_worker("w1", {"--tls-certificate", p("w1.pem"), "--tls-key",
                                  p("w1.key"), "--tls-ca", p("run_ca.pem")});
-  // Its gradients reach the server: the run's updates pass 20 with hosts = 1.
+  // It trains: the run's updates pass 20 with hosts = 1.
   await([&] { return metric(run, "hosts") == 1 && metric(run, "updates") >= 20; },
         std::chrono::seconds(120), "no 20 updates with the TLS worker", {&w1});
   CHECK(joins_of(coord.err(), "w1") == 1);

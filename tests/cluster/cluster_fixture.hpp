@@ -240,12 +240,12 @@ inline void stop_run(const std::vector<std::pair<std::string, child*>>& children
 }
 
 // The small CartPole PPO config of these tests (async unless `mode` says
-// sync): no local learner. Its data plane is `plane` (the parameter server,
-// which the cases of cluster.test.cpp describe); empty: the default
-// (all-reduce), and [cluster] ends the file so that keys can follow.
+// sync): no local learner. Its data plane is `plane` ("server" for the cases
+// about the parameter server's fencing and sync membership); empty: the
+// default (all-reduce). [cluster] ends the file so that keys can follow.
 inline std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total,
                                 bool obs_norm = false, const std::string& mode = "async",
-                                const std::string& plane = "server") {
+                                const std::string& plane = "") {
   return dir.write(
     "cluster.toml",
     fmt::format(R"([run]
