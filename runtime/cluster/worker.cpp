@@ -680,8 +680,11 @@ status join_run(worker::state& s) {
     lc.gradients_in_flight = lo.pipelined ? 1 : 0;
     lo.local_optimizer = false; // the coordinator's server has other learners
   }
-  // The config's data_interface is the coordinator's: this host binds its own.
-  if (!opts.data_interface.empty()) {
+  // The config's data_interface is the coordinator's: a member of the
+  // all-reduce group binds its own (no other host binds a data port).
+  if (cfg->get_string("cluster.data_plane") != "allreduce" || opts.learners == 0) {
+    // Nothing to bind.
+  } else if (!opts.data_interface.empty()) {
     cfg->set("cluster.data_interface", opts.data_interface,
              "troupe worker --data-interface");
   } else {
