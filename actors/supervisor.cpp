@@ -332,13 +332,6 @@ void on_down(caf::blocking_actor* self, cast_state& cs, const caf::down_msg& dow
                 down.reason ? error_message(sys, down.reason) : "no reason given"));
 }
 
-// How long a snapshot waits for one actor's state. A learner answers after
-// its current batch; in sync mode that batch may wait for another learner
-// whose runner failed and needs this supervisor to restart it, so the wait
-// is bounded: past it the actor's state is left out of this checkpoint (the
-// runner then starts fresh on resume; the learner's last state is kept).
-constexpr auto snapshot_wait = std::chrono::seconds(30);
-
 // How long the end of a worker's cast waits for its runners to end (each
 // ends after the batch it is collecting).
 constexpr auto runners_end_wait = std::chrono::seconds(10);
@@ -360,7 +353,7 @@ void release_runners(caf::blocking_actor* self, cast_state& cs) {
 // The random states of the cast: live runners and learners are asked (each
 // answers between two batches); an ended learner's last state is used.
 //
-// With `hold`, the states are a consistent cut for a checkpoint taken while
+// With `refusal` (a hold), the states are a consistent cut for a checkpoint taken while
 // the run goes on: each runner stops between two batches and answers with its
 // state then, each learner answers once it has learned every batch those
 // runners had sent (so the parameter server, the keeper and the metrics
@@ -368,12 +361,39 @@ void release_runners(caf::blocking_actor* self, cast_state& cs) {
 // and nothing moves until (release_atom). In sync mode every runner first
 // reaches the most batches any runner has sent: a learner inside a sync step
 // waits for the others' gradients of that step, whose batches must come.
-cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs, bool hold) {
+//
+// A held snapshot is all or nothing: an actor that does not answer within
+// `snapshot_wait` (a learner still behind on the batches it was sent, a runner
+// stuck in its environment) leaves the cut inconsistent (the keeper would hold
+// moments of batches no saved counter accounts for), so the answer is an
+// error naming it, the runners go on, and no checkpoint is written from it.
+// An unheld snapshot (at the run's end, or asked without a hold) leaves such
+// an actor out: the runner then starts fresh on resume, the learner's last
+// state is kept.
+cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs,
+                            std::string* refusal = nullptr) {
   cast_snapshot out;
+  bool hold = refusal != nullptr;
+  const auto wait = cs.opts.snapshot_wait;
+  std::string missing; // the first actor a held snapshot did not hear from
   auto skipped = [&](const std::string& who, const caf::error& e) {
-    write_log(cs.opts.log,
-              fmt::format("supervisor: no state from {} for this checkpoint: {}", who,
-                          error_message(self->system(), e)));
+    const auto why = error_message(self->system(), e);
+    if (hold && missing.empty())
+      missing = fmt::format("{} did not give its state within {} ms ({})", who,
+                            wait.count(), why);
+    else if (!hold)
+      write_log(
+        cs.opts.log,
+        fmt::format("supervisor: no state from {} for this checkpoint: {}", who, why));
+  };
+  auto refused = [&] {
+    release_runners(self, cs);
+    *refusal = fmt::format("{}: the cast is not at a consistent cut, so no checkpoint "
+                           "is written now; the run goes on and the previous "
+                           "checkpoints stay",
+                           missing);
+    write_log(cs.opts.log, "supervisor: " + *refusal);
+    return cast_snapshot{};
   };
   hold = hold && !cs.stopping;
   uint64_t sync_target = 0;
@@ -385,12 +405,17 @@ cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs, bool hold
     if (cs.opts.cast.server.sync)
       for (auto& r : cs.runners)
         if (r.actor && !r.guest_of)
-          self->request(r.actor, snapshot_wait, status_atom::value)
+          self->request(r.actor, wait, status_atom::value)
             .receive(
               [&](env_runner_status& st) {
                 sync_target = std::max(sync_target, st.batches);
               },
-              [](caf::error&) {});
+              [&](caf::error& e) {
+                if (e != caf::sec::request_receiver_down)
+                  skipped("runner '" + r.name + "'", e);
+              });
+    if (!missing.empty())
+      return refused();
   }
   held_runners sent;
   for (auto& r : cs.runners) {
@@ -409,10 +434,11 @@ cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs, bool hold
         skipped("runner '" + r.name + "'", e);
     }; // a runner that failed meanwhile: its replacement starts fresh
     if (hold && !r.guest_of)
-      self->request(r.actor, snapshot_wait, hold_atom::value, sync_target)
-        .receive(take, failed);
+      self->request(r.actor, wait, hold_atom::value, sync_target).receive(take, failed);
     else
-      self->request(r.actor, snapshot_wait, state_atom::value).receive(take, failed);
+      self->request(r.actor, wait, state_atom::value).receive(take, failed);
+    if (!missing.empty())
+      return refused();
   }
   for (size_t i = 0; i < cs.learners.size(); ++i) {
     auto& l = cs.learners[i];
@@ -422,9 +448,11 @@ cast_snapshot take_snapshot(caf::blocking_actor* self, cast_state& cs, bool hold
         skipped("learner '" + l.name + "'", e);
     };
     if (l.alive && hold)
-      self->request(l.actor, snapshot_wait, sent).receive(take, failed);
+      self->request(l.actor, wait, sent).receive(take, failed);
     else if (l.alive)
-      self->request(l.actor, snapshot_wait, state_atom::value).receive(take, failed);
+      self->request(l.actor, wait, state_atom::value).receive(take, failed);
+    if (!missing.empty())
+      return refused();
     if (!cs.learner_states[i].learner.empty())
       out.learners.push_back(cs.learner_states[i]);
   }
@@ -519,8 +547,14 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
         if (cs.learners[i].name == st.learner)
           cs.learner_states[i] = std::move(st);
     },
-    [&](state_atom) { return take_snapshot(self, cs, false); },
-    [&](hold_atom) { return take_snapshot(self, cs, true); },
+    [&](state_atom) { return take_snapshot(self, cs); },
+    [&](hold_atom) -> caf::result<cast_snapshot> {
+      std::string refusal;
+      auto snap = take_snapshot(self, cs, &refusal);
+      if (!refusal.empty())
+        return to_caf_error(make_error(errc::unavailable, "{}", refusal));
+      return snap;
+    },
     [&](release_atom) { release_runners(self, cs); },
     [&](release_atom, uint64_t hold) {
       if (hold == cs.hold) {
@@ -567,7 +601,7 @@ void supervise(caf::blocking_actor* self, cast_state& cs) {
   // Every learner has ended: the owner gets the cast's last random states for
   // its final checkpoint, and the runners go; the keeper, the server and the
   // metrics actor stay for that checkpoint.
-  self->send(owner, take_snapshot(self, cs, false));
+  self->send(owner, take_snapshot(self, cs));
   // With a host's delta outbox (a worker of a run across processes) the
   // runners' ends are awaited (bounded), so that every delta they sent is in
   // the outbox before the owner hears done_atom and flushes it.

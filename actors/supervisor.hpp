@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -120,6 +121,10 @@ struct supervisor_options {
     stop_flag;           ///< nonzero: stop (a signal number); may be null
   uint32_t poll_ms = 50; ///< how often the flag is looked at
   log_sink log;          ///< restarts and failures; empty: nowhere
+  /// How long a snapshot waits for one actor's state. A held snapshot (a
+  /// checkpoint while the run goes on) that misses an answer is refused: its
+  /// cut would not be consistent.
+  std::chrono::milliseconds snapshot_wait{30000};
 };
 
 /// Spawns a supervisor (detached: start-up waits for the keeper's and the

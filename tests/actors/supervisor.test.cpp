@@ -8,10 +8,13 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <set>
 #include <stdexcept>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +51,8 @@ struct supervisor_fixture {
   std::mutex mtx;
   std::vector<std::string> log;
   std::vector<runner_request> requests; // every runner the factory made
+  // Wraps a runner's policy where a test needs to (empty: as made).
+  std::function<policy_fn(const runner_request&, policy_fn)> wrap_policy;
   test::temp_folder dir{"supervisor"};
 
   supervisor_fixture() {
@@ -123,9 +128,10 @@ struct supervisor_fixture {
       ro.seed = seed + 1000 * req.learner + 100 * req.index + 10 * req.restarts;
       ro.steps_per_batch = steps;
       ro.log = sink();
-      return spawn_env_runner(
-        *sys, ro, env, throwing_on_call(make_store_policy(store, steps), fails(req)),
-        req.consumer, req.keeper);
+      auto policy = throwing_on_call(make_store_policy(store, steps), fails(req));
+      if (wrap_policy)
+        policy = wrap_policy(req, std::move(policy));
+      return spawn_env_runner(*sys, ro, env, std::move(policy), req.consumer, req.keeper);
     };
     return p;
   }
@@ -481,5 +487,116 @@ TEST_CASE("the supervisor answers every runner's and learner's random state, and
   for (auto& l : last.learners)
     if (l.learner == "learner1")
       CHECK(l.gen == words); // no batch learned: the generator is where it started
+  shut_down(self, {keeper, server, metrics});
+}
+
+namespace {
+
+// A latch one runner's policy stops at, mid-batch, until the test opens it
+// (or its own bound passes, so that a failed test cannot hang the process).
+struct policy_latch {
+  std::mutex m;
+  std::condition_variable cv;
+  bool reached = false;
+  bool opened = false;
+
+  void open() {
+    std::lock_guard<std::mutex> g(m);
+    opened = true;
+    cv.notify_all();
+  }
+};
+
+// Opens the latch when the test ends, however it ends.
+struct open_on_exit {
+  std::shared_ptr<policy_latch> latch;
+  ~open_on_exit() { latch->open(); }
+};
+
+} // namespace
+
+TEST_CASE("a checkpoint's hold that an actor does not answer in time is refused naming "
+          "it, and the cast goes on and is held whole later") {
+  const uint64_t seed = test::fresh_seed();
+  CAPTURE(seed);
+  supervisor_fixture fx;
+  auto latch = std::make_shared<policy_latch>();
+  // The first runner of the first learner stops inside its third policy call:
+  // inside a batch, where it cannot answer a hold.
+  fx.wrap_policy = [latch](const runner_request& req, policy_fn inner) -> policy_fn {
+    if (req.learner != 0 || req.index != 0 || req.restarts != 0)
+      return inner;
+    auto calls = std::make_shared<uint64_t>(0);
+    return [inner = std::move(inner), calls, latch](const float* obs, size_t n,
+                                                    base::rng& gen, float* actions,
+                                                    float* logp) -> result<uint64_t> {
+      if (++*calls == 3) {
+        std::unique_lock<std::mutex> lock(latch->m);
+        latch->reached = true;
+        latch->cv.notify_all();
+        latch->cv.wait_for(lock, std::chrono::minutes(2), [&] { return latch->opened; });
+      }
+      return inner(obs, n, gen, actions, logp);
+    };
+  };
+  open_on_exit opener{latch};
+  caf::scoped_actor self{*fx.sys};
+  supervisor_options opts;
+  opts.cast = fx.plan(seed, 1, 2, 1000000, [](const runner_request&) { return 0; });
+  opts.owner = caf::actor_cast<caf::actor>(self);
+  opts.log = fx.sink();
+  opts.snapshot_wait = std::chrono::milliseconds(200);
+  auto sup = spawn_supervisor(*fx.sys, opts);
+  caf::actor keeper, server, metrics;
+  self->receive(
+    [&](ready_atom, caf::actor& k, caf::actor& s, caf::actor& m) {
+      keeper = k;
+      server = s;
+      metrics = m;
+    },
+    test::fail_after("the supervisor's ready message"));
+  {
+    std::unique_lock<std::mutex> lock(latch->m);
+    REQUIRE_MESSAGE(
+      latch->cv.wait_for(lock, test::wait_limit, [&] { return latch->reached; }),
+      "the runner never reached its third policy call");
+  }
+  std::string refusal;
+  self->request(sup, test::wait_limit, hold_atom::value)
+    .receive(
+      [&](cast_snapshot&) {
+        FAIL("a hold with a runner stuck in a batch was "
+             "answered with a snapshot");
+      },
+      [&](caf::error& e) { refusal = error_message(*fx.sys, e); });
+  CHECK(refusal.find("runner 'learner0.runner0' did not give its state within 200 ms") !=
+        std::string::npos);
+  CHECK(refusal.find("no checkpoint is written now") != std::string::npos);
+  CHECK(fx.logged("supervisor: runner 'learner0.runner0' did not give its state"));
+  latch->open();
+  // The runners were let go: the stuck one finishes its batch, and a later hold
+  // gets every runner and the learner. Each try may itself miss the short
+  // wait on a loaded machine, so it is tried again, within a bound.
+  std::optional<cast_snapshot> held;
+  const auto deadline = std::chrono::steady_clock::now() + test::wait_limit;
+  std::string last_refusal;
+  while (!held && std::chrono::steady_clock::now() < deadline)
+    self->request(sup, test::wait_limit, hold_atom::value)
+      .receive([&](cast_snapshot& snap) { held = std::move(snap); },
+               [&](caf::error& e) { last_refusal = error_message(*fx.sys, e); });
+  REQUIRE_MESSAGE(held, "no hold succeeded after the runner went on; the last refusal: "
+                          << last_refusal);
+  self->send(sup, release_atom::value);
+  CHECK(held->runners.size() == 2);
+  REQUIRE(held->learners.size() == 1);
+  CHECK(held->learners[0].learner == "learner0");
+  uint64_t stuck_batches = 0;
+  for (auto& r : held->runners)
+    if (r.runner == "learner0.runner0")
+      stuck_batches = r.status.batches;
+  CHECK(stuck_batches >= 1); // the batch it was stuck in was sent
+  self->send(sup, stop_atom::value);
+  auto end = await_run(self, keeper, server, metrics);
+  CHECK(end.interrupted);
   shut_down(self, {keeper, server, metrics});
 }
