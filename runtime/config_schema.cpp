@@ -307,13 +307,17 @@ void add_cluster(std::vector<option_spec>& out) {
                            "PEM private key (unencrypted) of tls_certificate"));
   out.push_back(opt_string("cluster", "tls_ca", "", {},
                            "PEM CA certificate every node's certificate must chain to"));
-  out.push_back(opt_int("cluster", "stats_interval_ms", 20, 0, 60000,
+  out.push_back(opt_int("cluster", "stats_interval_ms", 200, 0, 60000,
                         "a worker host merges its runners' moment deltas for this long "
                         "and sends one per statistics stream to the keeper (exact: "
-                        "the merge is associative); 0: each delta as it comes"));
-  out.push_back(opt_int("cluster", "metrics_interval_ms", 50, 0, 60000,
+                        "the merge is associative); longer costs the coordinator less "
+                        "and leaves the global statistics that much older; 0: each "
+                        "delta as it comes"));
+  out.push_back(opt_int("cluster", "metrics_interval_ms", 100, 0, 60000,
                         "a worker host sends its learners' reports to the metrics "
-                        "actor as one message per this interval; 0: each as it comes"));
+                        "actor as one message per this interval; longer costs the "
+                        "coordinator less and lets the run pass algo.total_env_steps "
+                        "by about this long of env steps; 0: each as it comes"));
   out.push_back(opt_string("cluster", "data_plane", "allreduce", {"allreduce", "server"},
                            "how the hosts' gradients meet: allreduce, every host with "
                            "learners a replica of the parameter server and the hosts' "
