@@ -53,6 +53,11 @@ public:
     return make_error(errc::unavailable, "{}: this group does not form again ({})",
                       describe(), why);
   }
+
+  /// Whether reform() can succeed: a group whose membership changes (a new
+  /// epoch at each join and loss) may see any operation fail because a newer
+  /// group replaced it, and then forms again.
+  virtual bool forms_again() const { return false; }
 };
 
 } // namespace troupe::actors

@@ -250,6 +250,9 @@ constexpr size_t scalar_count = 7;
 constexpr size_t hash_pieces = 3;
 constexpr size_t tail_count = scalar_count + 2 * hash_pieces;
 
+// How many first exchanges in a row may fail before the replica gives up.
+constexpr uint64_t max_failed_regroups = 5;
+
 struct replica_state {
   replica_options opts;
   std::shared_ptr<collective> group;
@@ -270,6 +273,7 @@ struct replica_state {
   bool idle_pending = false;
   bool draining = false;
   bool regrouping = false;       // a group's first exchange is under way
+  uint64_t failed_regroups = 0;  // first exchanges failed in a row
   bool flying_open = false;      // a round was started and not applied
   uint64_t regroups_started = 0; // groups formed again after a failure
   uint64_t logged_drops = 0;
@@ -481,11 +485,25 @@ void regrouped(replica_actor* self, status outcome, const std::vector<double>& c
   s.regrouping = false;
   s.in_flight = false;
   const bool again = s.regroups_started > 0;
-  if (!outcome.ok())
-    return fail(
-      self, fmt::format("replica of host '{}': {} failed: {}", s.opts.host,
-                        again ? "forming the group again" : "the group's first exchange",
-                        outcome.err().message));
+  if (!outcome.ok()) {
+    const auto why =
+      fmt::format("replica of host '{}': {} failed: {}", s.opts.host,
+                  again ? "forming the group again" : "the group's first exchange",
+                  outcome.err().message);
+    // A group whose membership changes may be replaced while it forms (a
+    // host joins during the first exchange): the next one is formed, a
+    // bounded number of times in a row (each wait is bounded by the group).
+    if (s.draining || !s.group->forms_again() || s.failed_regroups >= max_failed_regroups)
+      return fail(self, why);
+    s.failed_regroups += 1;
+    write_log(s.opts.log, log_level::warning,
+              fmt::format("{}; the group forms again (try {} of {})", why,
+                          s.failed_regroups, max_failed_regroups));
+    s.regroups_started += 1;
+    start_sync(s, why, /*reform=*/true);
+    return;
+  }
+  s.failed_regroups = 0;
   const double most = *std::max_element(counts.begin(), counts.end());
   const auto completed_there = static_cast<uint64_t>(most) - 1;
   const uint64_t completed_here = s.rounds.rounds;

@@ -102,6 +102,7 @@ public:
   void abort() override TROUPE_EXCLUDES(mtx_);
   status ready() override TROUPE_EXCLUDES(mtx_);
   status reform(const std::string& why) override TROUPE_EXCLUDES(mtx_);
+  bool forms_again() const override { return true; }
 
 private:
   // The group once one newer than `after` is formed, with its epoch; an

@@ -5,7 +5,9 @@
 // is lost ends with an error that says so.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -407,4 +409,101 @@ TEST_CASE("a replica whose peer is lost ends with the round's Gloo error and the
       CHECK(text.find("127.0.0.1") != std::string::npos);
     },
     test::fail_after("the replica to stop"));
+}
+
+namespace {
+
+// A group of one whose epoch 1 is replaced before its first exchange, as when
+// a host joins while an elastic group forms: every operation of epoch 1
+// fails; reform() moves to epoch 2, where operations succeed (a group of one
+// sums and broadcasts nothing). `elastic` says whether it forms again.
+class replaced_once final : public collective {
+public:
+  explicit replaced_once(bool elastic) : elastic_(elastic) {}
+  size_t rank() const override { return 0; }
+  size_t size() const override { return 1; }
+  status allreduce_sum(double*, size_t) override { return op(); }
+  status broadcast(void*, size_t, size_t) override { return op(); }
+  std::string describe() const override {
+    return "rank 0 of 1, epoch " + std::to_string(epoch_.load());
+  }
+  bool forms_again() const override { return elastic_; }
+  status reform(const std::string& why) override {
+    if (!elastic_)
+      return collective::reform(why);
+    reforms_.fetch_add(1);
+    epoch_.store(2);
+    return {};
+  }
+  int reforms() const { return reforms_.load(); }
+
+private:
+  status op() {
+    if (epoch_.load() == 1)
+      return make_error(errc::unavailable,
+                        "the group of epoch 1 is replaced by epoch 2 (rank 0 of 1)");
+    return {};
+  }
+  const bool elastic_;
+  std::atomic<int> epoch_{1};
+  std::atomic<int> reforms_{0};
+};
+
+} // namespace
+
+TEST_CASE("a replica whose elastic group is replaced during its first exchange forms "
+          "the next one and applies gradients, and one in a fixed group ends naming "
+          "the failure") {
+  system_fixture fx;
+  std::mt19937_64 gen(fresh_seed());
+  const size_t n = 31;
+  const auto params = random_vector(gen, n, 1.0);
+  caf::scoped_actor self{*fx.sys};
+  auto lines = std::make_shared<std::vector<std::string>>();
+  auto mtx = std::make_shared<std::mutex>();
+  replica_options ro;
+  ro.host = "joiner";
+  ro.log = [lines, mtx](const std::string& line) {
+    std::lock_guard<std::mutex> g(*mtx);
+    lines->push_back(line);
+  };
+  {
+    auto group = std::make_shared<replaced_once>(/*elastic=*/true);
+    auto r = spawn_replica(*fx.sys, ro, group, params, {});
+    auto g = gradient("l0", 0, 64, 1e-3, random_vector(gen, n, 0.1));
+    auto replies = send_all(self, {r}, {g});
+    CHECK(replies[0].applied);
+    CHECK(!replies[0].rejected);
+    test::wait_until(
+      [&] {
+        return ask<parameter_server_status>(self, r, status_atom::value).applied == 1;
+      },
+      "the replica to apply the gradient");
+    CHECK(group->reforms() == 1);
+    {
+      std::lock_guard<std::mutex> lock(*mtx);
+      bool said = false;
+      for (auto& line : *lines)
+        said |=
+          line.find("replica of host 'joiner': the group's first exchange failed: "
+                    "the group of epoch 1 is replaced by epoch 2 (rank 0 of 1); the "
+                    "group forms again (try 1 of 5)") != std::string::npos;
+      CHECK(said);
+    }
+    self->send_exit(r, caf::exit_reason::user_shutdown);
+  }
+  {
+    auto group = std::make_shared<replaced_once>(/*elastic=*/false);
+    auto r = spawn_replica(*fx.sys, ro, group, params, {});
+    self->monitor(r);
+    self->receive(
+      [&](caf::down_msg& d) {
+        const auto text = error_message(self->system(), d.reason);
+        CAPTURE(text);
+        CHECK(text ==
+              "replica of host 'joiner': the group's first exchange failed: the group "
+              "of epoch 1 is replaced by epoch 2 (rank 0 of 1)");
+      },
+      test::fail_after("the replica in a fixed group to stop"));
+  }
 }
