@@ -191,7 +191,7 @@ namespace {
 // removed key, or the nearest valid key.
 std::string unknown_key_hint(const std::string& name) {
   for (auto& r : removed_options())
-    if (r.name == name)
+    if (r.name == name && r.value.empty())
       return fmt::format(" (removed: {})", r.instead);
   auto hint = nearest(name, all_names());
   return hint.empty() ? std::string{} : fmt::format(" (did you mean '{}'?)", hint);
@@ -441,8 +441,13 @@ result<value> convert(const option_spec& s, const toml::node& n) {
   case value_type::string:
     if (auto str = n.as_string()) {
       if (!s.choices.empty() &&
-          std::find(s.choices.begin(), s.choices.end(), str->get()) == s.choices.end())
+          std::find(s.choices.begin(), s.choices.end(), str->get()) == s.choices.end()) {
+        for (auto& r : removed_options())
+          if (!r.value.empty() && r.value == str->get() && r.name == s.name())
+            return make_error(errc::bad_config, "expected {}, got {} (removed: {})",
+                              s.expectation(), describe_node(n), r.instead);
         return fail();
+      }
       return value{std::string{str->get()}};
     }
     return fail();

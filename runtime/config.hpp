@@ -45,10 +45,12 @@ const std::vector<option_spec>& schema();
 /// Looks an option up by "section.key"; nullptr when unknown.
 const option_spec* find_option(const std::string& name);
 
-/// An option that no longer exists, with what to write instead.
+/// An option that no longer exists, or a value an option no longer takes,
+/// with what to write instead.
 struct removed_option {
   std::string name;    ///< "section.key" it had
   std::string instead; ///< what to write instead, one sentence
+  std::string value;   ///< the string value it no longer takes; empty: the key went
 };
 
 /// Whether `section` is an algorithm's own section ("algo.ppo").
@@ -58,7 +60,8 @@ bool is_algorithm_section(const std::string& section);
 /// is now a key of an algorithm's section ("algo.clip_coef").
 bool is_moved_algo_key(const std::string& name);
 
-/// Every removed option (config files and --set that use one get `instead`).
+/// Every removed option and value (config files and --set that use one get
+/// `instead`).
 const std::vector<removed_option>& removed_options();
 
 /// A validated, resolved configuration: every schema option has a value.

@@ -318,27 +318,27 @@ void add_cluster(std::vector<option_spec>& out) {
                         "actor as one message per this interval; longer costs the "
                         "coordinator less and lets the run pass algo.total_env_steps "
                         "by about this long of env steps; 0: each as it comes"));
-  out.push_back(opt_string("cluster", "data_plane", "allreduce", {"allreduce", "server"},
-                           "how the hosts' gradients meet: allreduce, every host with "
-                           "learners a replica of the parameter server and the hosts' "
-                           "sums of gradients all-reduced through Gloo once per round; "
-                           "server, each gradient to the coordinator's parameter server "
-                           "and the weights back (docs/cluster.md, \"The data plane\")"));
+  out.push_back(opt_string("cluster", "data_plane", "allreduce", {"allreduce"},
+                           "how the hosts' gradients meet: every host with learners "
+                           "holds a replica of the parameter server, and the hosts' "
+                           "sums of gradients are all-reduced through Gloo once per "
+                           "round (docs/cluster.md, \"The data plane\"); the only "
+                           "value since \"server\" was removed"));
   out.push_back(opt_int("cluster", "hosts", 0, 0, 4096,
-                        "data_plane = \"allreduce\": the worker hosts with learners the "
-                        "group waits for before its first round; 0: it forms with the "
+                        "the worker hosts with learners the data plane's group waits "
+                        "for before its first round; 0: it forms with the "
                         "members there are (the coordinator alone when it has learners, "
                         "else the first host with learners); a host that comes later "
                         "enters at the next epoch"));
   out.push_back(opt_string("cluster", "data_interface", "", {},
-                           "data_plane = \"allreduce\": the address the coordinator's "
-                           "Gloo data port binds to and is reached at (one address, "
+                           "the address the coordinator's Gloo data port"
+                           " binds to and is reached at (one address, "
                            "never a wildcard; the data plane is not encrypted); empty: "
                            "its cluster.listen host. Each worker binds its own: troupe "
                            "worker --data-interface, else the address its connection "
                            "to the coordinator leaves from"));
   out.push_back(opt_int("cluster", "round_timeout_ms", 30000, 100, 86400000,
-                        "data_plane = \"allreduce\": a round (or the group's forming) "
+                        "a round of the data plane (or the group's forming) "
                         "that takes longer fails, naming the peer"));
 }
 
@@ -410,10 +410,18 @@ const std::vector<removed_option>& removed_options() {
   static const std::vector<removed_option> table = {
     {"stats.epsilon",
      "the epsilon of observation normalization is model.obs_norm_eps (runners, "
-     "checkpoints and troupe eval all use it); write model.obs_norm_eps instead"},
+     "checkpoints and troupe eval all use it); write model.obs_norm_eps instead",
+     ""},
     {"env.fail_after_calls",
      "it was a test hook; troupe's tests now fail a runner with a test-only "
-     "environment; delete the line"},
+     "environment; delete the line",
+     ""},
+    {"cluster.data_plane",
+     "the parameter-server data plane (each gradient to the coordinator and the "
+     "weights back) was removed on 2026-11-27, after the all-reduce plane matched "
+     "or beat it in every measured case (docs/benchmarks.md); delete the line or "
+     "write \"allreduce\"",
+     "server"},
   };
   return table;
 }

@@ -77,8 +77,8 @@ struct session::state {
   resume_point resume;
   // The coordinator of a run across processes (cluster.listen set).
   std::optional<cluster::node_settings> node;
-  // cluster.data_plane, and with "allreduce" the coordinator's place in the
-  // group (rank 0; its replica all-reduces through it).
+  // The data plane's settings, and the coordinator's place in the group when
+  // it has learners (rank 0; its replica all-reduces through it).
   cluster::data_plane_settings plane;
   std::shared_ptr<cluster::deferred_group> own_group;
   cluster::endpoint listen;
@@ -298,14 +298,14 @@ status session::start() {
                             s.run_dir, s.resume, s.options.cast);
     if (s.node) // workers' learners count too
       built.plan.cluster.emplace().end_on_done = true;
-    if (s.node && s.plane.allreduce && !built.plan.learners.empty()) {
+    if (s.node && !built.plan.learners.empty()) {
       // A coordinator with learners is a member of the group (rank 0).
       s.own_group =
         std::make_shared<cluster::deferred_group>("coordinator", s.plane.form_timeout);
       built.plan.replica_group = s.own_group;
       built.plan.replica = cluster::replica_options_for(
         built.plan.server, built.plan.learners.size(), "coordinator");
-    } else if (s.node && s.plane.allreduce) {
+    } else if (s.node) {
       // One with none stays out of it: a standby replica holds the newest
       // state a member gave it (asked for through the gate at each
       // checkpoint, and given by each member as it leaves), so nothing that
@@ -407,7 +407,6 @@ std::string session::state::open_gate(const cast_handles& h,
   go.cast.metrics = h.metrics;
   go.store = store;
   go.supervisor = supervisor;
-  go.sync = cfg.get_string("algo.mode") == "sync";
   go.runners_per_learner = static_cast<uint64_t>(cfg.get_int("algo.runners_per_learner"));
   go.log = options.log;
   go.plane = plane;
@@ -424,7 +423,7 @@ std::string session::state::open_gate(const cast_handles& h,
     go.own_door = cluster::spawn_door(drv->system(), std::move(d));
   }
   gate = cluster::spawn_gate(drv->system(), std::move(go));
-  if (plane.allreduce && !own_group && h.server)
+  if (!own_group && h.server)
     // The standby replica asks the members for their state through the gate.
     caf::anon_send(h.server, actors::source_atom::value, gate);
   // SO_REUSEADDR: a coordinator resumed on the port of one that was killed
@@ -536,39 +535,29 @@ result<training_result> session::state::finish(caf::scoped_actor& self, run_end&
                });
   }
   if (gate && is_ready) {
-    // What each learner, local or remote, gave to the weights.
+    // What the replicas applied, the same on every host.
     if (auto status = ask_for<actors::parameter_server_status>(
-          self, handles.server, progress_ask_timeout, actors::status_atom::value)) {
-      std::vector<std::string> parts;
-      for (auto& [learner, n] : status->applied_by_learner)
-        parts.push_back(fmt::format("{} {}", learner, n));
-      const std::string list =
-        parts.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(parts, ", "));
-      if (!plane.allreduce)
-        log(actors::log_level::notice, "cluster: gradients applied by learner: " + list);
-      else
-        log(actors::log_level::notice,
-            fmt::format("cluster: gradients applied on every host: {} (version {})",
-                        status->applied, status->version));
-    }
-    if (plane.allreduce)
-      if (auto r = ask_for<actors::replica_status>(
-            self, handles.server, progress_ask_timeout, actors::rounds_atom::value))
-        log(actors::log_level::notice,
-            fmt::format(
-              "cluster: the data plane: {} rounds over {} members ({} without a "
-              "gradient), a round {:.0f} us on average and {:.0f} us at most; "
-              "{}; the weights' hash {:#018x}, checked on every member each "
-              "round",
-              r->rounds, r->group_size, r->empty_rounds,
-              r->rounds ? 1e-3 * static_cast<double>(r->round_ns_sum) /
-                            static_cast<double>(r->rounds)
-                        : 0.0,
-              1e-3 * static_cast<double>(r->round_ns_max),
-              own_group ? fmt::format("the coordinator's gradients {}", r->contributed)
+          self, handles.server, progress_ask_timeout, actors::status_atom::value))
+      log(actors::log_level::notice,
+          fmt::format("cluster: gradients applied on every host: {} (version {})",
+                      status->applied, status->version));
+    if (auto r = ask_for<actors::replica_status>(
+          self, handles.server, progress_ask_timeout, actors::rounds_atom::value))
+      log(actors::log_level::notice,
+          fmt::format("cluster: the data plane: {} rounds over {} members ({} without a "
+                      "gradient), a round {:.0f} us on average and {:.0f} us at most; "
+                      "{}; the weights' hash {:#018x}, checked on every member each "
+                      "round",
+                      r->rounds, r->group_size, r->empty_rounds,
+                      r->rounds ? 1e-3 * static_cast<double>(r->round_ns_sum) /
+                                    static_cast<double>(r->rounds)
+                                : 0.0,
+                      1e-3 * static_cast<double>(r->round_ns_max),
+                      own_group
+                        ? fmt::format("the coordinator's gradients {}", r->contributed)
                         : std::string{"the coordinator out of the group (a "
                                       "member's count)"},
-              r->weights_hash));
+                      r->weights_hash));
     // What the keeper merged, in all and from each worker incarnation.
     if (auto totals = ask_for<actors::stream_status>(
           self, handles.keeper, progress_ask_timeout, actors::status_atom::value)) {

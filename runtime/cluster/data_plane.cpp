@@ -11,14 +11,11 @@ namespace troupe::cluster {
 
 result<data_plane_settings> data_plane_from(const runtime::config& cfg) {
   data_plane_settings s;
-  s.allreduce = cfg.get_string("cluster.data_plane") == "allreduce";
   s.hosts = static_cast<uint64_t>(cfg.get_int("cluster.hosts"));
   s.interface = cfg.get_string("cluster.data_interface");
   s.round_timeout = std::chrono::milliseconds(cfg.get_int("cluster.round_timeout_ms"));
   s.form_timeout = std::chrono::seconds(cfg.get_int("cluster.reconnect_s")) +
                    std::chrono::milliseconds(cfg.get_int("cluster.round_timeout_ms"));
-  if (!s.allreduce)
-    return s;
   if (!s.interface.empty() && wildcard_host(s.interface))
     return make_error(errc::bad_config,
                       "{}: cluster.data_interface = \"{}\": the data plane binds to one "

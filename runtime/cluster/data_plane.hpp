@@ -1,7 +1,7 @@
 // The hosts' data plane of a run across processes (docs/cluster.md, "The data
-// plane"): with cluster.data_plane = "allreduce" every host with learners
-// runs a replica of the parameter server, and the replicas all-reduce through
-// a Gloo group that meets through a store the coordinator's gate serves.
+// plane"): every host with learners runs a replica of the parameter server, and the
+// replicas all-reduce through a Gloo group that meets through a store the coordinator's
+// gate serves.
 #pragma once
 
 #include <chrono>
@@ -37,7 +37,6 @@ using form_atom = caf::atom_constant<caf::atom("form")>;
 
 /// The [cluster] keys of the data plane.
 struct data_plane_settings {
-  bool allreduce = false; ///< cluster.data_plane = "allreduce"
   /// Worker hosts with learners the group waits for before its first round;
   /// 0: it forms with the members there are (the coordinator alone when it
   /// has learners, else the first host with learners to join) and again at
@@ -54,9 +53,8 @@ struct data_plane_settings {
   std::chrono::milliseconds form_timeout{90000};
 };
 
-/// The data plane's settings from cfg; an error naming the key when
-/// data_plane = "allreduce" has a wildcard interface, or none for a
-/// coordinator with learners.
+/// The data plane's settings from cfg; an error naming the key when the
+/// data interface is a wildcard, or none for a coordinator with learners.
 result<data_plane_settings> data_plane_from(const runtime::config& cfg);
 
 /// Tells the coordinator that the group of `epoch` failed (`why`).

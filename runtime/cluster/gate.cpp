@@ -19,22 +19,17 @@ namespace troupe::cluster {
 
 namespace {
 
-// How long the gate waits for the middleman's answer about a peer's
-// address, and for a host to take a policy version.
+// How long the gate waits for the middleman's answer about a peer's address.
 constexpr auto address_timeout = std::chrono::seconds(2);
-// Fencing a lost host at the keeper and the server (local actors: they answer
-// at once unless the run is ending).
+// Fencing a lost host at the keeper (a local actor: it answers at once
+// unless the run is ending).
 constexpr auto fence_timeout = std::chrono::seconds(10);
-constexpr auto push_timeout = std::chrono::seconds(10);
 
 struct host_entry {
   caf::actor actor;
-  bool member = false; // data_plane = "allreduce": a member of the group
+  bool member = false; // a host with learners: a member of the group
   uint64_t rank = 0; // its rank there (the coordinator's replica, when it has one, is 0)
   lost_host info;
-  uint64_t sent_version = 0; // newest version the host has or is being sent
-  bool in_flight = false;
-  host_progress progress;        // its counters at its last answer to a push
   std::optional<door_info> door; // a member host's feed door, once open
   bool guest = false;            // an environment-only host fed through the doors
 };
@@ -44,12 +39,11 @@ struct gate_state {
   std::map<caf::actor_addr, host_entry> hosts;
   uint64_t joins = 0;
   uint64_t lost = 0;
-  uint64_t env_steps_lost = 0; // collected by lost hosts and never finished
   bool stopping = false;
   bool budget_told = false; // a host said the step budget is spent
   std::vector<caf::typed_response_promise<caf::ok_atom>> stop_waiters;
-  // data_plane = "allreduce": the rendezvous store the group meets through,
-  // the gets that wait for a key, and the group's members so far.
+  // The rendezvous store the group meets through, the gets that wait for a
+  // key, and the group's members so far.
   std::map<std::string, std::string> store_values;
   std::map<std::string, std::vector<caf::typed_response_promise<std::string>>>
     store_waiting;
@@ -61,43 +55,13 @@ struct gate_state {
 
 void report_hosts(caf::event_based_actor* self, gate_state& st) {
   if (st.opts.cast.metrics)
+    // No host answers weights pushes any more, so no lost host's count of
+    // steps not learned is known: 0 (docs/training.md, env_steps_lost).
     self->send(st.opts.cast.metrics, actors::hosts_atom::value,
-               static_cast<uint64_t>(st.hosts.size()), st.lost, st.env_steps_lost);
+               static_cast<uint64_t>(st.hosts.size()), st.lost, uint64_t{0});
 }
 
-// Sends the newest version to the host at `addr` unless it has it or a push
-// is under way; the answer sends the next one if the server moved on.
-void push_newest(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
-                 const caf::actor_addr& addr) {
-  auto it = st->hosts.find(addr);
-  // A host with a replica has its own weights (the same as these); one fed
-  // through the doors takes a learner host's.
-  if (it == st->hosts.end() || it->second.in_flight || it->second.member ||
-      it->second.guest)
-    return;
-  auto snap = st->opts.store->latest();
-  if (!snap || snap->version <= it->second.sent_version)
-    return;
-  policy_push p = policy_push_of(*snap);
-  it->second.in_flight = true;
-  it->second.sent_version = snap->version;
-  self->request(it->second.actor, push_timeout, std::move(p))
-    .then(
-      [self, st, addr](host_progress& progress) {
-        if (auto h = st->hosts.find(addr); h != st->hosts.end()) {
-          h->second.in_flight = false;
-          h->second.progress = progress;
-          push_newest(self, st, addr);
-        }
-      },
-      [st, addr](caf::error&) {
-        // A host that is lost: its down message follows.
-        if (auto h = st->hosts.find(addr); h != st->hosts.end())
-          h->second.in_flight = false;
-      });
-}
-
-// data_plane = "allreduce": the member hosts' feed doors open now.
+// The member hosts' feed doors open now.
 std::vector<door_info> open_doors(const gate_state& st) {
   std::vector<door_info> out;
   if (st.opts.own_door) {
@@ -125,7 +89,7 @@ using regroup_atom = caf::atom_constant<caf::atom("regroup")>;
 // How long the gate waits for a member host to answer for its replica.
 constexpr auto member_ask_timeout = std::chrono::seconds(5);
 
-// data_plane = "allreduce" with a coordinator out of the group: asks the
+// A coordinator out of the group: asks the
 // member hosts, lowest rank first, for their replica's `Answer` to `atom`
 // (its state, or its rounds) until one answers; an error when none does.
 template <class Answer, class Atom>
@@ -204,7 +168,7 @@ void retire_old_epochs(gate_state& st, uint64_t epoch) {
   }
 }
 
-// data_plane = "allreduce": opens the next epoch of the group with the member
+// Opens the next epoch of the group with the member
 // hosts alive now (every member host has joined, or one was lost): each is
 // told its rank. A coordinator with learners takes rank 0; one without stays
 // out of the group.
@@ -247,53 +211,20 @@ void form_group(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
       group_options(st->opts.plane, epoch, 0, size));
 }
 
-std::string hosted(const lost_host& h, bool to_doors = false) {
+std::string hosted(const lost_host& h) {
   if (h.learners.empty() && h.guest_runners > 0)
-    return fmt::format("no learners, {} runners feeding {}", h.guest_runners,
-                       to_doors ? "the learner hosts' learners"
-                                : "the coordinator's learners");
+    return fmt::format("no learners, {} runners feeding the learner hosts' learners",
+                       h.guest_runners);
   if (h.learners.empty())
     return "no learners";
   return fmt::format("learners {} ({} runners each)", fmt::join(h.learners, ", "),
                      h.runners_per_learner);
 }
 
-// Tells the parameter server that the learners of `host` join (or leave) its
-// sync steps; logs what it answers.
-void change_membership(caf::event_based_actor* gate, const actors::shared_actors& cast,
-                       const lost_host& host, bool joining, const actors::log_sink& log) {
-  if (!cast.server)
-    return;
-  for (auto& learner : host.learners) {
-    auto answered = [log, learner, joining](uint64_t members) {
-      actors::write_log(log, fmt::format("cluster: learner {} {} the parameter server's "
-                                         "sync steps; a step waits for {} learner(s)",
-                                         learner, joining ? "joins" : "leaves", members));
-    };
-    auto failed = [gate, log, learner](caf::error& e) {
-      actors::write_log(log,
-                        fmt::format("cluster: could not tell the parameter server "
-                                    "about learner {}: {}",
-                                    learner, actors::error_message(gate->system(), e)));
-    };
-    if (joining)
-      gate->request(cast.server, fence_timeout, actors::join_atom::value, learner)
-        .then(answered, failed);
-    else
-      gate->request(cast.server, fence_timeout, actors::leave_atom::value, learner)
-        .then(answered, failed);
-  }
-}
-
-void join_server(caf::event_based_actor* gate, const actors::shared_actors& cast,
-                 const lost_host& host, const actors::log_sink& log) {
-  change_membership(gate, cast, host, true, log);
-}
-
 // Checks a join and answers it; `address` is the peer's "HOST:PORT".
 void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
            join_request& req, const std::string& address,
-           caf::typed_response_promise<welcome>& rp, std::vector<caf::actor> feed = {}) {
+           caf::typed_response_promise<welcome>& rp) {
   // errc::unavailable: for now (the worker retries); any other: for good.
   auto refuse = [&](const std::string& why, errc code = errc::invalid_argument) {
     actors::write_log(st->opts.log,
@@ -324,18 +255,17 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   if (req.guest_runners > st->opts.learners_per_host_max)
     return refuse(fmt::format("it asks for {} runners, at most {} per host",
                               req.guest_runners, st->opts.learners_per_host_max));
-  const bool to_doors = st->opts.plane.allreduce && req.guest_runners > 0;
+  if (req.guest_runners == 0 && req.learners == 0)
+    return refuse("it asks for no learners and no runners: it would host nothing");
+  const bool to_doors = req.guest_runners > 0;
   if (to_doors && open_doors(*st).empty())
     return refuse("it hosts runners only, and no learner host has opened its feed door "
                   "yet",
                   errc::unavailable);
-  if (req.guest_runners > 0 && !to_doors && feed.empty())
-    return refuse("it hosts runners only, and the coordinator has no learner for them "
-                  "to feed (algo.num_learners = 0 on the coordinator)");
   if (req.learners > st->opts.learners_per_host_max)
     return refuse(fmt::format("it asks for {} learners, at most {} per host",
                               req.learners, st->opts.learners_per_host_max));
-  const bool member = st->opts.plane.allreduce && req.learners > 0;
+  const bool member = req.learners > 0;
   for (auto& [a, h] : st->hosts)
     if (h.info.name == req.name)
       // Most often the worker's own earlier life, killed and restarted
@@ -370,53 +300,24 @@ void admit(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
   if (to_doors) {
     w.doors = open_doors(*st);
     h.guest = true;
-  } else if (req.guest_runners > 0) {
-    w.feed = std::move(feed);
   }
-  auto snap = st->opts.store->latest();
-  w.weights = policy_push_of(*snap);
-  h.sent_version = snap->version;
+  w.weights = policy_push_of(*st->opts.store->latest());
   actors::write_log(st->opts.log,
                     fmt::format("cluster: host {} ({}) joined, incarnation {:016x}: {}, "
                                 "device {}",
-                                req.name, address, req.incarnation,
-                                hosted(h.info, to_doors), req.device));
-  // Sync mode: the host's learners take part from the next step of the
-  // parameter server (a host with a replica steps with its own).
-  if (st->opts.sync && !member)
-    join_server(self, st->opts.cast, h.info, st->opts.log);
+                                req.name, address, req.incarnation, hosted(h.info),
+                                req.device));
   self->monitor(h.actor);
   const auto addr = h.actor.address();
   st->hosts.emplace(addr, std::move(h));
   report_hosts(self, *st);
   rp.deliver(std::move(w));
-  push_newest(self, st, addr); // the server may have moved on meanwhile
   // The group forms once cluster.hosts have joined (0: at the first); a
   // host that joins a formed group enters at the next epoch.
   if (member && st->formed)
     form_group(self, st, fmt::format("host {} joins", req.name));
   else if (member && (st->opts.plane.hosts == 0 || st->members == st->opts.plane.hosts))
     form_group(self, st, "");
-}
-
-// Admits a join; an environment-only host's after asking the supervisor for
-// the learners its runners will feed.
-void admit_with_feed(caf::event_based_actor* self, std::shared_ptr<gate_state> st,
-                     join_request& req, const std::string& address,
-                     caf::typed_response_promise<welcome>& rp) {
-  // data_plane = "allreduce": the runners feed the learner hosts, through
-  // their doors.
-  if (req.guest_runners == 0 || req.learners > 0 || !st->opts.supervisor ||
-      st->opts.plane.allreduce)
-    return admit(self, st, req, address, rp);
-  self->request(st->opts.supervisor, address_timeout, actors::learners_atom::value)
-    .then(
-      [self, st, req, address, rp](std::vector<caf::actor>& feed) mutable {
-        admit(self, st, req, address, rp, std::move(feed));
-      },
-      [self, st, req, address, rp](caf::error&) mutable {
-        admit(self, st, req, address, rp);
-      });
 }
 
 caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st) {
@@ -440,9 +341,7 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
     if (it == st->hosts.end())
       return;
     auto info = std::move(it->second.info);
-    const auto progress = it->second.progress;
     const bool had_door = it->second.door.has_value();
-    const bool guest = it->second.guest;
     const bool member = it->second.member;
     const uint64_t rank = it->second.rank;
     st->hosts.erase(it);
@@ -453,35 +352,19 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
         st->opts.log, fmt::format("cluster: host {} ({}) left", info.name, info.address));
     } else {
       st->lost += 1;
-      const uint64_t unfinished = progress.collected > progress.finished
-                                    ? progress.collected - progress.finished
-                                    : 0;
-      st->env_steps_lost += unfinished;
-      // A host with a replica gets no weights pushes, so it never told its
-      // counts: say so rather than a 0.
-      const std::string counts =
-        member ? std::string{"its count of env steps not learned is unknown (a host with "
-                             "a replica answers no weights pushes)"}
-        : guest
-          ? std::string{"its count of env steps not learned is unknown (it takes its "
-                        "weights from a learner host)"}
-          : fmt::format("{} env steps it had collected were not learned (its count "
-                        "at its last answer to a weights push: {} collected, {} "
-                        "learned or sent on)",
-                        unfinished, progress.collected, progress.finished);
-      actors::write_log(st->opts.log,
-                        fmt::format("cluster: lost host {} ({}): it hosted {}; {}; {} "
-                                    "host(s) remain ({})",
-                                    info.name, info.address, hosted(info, guest), counts,
-                                    st->hosts.size(),
-                                    actors::error_message(self->system(), down.reason)));
+      actors::write_log(
+        st->opts.log, fmt::format("cluster: lost host {} ({}): it hosted {}; its count "
+                                  "of env steps not learned is unknown; {} host(s) "
+                                  "remain ({})",
+                                  info.name, info.address, hosted(info), st->hosts.size(),
+                                  actors::error_message(self->system(), down.reason)));
+      // Whatever of its incarnation still reaches the keeper is refused.
+      on_host_lost(self, st->opts.cast, info, st->opts.log);
       if (member && st->formed)
         // The survivors meet again in the next epoch and complete the round.
         form_group(self, st, fmt::format("host {} of rank {} was lost", info.name, rank));
       else if (member)
         st->members -= 1; // not formed yet: another host may take its place
-      else
-        on_host_lost(self, st->opts.cast, info, st->opts.sync, st->opts.log);
     }
     if (had_door && !st->stopping)
       announce_doors(self, *st);
@@ -509,22 +392,15 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
         .then(
           [self, st, req, rp](const caf::node_id&, const std::string& host,
                               uint16_t port) mutable {
-            admit_with_feed(self, st, req,
-                            host.empty() ? std::string{"unknown"}
-                                         : fmt::format("{}:{}", host, port),
-                            rp);
+            admit(self, st, req,
+                  host.empty() ? std::string{"unknown"}
+                               : fmt::format("{}:{}", host, port),
+                  rp);
           },
           [self, st, req, rp](caf::error&) mutable {
-            admit_with_feed(self, st, req, "unknown", rp);
+            admit(self, st, req, "unknown", rp);
           });
       return rp;
-    },
-    [self, st](actors::publish_atom, uint64_t) {
-      std::vector<caf::actor_addr> addrs;
-      for (auto& kv : st->hosts)
-        addrs.push_back(kv.first);
-      for (auto& a : addrs)
-        push_newest(self, st, a);
     },
     [self, st](actors::stop_atom) -> caf::result<caf::ok_atom> {
       st->stopping = true;
@@ -663,12 +539,9 @@ caf::behavior gate(caf::event_based_actor* self, std::shared_ptr<gate_state> st)
 } // namespace
 
 void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cast,
-                  const lost_host& host, bool sync, const actors::log_sink& log) {
-  if (host.incarnation == 0) {
-    if (sync)
-      change_membership(gate, cast, host, false, log);
+                  const lost_host& host, const actors::log_sink& log) {
+  if (host.incarnation == 0)
     return;
-  }
   const std::string who =
     fmt::format("host {} (incarnation {:016x})", host.name, host.incarnation);
   if (cast.keeper)
@@ -692,32 +565,11 @@ void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cas
                                         "keeper: {}",
                                         who, actors::error_message(gate->system(), e)));
         });
-  if (cast.server)
-    gate
-      ->request(cast.server, fence_timeout, actors::fence_atom::value, host.name,
-                host.incarnation)
-      .then(
-        [log, who](uint64_t refused) {
-          actors::write_log(log, fmt::format("cluster: fenced {} at the parameter server "
-                                             "({} waiting gradient(s) refused)",
-                                             who, refused));
-        },
-        [gate, log, who](caf::error& e) {
-          actors::write_log(log,
-                            fmt::format("cluster: could not fence {} at the parameter "
-                                        "server: {}",
-                                        who, actors::error_message(gate->system(), e)));
-        });
-  // Sync mode: the step under way completes with the learners still alive
-  // (the fence above answered their waiting gradients; this is handled after it).
-  if (sync)
-    change_membership(gate, cast, host, false, log);
 }
 
 caf::actor spawn_gate(caf::actor_system& sys, gate_options opts) {
   auto st = std::make_shared<gate_state>();
   st->opts = std::move(opts);
-  auto store = st->opts.store;
   auto g = sys.spawn(gate, st);
   if (st->opts.own_group)
     st->opts.own_group->on_failure([addr = g.address(), token = st->opts.token](
@@ -726,16 +578,6 @@ caf::actor spawn_gate(caf::actor_system& sys, gate_options opts) {
         caf::anon_send(a, epoch_failed_atom::value, token, epoch,
                        std::string{"the coordinator"}, why);
     });
-  // Every new version is announced to the gate (on the server's thread; the
-  // gate reads the store itself and coalesces).
-  caf::actor_addr addr = g.address();
-  store->subscribe([addr](const std::shared_ptr<const actors::policy_snapshot>& s) {
-    auto a = caf::actor_cast<caf::actor>(addr);
-    if (!a)
-      return false;
-    caf::anon_send(a, actors::publish_atom::value, s->version);
-    return true;
-  });
   return g;
 }
 

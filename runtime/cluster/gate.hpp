@@ -1,6 +1,7 @@
 // The coordinator's gate of a run across processes, the one actor a worker
-// reaches over the network: it admits joins, pushes policy versions and
-// handles lost hosts (its messages: docs/design-notes.md, "runtime/").
+// reaches over the network: it admits joins, forms the data plane's group,
+// serves its rendezvous store and handles lost hosts (its messages:
+// docs/design-notes.md, "runtime/").
 #pragma once
 
 #include <memory>
@@ -21,23 +22,20 @@ struct gate_options {
   std::string config_toml;                     ///< the run's resolved config
   std::string run;                             ///< the run's name, told to each joiner
   actors::shared_actors cast;                  ///< keeper, server, metrics
-  std::shared_ptr<actors::policy_store> store; ///< where the server publishes versions
+  std::shared_ptr<actors::policy_store> store; ///< the newest version, for joiners
   uint64_t learners_per_host_max = 64;         ///< a join asking for more is refused
   uint64_t runners_per_learner = 1;            ///< the run's, for a join that asks 0
   actors::log_sink log; ///< joins, refusals, losses; empty: nowhere
-  bool sync = false; ///< algo.mode = "sync": learners join and leave the server's steps
-  /// The coordinator's supervisor, asked for its learners when an
-  /// environment-only host joins (null: such hosts are refused).
+  /// The coordinator's supervisor, told when a host spent the step budget.
   caf::actor supervisor;
-  /// cluster.data_plane and the keys that go with it.
+  /// The data plane's keys.
   data_plane_settings plane;
-  /// data_plane = "allreduce": the coordinator's own place in the group (rank
-  /// 0), formed with the others once plane.hosts worker hosts have joined
-  /// (plane.hosts = 0: alone, as the gate starts).
+  /// The coordinator's own place in the group (rank 0) when it has
+  /// learners, formed with the others once plane.hosts worker hosts have
+  /// joined (plane.hosts = 0: alone, as the gate starts).
   std::shared_ptr<deferred_group> own_group;
-  /// data_plane = "allreduce": the coordinator's own feed door (a
-  /// coordinator with learners), named first to environment-only hosts and
-  /// ended with the gate; null: none.
+  /// The coordinator's own feed door (a coordinator with learners), named
+  /// first to environment-only hosts and ended with the gate; null: none.
   caf::actor own_door;
 };
 
@@ -52,10 +50,9 @@ struct lost_host {
 };
 
 /// Called by the gate when a host is lost: fences the host's incarnation at
-/// the statistics keeper and the parameter server, tells the server in sync
-/// mode that its learners leave, and logs what each answered.
+/// the statistics keeper and logs what it answered.
 void on_host_lost(caf::event_based_actor* gate, const actors::shared_actors& cast,
-                  const lost_host& host, bool sync, const actors::log_sink& log);
+                  const lost_host& host, const actors::log_sink& log);
 
 /// Spawns the gate (publish it with caf::io::publish).
 caf::actor spawn_gate(caf::actor_system& sys, gate_options opts);

@@ -15,7 +15,7 @@
 namespace troupe::cluster {
 
 /// Version of the join protocol; a worker of another version is refused.
-constexpr uint32_t protocol_version = 6; // 6: door_info carries the coordinator's door
+constexpr uint32_t protocol_version = 7; // 7: no parameter-server data plane
 
 /// A worker's request to join a run (sent to the coordinator's gate).
 struct join_request {
@@ -26,9 +26,9 @@ struct join_request {
   uint64_t runners_per_learner = 0; ///< runners per learner
   std::string device;               ///< "auto", "cpu" or "cuda"
   std::string token;                ///< the run's shared secret
-  caf::actor host;                  ///< its host actor: policy versions, stop
-  uint64_t guest_runners = 0; ///< with learners = 0: runners feeding the coordinator's
-                              ///< learners (an environment-only host)
+  caf::actor host;                  ///< its host actor: the group's forming, stop
+  uint64_t guest_runners = 0;       ///< with learners = 0: runners feeding the learner
+                                    ///< hosts' learners (an environment-only host)
 };
 
 template <class Inspector>
@@ -53,9 +53,8 @@ typename Inspector::result_type inspect(Inspector& f, policy_push& x) {
 /// The version `snap` as a policy_push (its weights copied).
 policy_push policy_push_of(const actors::policy_snapshot& snap);
 
-/// A host's answer to a policy_push: its host_counters (actors/host_counters.hpp)
-/// at that moment, from which the gate counts what the host takes with it
-/// when it is lost.
+/// A host's answer to a policy_push from its feed: its host_counters
+/// (actors/host_counters.hpp) at that moment.
 struct host_progress {
   uint64_t collected = 0; ///< environment steps its runners took
   uint64_t finished = 0;  ///< environment steps that left its hands
@@ -66,7 +65,7 @@ typename Inspector::result_type inspect(Inspector& f, host_progress& x) {
   return f(caf::meta::type_name("host_progress"), x.collected, x.finished);
 }
 
-/// Where a learner host's feed door listens (data_plane = "allreduce"): the
+/// Where a learner host's feed door listens: the
 /// door an environment-only host connects to, to feed that host's learners
 /// and take its policy versions (docs/cluster.md, "Environment-only hosts").
 struct door_info {
@@ -94,21 +93,20 @@ struct welcome {
   std::string config_toml; ///< the run's resolved config
   uint64_t host_index = 0; ///< joins so far, from 0 (seeds differ per host)
   caf::actor keeper;       ///< the statistics keeper
-  caf::actor server;       ///< the parameter server
+  caf::actor server;       ///< the coordinator's replica or standby replica
   caf::actor metrics;      ///< the metrics actor
   std::vector<std::string> learner_names; ///< the names its learners must use
   policy_push weights;                    ///< the newest policy version
-  std::vector<caf::actor> feed; ///< an environment-only host: the learners to feed
-  std::string run;              ///< the run's name (its folder's, cluster.json's "run")
-  /// data_plane = "allreduce", an environment-only host: the learner hosts'
-  /// doors open now (its runners feed their learners).
+  std::string run; ///< the run's name (its folder's, cluster.json's "run")
+  /// An environment-only host: the learner hosts' doors open now (its runners
+  /// feed their learners).
   std::vector<door_info> doors;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, welcome& x) {
   return f(caf::meta::type_name("welcome"), x.config_toml, x.host_index, x.keeper,
-           x.server, x.metrics, x.learner_names, x.weights, x.feed, x.run, x.doors);
+           x.server, x.metrics, x.learner_names, x.weights, x.run, x.doors);
 }
 
 /// Registers the cluster's message types with `cfg` (after

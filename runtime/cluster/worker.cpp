@@ -105,8 +105,9 @@ void forward_to_replica(caf::event_based_actor* self, caf::actor replica,
           [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
 }
 
-// The worker's host actor: takes the policy versions the gate pushes, and
-// passes the run's end on to the driver.
+// The worker's host actor: forms the host's place in the group, takes the
+// policy versions an environment-only host's feed hands it, and passes the
+// run's end on to the driver.
 caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cache> cache,
                          std::shared_ptr<actors::host_counters> counters,
                          std::shared_ptr<host_plane> plane, caf::actor driver) {
@@ -197,10 +198,10 @@ struct worker::state {
   std::optional<welcome> w;
   std::shared_ptr<host_cache> cache;
   std::shared_ptr<actors::host_counters> counters;
-  std::shared_ptr<host_plane> plane; // data_plane = "allreduce": where the group forms
+  std::shared_ptr<host_plane> plane; // where the group forms
   caf::actor host, outbox, relay, reports, replica;
-  // data_plane = "allreduce": a learner host's feed door, or an
-  // environment-only host's feed (runtime/cluster/feed.hpp).
+  // A learner host's feed door, or an environment-only host's feed
+  // (runtime/cluster/feed.hpp).
   caf::actor door, feed;
   std::optional<data_plane_settings> plane_settings;
   std::shared_ptr<actors::policy_store> store; // this host's
@@ -237,21 +238,14 @@ public:
                        const runtime::cast_handles&) override {
     const auto& opts = s_.opts;
     if (req_guest_runners(opts) > 0) {
-      if (s_.feed)
-        s_.log(actors::log_level::info,
-               fmt::format("troupe: worker {} joined the run at {}: {} runners feeding "
-                           "the learners of {} learner host(s)",
-                           opts.name, s_.where, req_guest_runners(opts),
-                           s_.w->doors.size()));
-      else
-        s_.log(actors::log_level::info,
-               fmt::format("troupe: worker {} joined the run at {}: {} "
-                           "runners feeding {} learner(s) of the coordinator",
-                           opts.name, s_.where, req_guest_runners(opts),
-                           s_.w->feed.size()));
+      s_.log(actors::log_level::info,
+             fmt::format("troupe: worker {} joined the run at {}: {} runners feeding "
+                         "the learners of {} learner host(s)",
+                         opts.name, s_.where, req_guest_runners(opts),
+                         s_.w->doors.size()));
       return {};
     }
-    if (s_.plane_settings && s_.plane_settings->allreduce && opts.learners > 0)
+    if (s_.plane_settings && opts.learners > 0)
       open_door(supervisor);
     s_.log(actors::log_level::info,
            fmt::format("troupe: worker {} joined the run at {}: learners "
@@ -408,7 +402,7 @@ status worker_events::on_end(caf::scoped_actor& self, runtime::run_end& end) {
   if (gate_lost && !end.stop_asked) {
     // The coordinator is gone (or has declared this host lost while it was
     // stopped or cut off, and refuses what it still sends): this process's
-    // learners may wait forever on the gone server, so the caller starts a
+    // learners may wait forever on a group that moved on, so the caller starts a
     // new process, which joins again as a new incarnation.
     s_.log(actors::log_level::warning,
            fmt::format("troupe: worker: {}: lost the coordinator at {} ({}); "
@@ -652,10 +646,10 @@ status join_run(worker::state& s) {
   // Exactly once across the network (docs/cluster.md): the host's moment
   // deltas go through one outbox that stamps them with (name, incarnation,
   // sequence) and keeps them until the keeper acknowledges them; each
-  // learner's gradients carry the same identity and their own sequence. When
-  // the coordinator declares this host lost it fences the incarnation at the
-  // keeper and the parameter server, and whatever this process still sends
-  // is refused.
+  // learner's gradients to the host's replica carry the same identity and
+  // their own sequence. When the coordinator declares this host lost it
+  // fences the incarnation at the keeper, and whatever this process still
+  // sends there is refused.
   actors::delta_outbox_options oo;
   oo.worker = opts.name;
   oo.incarnation = incarnation;
@@ -678,11 +672,11 @@ status join_run(worker::state& s) {
     // Async: the next gradient is computed while the answer to the last one
     // crosses the wire (actors/learner.hpp, gradients_in_flight).
     lc.gradients_in_flight = lo.pipelined ? 1 : 0;
-    lo.local_optimizer = false; // the coordinator's server has other learners
+    lo.local_optimizer = false; // the host's replica applies the group's sum
   }
   // The config's data_interface is the coordinator's: a member of the
   // all-reduce group binds its own (no other host binds a data port).
-  if (cfg->get_string("cluster.data_plane") != "allreduce" || opts.learners == 0) {
+  if (opts.learners == 0) {
     // Nothing to bind.
   } else if (!opts.data_interface.empty()) {
     cfg->set("cluster.data_interface", opts.data_interface,
@@ -704,33 +698,27 @@ status join_run(worker::state& s) {
   if (req_guest_runners(opts) > 0) {
     cluster.guest_runners = req_guest_runners(opts);
     cluster.guest_prefix = opts.name;
-    if (plane->allreduce) {
-      // The runners feed the learner hosts' learners through their doors,
-      // and the host takes its policy versions from one of them.
-      if (w->doors.empty())
-        return worker_error("the coordinator named no learner host for this host's "
-                            "runners");
-      guest_feed_options fo;
-      fo.token = s.token;
-      fo.host = opts.name;
-      fo.doors = w->doors;
-      fo.node = s.ns;
-      fo.policy_taker = s.host;
-      fo.log = opts.log;
-      s.feed = spawn_guest_feed(sys, std::move(fo));
-      {
-        base::mutex_lock lock(s.cache->mtx);
-        s.cache->feed = s.feed;
-      }
-      cluster.feed_learners = {s.feed};
-    } else {
-      if (w->feed.empty())
-        return worker_error("the coordinator named no learner for this host's runners");
-      cluster.feed_learners = w->feed;
+    // The runners feed the learner hosts' learners through their doors, and
+    // the host takes its policy versions from one of them.
+    if (w->doors.empty())
+      return worker_error("the coordinator named no learner host for this host's "
+                          "runners");
+    guest_feed_options fo;
+    fo.token = s.token;
+    fo.host = opts.name;
+    fo.doors = w->doors;
+    fo.node = s.ns;
+    fo.policy_taker = s.host;
+    fo.log = opts.log;
+    s.feed = spawn_guest_feed(sys, std::move(fo));
+    {
+      base::mutex_lock lock(s.cache->mtx);
+      s.cache->feed = s.feed;
     }
+    cluster.feed_learners = {s.feed};
   }
   caf::actor server = w->server;
-  if (plane->allreduce && opts.learners > 0) {
+  if (opts.learners > 0) {
     // This host's replica of the parameter server takes its learners'
     // gradients; the group it all-reduces through forms once the coordinator
     // says so (every member host has joined).

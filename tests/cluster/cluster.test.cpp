@@ -57,165 +57,12 @@ TEST_CASE_FIXTURE(cluster_run,
         std::string::npos);
 }
 
-TEST_CASE_FIXTURE(cluster_run,
-                  "a worker killed with SIGKILL is reported as lost, fenced at the "
-                  "parameter server (that data plane), and the run goes on learning "
-                  "with the other") {
-  auto& coord = start_coordinator(write_config(dir, fresh_seed() % 1000, 2000000,
-                                               /*obs_norm=*/true, "async", "server"));
-  auto& w1 = start_worker("w1");
-  auto& w2 = start_worker("w2");
-  INFO(report());
-  // Both hosts take part before one is killed: w2's first gradient is applied
-  // (its batch's observation delta went to the keeper before it, on the same
-  // connection). Under load w1 alone can make the first updates.
-  await([&] { return metric(run, "hosts") == 2; }, std::chrono::seconds(120),
-        "no metrics row with two hosts");
-  await(
-    [&] {
-      return metric(run, "updates") >= 10 &&
-             coord.err().find("first gradient applied from 'w2.learner0'") !=
-               std::string::npos;
-    },
-    std::chrono::seconds(120), "no 10 updates with a gradient of w2 applied");
-  w2.kill_now();
-  await([&] { return coord.err().find("lost host w2") != std::string::npos; },
-        std::chrono::seconds(60), "w2 was not declared lost");
-  const double updates_at_loss = metric(run, "updates");
-  // A row written after the loss (the mean return may be above 200 already
-  // in the row of the loss, which says nothing yet of the loss).
-  await(
-    [&] {
-      return metric(run, "updates") > updates_at_loss &&
-             metric(run, "return_mean_100") > 200;
-    },
-    std::chrono::seconds(240),
-    "no row after the loss with a 100-episode mean return above 200");
-  CHECK(metric(run, "updates") > updates_at_loss);
-  CHECK(metric(run, "hosts") == 1);
-  CHECK(metric(run, "hosts_lost") == 1);
-  // The keeper's and the server's counters of what they refused are columns
-  // of every row (how many depends on timing: a gradient of w2 on its way
-  // when it was fenced is refused and counted in gradients_rejected).
-  CHECK(metric(run, "deltas_duplicate") >= 0);
-  CHECK(metric(run, "gradients_rejected") >= 0);
-  const auto log = coord.err();
-  CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
-  // Async: no sync membership to leave.
-  CHECK(log.find("leaves the parameter server's sync steps") == std::string::npos);
-  CHECK(log.find("it hosted learners w2.learner0 (1 runners each)") != std::string::npos);
-  // What w2 had collected and not learned, by its own count at its last
-  // answer to a weights push, is the env_steps_lost column.
-  {
-    std::smatch m;
-    const std::regex said(
-      R"(lost host w2 \(.*\): it hosted .*; (\d+) env steps it had )"
-      R"(collected were not learned \(its count at its last answer to )"
-      R"(a weights push: (\d+) collected, (\d+) learned or sent on\))");
-    REQUIRE_MESSAGE(std::regex_search(log, m, said), "no count of w2's unlearned steps");
-    const double unlearned = std::stod(m[1].str());
-    const double collected = std::stod(m[2].str());
-    const double finished = std::stod(m[3].str());
-    CHECK(collected >= finished);
-    CHECK(unlearned == collected - finished);
-    CHECK(metric(run, "env_steps_lost") == unlearned);
-  }
-  // Its incarnation is fenced at the keeper (whose answer names the last of
-  // its observation deltas merged) and at the parameter server.
-  CHECK(log.find("fenced host w2 (incarnation ") != std::string::npos);
-  CHECK(log.find("at the statistics keeper: merged obs through delta ") !=
-        std::string::npos);
-  CHECK(log.find("at the parameter server (") != std::string::npos);
-  CHECK(log.find("could not fence") == std::string::npos);
-  stop_run({{"coordinator", &coord}, {"w1", &w1}});
-  CHECK(applied_by(coord.err(), "w1.learner0") > 0);
-  CHECK(applied_by(coord.err(), "w2.learner0") > 0);
-  // Exactly once: the keeper's sample count is the sum of the samples of the
-  // deltas it acknowledged (no local runner here: all came from w1 and w2),
-  // w1's outbox counted the same acknowledgements, and nothing of w2 merged
-  // after its fencing.
-  const auto end_log = coord.err();
-  const long total =
-    number_after(end_log, R"(cluster: the statistics keeper merged ([0-9]+) samples)");
-  const long from_w1 =
-    number_after(end_log, R"(by worker incarnation: [^\n]*w1/[0-9a-f]+ ([0-9]+))");
-  const long from_w2 =
-    number_after(end_log, R"(by worker incarnation: [^\n]*w2/[0-9a-f]+ ([0-9]+))");
-  const long w2_at_fence = number_after(
-    end_log,
-    R"(fenced worker 'w2' incarnation [0-9a-fx]+: its later deltas are dropped; it merged ([0-9]+) samples)");
-  const long w1_acked = number_after(
-    w1.out(),
-    R"(worker w1: the statistics keeper acknowledged [0-9]+ delta\(s\) \(([0-9]+) samples\) from this host\n)");
-  CHECK(total > 0);
-  CHECK(from_w1 > 0);
-  CHECK(from_w2 > 0);
-  CHECK(total == from_w1 + from_w2);
-  CHECK(from_w2 == w2_at_fence);
-  CHECK(from_w1 == w1_acked);
-}
-
-TEST_CASE_FIXTURE(cluster_run,
-                  "sync mode across processes on the parameter-server data plane: a "
-                  "killed worker leaves the step, which "
-                  "completes with the other, a worker that joins later takes part from "
-                  "the next step, and the run ends at its budget") {
-  // About 150 sync steps of 512 or 1024 steps: the late worker joins well
-  // before the end (it waits for nothing but its own start).
-  auto& coord = start_coordinator(
-    write_config(dir, fresh_seed() % 1000, 160000, /*obs_norm=*/true, "sync", "server"));
-  auto& w1 = start_worker("w1");
-  auto& w2 = start_worker("w2");
-  INFO(report());
-  await(
-    [&] {
-      // w2's learner is a member of the steps before it is killed (under
-      // load w1 can make the first steps alone).
-      return metric(run, "hosts") == 2 && metric(run, "updates") >= 6 &&
-             coord.err().find("learner w2.learner0 joins the parameter "
-                              "server's sync steps") != std::string::npos;
-    },
-    std::chrono::seconds(120), "two hosts did not train together");
-  w2.kill_now();
-  await(
-    [&] { return coord.err().find("learner w2.learner0 leaves") != std::string::npos; },
-    std::chrono::seconds(60), "w2's learner did not leave the sync steps");
-  // The steps go on with w1 alone: no deadlock on the lost learner.
-  const double updates_at_loss = metric(run, "updates");
-  await([&] { return metric(run, "updates") >= updates_at_loss + 4; },
-        std::chrono::seconds(60), "no sync step completed after w2 was lost");
-  auto& w3 = start_worker("w3");
-  // The run ends by itself at its budget; every worker is told and leaves.
-  REQUIRE_MESSAGE(poll_until([&] { return !coord.running(); }, std::chrono::seconds(300)),
-                  "the sync run did not reach its budget within 300 s");
-  {
-    const auto hung =
-      until_all_ended({{"w1", &w1}, {"w3", &w3}}, std::chrono::seconds(60));
-    REQUIRE_MESSAGE(hung.empty(), hung);
-  }
-  CHECK(coord.status() == 0);
-  CHECK(w1.status() == 0);
-  CHECK(w3.status() == 0);
-  const auto log = coord.err();
-  CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
-  CHECK(log.find("learner w3.learner0 joins the parameter server's sync steps") !=
-        std::string::npos);
-  CHECK(metric(run, "env_steps") >= 160000);
-  CHECK(metric(run, "hosts_lost") == 1);
-  // Every learner's gradients went into steps, the late one's too.
-  CHECK(applied_by(log, "w1.learner0") > 0);
-  CHECK(applied_by(log, "w2.learner0") > 0);
-  CHECK(applied_by(log, "w3.learner0") > 0);
-}
-
 // An environment-only worker (--learners 0 --runners 2) feeding the
-// coordinator's IMPALA learner on `plane`: its batches are learned, and the
-// learner goes on when that host is killed.
-static void environment_host_feeds_the_coordinator(cluster_run& fx,
-                                                   const std::string& plane) {
-  const auto cfg = fx.dir.write(
-    "impala.toml",
-    fmt::format(R"([run]
+// coordinator's IMPALA learner: its batches are learned, and the learner goes
+// on when that host is killed.
+static void environment_host_feeds_the_coordinator(cluster_run& fx) {
+  const auto cfg =
+    fx.dir.write("impala.toml", fmt::format(R"([run]
 name = "envhost"
 seed = {}
 device = "cpu"
@@ -243,9 +90,9 @@ obs_norm = true
 [cluster]
 heartbeat_ms = 200
 timeout_ms = {}
-{})",
-                fresh_seed() % 1000, (fx.dir.path / "runs").string(), lost_ms,
-                plane.empty() ? std::string{} : "data_plane = \"" + plane + "\"\n"));
+)",
+                                            fresh_seed() % 1000,
+                                            (fx.dir.path / "runs").string(), lost_ms));
   auto& coord = fx.start_coordinator(cfg);
   auto& e1 = fx.start_worker("e1", {"--learners", "0", "--runners", "2"});
   INFO(fx.report());
@@ -261,24 +108,16 @@ timeout_ms = {}
   CHECK(e1.out().find("troupe: worker e1 joined the run at " + fx.addr) !=
         std::string::npos);
   const auto log = coord.err();
-  if (plane == "server") {
-    // The welcome names the coordinator's learners.
-    CHECK(e1.out().find("2 runners feeding 1 learner(s) of the coordinator") !=
-          std::string::npos);
-    CHECK(log.find("no learners, 2 runners feeding the coordinator's learners") !=
-          std::string::npos);
-  } else {
-    // The coordinator, a member of the group, has a feed door of its own,
-    // reached through e1's connection to the gate.
-    CHECK(e1.out().find("2 runners feeding the learners of 1 learner host(s)") !=
-          std::string::npos);
-    CHECK(e1.out().find("runner 'e1.runner0' feeds learner 0 of learner host "
-                        "coordinator") != std::string::npos);
-    CHECK(log.find("no learners, 2 runners feeding the learner hosts' learners") !=
-          std::string::npos);
-    CHECK(log.find("the data plane's group forms: 0 host(s) and the coordinator") !=
-          std::string::npos);
-  }
+  // The coordinator, a member of the group, has a feed door of its own,
+  // reached through e1's connection to the gate.
+  CHECK(e1.out().find("2 runners feeding the learners of 1 learner host(s)") !=
+        std::string::npos);
+  CHECK(e1.out().find("runner 'e1.runner0' feeds learner 0 of learner host "
+                      "coordinator") != std::string::npos);
+  CHECK(log.find("no learners, 2 runners feeding the learner hosts' learners") !=
+        std::string::npos);
+  CHECK(log.find("the data plane's group forms: 0 host(s) and the coordinator") !=
+        std::string::npos);
   CHECK(log.find("learner 'learner0': guest runner 'e1.runner0' joins") !=
         std::string::npos);
   CHECK(log.find("cluster: host e1 (127.0.0.1:") != std::string::npos);
@@ -303,79 +142,9 @@ timeout_ms = {}
 TEST_CASE_FIXTURE(cluster_run,
                   "an environment-only worker (--learners 0 --runners 2) feeds the "
                   "coordinator's IMPALA learner through the coordinator's own feed door "
-                  "(the default all-reduce data plane), and the learner goes on when "
+                  "(a member of the data plane's group), and the learner goes on when "
                   "that host is killed") {
-  environment_host_feeds_the_coordinator(*this, "");
-}
-
-TEST_CASE_FIXTURE(cluster_run,
-                  "an environment-only worker (--learners 0 --runners 2) feeds the "
-                  "coordinator's IMPALA learner over the wire with the parameter-server "
-                  "data plane, and the learner goes on when that host is killed") {
-  environment_host_feeds_the_coordinator(*this, "server");
-}
-
-TEST_CASE_FIXTURE(
-  cluster_run, "a frozen worker (SIGSTOP) is declared lost after the connection timeout "
-               "and fenced at the parameter server (that data plane), and when it "
-               "wakes it starts again and joins the running "
-               "training as a new incarnation") {
-  auto& coord = start_coordinator(write_config(dir, fresh_seed() % 1000, 2000000,
-                                               /*obs_norm=*/true, "async", "server"));
-  auto& w1 = start_worker("w1");
-  auto& w2 = start_worker("w2");
-  INFO(report());
-  // w2 said it joined before it is frozen: its joins are counted below (under
-  // load a host is counted by the coordinator before its cast is ready).
-  await(
-    [&] {
-      return metric(run, "hosts") == 2 &&
-             count_of(w2.out(), "troupe: worker w2 joined the run") == 1;
-    },
-    std::chrono::seconds(120), "two hosts never trained together");
-
-  w2.signal(SIGSTOP);
-  const bool fenced = poll_until(
-    [&] {
-      const auto log = coord.err();
-      return !coord.running() ||
-             (log.find("lost host w2") != std::string::npos &&
-              log.find("fenced host w2 (incarnation ") != std::string::npos &&
-              log.find("at the parameter server (") != std::string::npos);
-    },
-    std::chrono::seconds(60));
-  w2.signal(SIGCONT);
-  REQUIRE_MESSAGE(fenced,
-                  "the frozen worker was not declared lost and fenced within 60 s");
-  REQUIRE(coord.running());
-  // Woken, it finds its connection gone and starts again (the same process,
-  // a new incarnation), which joins the running training under its name.
-  const double updates_before = metric(run, "updates");
-  await(
-    [&] {
-      // A metrics row written after the loss and after the rejoin (a row
-      // from before the freeze also says hosts = 2, with hosts_lost = 0).
-      return joins_of(coord.err(), "w2") == 2 &&
-             count_of(w2.out(), "troupe: worker w2 joined the run") == 2 &&
-             metric(run, "hosts") == 2 && metric(run, "hosts_lost") == 1;
-    },
-    std::chrono::seconds(120), "the woken worker did not join again", {&w2});
-  CHECK(w2.err().find("w2: lost the coordinator at " + addr) != std::string::npos);
-  CHECK(w2.err().find("trying to rejoin as a new incarnation") != std::string::npos);
-  CHECK(metric(run, "hosts_lost") == 1);
-  await([&] { return metric(run, "return_mean_100") > 200; }, std::chrono::seconds(240),
-        "no 100-episode mean return above 200");
-  CHECK(metric(run, "updates") > updates_before);
-  CHECK(coord.err().find("could not fence") == std::string::npos);
-  // The runners declared their statistics stream through the host's outbox.
-  // (A declaration under way when w2 froze fails with its connection; the
-  // new incarnation's must not.)
-  CHECK(w1.err().find("declaring stream") == std::string::npos);
-  const auto w2_err = w2.err();
-  const auto woken = w2_err.find("trying to rejoin");
-  REQUIRE(woken != std::string::npos);
-  CHECK(w2_err.find("declaring stream", woken) == std::string::npos);
-  stop_run({{"coordinator", &coord}, {"w1", &w1}, {"w2", &w2}});
+  environment_host_feeds_the_coordinator(*this);
 }
 
 TEST_CASE_FIXTURE(cluster_run,

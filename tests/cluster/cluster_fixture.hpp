@@ -240,15 +240,11 @@ inline void stop_run(const std::vector<std::pair<std::string, child*>>& children
 }
 
 // The small CartPole PPO config of these tests (async unless `mode` says
-// sync): no local learner. Its data plane is `plane` ("server" for the cases
-// about the parameter server's fencing and sync membership); empty: the
-// default (all-reduce). [cluster] ends the file so that keys can follow.
+// sync): no local learner. [cluster] ends the file so that keys can follow.
 inline std::string write_config(const temp_folder& dir, uint64_t seed, uint64_t total,
-                                bool obs_norm = false, const std::string& mode = "async",
-                                const std::string& plane = "") {
-  return dir.write(
-    "cluster.toml",
-    fmt::format(R"([run]
+                                bool obs_norm = false,
+                                const std::string& mode = "async") {
+  return dir.write("cluster.toml", fmt::format(R"([run]
 name = "cluster"
 seed = {}
 device = "cpu"
@@ -276,9 +272,9 @@ obs_norm = {}
 [cluster]
 heartbeat_ms = 200
 timeout_ms = {}
-{})",
-                seed, (dir.path / "runs").string(), mode, total, obs_norm, lost_ms,
-                plane.empty() ? std::string{} : "data_plane = \"" + plane + "\"\n"));
+)",
+                                               seed, (dir.path / "runs").string(), mode,
+                                               total, obs_norm, lost_ms));
 }
 
 // The coordinator's run folder, once its cluster.json exists.
@@ -365,23 +361,6 @@ inline size_t joins_of(const std::string& log, const std::string& name) {
   const std::regex joined("cluster: host " + name + R"( \(127\.0\.0\.1:[0-9]+\) joined)");
   return static_cast<size_t>(std::distance(
     std::sregex_iterator(log.begin(), log.end(), joined), std::sregex_iterator()));
-}
-
-// How many gradients of `learner` the parameter server applied, from the
-// coordinator's last words ("cluster: gradients applied by learner: ..."); -1
-// when it does not say.
-inline long applied_by(const std::string& log, const std::string& learner) {
-  const std::regex line(R"(cluster: gradients applied by learner: ([^\n]*))");
-  std::smatch m;
-  if (!std::regex_search(log, m, line))
-    return -1;
-  const std::regex entry(
-    "(^|, )" + std::regex_replace(learner, std::regex(R"(\.)"), R"(\.)") + " ([0-9]+)");
-  std::smatch e;
-  const std::string list = m[1].str();
-  if (!std::regex_search(list, e, entry))
-    return 0;
-  return std::stol(e[2].str());
 }
 
 // -- the fixture --------------------------------------------------------------

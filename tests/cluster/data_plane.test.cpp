@@ -32,7 +32,7 @@ namespace {
 // section).
 std::string write_plane_config(const temp_folder& dir, uint64_t seed, uint64_t total,
                                int hosts, const std::string& mode = "async") {
-  const auto path = write_config(dir, seed, total, /*obs_norm=*/true, mode, "");
+  const auto path = write_config(dir, seed, total, /*obs_norm=*/true, mode);
   const auto text =
     read_text(path) + fmt::format("hosts = {}\nround_timeout_ms = {}\n", hosts,
                                   20000 * TROUPE_TEST_TIMEOUT_SCALE);
@@ -315,6 +315,35 @@ TEST_CASE_FIXTURE(cluster_run,
     CHECK(text->find("differ between hosts") == std::string::npos);
     CHECK(text->find("the parameter server ended") == std::string::npos);
   }
+  CHECK(log.find("lost host w2 (127.0.0.1:") != std::string::npos);
+  CHECK(log.find("it hosted learners w2.learner0 (1 runners each); its count of env "
+                 "steps not learned is unknown") != std::string::npos);
+  // Its incarnation is fenced at the keeper (whose answer names the last of its
+  // observation deltas merged), and nothing of it merged after that: the
+  // keeper's count from w2 is its count at the fence, its count from w1 is
+  // what w1's outbox saw acknowledged, and the coordinator's own runner's
+  // (not sequenced) come on top.
+  CHECK(log.find("fenced host w2 (incarnation ") != std::string::npos);
+  CHECK(log.find("at the statistics keeper: merged obs through delta ") !=
+        std::string::npos);
+  CHECK(log.find("could not fence") == std::string::npos);
+  const long total =
+    number_after(log, R"(cluster: the statistics keeper merged ([0-9]+) samples)");
+  const long from_w1 =
+    number_after(log, R"(by worker incarnation: [^\n]*w1/[0-9a-f]+ ([0-9]+))");
+  const long from_w2 =
+    number_after(log, R"(by worker incarnation: [^\n]*w2/[0-9a-f]+ ([0-9]+))");
+  const long w2_at_fence = number_after(
+    log,
+    R"(fenced worker 'w2' incarnation [0-9a-fx]+: its later deltas are dropped; it merged ([0-9]+) samples)");
+  const long w1_acked = number_after(
+    w1.out(),
+    R"(worker w1: the statistics keeper acknowledged [0-9]+ delta\(s\) \(([0-9]+) samples\) from this host\n)");
+  CHECK(from_w1 > 0);
+  CHECK(from_w2 > 0);
+  CHECK(total >= from_w1 + from_w2);
+  CHECK(from_w2 == w2_at_fence);
+  CHECK(from_w1 == w1_acked);
 }
 
 TEST_CASE_FIXTURE(
@@ -453,7 +482,8 @@ TEST_CASE_FIXTURE(cluster_run,
   }
 }
 
-TEST_CASE("the all-reduce data plane's settings are checked before anything starts") {
+TEST_CASE("the data plane's settings are checked before anything starts, and the "
+          "removed parameter-server plane is refused naming its replacement") {
   temp_folder dir("troupe-plane-config");
   const auto cfg = write_config(dir, 1, 1000);
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -461,12 +491,16 @@ TEST_CASE("the all-reduce data plane's settings are checked before anything star
     {"--set cluster.hosts=1 --set cluster.data_interface='\"0.0.0.0\"'",
      "cluster.data_interface = \"0.0.0.0\": the data plane binds to one address, never a "
      "wildcard"},
+    {"--set cluster.data_plane='\"server\"'",
+     "cluster.data_plane: expected one of \"allreduce\", got string \"server\" (removed: "
+     "the "
+     "parameter-server data plane (each gradient to the coordinator and the weights "
+     "back) was removed on 2026-11-27"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.first);
     auto r = run_command(
-      fmt::format("env {} timeout -k 10 {} '{}' train '{}' --listen 127.0.0.1:0 --set "
-                  "cluster.data_plane='\"allreduce\"' {}",
+      fmt::format("env {} timeout -k 10 {} '{}' train '{}' --listen 127.0.0.1:0 {}",
                   token_env, troupe_command_limit_s, TROUPE_BINARY, cfg, c.first),
       dir);
     CAPTURE(r.err);

@@ -1,6 +1,6 @@
 // The coordinator's gate in one process (no connection between processes):
-// what it does with a host's word that the step budget is spent, what it
-// counts when a host is lost, and how it forms the data plane's group.
+// what it does with a host's word that the step budget is spent, which joins
+// it refuses, and how it forms the data plane's group.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -61,8 +61,8 @@ TEST_CASE("gate: a host that spent the step budget on its own count ends the run
   supervisor->send_exit(gate, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("gate: a lost host's steps collected and not finished at its last answer to a "
-          "push are counted as env steps lost") {
+TEST_CASE("gate: a join that would host nothing is refused for good, and an "
+          "environment-only host before any feed door is open is told to ask again") {
   caf::actor_system_config cfg;
   actors::register_messages(cfg);
   cluster::register_cluster_messages(cfg);
@@ -70,107 +70,45 @@ TEST_CASE("gate: a lost host's steps collected and not finished at its last answ
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
   test::gate_log log;
-  caf::scoped_actor metrics{sys};
   caf::scoped_actor self{sys};
   cluster::gate_options go;
   go.token = "t";
-  go.cast.metrics = caf::actor_cast<caf::actor>(metrics);
-  auto store = test::cartpole_policy_store();
-  go.store = store;
+  go.store = test::cartpole_policy_store();
   go.log = log.sink();
   auto gate = cluster::spawn_gate(sys, std::move(go));
-
-  // A host whose counters move on between its two answers: the second counts.
-  base::rng gen(troupe::test::fresh_seed());
-  std::vector<cluster::host_progress> answers(2);
-  answers[0].collected = 1000 + gen.next() % 100000;
-  answers[0].finished = gen.next() % answers[0].collected;
-  answers[1].collected = answers[0].collected + 1 + gen.next() % 100000;
-  answers[1].finished =
-    answers[0].finished + gen.next() % (answers[1].collected - answers[0].finished);
-  CAPTURE(answers[1].collected);
-  CAPTURE(answers[1].finished);
-  auto tell = caf::actor_cast<caf::actor>(self);
-  auto host = sys.spawn([answers, tell](caf::event_based_actor* h) -> caf::behavior {
-    auto pushes = std::make_shared<size_t>(0);
-    return {
-      [h, answers, tell,
-       pushes](cluster::policy_push& p) -> caf::result<cluster::host_progress> {
-        // The answer is on its way to the gate before the test hears of it.
-        auto rp = h->make_response_promise<cluster::host_progress>();
-        rp.deliver(answers[std::min(*pushes, answers.size() - 1)]);
-        ++*pushes;
-        h->send(tell, p.version);
-        return rp;
-      },
-      [](actors::stop_atom) {},
-    };
-  });
-
-  cluster::join_request req;
-  req.protocol = cluster::protocol_version;
-  req.name = "h1";
-  req.learners = 1;
-  req.runners_per_learner = 2;
-  req.token = "t";
-  req.host = host;
-  bool joined = false;
-  self->request(gate, std::chrono::seconds(30), req)
-    .receive([&](cluster::welcome&) { joined = true; },
-             [](caf::error& e) { FAIL("the join was refused: " << to_string(e)); });
-  REQUIRE(joined);
-  auto hosts_row = [&](uint64_t& hosts, uint64_t& lost, uint64_t& steps) {
-    bool got = false;
-    metrics->receive(
-      [&](actors::hosts_atom, uint64_t h, uint64_t l, uint64_t s) {
-        hosts = h;
-        lost = l;
-        steps = s;
-        got = true;
-      },
-      caf::after(std::chrono::seconds(30)) >> [] {});
-    return got;
+  auto host = sys.spawn(
+    [](caf::event_based_actor*) -> caf::behavior { return {[](actors::stop_atom) {}}; });
+  auto join = [&](uint64_t learners, uint64_t runners) {
+    cluster::join_request req;
+    req.protocol = cluster::protocol_version;
+    req.name = fmt::format("h{}", test::fresh_seed() % 100000);
+    req.learners = learners;
+    req.guest_runners = runners;
+    req.runners_per_learner = 1;
+    req.token = "t";
+    req.host = host;
+    std::string refusal;
+    self->request(gate, std::chrono::seconds(30), req)
+      .receive([&](cluster::welcome&) { FAIL("the join was accepted"); },
+               [&](caf::error& e) {
+                 CHECK(e.category() == actors::error_category);
+                 refusal = actors::error_message(sys, e);
+                 if (learners == 0 && runners == 0)
+                   CHECK(e.code() == static_cast<uint8_t>(errc::invalid_argument));
+                 else
+                   CHECK(e.code() == static_cast<uint8_t>(errc::unavailable));
+               });
+    return refusal;
   };
-  uint64_t hosts = 0, lost = 0, steps = 0;
-  REQUIRE_MESSAGE(hosts_row(hosts, lost, steps), "no hosts row within 30 s of the join");
-  CHECK(hosts == 1);
-  CHECK(lost == 0);
-  CHECK(steps == 0);
-
-  // Two new versions, each pushed and answered in turn.
-  std::vector<float> params(store->latest()->model.param_count(), 0.5f);
-  std::vector<float> buffers(store->latest()->model.buffer_count(), 0.0f);
-  for (uint64_t version = 1; version <= 2; ++version) {
-    store->publish(version, params.data(), buffers.data());
-    self->send(gate, actors::publish_atom::value, version);
-    uint64_t pushed = 0;
-    self->receive([&](uint64_t v) { pushed = v; },
-                  caf::after(std::chrono::seconds(30)) >> [] {});
-    REQUIRE_MESSAGE(pushed == version,
-                    "version " << version << " was not pushed within 30 s");
-  }
-  // The host's answer reached the gate's mailbox before its word to the
-  // test, so the gate answers this only after it has handled the answer.
-  self->request(gate, std::chrono::seconds(30), actors::status_atom::value)
-    .receive([](uint64_t, uint64_t) {},
-             [](caf::error& e) { FAIL("no status from the gate: " << to_string(e)); });
-
-  self->send_exit(host, caf::exit_reason::kill);
-  REQUIRE_MESSAGE(hosts_row(hosts, lost, steps), "no hosts row within 30 s of the loss");
-  CHECK(hosts == 0);
-  CHECK(lost == 1);
-  CHECK(steps == answers[1].collected - answers[1].finished);
-  {
-    const auto lines = log.lines();
-    REQUIRE(lines.size() == 2);
-    CHECK(
-      lines.back().find(fmt::format(
-        "cluster: lost host h1 (unknown): it hosted learners h1.learner0 (2 runners "
-        "each); {} env steps it had collected were not learned (its count at its last "
-        "answer to a weights push: {} collected, {} learned or sent on)",
-        answers[1].collected - answers[1].finished, answers[1].collected,
-        answers[1].finished)) == 0);
-  }
+  CHECK(join(0, 0) == "the coordinator refused the join: it asks for no learners and no "
+                      "runners: it would host nothing");
+  CHECK(join(0, 2) == "the coordinator refused the join: it hosts runners only, and no "
+                      "learner host has opened its feed door yet");
+  const auto lines = log.lines();
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].find("cluster: refused a join from ") == 0);
+  CHECK(lines[0].find("it would host nothing") != std::string::npos);
+  self->send_exit(host, caf::exit_reason::user_shutdown);
   self->send_exit(gate, caf::exit_reason::user_shutdown);
 }
 
@@ -191,7 +129,6 @@ TEST_CASE("gate: with cluster.hosts = 0 the group forms at the first member and 
   go.cast.metrics = caf::actor_cast<caf::actor>(metrics);
   go.store = test::cartpole_policy_store();
   go.log = log.sink();
-  go.plane.allreduce = true;
   go.plane.hosts = 0;
   go.plane.interface = "127.0.0.1";
   auto gate = cluster::spawn_gate(sys, std::move(go));

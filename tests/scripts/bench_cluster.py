@@ -126,7 +126,7 @@ try:
     # A million steps (a few seconds): the environment-only host joins once the
     # worker's feed door is open, well before the run ends.
     r = run([CONFIG, "1", "--json", path], STEPS="1000000", LEARNERS="1", PIN="0",
-            PLANE="allreduce", ENV_HOSTS="1", ENV_RUNNERS="1")
+            ENV_HOSTS="1", ENV_RUNNERS="1")
     print(r.stdout, r.stderr, sep="\n", flush=True)
     check(r.returncode == 0, f"ENV_HOSTS=1: exit status {r.returncode}, expected 0")
     check("+ 1 environment-only host(s) of 1 runner(s)" in r.stdout,
@@ -151,10 +151,8 @@ try:
              ([CONFIG, "1"], {"PIN": "yes"}, 2, "PIN='yes': must be 0 or 1"),
              ([CONFIG, "1"], {"STEPS": "-5"}, 2, "STEPS='-5': must be an integer >= 1"),
              ([CONFIG, "1"], {"SAMPLE_S": "0"}, 2, "SAMPLE_S='0'"),
-             ([CONFIG, "1"], {"ENV_HOSTS": "1", "PLANE": "server"}, 2,
-              "ENV_HOSTS needs PLANE=allreduce"),
-             ([CONFIG, "1"], {"PLANE": "ring"}, 2,
-              "PLANE: expected allreduce or server, got 'ring'"),
+             ([CONFIG, "1"], {"PLANE": "server"}, 2,
+              "PLANE='server': the parameter-server data plane was removed"),
              ([CONFIG, "1"], {"ENV_HOSTS": "1", "PLANE": "allreduce", "LEARNERS": "2"}, 2,
               "ENV_HOSTS x ENV_RUNNERS = 1 runners do not divide among the one-process "
               "run's 2 learners"),
