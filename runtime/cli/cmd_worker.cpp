@@ -36,7 +36,7 @@ int cmd_worker(const args_t& args) {
     {"runners-per-learner", true, false,
      "runners per learner (default: the run's algo.runners_per_learner)"},
     {"runners", true, false,
-     "with --learners 0: runners feeding the coordinator's learners (an "
+     "with --learners 0: runners feeding the learner hosts' learners (an "
      "environment-only host)"},
     {"device", true, false, "auto, cpu or cuda (default: the run's run.device)"},
     {"data-interface", true, false,

@@ -159,7 +159,7 @@ caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cach
   };
 }
 
-// The runners an environment-only host runs for the coordinator's learners.
+// The runners an environment-only host runs for the learner hosts' learners.
 uint64_t req_guest_runners(const worker_options& opts) {
   return opts.learners == 0 ? opts.runners : 0;
 }

@@ -2,11 +2,13 @@
 // the coordinator's gate (bounded retries over reconnect_s), joins with its
 // name, a random incarnation, what it hosts and the token, then runs its
 // learners and their runners under a local supervisor that uses the
-// coordinator's keeper, parameter server and metrics actor. Its runners act
-// with a per-host policy store that the coordinator's gate feeds (host
-// actor); the run's end comes from the coordinator (stop_atom). A worker
-// with no learners and `runners` > 0 is an environment-only host: its
-// runners feed the coordinator's learners (trajectory batches over the wire).
+// coordinator's keeper and metrics actor and the host's own replica of the
+// parameter server, a member of the data plane's group. Its runners act with
+// a per-host policy store that the replica publishes to; the run's end comes
+// from the coordinator (stop_atom). A worker with no learners and `runners`
+// > 0 is an environment-only host: its runners feed the learner hosts'
+// learners through their feed doors (trajectory batches over the wire), and
+// its store takes the versions one of those doors pushes.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +34,9 @@ struct worker_options {
   std::string name;                 ///< its name in the run (unique among live hosts)
   uint64_t learners = 1;            ///< learners it hosts
   uint64_t runners_per_learner = 0; ///< 0: the run's algo.runners_per_learner
-  uint64_t runners = 0; ///< with learners = 0: runners feeding the coordinator's learners
-  std::string device;   ///< empty: the run's run.device
+  uint64_t runners =
+    0;                ///< with learners = 0: runners feeding the learner hosts' learners
+  std::string device; ///< empty: the run's run.device
   /// data_plane = "allreduce": the address this host's data port and feed
   /// door bind to; empty: the one its connection to the coordinator leaves
   /// from (source_address_toward).
