@@ -4,9 +4,11 @@
 #include "actors/log.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -79,6 +81,8 @@ struct runner_state {
   bool delta_ready = false;            // batch_moments hold a clean batch not yet sent
   kernels::moments local_moments;      // local_obs_stats: every clean batch's
   learners::stats_snapshot local_snap; // ... and what normalizes the next
+  kernels::moments local_returns{1};   // local_return_stats: every clean batch's returns
+  double slow_debt_ns = 0;             // slowdown: the wait owed so far
   collect_request request;
   // A checkpoint's hold: no batch is started while held (a due one waits in
   // `deferred`); a hold asked for before `hold_at` batches answers once the
@@ -125,6 +129,27 @@ kernels::moments return_moments_of(const std::vector<double>& x) {
   return m;
 }
 
+uint64_t now_ns(const env_runner_options& o) {
+  if (o.clock_ns)
+    return o.clock_ns();
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count());
+}
+
+// Waits out what the slowdown owes (whole nanoseconds; the fraction stays owed).
+void pay_slowdown(runner_state& st) {
+  const double whole = std::floor(st.slow_debt_ns);
+  if (whole < 1.0)
+    return;
+  st.slow_debt_ns -= whole;
+  const auto ns = static_cast<uint64_t>(whole);
+  if (st.opts.wait_ns)
+    st.opts.wait_ns(ns);
+  else
+    std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+}
+
 // Collects one batch of T steps; returns an error when a step fails.
 result<trajectory_batch> collect(runner_state& st) {
   auto& env = *st.env;
@@ -154,9 +179,14 @@ result<trajectory_batch> collect(runner_state& st) {
   if (reward_norm) {
     const auto& rs = st.return_view->read();
     b.reward_stats_version = rs.version;
-    if (!rs.var.empty())
+    if (st.opts.local_return_stats) {
+      if (st.local_returns.count > 0)
+        return_var = st.local_returns.variance()[0];
+    } else if (!rs.var.empty()) {
       return_var = rs.var[0];
+    }
   }
+  const bool slowed = st.opts.slowdown > 1.0;
   st.batch_returns.clear();
   const size_t terms = env.spec().reward_terms.size();
   uint64_t policy_version = UINT64_MAX;
@@ -198,10 +228,17 @@ result<trajectory_batch> collect(runner_state& st) {
         }
       to_env = st.env_actions.data();
     }
+    const uint64_t step_began = slowed ? now_ns(st.opts) : 0;
     if (auto ok = env.step(to_env); !ok)
       return make_error(ok.err().code,
                         "env runner '{}': {} failed at step {} of batch {}: {}",
                         st.opts.name, b.env_id, t, b.sequence, ok.err().message);
+    if (slowed) {
+      const uint64_t took = now_ns(st.opts) - step_began;
+      st.slow_debt_ns += (st.opts.slowdown - 1.0) * static_cast<double>(took);
+      if (st.slow_debt_ns >= static_cast<double>(st.opts.slowdown_wait_ns))
+        pay_slowdown(st);
+    }
     if (st.opts.host)
       st.opts.host->collected.fetch_add(n, std::memory_order_relaxed);
     for (size_t i = 0; i < n; ++i) {
@@ -239,6 +276,8 @@ result<trajectory_batch> collect(runner_state& st) {
       }
     }
   }
+  if (slowed)
+    pay_slowdown(st); // the batch is late by what it still owes
   std::vector<float> last(env.observations(), env.observations() + n * od);
   if (st.opts.obs_scale != 1.0)
     for (auto& x : last)
@@ -262,9 +301,11 @@ result<trajectory_batch> collect(runner_state& st) {
                           "the batch's moments were not sent to the keeper",
                           st.opts.name, b.env_id, non_finite, b.sequence, first_bad_env,
                           first_bad_step));
-  } else if (reward_norm && st.keeper && !st.batch_returns.empty()) {
+  } else if (reward_norm && !st.batch_returns.empty()) {
     st.return_moments = return_moments_of(st.batch_returns);
-    st.return_delta_ready = true;
+    st.return_delta_ready = static_cast<bool>(st.keeper);
+    if (st.opts.local_return_stats)
+      kernels::merge(st.local_returns, st.return_moments);
   }
   if (non_finite == 0 && (st.keeper || st.opts.local_obs_stats)) {
     kernels::compute_moments_into(st.raw_observations.data(), steps * n, od,

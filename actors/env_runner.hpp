@@ -76,6 +76,25 @@ struct env_runner_options {
   double reward_gamma = 0.99;   ///< discount of the returns (model.reward_norm_gamma)
   double reward_epsilon = 1e-8; ///< added to the return variance
   double reward_clip = 10.0;    ///< normalized rewards clipped to +-this; 0: no clip
+  /// With reward_norm: divide by this runner's own running variance of its
+  /// discounted returns instead of the return view's, as one VecNormalize
+  /// per worker would (model.reward_norm_scope = "runner"). It is 1 until
+  /// the first clean batch, then the moments of every clean batch's returns
+  /// so far, merged after the batch; a restarted runner starts it again.
+  /// The view still gives the batch its version, and the keeper still gets
+  /// the returns' moments.
+  bool local_return_stats = false;
+  /// An uneven fleet (env.slowdown): the environments' steps take this many
+  /// times as long as they do. After each step the runner owes
+  /// (slowdown - 1) x the step's measured time, and waits it out once it
+  /// owes `slowdown_wait_ns` or more, and before each batch goes. The wait
+  /// blocks the runner's scheduler thread (not a core). 1: no wait.
+  double slowdown = 1.0;
+  uint64_t slowdown_wait_ns = 5'000'000;
+  /// The clock steps are timed with and the wait (tests replace them);
+  /// empty: std::chrono::steady_clock and std::this_thread::sleep_for.
+  std::function<uint64_t()> clock_ns;
+  std::function<void(uint64_t ns)> wait_ns;
 };
 
 /// One step of reward normalization's discounted return, as Gymnasium's

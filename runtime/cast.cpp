@@ -95,6 +95,14 @@ status check_algorithm(const config& cfg, const learners::model_spec& spec) {
   return ok_status();
 }
 
+double runner_slowdown(const config& cfg, uint64_t slot) {
+  const auto slots = static_cast<uint64_t>(cfg.get_int("algo.num_learners") *
+                                           cfg.get_int("algo.runners_per_learner"));
+  const auto slow =
+    std::min(slots, static_cast<uint64_t>(cfg.get_int("env.slow_runners")));
+  return slot >= slots - slow && slot < slots ? cfg.get_float("env.slowdown") : 1.0;
+}
+
 unsigned learner_threads_for(const config& cfg, const learners::model_spec& spec,
                              learners::device_kind device, bool own_runners) {
   if (auto set = cfg.get_int("algo.learner_threads"); set > 0)
@@ -297,14 +305,18 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
   const double obs_spread = cfg.get_float("env.obs_scale_spread");
   const bool runner_obs_norm = cfg.get_string("model.obs_norm_scope") == "runner";
   const bool reward_norm = cfg.get_bool("model.reward_norm");
+  const bool runner_reward_norm = cfg.get_string("model.reward_norm_scope") == "runner";
+  std::vector<double> slowdowns(num_learners * runners_per_learner); // an uneven fleet
+  for (uint64_t slot = 0; slot < slowdowns.size(); ++slot)
+    slowdowns[slot] = runner_slowdown(cfg, slot);
   const double reward_gamma = cfg.get_float("model.reward_norm_gamma");
   const double reward_eps = cfg.get_float("model.reward_norm_eps");
   const double reward_clip = cfg.get_float("model.reward_norm_clip");
   plan.make_runner = [&sys, store = plan.store, env_id, envs_of_slot, env_threads,
                       num_steps, seed, runners_per_learner, obs_norm, eps, clip, box,
                       resume_salt, obs_scale, obs_spread, runner_obs_norm, reward_norm,
-                      reward_gamma, reward_eps, reward_clip,
-                      saved_runners = resume.runners, spec,
+                      runner_reward_norm, reward_gamma, reward_eps, reward_clip,
+                      slowdowns, saved_runners = resume.runners, spec,
                       factories = options.runner_factories, log,
                       obs_dim = spec.obs_dim](const actors::runner_request& req) {
     const uint64_t slot = req.learner * runners_per_learner + req.index;
@@ -363,6 +375,8 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     ro.reward_gamma = reward_gamma;
     ro.reward_epsilon = reward_eps;
     ro.reward_clip = reward_clip;
+    ro.local_return_stats = reward_norm && runner_reward_norm;
+    ro.slowdown = slot < slowdowns.size() ? slowdowns[slot] : 1.0;
     ro.log = log;
     if (continues) {
       if (auto fits = actors::check_runner_state(saved->second, *shared, req.name); fits)

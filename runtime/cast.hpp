@@ -40,6 +40,11 @@ result<learners::algorithm_settings> algorithm_settings_for(const config& cfg);
 /// error names the config file, the algorithm and the numbers.
 status check_algorithm(const config& cfg, const learners::model_spec& spec);
 
+/// The slowdown of runner slot `slot` (learner l's runner r is slot
+/// l x algo.runners_per_learner + r): env.slowdown for the last
+/// env.slow_runners slots of the run's layout, 1 for the others.
+double runner_slowdown(const config& cfg, uint64_t slot);
+
 /// algo.learner_threads with 0 resolved: 2 for the only learner of a sync run
 /// in one process on the CPU, without batch norm, with 2 or more hardware
 /// threads, whose runners are the runtime's own (`own_runners`: no runner

@@ -121,6 +121,14 @@ void add_env(std::vector<option_spec>& out) {
   out.push_back(opt_float("env", "num_envs_spread", 1.0, 1.0, 1e3,
                           "runner i steps round(num_envs * spread^i) environments "
                           "(heterogeneous batch sizes; 1: all alike)"));
+  out.push_back(opt_int("env", "slow_runners", 0, 0, int_max,
+                        "the last this many runner slots are slowed by env.slowdown "
+                        "(an uneven fleet; at most num_learners x runners_per_learner)"));
+  out.push_back(opt_float("env", "slowdown", 1.0, 1.0, 1e3,
+                          "the slowed runners' environment steps take this many times "
+                          "as long: each waits (slowdown - 1) x its measured step time, "
+                          "holding a scheduler thread (give run.threads one per slowed "
+                          "runner)"));
 }
 
 // -- [algo] and [algo.<name>] -------------------------------------------------
@@ -257,6 +265,11 @@ void add_model(std::vector<option_spec>& out) {
                          "each environment's discounted return (Gymnasium's "
                          "NormalizeReward, the keeper's stream \"ret\"); episode "
                          "returns in the metrics stay raw"));
+  out.push_back(
+    opt_string("model", "reward_norm_scope", "global", {"global", "runner"},
+               "with reward_norm: global (the keeper's variance of every runner's "
+               "discounted returns) or runner (each runner's own running variance, "
+               "as one VecNormalize per worker)"));
   out.push_back(opt_float("model", "reward_norm_gamma", 0.99, 0.0, 1.0,
                           "discount of reward normalization's returns; not set: "
                           "algo.gamma"));

@@ -183,6 +183,15 @@ result<session> session::open(const config& cfg, std::string resume_dir,
                       "run across processes (cluster.listen or troupe train --listen)",
                       cfg.origin("algo.num_learners"));
   }
+  if (const auto slots =
+        cfg.get_int("algo.num_learners") * cfg.get_int("algo.runners_per_learner");
+      slots > 0 && cfg.get_int("env.slow_runners") > slots)
+    return make_error(errc::bad_config,
+                      "{}: env.slow_runners = {}: at most the run's runner slots, {} "
+                      "(algo.num_learners = {} x algo.runners_per_learner = {})",
+                      cfg.origin("env.slow_runners"), cfg.get_int("env.slow_runners"),
+                      slots, cfg.get_int("algo.num_learners"),
+                      cfg.get_int("algo.runners_per_learner"));
   if (!st->resume_dir.empty()) {
     auto point = read_resume_point(st->resume_dir, st->spec, cfg.get_string("env.id"),
                                    st->options.log);

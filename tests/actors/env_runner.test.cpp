@@ -1118,6 +1118,178 @@ TEST_CASE("reward normalization keeps a batch with a non-finite value from the r
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE(
+  "a runner with its own return statistics divides each batch's rewards by the "
+  "variance of its earlier batches' returns, not the view's, and the keeper still "
+  "gets every return") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 2 + gen() % 3, steps = 20 + gen() % 30, batches = 4;
+  const double gamma = std::uniform_real_distribution<double>(0.9, 0.999)(gen);
+  const double offset = std::uniform_real_distribution<double>(-1.0, 1.0)(gen);
+  const double scale = std::uniform_real_distribution<double>(0.5, 3.0)(gen);
+  const double clip = 5.0, eps = 1e-8;
+  stats_keeper_options ko;
+  ko.log = fx.logger();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+  auto vec = std::make_shared<random_reward_env>(n, gen(), offset, scale);
+  // The view's variance is far from the data's: rewards divided by it would
+  // be off by orders of magnitude.
+  auto view = std::make_shared<learners::stats_view>(1, "ret");
+  const double mean0 = 0.0, far = 1e6;
+  REQUIRE(view->publish(9, 1000, &mean0, &far, 1).ok());
+  env_runner_options opts;
+  opts.name = "runner-rl";
+  opts.seed = gen();
+  opts.steps_per_batch = steps;
+  opts.reward_norm = true;
+  opts.local_return_stats = true;
+  opts.reward_gamma = gamma;
+  opts.reward_epsilon = eps;
+  opts.reward_clip = clip;
+  opts.log = fx.logger();
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space),
+                     caf::actor_cast<caf::actor>(self), keeper, nullptr, view);
+  auto got = collect(self, runner, batches);
+  REQUIRE(got.size() == batches);
+  const auto& log = vec->reward_log;
+  REQUIRE(log.size() == batches * steps * n);
+
+  // The reference in long double: Gymnasium's accumulator over the raw
+  // rewards, and the variance of every return of the batches before.
+  std::vector<long double> earlier, all;
+  std::vector<double> acc(n, 0.0);
+  size_t at = 0, compared = 0;
+  for (auto& b : got) {
+    CAPTURE(b.sequence);
+    CHECK(b.reward_stats_version == 9); // the batch still names the global version
+    long double var = 1.0;
+    if (!earlier.empty()) {
+      long double s = 0, q = 0;
+      for (auto x : earlier)
+        s += x;
+      const long double m = s / earlier.size();
+      for (auto x : earlier)
+        q += (x - m) * (x - m);
+      var = q / earlier.size();
+    }
+    std::vector<long double> this_batch;
+    for (size_t t = 0; t < steps; ++t)
+      for (size_t i = 0; i < n; ++i, ++at) {
+        const size_t k = t * n + i;
+        if (b.autoreset[k])
+          continue;
+        const double raw = log[at];
+        if (b.terminated[k])
+          acc[i] = 0.0;
+        acc[i] = acc[i] * gamma + raw;
+        this_batch.push_back(acc[i]);
+        const double z = raw / std::sqrt(static_cast<double>(var) + eps);
+        CHECK(b.rewards[k] ==
+              doctest::Approx(std::fmax(-clip, std::fmin(clip, z))).epsilon(1e-6));
+        ++compared;
+      }
+    earlier.insert(earlier.end(), this_batch.begin(), this_batch.end());
+    all.insert(all.end(), this_batch.begin(), this_batch.end());
+  }
+  CHECK(compared > 0);
+  ask<sync_atom>(self, keeper, sync_atom::value);
+  auto status = ask<stream_status>(self, keeper, status_atom::value, std::string("ret"));
+  CHECK(status.count == all.size());
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE(
+  "a slowed runner waits (slowdown - 1) times each step's measured time, in waits "
+  "of at least the threshold and once more before each batch goes") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 1 + gen() % 4, steps = 10 + gen() % 40, batches = 3;
+  // A clock that moves `tick` ns each time it is read: every step measures
+  // one tick. The waits are recorded, not slept.
+  struct fake_time {
+    uint64_t now = 1'000'000'000, reads = 0;
+    std::vector<uint64_t> waits;
+  };
+  const uint64_t tick = 1000 + gen() % 100000;
+  const double slowdown = std::uniform_real_distribution<double>(1.1, 8.0)(gen);
+  const uint64_t threshold = (1 + gen() % 5) * tick;
+  CAPTURE(tick);
+  CAPTURE(slowdown);
+  CAPTURE(threshold);
+  auto run = [&](double factor, uint64_t wait_at) {
+    auto time = std::make_shared<fake_time>();
+    auto vec = envs::make_vector_env("CartPole-v1", n).value();
+    env_runner_options opts;
+    opts.name = "runner-slow";
+    opts.seed = gen();
+    opts.steps_per_batch = steps;
+    opts.slowdown = factor;
+    opts.slowdown_wait_ns = wait_at;
+    opts.clock_ns = [time, tick] {
+      time->reads += 1;
+      return time->now += tick;
+    };
+    opts.wait_ns = [time](uint64_t ns) {
+      time->waits.push_back(ns);
+      time->now += ns;
+    };
+    opts.log = fx.logger();
+    std::shared_ptr<envs::vector_env> shared(std::move(vec));
+    auto runner = spawn_env_runner(*fx.sys, opts, shared,
+                                   make_random_policy(shared->spec().action_space),
+                                   caf::actor_cast<caf::actor>(self));
+    auto got = collect(self, runner, batches);
+    CHECK(got.size() == batches);
+    self->send_exit(runner, caf::exit_reason::user_shutdown);
+    return time;
+  };
+
+  // Owed per batch: (slowdown - 1) x tick x steps; the fraction of a
+  // nanosecond carries over to the next wait.
+  const double owed =
+    (slowdown - 1.0) * static_cast<double>(tick) * static_cast<double>(steps);
+  SUBCASE("a threshold above a batch's debt: one wait per batch, when it goes") {
+    auto time = run(slowdown, UINT64_MAX);
+    CHECK(time->reads == 2 * steps * batches); // each step timed, and only the steps
+    REQUIRE(time->waits.size() == batches);
+    double paid = 0;
+    for (size_t k = 0; k < batches; ++k) {
+      CAPTURE(k);
+      paid += static_cast<double>(time->waits[k]);
+      CHECK(paid <= owed * static_cast<double>(k + 1));
+      CHECK(paid > owed * static_cast<double>(k + 1) - 1.0);
+    }
+  }
+  SUBCASE("a low threshold: waits of at least it within a batch, the rest when it goes") {
+    auto time = run(slowdown, threshold);
+    uint64_t paid = 0;
+    size_t below = 0;
+    for (uint64_t w : time->waits) {
+      paid += w;
+      below += w < threshold ? 1 : 0;
+    }
+    CHECK(below <= batches); // only the waits before a batch goes may be short
+    CHECK(static_cast<double>(paid) <= owed * batches);
+    CHECK(static_cast<double>(paid) > owed * batches - 1.0);
+    if (owed > 2.0 * static_cast<double>(threshold))
+      CHECK(time->waits.size() > batches); // some waits came within a batch
+  }
+  SUBCASE("no slowdown: the clock is never read and nothing waits") {
+    auto time = run(1.0, threshold);
+    CHECK(time->reads == 0);
+    CHECK(time->waits.empty());
+  }
+}
+
 TEST_CASE("with clip_box_actions the environments get Box actions clipped to the bounds "
           "while the batch keeps the unclipped draw") {
   runner_fixture fx;

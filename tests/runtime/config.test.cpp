@@ -570,3 +570,40 @@ TEST_CASE("algo.learner_threads 0 takes a second thread only for the only learne
   CHECK(message.find("algo.learner_threads") != std::string::npos);
   CHECK(message.find("3") != std::string::npos);
 }
+
+TEST_CASE("env.slow_runners slows the last runner slots of the layout by env.slowdown "
+          "and the rest not at all") {
+  const uint64_t seed = troupe::test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const int learners = 1 + static_cast<int>(gen() % 4),
+            per = 1 + static_cast<int>(gen() % 4);
+  const int slots = learners * per, slow = static_cast<int>(gen() % (slots + 1));
+  const double factor = std::uniform_real_distribution<double>(1.0, 20.0)(gen);
+  CAPTURE(learners);
+  CAPTURE(per);
+  CAPTURE(slow);
+  auto cfg = parse_config("", "t.toml",
+                          {fmt::format("algo.num_learners={}", learners),
+                           fmt::format("algo.runners_per_learner={}", per),
+                           fmt::format("env.slow_runners={}", slow),
+                           fmt::format("env.slowdown={}", factor)});
+  REQUIRE(cfg.has_value());
+  for (int slot = 0; slot < slots; ++slot) {
+    CAPTURE(slot);
+    CHECK(runner_slowdown(*cfg, static_cast<uint64_t>(slot)) ==
+          (slot >= slots - slow ? factor : 1.0));
+  }
+  CHECK(runner_slowdown(*cfg, static_cast<uint64_t>(slots)) == 1.0); // no such slot
+  auto plain = parse_config("", "t.toml", {});
+  REQUIRE(plain.has_value());
+  CHECK(runner_slowdown(*plain, 0) == 1.0);
+  auto message = errors_of("[env]\nslowdown = 0.5\n");
+  CHECK(message.find("cartpole.toml:2") != std::string::npos);
+  CHECK(message.find("env.slowdown") != std::string::npos);
+  CHECK(message.find("0.5") != std::string::npos);
+  message = errors_of("[model]\nreward_norm_scope = \"worker\"\n");
+  CHECK(message.find("model.reward_norm_scope") != std::string::npos);
+  CHECK(message.find("worker") != std::string::npos);
+  CHECK(message.find("runner") != std::string::npos); // a valid value is named
+}

@@ -418,3 +418,23 @@ TEST_CASE("a session started on one thread is closed on another while the first 
   CHECK(r->run_dir == s->run_dir());
   CHECK(!r->run_dir.empty());
 }
+
+TEST_CASE("more slow runners than the layout has runner slots opens no session, naming "
+          "the key, the value and the slots") {
+  temp_folder dir("session-slow");
+  auto file =
+    dir.write("slow.toml", "[run]\noutput_dir = \"" + (dir.path / "out").string() +
+                             "\"\n\n[env]\nslow_runners = 5\nslowdown = 2.0\n\n"
+                             "[algo]\nnum_learners = 2\nrunners_per_learner = 2\n");
+  auto cfg = troupe::runtime::load_config(file);
+  REQUIRE(cfg.ok());
+  auto s = session::open(*cfg);
+  REQUIRE_FALSE(s.ok());
+  const auto& msg = s.err().message;
+  INFO(msg);
+  CHECK(msg.find(file + ":5") != std::string::npos);
+  CHECK(msg.find("env.slow_runners = 5") != std::string::npos);
+  CHECK(msg.find("4 (algo.num_learners = 2 x algo.runners_per_learner = 2)") !=
+        std::string::npos);
+  CHECK(!fs::exists(dir.path / "out"));
+}
