@@ -239,8 +239,6 @@ result<trajectory_batch> collect(runner_state& st) {
       if (st.slow_debt_ns >= static_cast<double>(st.opts.slowdown_wait_ns))
         pay_slowdown(st);
     }
-    if (st.opts.host)
-      st.opts.host->collected.fetch_add(n, std::memory_order_relaxed);
     for (size_t i = 0; i < n; ++i) {
       const size_t k = t * n + i;
       b.rewards[k] = env.rewards()[i];
@@ -483,10 +481,7 @@ caf::behavior env_runner(runner_actor* self, env_runner_options opts,
         send_moments(self, s.keeper, s.opts.return_stream, s.opts.name, s.return_moments);
         s.return_delta_ready = false;
       }
-      const uint64_t batch_steps = batch->steps * batch->num_envs;
       self->send(s.consumer, std::move(*batch));
-      if (s.opts.host && s.opts.guest)
-        s.opts.host->finished.fetch_add(batch_steps, std::memory_order_relaxed);
       if (s.request.sent())
         self->send(self, next_atom::value);
       if (s.hold_pending && s.status.batches >= s.hold_at) {

@@ -11,7 +11,6 @@
 
 #include <caf/all.hpp>
 
-#include "actors/host_counters.hpp"
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "envs/vector_env.hpp"
@@ -48,10 +47,6 @@ struct env_runner_options {
   log_sink log;                     ///< problem log; empty: nowhere
   std::optional<env_runner_state> start_state; ///< start here instead of reset(seed)
                                                ///< (seed is then unused)
-  /// A runner on a worker of a run across processes: counts its steps in
-  /// `collected`, and when `guest` (it feeds a learner of another host) the
-  /// steps of each batch it sends in `finished`. Null: not counted.
-  std::shared_ptr<host_counters> host;
   /// A guest's batches go to the learner that last sent (consumer_atom): a
   /// request still open for the learner before is ended, and a collect from
   /// any other learner is refused, saying so.

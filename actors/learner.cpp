@@ -291,11 +291,6 @@ status step_locally(caf::blocking_actor* self, learner_work& w, double lr, bool 
   return hand_off(self, w, totals);
 }
 
-// A worker's host counters, or null.
-host_counters* host_of(const learner_work& w) {
-  return w.opts.cluster ? w.opts.cluster->host.get() : nullptr;
-}
-
 // Sends the backend's gradient to the server and takes the weights it answers.
 status push_gradient(caf::blocking_actor* self, learner_work& w, uint64_t samples,
                      double lr, bool last, step_totals& totals) {
@@ -578,8 +573,6 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         skipped.non_finite = w.non_finite;
         skipped.skipped = true;
         skipped.env_counters = std::move(b.env_counters);
-        if (auto* host = host_of(w))
-          host->finished.fetch_add(skipped.env_steps, std::memory_order_relaxed);
         self->send(w.metrics, std::move(skipped));
         if (!w.opts.pipelined)
           ask_batch(*slot);
@@ -647,8 +640,6 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       rep.episode_lengths = std::move(b.episode_lengths);
       rep.episode_reward_terms = std::move(b.episode_reward_terms);
       rep.env_counters = std::move(b.env_counters);
-      if (auto* host = host_of(w))
-        host->finished.fetch_add(rep.env_steps, std::memory_order_relaxed);
       self->send(w.metrics, std::move(rep));
       if (!w.opts.pipelined)
         ask_batch(*slot);

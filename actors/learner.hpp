@@ -12,7 +12,6 @@
 
 #include <caf/all.hpp>
 
-#include "actors/host_counters.hpp"
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
 #include "learners/optimizer.hpp"
@@ -63,8 +62,6 @@ struct learner_cluster {
   std::shared_ptr<std::atomic<uint64_t>> gradient_sequence;
   /// Gradients sent before the answer to the last one is in (0 or 1; docs/learners.md).
   size_t gradients_in_flight = 0;
-  /// Counts the steps of each batch it learned or skipped in `finished` (may be null).
-  std::shared_ptr<host_counters> host;
 };
 
 /// Settings of a learner.

@@ -100,8 +100,6 @@ caf::actor spawn_runner(caf::blocking_actor* self, cast_state& cs, runner_entry&
   req.consumer = r.guest_of ? r.guest_of : cs.learners[r.learner].actor;
   req.keeper = views_of(cs);
   req.deltas = deltas_of(cs);
-  if (cs.opts.cast.cluster)
-    req.host = cs.opts.cast.cluster->host;
   req.guest = static_cast<bool>(r.guest_of);
   r.actor = cs.opts.cast.make_runner(req);
   if (!r.actor)
@@ -127,11 +125,6 @@ std::string spawn_learner_at(caf::blocking_actor* self, cast_state& cs, size_t l
   auto lo = lp.options;
   lo.keeper = deltas_of(cs);
   lo.report_to = caf::actor_cast<caf::actor>(self);
-  if (plan.cluster && plan.cluster->host) {
-    if (!lo.cluster)
-      lo.cluster.emplace();
-    lo.cluster->host = plan.cluster->host;
-  }
   if (l.restarts > 0 && !cs.learner_states[li].learner.empty())
     lo.start_gen = cs.learner_states[li].gen;
   lo.batch_norm_views.clear();

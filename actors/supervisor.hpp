@@ -13,7 +13,6 @@
 
 #include <caf/all.hpp>
 
-#include "actors/host_counters.hpp"
 #include "actors/learner.hpp"
 #include "actors/log.hpp"
 #include "actors/messages.hpp"
@@ -27,16 +26,15 @@ namespace troupe::actors {
 
 /// What the supervisor asks of a runner factory.
 struct runner_request {
-  size_t learner = 0;                  ///< index of the learner it feeds
-  size_t index = 0;                    ///< index of the runner within its learner
-  uint64_t restarts = 0;               ///< 0 for the first, k for the k-th replacement
-  std::string name;                    ///< "<learner name>.runner<index>"
-  caf::actor consumer;                 ///< its learner
-  caf::actor keeper;                   ///< the statistics keeper (views subscribe to it)
-  caf::actor deltas;                   ///< where its moment deltas go: the keeper, or a
-                                       ///< host's delta outbox
-  std::shared_ptr<host_counters> host; ///< the cast's host counters (may be null)
-  bool guest = false;                  ///< it feeds a learner of another host (consumer)
+  size_t learner = 0;    ///< index of the learner it feeds
+  size_t index = 0;      ///< index of the runner within its learner
+  uint64_t restarts = 0; ///< 0 for the first, k for the k-th replacement
+  std::string name;      ///< "<learner name>.runner<index>"
+  caf::actor consumer;   ///< its learner
+  caf::actor keeper;     ///< the statistics keeper (views subscribe to it)
+  caf::actor deltas;     ///< where its moment deltas go: the keeper, or a
+                         ///< host's delta outbox
+  bool guest = false;    ///< it feeds a learner of another host (consumer)
 };
 
 /// Spawns one environment runner; an invalid actor when it cannot (the
@@ -76,8 +74,6 @@ struct cluster_attachment {
   size_t guest_runners = 0;
   std::vector<caf::actor> feed_learners; ///< the learners guest runners feed
   std::string guest_prefix;              ///< guest runner i is "PREFIX.runnerI"
-  /// A worker: its runners and learners count their steps here (may be null).
-  std::shared_ptr<host_counters> host;
 };
 
 /// Everything the supervisor spawns.

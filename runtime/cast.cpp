@@ -362,7 +362,6 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
       shared->set_clip_box_actions(true);
     actors::env_runner_options ro;
     ro.name = req.name;
-    ro.host = req.host;
     ro.guest = req.guest;
     ro.seed = runner_seed;
     ro.steps_per_batch = num_steps;

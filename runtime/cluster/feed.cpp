@@ -61,7 +61,7 @@ void push_newest(caf::event_based_actor* self, std::shared_ptr<door_state> st,
   it->second.sent_version = snap->version;
   self->request(it->second.actor, door_ask_timeout, std::move(p))
     .then(
-      [self, st, addr](host_progress&) {
+      [self, st, addr](uint64_t) { // the version the host took
         if (auto s = st->subscribers.find(addr); s != st->subscribers.end()) {
           s->second.in_flight = false;
           push_newest(self, st, addr);

@@ -14,7 +14,6 @@ policy_push policy_push_of(const actors::policy_snapshot& snap) {
 void register_cluster_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<join_request>("troupe::cluster::join_request");
   cfg.add_message_type<policy_push>("troupe::cluster::policy_push");
-  cfg.add_message_type<host_progress>("troupe::cluster::host_progress");
   cfg.add_message_type<door_info>("troupe::cluster::door_info");
   cfg.add_message_type<std::vector<door_info>>("std::vector<troupe::cluster::door_info>");
   cfg.add_message_type<welcome>("troupe::cluster::welcome");

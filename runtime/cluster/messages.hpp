@@ -15,7 +15,7 @@
 namespace troupe::cluster {
 
 /// Version of the join protocol; a worker of another version is refused.
-constexpr uint32_t protocol_version = 7; // 7: no parameter-server data plane
+constexpr uint32_t protocol_version = 8; // 8: a policy push is answered with its version
 
 /// A worker's request to join a run (sent to the coordinator's gate).
 struct join_request {
@@ -52,18 +52,6 @@ typename Inspector::result_type inspect(Inspector& f, policy_push& x) {
 
 /// The version `snap` as a policy_push (its weights copied).
 policy_push policy_push_of(const actors::policy_snapshot& snap);
-
-/// A host's answer to a policy_push from its feed: its host_counters
-/// (actors/host_counters.hpp) at that moment.
-struct host_progress {
-  uint64_t collected = 0; ///< environment steps its runners took
-  uint64_t finished = 0;  ///< environment steps that left its hands
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, host_progress& x) {
-  return f(caf::meta::type_name("host_progress"), x.collected, x.finished);
-}
 
 /// Where a learner host's feed door listens: the
 /// door an environment-only host connects to, to feed that host's learners

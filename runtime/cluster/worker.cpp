@@ -109,20 +109,16 @@ void forward_to_replica(caf::event_based_actor* self, caf::actor replica,
 // policy versions an environment-only host's feed hands it, and passes the
 // run's end on to the driver.
 caf::behavior host_actor(caf::event_based_actor* self, std::shared_ptr<host_cache> cache,
-                         std::shared_ptr<actors::host_counters> counters,
                          std::shared_ptr<host_plane> plane, caf::actor driver) {
   return {
     [plane](form_atom, uint64_t epoch, uint64_t rank, uint64_t size) {
       // The data plane's group forms: this host's replica takes rank `rank`.
       plane->form(epoch, rank, size);
     },
-    [cache, counters](policy_push& p) {
+    [cache](policy_push& p) {
+      const uint64_t version = p.version;
       cache->take(std::move(p));
-      // finished first: a batch counted there was collected before.
-      host_progress progress;
-      progress.finished = counters->finished.load(std::memory_order_relaxed);
-      progress.collected = counters->collected.load(std::memory_order_relaxed);
-      return progress;
+      return version; // the feed pushes the next one once this is in
     },
     // A coordinator out of the group asks for this host's replica (its state
     // for a checkpoint or a joining host, its rounds).
@@ -197,7 +193,6 @@ struct worker::state {
   std::unique_ptr<caf::scoped_actor> self;
   std::optional<welcome> w;
   std::shared_ptr<host_cache> cache;
-  std::shared_ptr<actors::host_counters> counters;
   std::shared_ptr<host_plane> plane; // where the group forms
   caf::actor host, outbox, relay, reports, replica;
   // A learner host's feed door, or an environment-only host's feed
@@ -557,10 +552,8 @@ status join_run(worker::state& s) {
   s.self = std::make_unique<caf::scoped_actor>(sys);
   auto& self = *s.self;
   s.cache = std::make_shared<host_cache>();
-  s.counters = std::make_shared<actors::host_counters>();
   s.plane = std::make_shared<host_plane>();
-  s.host = sys.spawn(host_actor, s.cache, s.counters, s.plane,
-                     caf::actor_cast<caf::actor>(self));
+  s.host = sys.spawn(host_actor, s.cache, s.plane, caf::actor_cast<caf::actor>(self));
   join_request req;
   req.protocol = protocol_version;
   req.name = opts.name;
@@ -778,7 +771,6 @@ status join_run(worker::state& s) {
     sys, w->metrics,
     std::chrono::milliseconds(cfg->get_int("cluster.metrics_interval_ms")));
   cluster.existing = actors::shared_actors{w->keeper, server, s.reports};
-  cluster.host = s.counters;
   s.cache->take(std::move(w->weights));
   s.cache->set_store(plan.store);
   s.store = plan.store;

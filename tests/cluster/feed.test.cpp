@@ -170,7 +170,7 @@ TEST_CASE_FIXTURE(door_fixture,
         CHECK(p.params == published[expected].first);
         CHECK(p.buffers == published[expected].second);
         before_answer();
-        return cluster::host_progress{};
+        return p.version;
       },
       caf::after(wait_limit) >> [] {});
     REQUIRE_MESSAGE(got, "no push of version " << expected << " within 30 s");

@@ -137,7 +137,7 @@ TEST_CASE("gate: with cluster.hosts = 0 the group forms at the first member and 
   auto make_host = [&](const std::string& name) {
     return sys.spawn([name, tell](caf::event_based_actor*) -> caf::behavior {
       return {
-        [](cluster::policy_push&) { return cluster::host_progress{}; },
+        [](cluster::policy_push& p) { return p.version; },
         [name, tell](cluster::form_atom, uint64_t epoch, uint64_t rank, uint64_t size) {
           caf::anon_send(tell, name, epoch, rank, size);
         },
