@@ -83,6 +83,13 @@ struct runner_state {
   learners::stats_snapshot local_snap; // ... and what normalizes the next
   kernels::moments local_returns{1};   // local_return_stats: every clean batch's returns
   double slow_debt_ns = 0;             // slowdown: the wait owed so far
+  // norm_diagnostics: the normalizers the previous batch used, and how many
+  // clean rows of raw_observations it left (0: none to measure on).
+  learners::stats_snapshot diag_snap;
+  bool diag_have_snap = false;
+  double diag_return_var = NAN;
+  size_t diag_rows = 0;
+  std::vector<float> diag_a, diag_b;
   collect_request request;
   // A checkpoint's hold: no batch is started while held (a due one waits in
   // `deferred`); a hold asked for before `hold_at` batches answers once the
@@ -150,6 +157,61 @@ void pay_slowdown(runner_state& st) {
     std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
 }
 
+// The return standard deviation rewards are divided by, for a variance.
+double return_std(double var, const env_runner_options& o) {
+  return std::sqrt(var + o.reward_epsilon);
+}
+
+// norm_diagnostics: what changing the normalizers does to the policy,
+// measured on the previous batch's clean raw observations (still in
+// raw_observations) before this batch overwrites them.
+void measure_normalizers(runner_state& st, const learners::stats_snapshot* snap,
+                         bool reward_norm, double return_var, trajectory_batch& b) {
+  const size_t od = st.env->obs_dim(), rows = st.diag_rows;
+  const float* raw = st.raw_observations.data();
+  auto kl = [&](const learners::stats_snapshot& x,
+                const learners::stats_snapshot& y) -> double {
+    st.diag_a.resize(rows * od);
+    st.diag_b.resize(rows * od);
+    policy_view(raw, rows, od, &x, st.opts, st.diag_a.data());
+    policy_view(raw, rows, od, &y, st.opts, st.diag_b.data());
+    auto d = st.opts.divergence(st.diag_a.data(), st.diag_b.data(), rows);
+    return d ? *d : NAN;
+  };
+  if (snap && !st.opts.local_obs_stats)
+    b.obs_drift_kl = 0.0; // it acts with the global normalizer
+  if (snap && rows > 0 && st.opts.divergence) {
+    if (st.diag_have_snap)
+      b.obs_shift_kl =
+        st.diag_snap.version == snap->version && st.diag_snap.count == snap->count
+          ? 0.0
+          : kl(st.diag_snap, *snap);
+    if (st.opts.local_obs_stats) {
+      const auto& global = st.view->read();
+      if (global.mean.size() == od && global.var.size() == od)
+        b.obs_drift_kl = kl(*snap, global);
+    }
+  }
+  if (snap) {
+    st.diag_snap = *snap;
+    st.diag_have_snap = true;
+  }
+  if (reward_norm) {
+    if (std::isfinite(st.diag_return_var))
+      b.return_std_shift = std::abs(std::log(return_std(return_var, st.opts) /
+                                             return_std(st.diag_return_var, st.opts)));
+    if (!st.opts.local_return_stats) {
+      b.return_std_drift = 0.0;
+    } else {
+      const auto& global = st.return_view->read();
+      if (!global.var.empty())
+        b.return_std_drift =
+          std::log(return_std(return_var, st.opts) / return_std(global.var[0], st.opts));
+    }
+    st.diag_return_var = return_var;
+  }
+}
+
 // Collects one batch of T steps; returns an error when a step fails.
 result<trajectory_batch> collect(runner_state& st) {
   auto& env = *st.env;
@@ -186,6 +248,8 @@ result<trajectory_batch> collect(runner_state& st) {
       return_var = rs.var[0];
     }
   }
+  if (st.opts.norm_diagnostics)
+    measure_normalizers(st, snap, reward_norm, return_var, b);
   const bool slowed = st.opts.slowdown > 1.0;
   st.batch_returns.clear();
   const size_t terms = env.spec().reward_terms.size();
@@ -292,6 +356,7 @@ result<trajectory_batch> collect(runner_state& st) {
   }
 
   count_batch(st.status, b, non_finite);
+  st.diag_rows = non_finite == 0 ? steps * n : 0;
   if (non_finite > 0) {
     write_log(st.opts.log,
               fmt::format("env runner '{}': {}: {} non-finite observation or reward "

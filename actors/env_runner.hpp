@@ -33,6 +33,12 @@ using policy_fn =
 /// A policy that draws uniformly random valid actions (version 0).
 policy_fn make_random_policy(const envs::space& action_space);
 
+/// How far apart one policy acts on two views of the same observations: the
+/// mean over `rows` pairs of KL(pi(.|a_i) || pi(.|b_i)) in nats, with one
+/// fixed set of weights (run.norm_diagnostics).
+using divergence_fn =
+  std::function<result<double>(const float* a, const float* b, size_t rows)>;
+
 /// Settings of an environment runner.
 struct env_runner_options {
   std::string name = "env_runner";  ///< named in batches, logs and deltas
@@ -90,6 +96,16 @@ struct env_runner_options {
   /// empty: std::chrono::steady_clock and std::this_thread::sleep_for.
   std::function<uint64_t()> clock_ns;
   std::function<void(uint64_t ns)> wait_ns;
+  /// run.norm_diagnostics: what normalization does to the policy, measured
+  /// at the start of each batch on the previous batch's raw observations and
+  /// written into the batch (trajectory_batch::obs_shift_kl and the rest):
+  /// the policy's KL across the normalizer's change since the previous batch
+  /// and, with local statistics, between this runner's normalizer and the
+  /// view's global one; and the same for the reward scale. The observation
+  /// terms need `divergence` (the newest weights, so that only the
+  /// normalizer differs); empty: they stay NaN.
+  bool norm_diagnostics = false;
+  divergence_fn divergence;
 };
 
 /// One step of reward normalization's discounted return, as Gymnasium's

@@ -572,6 +572,10 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
         skipped.runner_restarts = w.restarts;
         skipped.non_finite = w.non_finite;
         skipped.skipped = true;
+        skipped.obs_shift_kl = b.obs_shift_kl;
+        skipped.obs_drift_kl = b.obs_drift_kl;
+        skipped.return_std_shift = b.return_std_shift;
+        skipped.return_std_drift = b.return_std_drift;
         skipped.env_counters = std::move(b.env_counters);
         self->send(w.metrics, std::move(skipped));
         if (!w.opts.pipelined)
@@ -605,6 +609,10 @@ void learner_loop(caf::blocking_actor* self, learner_options opts, caf::actor se
       rep.policy_lag = w.version > b.policy_version ? w.version - b.policy_version : 0;
       rep.stats_version = b.stats_version;
       rep.reward_stats_version = b.reward_stats_version;
+      rep.obs_shift_kl = b.obs_shift_kl;
+      rep.obs_drift_kl = b.obs_drift_kl;
+      rep.return_std_shift = b.return_std_shift;
+      rep.return_std_drift = b.return_std_drift;
       if (w.view) {
         const uint64_t latest = w.view->published_version();
         rep.stats_lag = latest > b.stats_version ? latest - b.stats_version : 0;

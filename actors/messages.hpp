@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -105,6 +106,20 @@ struct trajectory_batch {
   /// The environment's trouble counters (env_spec::counters) gained while
   /// collecting this batch; empty when it has none.
   std::vector<uint64_t> env_counters;
+  /// run.norm_diagnostics (env_runner_options), measured before this batch
+  /// on the previous one's raw observations; NaN where not measured.
+  /// The policy's mean KL (nats) across the change of the observation
+  /// normalizer the runner acts with, since its previous batch (0: unchanged).
+  double obs_shift_kl = NAN;
+  /// The policy's mean KL between the runner's own observation normalizer
+  /// and the global one (0 when it acts with the global one).
+  double obs_drift_kl = NAN;
+  /// |ln| of the ratio of the return standard deviation the rewards are
+  /// divided by, now against the previous batch.
+  double return_std_shift = NAN;
+  /// ln(the runner's return standard deviation / the global one); 0 when it
+  /// uses the global one.
+  double return_std_drift = NAN;
 };
 
 template <class Inspector>
@@ -114,7 +129,8 @@ typename Inspector::result_type inspect(Inspector& f, trajectory_batch& x) {
            raw(x.actions), raw(x.behavior_logp), raw(x.rewards), x.terminated,
            x.truncated, x.autoreset, raw(x.episode_returns), raw(x.episode_lengths),
            x.policy_version, x.stats_version, x.normalized, x.reward_stats_version,
-           x.behavior_recorded, raw(x.episode_reward_terms), raw(x.env_counters));
+           x.behavior_recorded, raw(x.episode_reward_terms), raw(x.env_counters),
+           x.obs_shift_kl, x.obs_drift_kl, x.return_std_shift, x.return_std_drift);
 }
 
 /// Counters of one environment runner.
@@ -309,6 +325,12 @@ struct learner_report {
   std::vector<double> episode_reward_terms;
   /// The batch's trajectory_batch::env_counters (also when skipped).
   std::vector<uint64_t> env_counters;
+  /// The batch's normalizer diagnostics (trajectory_batch::obs_shift_kl and
+  /// the rest; NaN where not measured).
+  double obs_shift_kl = NAN;
+  double obs_drift_kl = NAN;
+  double return_std_shift = NAN;
+  double return_std_drift = NAN;
 };
 
 template <class Inspector>
@@ -318,7 +340,8 @@ typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
            x.stats_lag, x.reward_stats_version, x.weights_version, x.loss_policy,
            x.loss_value, x.entropy, x.learning_rate, x.dropped, x.rejected,
            x.runner_restarts, x.non_finite, x.skipped, x.episode_reward_terms,
-           x.env_counters);
+           x.env_counters, x.obs_shift_kl, x.obs_drift_kl, x.return_std_shift,
+           x.return_std_drift);
 }
 
 /// The metrics actor's counters: what a checkpoint keeps and a resume restores.

@@ -46,7 +46,12 @@ const char* const metrics_columns[] = {"wall_time_s",
                                        "hosts_lost",
                                        "deltas_duplicate",
                                        "env_steps_lost",
-                                       "reward_stats_version"};
+                                       "reward_stats_version",
+                                       "obs_shift_kl",
+                                       "obs_drift_kl",
+                                       "obs_drift_kl_max",
+                                       "return_std_shift",
+                                       "return_std_drift"};
 
 const size_t metrics_column_count = sizeof(metrics_columns) / sizeof(metrics_columns[0]);
 
@@ -107,6 +112,21 @@ struct metrics_state {
   double row_time = 0;
   std::vector<double> term_sum; // per reward term: the episodes' sums added up
   std::vector<uint64_t> term_n; // ... over this many episodes
+  // run.norm_diagnostics: the batches' measured values (NaN: not measured)
+  struct mean_of {
+    double sum = 0;
+    uint64_t n = 0;
+    double max = NAN;
+    void add(double x) {
+      if (!std::isfinite(x))
+        return;
+      sum += x;
+      n += 1;
+      max = std::isnan(max) ? x : std::max(max, x);
+    }
+    double mean() const { return n ? sum / static_cast<double>(n) : NAN; }
+  };
+  mean_of obs_shift_kl, obs_drift_kl, return_std_shift, return_std_drift;
   // since the actor started
   std::vector<uint64_t> env_counters;
   // (time, env steps) of recent rows, for the sps window
@@ -327,6 +347,11 @@ void write_row(metrics_state& st) {
   add(st.deltas_duplicate);
   add(st.env_steps_lost);
   add(st.last.reward_stats_version);
+  add(st.obs_shift_kl.mean());
+  add(st.obs_drift_kl.mean());
+  add(st.obs_drift_kl.max);
+  add(st.return_std_shift.mean());
+  add(st.return_std_drift.mean());
   for (size_t j = 0; j < st.term_sum.size(); ++j)
     add(st.term_n[j] ? st.term_sum[j] / static_cast<double>(st.term_n[j]) : double(NAN));
   for (uint64_t count : st.env_counters)
@@ -360,6 +385,10 @@ void write_row(metrics_state& st) {
   st.lag_n = 0;
   std::fill(st.term_sum.begin(), st.term_sum.end(), 0.0);
   std::fill(st.term_n.begin(), st.term_n.end(), uint64_t{0});
+  st.obs_shift_kl = {};
+  st.obs_drift_kl = {};
+  st.return_std_shift = {};
+  st.return_std_drift = {};
 }
 
 void progress(metrics_state& st) {
@@ -446,6 +475,10 @@ void take_report(metrics_actor* self, learner_report& r) {
   if (r.env_counters.size() == s.env_counters.size())
     for (size_t j = 0; j < s.env_counters.size(); ++j)
       s.env_counters[j] += r.env_counters[j];
+  s.obs_shift_kl.add(r.obs_shift_kl);
+  s.obs_drift_kl.add(r.obs_drift_kl);
+  s.return_std_shift.add(r.return_std_shift);
+  s.return_std_drift.add(r.return_std_drift);
   if (r.skipped)
     return; // not learned: no update, no losses
   if (host) {

@@ -143,4 +143,56 @@ policy_fn make_store_policy(std::shared_ptr<policy_store> store, size_t steps_pe
   };
 }
 
+divergence_fn make_store_divergence(std::shared_ptr<policy_store> store) {
+  auto st = std::make_shared<store_policy_state>();
+  st->store = std::move(store);
+  auto second = std::make_shared<store_policy_state>();
+  return [st, second](const float* a, const float* b, size_t rows) -> result<double> {
+    if (rows == 0)
+      return 0.0;
+    st->current = st->store->latest();
+    second->current = st->current; // one set of weights for both views
+    const auto& model = st->current->model;
+    const auto& spec = model.spec();
+    auto head_a = actor_outputs(*st, model, a, rows);
+    if (!head_a)
+      return head_a.err();
+    auto head_b = actor_outputs(*second, model, b, rows);
+    if (!head_b)
+      return head_b.err();
+    const float* pa = *head_a;
+    const float* pb = *head_b;
+    double total = 0;
+    if (spec.action == learners::action_kind::discrete) {
+      const size_t n = static_cast<size_t>(spec.n);
+      std::vector<double> la(n), lb(n);
+      auto log_softmax = [n](const float* l, std::vector<double>& out) {
+        const double top = *std::max_element(l, l + n);
+        double sum = 0;
+        for (size_t j = 0; j < n; ++j)
+          sum += std::exp(static_cast<double>(l[j]) - top);
+        const double log_sum = top + std::log(sum);
+        for (size_t j = 0; j < n; ++j)
+          out[j] = static_cast<double>(l[j]) - log_sum;
+      };
+      for (size_t r = 0; r < rows; ++r) {
+        log_softmax(&pa[r * n], la);
+        log_softmax(&pb[r * n], lb);
+        for (size_t j = 0; j < n; ++j)
+          total += std::exp(la[j]) * (la[j] - lb[j]);
+      }
+    } else {
+      // Equal standard deviations: KL = sum_j (mu_a - mu_b)^2 / (2 sigma_j^2).
+      const size_t d = static_cast<size_t>(spec.act_dim);
+      const float* log_std = model.params() + model.layout().log_std;
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t j = 0; j < d; ++j) {
+          const double gap = static_cast<double>(pa[r * d + j]) - pb[r * d + j];
+          total += gap * gap * 0.5 * std::exp(-2.0 * static_cast<double>(log_std[j]));
+        }
+    }
+    return total / static_cast<double>(rows);
+  };
+}
+
 } // namespace troupe::actors

@@ -71,4 +71,11 @@ private:
 policy_fn make_store_policy(std::shared_ptr<policy_store> store, size_t steps_per_batch,
                             bool deterministic = false);
 
+/// The divergence of the newest version in `store` between two views of the
+/// same observations (run.norm_diagnostics): KL of the categorical
+/// distributions, or of the Gaussians (whose state-independent standard
+/// deviation cancels but for the means' distance), in float64. An error for
+/// a model that cannot act on the observations as given.
+divergence_fn make_store_divergence(std::shared_ptr<policy_store> store);
+
 } // namespace troupe::actors

@@ -312,11 +312,12 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
   const double reward_gamma = cfg.get_float("model.reward_norm_gamma");
   const double reward_eps = cfg.get_float("model.reward_norm_eps");
   const double reward_clip = cfg.get_float("model.reward_norm_clip");
+  const bool norm_diagnostics = cfg.get_bool("run.norm_diagnostics");
   plan.make_runner = [&sys, store = plan.store, env_id, envs_of_slot, env_threads,
                       num_steps, seed, runners_per_learner, obs_norm, eps, clip, box,
                       resume_salt, obs_scale, obs_spread, runner_obs_norm, reward_norm,
                       runner_reward_norm, reward_gamma, reward_eps, reward_clip,
-                      slowdowns, saved_runners = resume.runners, spec,
+                      norm_diagnostics, slowdowns, saved_runners = resume.runners, spec,
                       factories = options.runner_factories, log,
                       obs_dim = spec.obs_dim](const actors::runner_request& req) {
     const uint64_t slot = req.learner * runners_per_learner + req.index;
@@ -376,6 +377,9 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     ro.reward_clip = reward_clip;
     ro.local_return_stats = reward_norm && runner_reward_norm;
     ro.slowdown = slot < slowdowns.size() ? slowdowns[slot] : 1.0;
+    ro.norm_diagnostics = norm_diagnostics;
+    if (norm_diagnostics)
+      ro.divergence = actors::make_store_divergence(store);
     ro.log = log;
     if (continues) {
       if (auto fits = actors::check_runner_state(saved->second, *shared, req.name); fits)

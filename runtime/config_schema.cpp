@@ -90,6 +90,11 @@ void add_run(std::vector<option_spec>& out) {
   out.push_back(opt_bool(
     "run", "tensorboard", true,
     "also write each metrics row as TensorBoard scalars (events.out.tfevents.*)"));
+  out.push_back(opt_bool(
+    "run", "norm_diagnostics", false,
+    "measure what normalization does to the policy (metrics columns obs_shift_kl, "
+    "obs_drift_kl, obs_drift_kl_max, return_std_shift, return_std_drift): before each "
+    "batch, on the previous batch's observations, with the newest weights"));
   out.push_back(opt_int("run", "checkpoint_every_updates", 100, 0, int_max,
                         "a checkpoint every this many updates (0: only at the end)"));
   out.push_back(opt_int("run", "keep_checkpoints", 5, 0, int_max,

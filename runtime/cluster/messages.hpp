@@ -15,7 +15,8 @@
 namespace troupe::cluster {
 
 /// Version of the join protocol; a worker of another version is refused.
-constexpr uint32_t protocol_version = 8; // 8: a policy push is answered with its version
+constexpr uint32_t protocol_version = 9; // 9: batches and learner reports carry the
+                                         // normalizer diagnostics (run.norm_diagnostics)
 
 /// A worker's request to join a run (sent to the coordinator's gate).
 struct join_request {

@@ -505,6 +505,91 @@ void check_same_batch(const trajectory_batch& a, const trajectory_batch& b) {
   CHECK(a.normalized == b.normalized);
 }
 
+TEST_CASE("a store divergence is the mean KL of the newest policy between two views of "
+          "the observations, against a long-double reference") {
+  for (auto kind : {learners::action_kind::discrete, learners::action_kind::box}) {
+    const uint64_t seed = fresh_seed();
+    CAPTURE(seed);
+    std::mt19937_64 gen(seed);
+    learners::model_spec spec;
+    spec.obs_dim = 3 + static_cast<int64_t>(gen() % 4);
+    spec.action = kind;
+    if (kind == learners::action_kind::discrete)
+      spec.n = 2 + static_cast<int64_t>(gen() % 4);
+    else
+      spec.act_dim = 1 + static_cast<int64_t>(gen() % 3);
+    spec.hidden = {16, 8};
+    learners::actor_critic model(spec, gen());
+    auto store = std::make_shared<policy_store>(model, 2);
+    // Newer weights, with log-standard-deviations of their own: the divergence
+    // takes the newest version.
+    std::normal_distribution<float> normal(0.0f, 0.7f);
+    learners::actor_critic newer = model;
+    for (size_t k = 0; k < newer.param_count(); ++k)
+      newer.params()[k] += 0.3f * normal(gen);
+    store->publish(4, newer.params(), newer.buffers());
+    auto divergence = make_store_divergence(store);
+    const size_t rows = 1 + gen() % 40, od = static_cast<size_t>(spec.obs_dim);
+    std::vector<float> a(rows * od), b(rows * od);
+    for (auto& x : a)
+      x = normal(gen);
+    for (size_t k = 0; k < b.size(); ++k)
+      b[k] = a[k] + 0.5f * normal(gen);
+    auto same = divergence(a.data(), a.data(), rows);
+    REQUIRE(same.ok());
+    CHECK(*same == 0.0);
+    auto got = divergence(a.data(), b.data(), rows);
+    REQUIRE(got.ok());
+
+    learners::policy_output pa, pb;
+    REQUIRE(newer.evaluate(a.data(), rows, nullptr, pa).ok());
+    REQUIRE(newer.evaluate(b.data(), rows, nullptr, pb).ok());
+    long double total = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      if (kind == learners::action_kind::discrete) {
+        const size_t n = static_cast<size_t>(spec.n);
+        long double za = 0, zb = 0;
+        for (size_t j = 0; j < n; ++j) {
+          za += std::exp(static_cast<long double>(pa.logits[r * n + j]));
+          zb += std::exp(static_cast<long double>(pb.logits[r * n + j]));
+        }
+        for (size_t j = 0; j < n; ++j) {
+          const long double la = pa.logits[r * n + j] - std::log(za);
+          const long double lb = pb.logits[r * n + j] - std::log(zb);
+          total += std::exp(la) * (la - lb);
+        }
+      } else {
+        // KL of two Gaussians: log(s_b/s_a) + (s_a^2 + (m_a - m_b)^2) / (2 s_b^2) - 1/2.
+        const size_t d = static_cast<size_t>(spec.act_dim);
+        for (size_t j = 0; j < d; ++j) {
+          const long double sa = std::exp(static_cast<long double>(pa.log_std[j]));
+          const long double sb = std::exp(static_cast<long double>(pb.log_std[j]));
+          const long double gap =
+            static_cast<long double>(pa.mean[r * d + j]) - pb.mean[r * d + j];
+          total += std::log(sb / sa) + (sa * sa + gap * gap) / (2 * sb * sb) - 0.5L;
+        }
+      }
+    }
+    const double expected = static_cast<double>(total / rows);
+    CHECK(expected > 0.0);
+    CHECK(*got == doctest::Approx(expected).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("a store divergence refuses a model that normalizes its observations itself") {
+  learners::model_spec spec;
+  spec.obs_dim = 2;
+  spec.n = 3;
+  spec.hidden = {4};
+  spec.obs_norm = true;
+  auto divergence = make_store_divergence(
+    std::make_shared<policy_store>(learners::actor_critic(spec, fresh_seed()), 1));
+  std::vector<float> a(4, 0.5f);
+  auto got = divergence(a.data(), a.data(), 2);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.err().message.find("policy version 0") != std::string::npos);
+}
+
 // A store policy over fixed weights of a small model for `vec`'s spaces.
 policy_fn fixed_store_policy(const envs::vector_env& vec, size_t steps, uint64_t seed) {
   const auto& es = vec.spec();
@@ -912,6 +997,7 @@ public:
   std::array<uint64_t, 4> rng_state(size_t) const override { return {1, 2, 3, 4}; }
 
   std::vector<float> reward_log; ///< [steps x N] every reward handed out
+  std::vector<float> obs_log;    ///< every observation after a reset or step
 
 protected:
   status restore_env(size_t, const std::array<uint64_t, 4>&, const double*,
@@ -923,6 +1009,7 @@ protected:
       observations_[2 * i] = -0.5f;
       observations_[2 * i + 1] = 0.0f;
       done_[i] = 0;
+      obs_log.insert(obs_log.end(), &observations_[2 * i], &observations_[2 * i] + 2);
     }
   }
   status step_range(size_t begin, size_t end, const float*) override {
@@ -944,6 +1031,7 @@ protected:
         done_[i] = terminated_[i] || truncated_[i];
       }
       reward_log.push_back(rewards_[i]);
+      obs_log.insert(obs_log.end(), &observations_[2 * i], &observations_[2 * i] + 2);
     }
     return {};
   }
@@ -1200,6 +1288,218 @@ TEST_CASE(
   ask<sync_atom>(self, keeper, sync_atom::value);
   auto status = ask<stream_status>(self, keeper, status_atom::value, std::string("ret"));
   CHECK(status.count == all.size());
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("norm diagnostics: before each batch the runner measures the policy across its "
+          "normalizers' change and against the global ones, on the previous batch's raw "
+          "observations") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 2 + gen() % 3, steps = 10 + gen() % 20, batches = 4, od = 2;
+  const double gamma = std::uniform_real_distribution<double>(0.9, 0.999)(gen);
+  const double eps = 1e-8;
+  stats_keeper_options ko;
+  ko.log = fx.logger();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+  auto vec = std::make_shared<random_reward_env>(n, gen(), 0.3, 2.0);
+  // Global views far from the data (nothing publishes to them during the test).
+  auto view = std::make_shared<learners::stats_view>(od, "obs");
+  std::vector<double> gmean = {3.0, -2.0}, gvar = {40.0, 0.5};
+  REQUIRE(view->publish(7, 1000, gmean.data(), gvar.data(), od).ok());
+  auto return_view = std::make_shared<learners::stats_view>(1, "ret");
+  const double rmean = 0.0, rvar = 250.0;
+  REQUIRE(return_view->publish(9, 1000, &rmean, &rvar, 1).ok());
+  // A divergence that keeps what it was given and answers 0.5, 0.625, ...
+  struct call {
+    std::vector<float> a, b;
+  };
+  auto calls = std::make_shared<std::vector<call>>();
+  env_runner_options opts;
+  opts.name = "runner-diag";
+  opts.seed = gen();
+  opts.steps_per_batch = steps;
+  opts.obs_clip = 0;
+  opts.local_obs_stats = true;
+  opts.reward_norm = true;
+  opts.local_return_stats = true;
+  opts.reward_gamma = gamma;
+  opts.reward_epsilon = eps;
+  opts.reward_clip = 0;
+  opts.norm_diagnostics = true;
+  opts.divergence = [calls, od](const float* a, const float* b,
+                                size_t rows) -> result<double> {
+    calls->push_back({{a, a + rows * od}, {b, b + rows * od}});
+    return 0.5 + 0.125 * static_cast<double>(calls->size() - 1);
+  };
+  opts.log = fx.logger();
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space),
+                     caf::actor_cast<caf::actor>(self), keeper, view, return_view);
+  auto got = collect(self, runner, batches);
+  REQUIRE(got.size() == batches);
+  REQUIRE(vec->obs_log.size() == (batches * steps + 1) * n * od);
+  REQUIRE(calls->size() == 2 * (batches - 1)); // a shift and a drift from batch 1 on
+
+  // References in long double: the runner's own moments before each batch
+  // (mean 0, variance 1 before the first), of observations and returns.
+  auto raw_of = [&](size_t k) { // batch k's raw observations
+    const float* from = &vec->obs_log[k * steps * n * od];
+    return std::vector<float>(from, from + steps * n * od);
+  };
+  auto obs_moments = [&](size_t k, std::vector<double>& m, std::vector<double>& v) {
+    m.assign(od, 0.0);
+    v.assign(od, 1.0);
+    if (k == 0)
+      return;
+    const size_t rows = k * steps * n;
+    for (size_t j = 0; j < od; ++j) {
+      long double s = 0, q = 0;
+      for (size_t r = 0; r < rows; ++r)
+        s += vec->obs_log[r * od + j];
+      const long double mu = s / rows;
+      for (size_t r = 0; r < rows; ++r)
+        q += (vec->obs_log[r * od + j] - mu) * (vec->obs_log[r * od + j] - mu);
+      m[j] = static_cast<double>(mu);
+      v[j] = static_cast<double>(q / rows);
+    }
+  };
+  std::vector<long double> returns;
+  std::vector<double> return_var(batches + 1, 1.0), acc(n, 0.0);
+  size_t at = 0;
+  for (size_t k = 0; k < batches; ++k) {
+    for (size_t t = 0; t < steps; ++t)
+      for (size_t i = 0; i < n; ++i, ++at) {
+        const size_t x = t * n + i;
+        if (got[k].autoreset[x])
+          continue;
+        if (got[k].terminated[x])
+          acc[i] = 0.0;
+        acc[i] = acc[i] * gamma + vec->reward_log[at];
+        returns.push_back(acc[i]);
+      }
+    long double s = 0, q = 0;
+    for (auto r : returns)
+      s += r;
+    const long double mu = s / returns.size();
+    for (auto r : returns)
+      q += (r - mu) * (r - mu);
+    return_var[k + 1] = static_cast<double>(q / returns.size());
+  }
+  auto expect_view = [&](const std::vector<float>& got_view,
+                         const std::vector<float>& raw, const std::vector<double>& m,
+                         const std::vector<double>& v) {
+    REQUIRE(got_view.size() == raw.size());
+    for (size_t r = 0; r < raw.size(); ++r) {
+      const double z = (raw[r] - m[r % od]) / std::sqrt(v[r % od] + opts.obs_epsilon);
+      CHECK(got_view[r] == doctest::Approx(z).epsilon(1e-5).scale(1.0));
+    }
+  };
+  auto log_std_ratio = [&](double v1, double v0) {
+    return 0.5 * std::log((v1 + eps) / (v0 + eps));
+  };
+
+  CHECK(std::isnan(got[0].obs_shift_kl)); // nothing before the first batch
+  CHECK(std::isnan(got[0].obs_drift_kl));
+  CHECK(std::isnan(got[0].return_std_shift));
+  CHECK(got[0].return_std_drift == doctest::Approx(log_std_ratio(1.0, rvar)));
+  for (size_t k = 1; k < batches; ++k) {
+    CAPTURE(k);
+    const auto& b = got[k];
+    std::vector<double> m_before, v_before, m_now, v_now;
+    obs_moments(k - 1, m_before, v_before);
+    obs_moments(k, m_now, v_now);
+    const auto raw = raw_of(k - 1);
+    const auto& shift = (*calls)[2 * (k - 1)];
+    expect_view(shift.a, raw, m_before, v_before);
+    expect_view(shift.b, raw, m_now, v_now);
+    const auto& drift = (*calls)[2 * (k - 1) + 1];
+    expect_view(drift.a, raw, m_now, v_now);
+    expect_view(drift.b, raw, gmean, gvar);
+    CHECK(b.obs_shift_kl == 0.5 + 0.125 * static_cast<double>(2 * (k - 1)));
+    CHECK(b.obs_drift_kl == 0.5 + 0.125 * static_cast<double>(2 * (k - 1) + 1));
+    CHECK(b.return_std_shift ==
+          doctest::Approx(std::abs(log_std_ratio(return_var[k], return_var[k - 1])))
+            .epsilon(1e-9));
+    CHECK(b.return_std_drift ==
+          doctest::Approx(log_std_ratio(return_var[k], rvar)).epsilon(1e-9));
+  }
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("norm diagnostics with the global normalizers: no drift, and no shift while "
+          "the view has not changed") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 2 + gen() % 3, steps = 10 + gen() % 20, od = 2;
+  stats_keeper_options ko;
+  ko.log = fx.logger();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+  auto vec = std::make_shared<random_reward_env>(n, gen(), 0.0, 1.0);
+  auto view = std::make_shared<learners::stats_view>(od, "obs");
+  std::vector<double> m0 = {0.1, 0.0}, v0 = {2.0, 1.0};
+  REQUIRE(view->publish(3, 100, m0.data(), v0.data(), od).ok());
+  auto return_view = std::make_shared<learners::stats_view>(1, "ret");
+  const double rmean = 0.0, rvar = 4.0;
+  REQUIRE(return_view->publish(5, 100, &rmean, &rvar, 1).ok());
+  auto calls =
+    std::make_shared<std::vector<std::pair<std::vector<float>, std::vector<float>>>>();
+  env_runner_options opts;
+  opts.name = "runner-diag-global";
+  opts.seed = gen();
+  opts.steps_per_batch = steps;
+  opts.obs_clip = 0;
+  opts.reward_norm = true;
+  opts.norm_diagnostics = true;
+  opts.divergence = [calls, od](const float* a, const float* b,
+                                size_t rows) -> result<double> {
+    calls->push_back({{a, a + rows * od}, {b, b + rows * od}});
+    return 0.25;
+  };
+  opts.log = fx.logger();
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space),
+                     caf::actor_cast<caf::actor>(self), keeper, view, return_view);
+  auto first = collect(self, runner, 2);
+  REQUIRE(first.size() == 2);
+  CHECK(std::isnan(first[0].obs_shift_kl));
+  CHECK(first[0].obs_drift_kl == 0.0); // it acts with the global normalizer
+  CHECK(first[1].obs_shift_kl == 0.0); // the same snapshot: nothing to measure
+  CHECK(first[1].obs_drift_kl == 0.0);
+  CHECK(first[1].return_std_shift == 0.0);
+  CHECK(first[1].return_std_drift == 0.0);
+  CHECK(calls->empty());
+  // A new global snapshot: the next batch measures the shift to it.
+  std::vector<double> m1 = {-0.4, 0.0}, v1 = {0.5, 1.0};
+  REQUIRE(view->publish(4, 200, m1.data(), v1.data(), od).ok());
+  const double rvar1 = 9.0;
+  REQUIRE(return_view->publish(6, 200, &rmean, &rvar1, 1).ok());
+  auto second = collect(self, runner, 1);
+  REQUIRE(second.size() == 1);
+  REQUIRE(calls->size() == 1);
+  CHECK(second[0].obs_shift_kl == 0.25);
+  CHECK(second[0].obs_drift_kl == 0.0);
+  CHECK(second[0].return_std_shift ==
+        doctest::Approx(
+          0.5 * std::log((rvar1 + opts.reward_epsilon) / (rvar + opts.reward_epsilon))));
+  CHECK(second[0].return_std_drift == 0.0);
+  // On batch 1's raw observations, with the old snapshot and then the new one.
+  const float* raw = &vec->obs_log[steps * n * od];
+  for (size_t r = 0; r < steps * n * od; ++r) {
+    const size_t j = r % od;
+    CHECK((*calls)[0].first[r] ==
+          doctest::Approx((raw[r] - m0[j]) / std::sqrt(v0[j] + opts.obs_epsilon)));
+    CHECK((*calls)[0].second[r] ==
+          doctest::Approx((raw[r] - m1[j]) / std::sqrt(v1[j] + opts.obs_epsilon)));
+  }
   self->send_exit(runner, caf::exit_reason::user_shutdown);
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
 }

@@ -227,6 +227,10 @@ learner_report random_report(std::mt19937_64& rng) {
   r.rejected = small(rng);
   r.runner_restarts = small(rng);
   r.non_finite = small(rng);
+  r.obs_shift_kl = std::abs(normal(rng)) * 1e-4;
+  r.obs_drift_kl = std::abs(normal(rng)) * 1e-3;
+  r.return_std_shift = std::abs(normal(rng)) * 1e-3;
+  r.return_std_drift = normal(rng) * 1e-2;
   return r;
 }
 
@@ -515,6 +519,81 @@ TEST_CASE("metrics.csv gets the environment's reward-term means over each row's 
     CHECK(cell(1, counters[j]) == std::to_string(counted_row1[j]));
     CHECK(cell(2, counters[j]) == std::to_string(counted[j]));
   }
+}
+
+TEST_CASE(
+  "the normalizer diagnostics are each row's means over the batches that "
+  "measured them, skipped ones too, with the drift's maximum, and nan without any") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys(cfg);
+  caf::scoped_actor self(sys);
+  troupe::test::temp_folder dir("troupe-metrics");
+  const uint64_t seed = troupe::test::fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  metrics_options mo;
+  mo.csv_path = (dir.path / "metrics.csv").string();
+  mo.quiet = true;
+  mo.log_every_updates = 3;
+  auto metrics = spawn_metrics(sys, mo, caf::actor_cast<caf::actor>(self));
+  const char* names[] = {"obs_shift_kl", "obs_drift_kl", "return_std_shift",
+                         "return_std_drift"};
+  // Row 1: three learned batches and a skipped one; some left unmeasured (NaN).
+  std::vector<std::vector<double>> seen(4);
+  auto report = [&](bool skipped, bool measured_obs) {
+    learner_report r;
+    r.learner = "learner" + std::to_string(rng() % 2);
+    r.env_steps = 16;
+    r.skipped = skipped;
+    double* fields[] = {&r.obs_shift_kl, &r.obs_drift_kl, &r.return_std_shift,
+                        &r.return_std_drift};
+    for (size_t j = 0; j < 4; ++j) {
+      if (j < 2 && !measured_obs)
+        continue; // stays NaN
+      *fields[j] = j == 3 ? unit(rng) - 0.5 : unit(rng);
+      seen[j].push_back(*fields[j]);
+    }
+    return r;
+  };
+  self->send(metrics, report(false, true));
+  self->send(metrics, report(true, true));
+  self->send(metrics, report(false, false));
+  self->send(metrics, report(false, true));
+  ask<metrics_counters>(self, metrics, state_atom::value);
+  // Row 2: three batches that measured nothing.
+  for (int k = 0; k < 3; ++k) {
+    learner_report r;
+    r.learner = "learner0";
+    r.env_steps = 16;
+    self->send(metrics, r);
+  }
+  ask<metrics_counters>(self, metrics, state_atom::value);
+  self->send_exit(metrics, caf::exit_reason::user_shutdown);
+
+  auto lines = csv_lines(mo.csv_path);
+  REQUIRE(lines.size() == 3);
+  const auto& header = lines[0];
+  auto cell = [&](size_t row, const std::string& name) {
+    const auto at = std::find(header.begin(), header.end(), name);
+    REQUIRE(at != header.end());
+    REQUIRE(lines[row].size() == header.size());
+    return lines[row][static_cast<size_t>(at - header.begin())];
+  };
+  for (size_t j = 0; j < 4; ++j) {
+    CAPTURE(names[j]);
+    REQUIRE(seen[j].size() == (j < 2 ? 3u : 4u));
+    long double sum = 0;
+    for (double x : seen[j])
+      sum += x;
+    CHECK(std::strtod(cell(1, names[j]).c_str(), nullptr) ==
+          doctest::Approx(static_cast<double>(sum / seen[j].size())).epsilon(1e-8));
+    CHECK(cell(2, names[j]) == "nan");
+  }
+  CHECK(std::strtod(cell(1, "obs_drift_kl_max").c_str(), nullptr) ==
+        doctest::Approx(*std::max_element(seen[1].begin(), seen[1].end())).epsilon(1e-8));
+  CHECK(cell(2, "obs_drift_kl_max") == "nan");
 }
 
 TEST_CASE("without reward terms or counters metrics.csv has exactly metrics_columns") {

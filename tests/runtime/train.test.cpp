@@ -1270,3 +1270,47 @@ TEST_CASE("a MuJoCo run's metrics.csv ends with its reward terms' episode means 
   CHECK(std::stoull(resumed.back().at("env_steps")) == 2048);
   check_jsonl_matches_csv(run);
 }
+
+TEST_CASE("with run.norm_diagnostics a run with per-runner normalizers reports how far "
+          "its policy moves across their changes and from the global ones") {
+  temp_folder dir("train-norm-diagnostics");
+  const std::string config = std::string(TROUPE_SOURCE_DIR) + "/config/pendulum_ppo.toml";
+  auto run_with = [&](const std::string& output, const std::string& sets) {
+    auto r = run_troupe(fmt::format("train '{}' --set run.output_dir='\"{}\"' "
+                                    "--set algo.total_env_steps=8192 "
+                                    "--set algo.num_learners=2 --set env.num_envs=4 "
+                                    "--set run.log_every_updates=1 "
+                                    "--set model.reward_norm=true {}",
+                                    config, output, sets),
+                        dir);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    return read_metrics(only_run(dir.path / output));
+  };
+  const auto rows = run_with("local", "--set run.norm_diagnostics=true "
+                                      "--set model.obs_norm_scope='\"runner\"' "
+                                      "--set model.reward_norm_scope='\"runner\"'");
+  REQUIRE(rows.size() == 8); // 8192 steps of 2 x 4 environments x 256
+  size_t measured = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    CAPTURE(i);
+    const auto& r = rows[i];
+    if (r.at("obs_shift_kl") == "nan") // each runner's first batch has no earlier one
+      continue;
+    ++measured;
+    const double shift = std::stod(r.at("obs_shift_kl"));
+    const double drift = std::stod(r.at("obs_drift_kl"));
+    CHECK(shift > 0.0); // a runner's own moments change after every batch
+    CHECK(drift > 0.0); // and differ from the pooled ones
+    CHECK(std::stod(r.at("obs_drift_kl_max")) == drift); // one batch per row
+    CHECK(std::stod(r.at("return_std_shift")) >= 0.0);
+    CHECK(std::isfinite(std::stod(r.at("return_std_drift"))));
+  }
+  CHECK(measured == rows.size() - 2);
+  // Without the option nothing is measured.
+  for (const auto& r : run_with("plain", "")) {
+    CHECK(r.at("obs_shift_kl") == "nan");
+    CHECK(r.at("obs_drift_kl") == "nan");
+    CHECK(r.at("return_std_drift") == "nan");
+  }
+}
