@@ -130,7 +130,8 @@ typename Inspector::result_type inspect(Inspector& f, trajectory_batch& x) {
            x.truncated, x.autoreset, raw(x.episode_returns), raw(x.episode_lengths),
            x.policy_version, x.stats_version, x.normalized, x.reward_stats_version,
            x.behavior_recorded, raw(x.episode_reward_terms), raw(x.env_counters),
-           x.obs_shift_kl, x.obs_drift_kl, x.return_std_shift, x.return_std_drift);
+           raw_value(x.obs_shift_kl), raw_value(x.obs_drift_kl),
+           raw_value(x.return_std_shift), raw_value(x.return_std_drift));
 }
 
 /// Counters of one environment runner.
@@ -340,8 +341,8 @@ typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
            x.stats_lag, x.reward_stats_version, x.weights_version, x.loss_policy,
            x.loss_value, x.entropy, x.learning_rate, x.dropped, x.rejected,
            x.runner_restarts, x.non_finite, x.skipped, x.episode_reward_terms,
-           x.env_counters, x.obs_shift_kl, x.obs_drift_kl, x.return_std_shift,
-           x.return_std_drift);
+           x.env_counters, raw_value(x.obs_shift_kl), raw_value(x.obs_drift_kl),
+           raw_value(x.return_std_shift), raw_value(x.return_std_drift));
 }
 
 /// The metrics actor's counters: what a checkpoint keeps and a resume restores.

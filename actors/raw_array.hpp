@@ -80,4 +80,35 @@ typename Inspector::result_type inspect(Inspector& f, raw_array<T>& x) {
   return f(*x.v);
 }
 
+/// A single number that crosses the wire as its bytes. CAF 0.17 packs a
+/// double by arithmetic (detail::pack754), which is undefined behaviour for
+/// NaN (UBSan reports it); a field that may hold NaN goes raw.
+template <class T>
+struct raw_scalar {
+  static_assert(std::is_arithmetic_v<T>, "raw scalars are numbers");
+  T* p;
+};
+
+/// Marks `x` for raw serialization in an `inspect` overload.
+template <class T>
+raw_scalar<T> raw_value(T& x) {
+  return {&x};
+}
+
+template <class T>
+caf::error inspect(caf::serializer& f, raw_scalar<T>& x) {
+  return f.apply_raw(sizeof(T), x.p);
+}
+
+template <class T>
+caf::error inspect(caf::deserializer& f, raw_scalar<T>& x) {
+  return f.apply_raw(sizeof(T), x.p);
+}
+
+/// Every other inspector: the number as it is.
+template <class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, raw_scalar<T>& x) {
+  return f(*x.p);
+}
+
 } // namespace troupe::actors

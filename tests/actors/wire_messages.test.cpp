@@ -142,6 +142,7 @@ TEST_CASE(
   t.episode_returns = random_bits<double>(gen, 3);
   t.episode_lengths = {gen(), gen()};
   t.policy_version = gen();
+  t.obs_drift_kl = random_bits<double>(gen, 1)[0]; // the others stay NaN
   buf = serialize(*fx.sys, t);
   CHECK(holds_native_block(buf, t.observations));
   trajectory_batch t2;
@@ -156,6 +157,24 @@ TEST_CASE(
   CHECK(same_bits(t2.episode_returns, t.episode_returns));
   CHECK(t2.episode_lengths == t.episode_lengths);
   CHECK(t2.policy_version == t.policy_version);
+  // The diagnostics cross raw, NaN included (CAF's packing of a NaN double
+  // is undefined behaviour).
+  for (auto field :
+       {&trajectory_batch::obs_shift_kl, &trajectory_batch::obs_drift_kl,
+        &trajectory_batch::return_std_shift, &trajectory_batch::return_std_drift})
+    CHECK(std::memcmp(&(t2.*field), &(t.*field), sizeof(double)) == 0);
+  learner_report rep;
+  rep.learner = "w1.learner0";
+  rep.obs_shift_kl = random_bits<double>(gen, 1)[0];
+  auto rep_buf = serialize(*fx.sys, rep);
+  learner_report rep2;
+  caf::binary_deserializer rs{*fx.sys, rep_buf};
+  REQUIRE_FALSE(rs(rep2));
+  CHECK(rep2.learner == rep.learner);
+  for (auto field :
+       {&learner_report::obs_shift_kl, &learner_report::obs_drift_kl,
+        &learner_report::return_std_shift, &learner_report::return_std_drift})
+    CHECK(std::memcmp(&(rep2.*field), &(rep.*field), sizeof(double)) == 0);
 
   moments_delta d;
   d.stream = "obs";
