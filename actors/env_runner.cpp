@@ -81,12 +81,14 @@ struct runner_state {
   bool delta_ready = false;            // batch_moments hold a clean batch not yet sent
   kernels::moments local_moments;      // local_obs_stats: every clean batch's
   learners::stats_snapshot local_snap; // ... and what normalizes the next
+  learners::stats_snapshot fold_snap;  // norm_every_step: what normalizes this step
+  kernels::moments fold_moments;       // ... the batch's clean steps so far
+  kernels::moments fold_step;          // ... and this step's
   kernels::moments local_returns{1};   // local_return_stats: every clean batch's returns
   double slow_debt_ns = 0;             // slowdown: the wait owed so far
   // norm_diagnostics: the normalizers the previous batch used, and how many
   // clean rows of raw_observations it left (0: none to measure on).
-  learners::stats_snapshot diag_snap;
-  bool diag_have_snap = false;
+  std::optional<learners::stats_snapshot> diag_snap;
   double diag_return_var = NAN;
   size_t diag_rows = 0;
   std::vector<float> diag_a, diag_b;
@@ -181,21 +183,19 @@ void measure_normalizers(runner_state& st, const learners::stats_snapshot* snap,
   if (snap && !st.opts.local_obs_stats)
     b.obs_drift_kl = 0.0; // it acts with the global normalizer
   if (snap && rows > 0 && st.opts.divergence) {
-    if (st.diag_have_snap)
+    if (st.diag_snap)
       b.obs_shift_kl =
-        st.diag_snap.version == snap->version && st.diag_snap.count == snap->count
+        st.diag_snap->version == snap->version && st.diag_snap->count == snap->count
           ? 0.0
-          : kl(st.diag_snap, *snap);
+          : kl(*st.diag_snap, *snap);
     if (st.opts.local_obs_stats) {
       const auto& global = st.view->read();
       if (global.mean.size() == od && global.var.size() == od)
         b.obs_drift_kl = kl(*snap, global);
     }
   }
-  if (snap) {
+  if (snap)
     st.diag_snap = *snap;
-    st.diag_have_snap = true;
-  }
   if (reward_norm) {
     if (std::isfinite(st.diag_return_var))
       b.return_std_shift = std::abs(std::log(return_std(return_var, st.opts) /
@@ -212,6 +212,59 @@ void measure_normalizers(runner_state& st, const learners::stats_snapshot* snap,
   }
 }
 
+// norm_every_step: `out` becomes `base` merged with the batch's raw moments so
+// far (Chan's parallel update, population variances); its version stays
+// base's. `out` is base's size.
+void fold_snapshot(const learners::stats_snapshot& base, const kernels::moments& so_far,
+                   learners::stats_snapshot& out) {
+  out.count = base.count + so_far.count;
+  if (so_far.count == 0) {
+    out.mean = base.mean;
+    out.var = base.var;
+    return;
+  }
+  const double na = static_cast<double>(base.count);
+  const double nb = static_cast<double>(so_far.count);
+  const double n = na + nb;
+  for (size_t j = 0; j < so_far.dim(); ++j) {
+    if (base.count == 0) { // the initial snapshot's mean 0 and variance 1 weigh nothing
+      out.mean[j] = so_far.mean[j];
+      out.var[j] = so_far.m2[j] / nb;
+      continue;
+    }
+    const double delta = so_far.mean[j] - base.mean[j];
+    out.mean[j] = base.mean[j] + delta * nb / n;
+    out.var[j] = (base.var[j] * na + so_far.m2[j] + delta * delta * na * nb / n) / n;
+  }
+}
+
+// norm_every_step's return statistics: the batch's start (count, mean,
+// variance) and the discounted returns since, by Welford's update.
+struct return_fold {
+  uint64_t base_count = 0;
+  double base_mean = 0, base_var = 1;
+  uint64_t count = 0;
+  double mean = 0, m2 = 0;
+
+  void add(double x) {
+    count += 1;
+    const double d = x - mean;
+    mean += d / static_cast<double>(count);
+    m2 += d * (x - mean);
+  }
+  // The variance of the start's returns and the batch's together.
+  double variance() const {
+    if (count == 0)
+      return base_var;
+    const double nb = static_cast<double>(count);
+    if (base_count == 0)
+      return m2 / nb;
+    const double na = static_cast<double>(base_count), n = na + nb;
+    const double delta = mean - base_mean;
+    return (base_var * na + m2 + delta * delta * na * nb / n) / n;
+  }
+};
+
 // Collects one batch of T steps; returns an error when a step fails.
 result<trajectory_batch> collect(runner_state& st) {
   auto& env = *st.env;
@@ -221,7 +274,8 @@ result<trajectory_batch> collect(runner_state& st) {
     shaped_batch(st.opts.name, env.spec().id, st.status.batches, n, steps, od, ad);
   st.raw_observations.resize(steps * n * od);
 
-  // One snapshot for the whole batch, so that the batch has one version.
+  // One snapshot per batch, whose version the batch names: it normalizes the
+  // whole batch, or with norm_every_step it is where each step's statistics start.
   const learners::stats_snapshot* snap = nullptr;
   if (st.view) {
     snap = &st.view->read();
@@ -235,21 +289,41 @@ result<trajectory_batch> collect(runner_state& st) {
       snap = &st.local_snap;
     }
   }
-  // The return variance for the whole batch, like the observation snapshot.
+  // The return variance for the batch, like the observation snapshot.
   const bool reward_norm = st.opts.reward_norm && st.return_view;
   double return_var = 1.0;
+  return_fold ret_fold;
   if (reward_norm) {
     const auto& rs = st.return_view->read();
     b.reward_stats_version = rs.version;
     if (st.opts.local_return_stats) {
-      if (st.local_returns.count > 0)
+      if (st.local_returns.count > 0) {
         return_var = st.local_returns.variance()[0];
+        ret_fold.base_count = st.local_returns.count;
+        ret_fold.base_mean = st.local_returns.mean[0];
+      }
     } else if (!rs.var.empty()) {
       return_var = rs.var[0];
+      ret_fold.base_count = rs.count;
+      ret_fold.base_mean = rs.mean[0];
     }
+    ret_fold.base_var = return_var;
   }
   if (st.opts.norm_diagnostics)
     measure_normalizers(st, snap, reward_norm, return_var, b);
+  // norm_every_step: what normalizes step t, the snapshot merged with the
+  // batch's clean steps up to t.
+  const bool fold = st.opts.norm_every_step;
+  const learners::stats_snapshot* const start_snap = snap;
+  if (fold && snap) {
+    st.fold_snap.stream = snap->stream;
+    st.fold_snap.version = snap->version;
+    st.fold_snap.mean.resize(od);
+    st.fold_snap.var.resize(od);
+    fold_snapshot(*start_snap, kernels::moments(od), st.fold_snap);
+    st.fold_moments = kernels::moments(od);
+    snap = &st.fold_snap;
+  }
   const bool slowed = st.opts.slowdown > 1.0;
   st.batch_returns.clear();
   const size_t terms = env.spec().reward_terms.size();
@@ -271,6 +345,11 @@ result<trajectory_batch> collect(runner_state& st) {
     for (size_t k = 0; k < n * od; ++k)
       if (!std::isfinite(raw[k]))
         note_bad(t, k / od);
+    if (fold && start_snap && non_finite == 0) {
+      kernels::compute_moments_into(raw, n, od, st.fold_step);
+      kernels::merge(st.fold_moments, st.fold_step);
+      fold_snapshot(*start_snap, st.fold_moments, st.fold_snap);
+    }
     float* seen = &b.observations[t * n * od];
     policy_view(raw, n, od, snap, st.opts, seen);
     float* actions = &b.actions[t * n * ad];
@@ -322,6 +401,10 @@ result<trajectory_batch> collect(runner_state& st) {
           next_discounted_return(st.discounted_return[i], b.rewards[k],
                                  b.terminated[k] != 0, st.opts.reward_gamma);
         st.batch_returns.push_back(st.discounted_return[i]);
+        if (fold && non_finite == 0) {
+          ret_fold.add(st.discounted_return[i]);
+          return_var = ret_fold.variance();
+        }
         b.rewards[k] = normalize_reward(b.rewards[k], return_var, st.opts.reward_epsilon,
                                         st.opts.reward_clip);
       }
@@ -364,7 +447,8 @@ result<trajectory_batch> collect(runner_state& st) {
                           "the batch's moments were not sent to the keeper",
                           st.opts.name, b.env_id, non_finite, b.sequence, first_bad_env,
                           first_bad_step));
-  } else if (reward_norm && !st.batch_returns.empty()) {
+  } else if (reward_norm && !st.batch_returns.empty() &&
+             (st.keeper || st.opts.local_return_stats)) {
     st.return_moments = return_moments_of(st.batch_returns);
     st.return_delta_ready = static_cast<bool>(st.keeper);
     if (st.opts.local_return_stats)

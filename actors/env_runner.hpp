@@ -85,6 +85,16 @@ struct env_runner_options {
   /// The view still gives the batch its version, and the keeper still gets
   /// the returns' moments.
   bool local_return_stats = false;
+  /// Normalize each step with statistics that include the batch's own steps
+  /// so far (model.norm_update = "step"), as Gymnasium's NormalizeObservation
+  /// and NormalizeReward update before they normalize: step t's observations
+  /// with the batch's snapshot (global or local) merged with the raw moments
+  /// of steps 0..t, its rewards with the return variance merged with the
+  /// batch's discounted returns up to it. Off: one snapshot and one return
+  /// variance for the whole batch. The moments sent to the keeper, merged
+  /// locally and checkpointed are the same either way; after a non-finite
+  /// value the rest of the batch keeps the last clean statistics.
+  bool norm_every_step = false;
   /// An uneven fleet (env.slowdown): the environments' steps take this many
   /// times as long as they do. After each step the runner owes
   /// (slowdown - 1) x the step's measured time, and waits it out once it

@@ -313,11 +313,13 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
   const double reward_eps = cfg.get_float("model.reward_norm_eps");
   const double reward_clip = cfg.get_float("model.reward_norm_clip");
   const bool norm_diagnostics = cfg.get_bool("run.norm_diagnostics");
+  const bool norm_every_step = cfg.get_string("model.norm_update") == "step";
   plan.make_runner = [&sys, store = plan.store, env_id, envs_of_slot, env_threads,
                       num_steps, seed, runners_per_learner, obs_norm, eps, clip, box,
                       resume_salt, obs_scale, obs_spread, runner_obs_norm, reward_norm,
                       runner_reward_norm, reward_gamma, reward_eps, reward_clip,
-                      norm_diagnostics, slowdowns, saved_runners = resume.runners, spec,
+                      norm_diagnostics, norm_every_step, slowdowns,
+                      saved_runners = resume.runners, spec,
                       factories = options.runner_factories, log,
                       obs_dim = spec.obs_dim](const actors::runner_request& req) {
     const uint64_t slot = req.learner * runners_per_learner + req.index;
@@ -349,6 +351,13 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
                                       "factory: model.reward_norm does not apply to its "
                                       "rewards",
                                       req.name));
+      if (norm_every_step)
+        actors::write_log(
+          log, actors::log_level::warning,
+          fmt::format("troupe: runner slot '{}' is fed by the caller's "
+                      "factory: model.norm_update = \"step\" does not "
+                      "apply to it (it normalizes with the view as it is)",
+                      req.name));
       return factories[req.learner](sys, rs);
     }
     auto env = envs::make_vector_env(env_id, n, env_threads);
@@ -378,6 +387,7 @@ cast_build build_cast(caf::actor_system& sys, const config& cfg,
     ro.local_return_stats = reward_norm && runner_reward_norm;
     ro.slowdown = slot < slowdowns.size() ? slowdowns[slot] : 1.0;
     ro.norm_diagnostics = norm_diagnostics;
+    ro.norm_every_step = norm_every_step;
     if (norm_diagnostics)
       ro.divergence = actors::make_store_divergence(store);
     ro.log = log;

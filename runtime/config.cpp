@@ -659,6 +659,30 @@ void check_algorithm_sections(const config& cfg, std::vector<std::string>& probl
   }
 }
 
+// model.norm_update = "step" merges a batch's own steps into the statistics
+// by their counts: an ema stream has no such weights, and a frozen one must
+// not change.
+void check_norm_update(const config& cfg, std::vector<std::string>& problems) {
+  if (cfg.get_string("model.norm_update") != "step")
+    return;
+  auto where = [&](const std::string& name) {
+    const auto& origin = cfg.origin(name);
+    return origin == "--set" ? "--set " + name : origin;
+  };
+  if (cfg.get_string("stats.mode") == "ema")
+    problems.push_back(fmt::format(
+      "{}: model.norm_update = \"step\" merges each batch's steps into the "
+      "statistics by their counts, which stats.mode = \"ema\" ({}) does not keep; "
+      "set one of them otherwise",
+      where("model.norm_update"), where("stats.mode")));
+  if (cfg.get_int("stats.freeze_after") > 0)
+    problems.push_back(
+      fmt::format("{}: model.norm_update = \"step\" would change the statistics that "
+                  "stats.freeze_after = {} ({}) freezes; set one of them otherwise",
+                  where("model.norm_update"), cfg.get_int("stats.freeze_after"),
+                  where("stats.freeze_after")));
+}
+
 // The run's algorithm as the overrides (the last one wins) or the file name
 // it; "ppo" (the default) otherwise. A flat [algo] key of older troupe is
 // placed by it.
@@ -683,6 +707,7 @@ result<config> finish(config cfg, const std::string& algo,
   for (auto& o : overrides)
     apply_override(o, algo, cfg, problems);
   check_algorithm_sections(cfg, problems);
+  check_norm_update(cfg, problems);
   // Reward normalization discounts with algo.gamma unless told otherwise;
   // the resolved value is written to the run's config.toml, so a resume
   // keeps it.

@@ -275,6 +275,13 @@ void add_model(std::vector<option_spec>& out) {
                "with reward_norm: global (the keeper's variance of every runner's "
                "discounted returns) or runner (each runner's own running variance, "
                "as one VecNormalize per worker)"));
+  out.push_back(opt_string(
+    "model", "norm_update", "batch", {"batch", "step"},
+    "when an env runner's normalizers take in its own data: batch (a whole batch "
+    "is normalized with the statistics as of its start) or step (each step with "
+    "those merged with the batch's steps up to and including it, as Gymnasium's "
+    "NormalizeObservation and NormalizeReward update before normalizing); the "
+    "keeper gets the same moments either way"));
   out.push_back(opt_float("model", "reward_norm_gamma", 0.99, 0.0, 1.0,
                           "discount of reward normalization's returns; not set: "
                           "algo.gamma"));

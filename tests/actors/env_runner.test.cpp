@@ -998,6 +998,9 @@ public:
 
   std::vector<float> reward_log; ///< [steps x N] every reward handed out
   std::vector<float> obs_log;    ///< every observation after a reset or step
+  /// Environment `nan_env`'s first observation after step `nan_step` (counted
+  /// from 0 over all steps) is NaN; SIZE_MAX: never.
+  size_t nan_step = SIZE_MAX, nan_env = 0;
 
 protected:
   status restore_env(size_t, const std::array<uint64_t, 4>&, const double*,
@@ -1017,6 +1020,8 @@ protected:
     std::uniform_real_distribution<double> unit(0.0, 1.0);
     for (size_t i = begin; i < end; ++i) {
       observations_[2 * i] = static_cast<float>(unit(gen_) - 0.5);
+      if (steps_ == nan_step && i == nan_env)
+        observations_[2 * i] = NAN;
       if (done_[i]) {
         rewards_[i] = 0.0f;
         terminated_[i] = truncated_[i] = 0;
@@ -1033,10 +1038,12 @@ protected:
       reward_log.push_back(rewards_[i]);
       obs_log.insert(obs_log.end(), &observations_[2 * i], &observations_[2 * i] + 2);
     }
+    ++steps_;
     return {};
   }
 
 private:
+  size_t steps_ = 0;
   std::mt19937_64 gen_;
   double offset_, scale_;
   std::vector<uint8_t> done_;
@@ -1288,6 +1295,157 @@ TEST_CASE(
   ask<sync_atom>(self, keeper, sync_atom::value);
   auto status = ask<stream_status>(self, keeper, status_atom::value, std::string("ret"));
   CHECK(status.count == all.size());
+  self->send_exit(runner, caf::exit_reason::user_shutdown);
+  self->send_exit(keeper, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+// The moments of a start snapshot (count, mean, population variance) pooled
+// with more samples, in long double by sums of squares (not the runner's
+// parallel update): the mean and population variance of both together.
+std::pair<long double, long double> pooled(uint64_t count, double mean, double var,
+                                           const std::vector<long double>& more) {
+  long double n = count, s = count * static_cast<long double>(mean);
+  long double q =
+    count * (static_cast<long double>(var) + static_cast<long double>(mean) * mean);
+  for (long double x : more) {
+    n += 1;
+    s += x;
+    q += x * x;
+  }
+  const long double m = s / n;
+  return {m, q / n - m * m};
+}
+
+} // namespace
+
+TEST_CASE("with norm_every_step each step is normalized with the batch's start "
+          "statistics merged with its own steps up to it, observations and rewards, "
+          "until a non-finite value, and the keeper gets the same moments") {
+  runner_fixture fx;
+  caf::scoped_actor self{*fx.sys};
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937_64 gen(seed);
+  const size_t n = 2 + gen() % 3, steps = 15 + gen() % 20, batches = 3;
+  const double gamma = std::uniform_real_distribution<double>(0.9, 0.999)(gen);
+  const double offset = std::uniform_real_distribution<double>(-1.0, 1.0)(gen);
+  const double scale = std::uniform_real_distribution<double>(0.5, 3.0)(gen);
+  const double eps = 1e-8;
+  stats_keeper_options ko;
+  ko.log = fx.logger();
+  auto keeper = spawn_stats_keeper(*fx.sys, ko);
+  auto vec = std::make_shared<random_reward_env>(n, gen(), offset, scale);
+  // The last batch meets a NaN observation partway.
+  const size_t nan_t = 2 + gen() % (steps - 4);
+  vec->nan_step = (batches - 1) * steps + nan_t - 1; // seen as row nan_t of that batch
+  vec->nan_env = gen() % n;
+  // Start statistics of a modest count, so that each step's data moves them.
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  const uint64_t obs_count = 20 + gen() % 50, ret_count = 10 + gen() % 30;
+  std::vector<double> obs_mean = {u(gen), u(gen)},
+                      obs_var = {0.5 + u(gen) * 0.4, 2.0 + u(gen)};
+  const double ret_mean = u(gen), ret_var = 3.0 + u(gen);
+  auto view = std::make_shared<learners::stats_view>(2, "obs");
+  REQUIRE(view->publish(5, obs_count, obs_mean.data(), obs_var.data(), 2).ok());
+  auto return_view = std::make_shared<learners::stats_view>(1, "ret");
+  REQUIRE(return_view->publish(6, ret_count, &ret_mean, &ret_var, 1).ok());
+  env_runner_options opts;
+  opts.name = "runner-fold";
+  opts.seed = gen();
+  opts.steps_per_batch = steps;
+  opts.obs_clip = 0; // no clip: every value is compared
+  opts.reward_norm = true;
+  opts.reward_gamma = gamma;
+  opts.reward_epsilon = eps;
+  opts.reward_clip = 0;
+  opts.norm_every_step = true;
+  opts.log = fx.logger();
+  auto runner =
+    spawn_env_runner(*fx.sys, opts, vec, make_random_policy(vec->spec().action_space),
+                     caf::actor_cast<caf::actor>(self), keeper, view, return_view);
+  auto got = collect(self, runner, batches);
+  REQUIRE(got.size() == batches);
+
+  const auto& olog = vec->obs_log;
+  const auto& rlog = vec->reward_log;
+  REQUIRE(rlog.size() == batches * steps * n);
+  // Row r of the observations the runner saw: the last reset's n rows, then one per step.
+  const size_t first = olog.size() / 2 - batches * steps * n - n;
+  auto raw = [&](size_t k, size_t t, size_t i, size_t j) {
+    return olog[2 * (first + (k * steps + t) * n + i) + j];
+  };
+  std::vector<double> acc(n, 0.0);
+  std::vector<long double> all_obs[2], all_returns;
+  for (size_t k = 0; k < batches; ++k) {
+    CAPTURE(k);
+    const auto& b = got[k];
+    CHECK(b.stats_version == 5); // the start snapshot's version
+    CHECK(b.reward_stats_version == 6);
+    const bool poisoned = k == batches - 1;
+    std::vector<long double> seen_obs[2], seen_returns;
+    std::pair<long double, long double> obs_stats[2], ret_stats{ret_mean, ret_var};
+    for (size_t t = 0; t <= steps; ++t) {
+      CAPTURE(t);
+      const bool clean = !poisoned || t < nan_t;
+      // Observations: start statistics with this batch's rows 0..t (the final
+      // row, t = steps, with rows 0..steps-1); frozen at the NaN.
+      if (clean && t < steps)
+        for (size_t j = 0; j < 2; ++j) {
+          for (size_t i = 0; i < n; ++i)
+            seen_obs[j].push_back(raw(k, t, i, j));
+          obs_stats[j] = pooled(obs_count, obs_mean[j], obs_var[j], seen_obs[j]);
+        }
+      for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j < 2; ++j) {
+          const float x = raw(k, t, i, j);
+          if (!std::isfinite(x))
+            continue;
+          const double z = static_cast<double>((x - obs_stats[j].first) /
+                                               std::sqrt(obs_stats[j].second + eps));
+          CHECK(b.observations[(t * n + i) * 2 + j] ==
+                doctest::Approx(z).epsilon(1e-5).scale(1.0));
+        }
+      if (t == steps)
+        break;
+      // Rewards: the start's returns with this batch's up to this one.
+      for (size_t i = 0; i < n; ++i) {
+        const size_t at = k * steps * n + t * n + i, kk = t * n + i;
+        if (b.autoreset[kk])
+          continue;
+        if (b.terminated[kk])
+          acc[i] = 0.0;
+        acc[i] = acc[i] * gamma + rlog[at];
+        all_returns.push_back(acc[i]);
+        if (clean) {
+          seen_returns.push_back(acc[i]);
+          ret_stats = pooled(ret_count, ret_mean, ret_var, seen_returns);
+        }
+        const double z =
+          rlog[at] / std::sqrt(static_cast<double>(ret_stats.second) + eps);
+        CHECK(b.rewards[kk] == doctest::Approx(z).epsilon(1e-6));
+      }
+    }
+    if (!poisoned)
+      for (size_t t = 0; t < steps; ++t)
+        for (size_t i = 0; i < n; ++i)
+          for (size_t j = 0; j < 2; ++j)
+            all_obs[j].push_back(raw(k, t, i, j));
+  }
+  // The keeper got the clean batches' moments, as without norm_every_step.
+  ask<sync_atom>(self, keeper, sync_atom::value);
+  auto snap =
+    ask<learners::stats_snapshot>(self, keeper, snapshot_atom::value, std::string("obs"));
+  CHECK(snap.count == (batches - 1) * steps * n);
+  REQUIRE(snap.mean.size() == 2);
+  for (size_t j = 0; j < 2; ++j) {
+    auto ref = pooled(0, 0.0, 0.0, all_obs[j]);
+    CHECK(snap.mean[j] == doctest::Approx(static_cast<double>(ref.first)).epsilon(1e-9));
+    CHECK(snap.var[j] == doctest::Approx(static_cast<double>(ref.second)).epsilon(1e-9));
+  }
+  auto st = ask<env_runner_status>(self, runner, status_atom::value);
+  CHECK(st.non_finite == 1);
   self->send_exit(runner, caf::exit_reason::user_shutdown);
   self->send_exit(keeper, caf::exit_reason::user_shutdown);
 }

@@ -540,6 +540,29 @@ TEST_CASE("bad reward normalization values are refused with the place, the key, 
   CHECK(msg.find("model.reward_norm") != std::string::npos);
 }
 
+TEST_CASE("model.norm_update = step is refused with ema or frozen statistics, naming "
+          "both keys and their places, and accepted otherwise") {
+  auto msg = errors_of("[model]\nnorm_update = \"step\"\n\n[stats]\nmode = \"ema\"\n");
+  CHECK(msg == "cartpole.toml:2: model.norm_update = \"step\" merges each batch's steps "
+               "into the statistics by their counts, which stats.mode = \"ema\" "
+               "(cartpole.toml:5) does not keep; set one of them otherwise");
+  msg = errors_of("[stats]\nfreeze_after = 5000\n", {"model.norm_update=step"});
+  CHECK(msg == "--set model.norm_update: model.norm_update = \"step\" would change the "
+               "statistics that stats.freeze_after = 5000 (cartpole.toml:2) freezes; set "
+               "one of them otherwise");
+  msg = errors_of("[model]\nnorm_update = \"always\"\n");
+  CHECK(msg.find("cartpole.toml:2: model.norm_update: expected one of") == 0);
+  for (const char* update : {"batch", "step"}) {
+    CAPTURE(update);
+    auto cfg = parse_config("[model]\nobs_norm = true\nreward_norm = true\n", "a.toml",
+                            {fmt::format("model.norm_update={}", update)});
+    REQUIRE(cfg.has_value());
+    CHECK(cfg->get_string("model.norm_update") == update);
+  }
+  // ema with the default (batch) is fine.
+  CHECK(parse_config("[stats]\nmode = \"ema\"\n", "a.toml").has_value());
+}
+
 TEST_CASE("algo.learner_threads 0 takes a second thread only for the only learner of a "
           "sync run in one process with its own runners, on the CPU without batch norm, "
           "and 1 and 2 as given") {

@@ -1271,6 +1271,39 @@ TEST_CASE("a MuJoCo run's metrics.csv ends with its reward terms' episode means 
   check_jsonl_matches_csv(run);
 }
 
+TEST_CASE("model.norm_update reaches the runners: step normalizes differently from "
+          "batch, and each is deterministic") {
+  temp_folder dir("train-norm-update");
+  const std::string config = std::string(TROUPE_SOURCE_DIR) + "/config/pendulum_ppo.toml";
+  auto run_with = [&](const std::string& output, const std::string& update) {
+    auto r =
+      run_troupe(fmt::format("train '{}' --set run.output_dir='\"{}\"' "
+                             "--set algo.total_env_steps=4096 --set env.num_envs=4 "
+                             "--set run.log_every_updates=1 "
+                             "--set model.reward_norm=true "
+                             "--set model.norm_update='\"{}\"'",
+                             config, output, update),
+                 dir);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    return read_metrics(only_run(dir.path / output));
+  };
+  const auto batch = run_with("batch", "batch");
+  const auto again = run_with("batch-again", "batch");
+  const auto step = run_with("step", "step");
+  REQUIRE(batch.size() == 4);
+  REQUIRE(again.size() == batch.size());
+  REQUIRE(step.size() == batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    CAPTURE(i);
+    CHECK(again[i].at("loss_value") == batch[i].at("loss_value"));
+    CHECK(step[i].at("env_steps") == batch[i].at("env_steps"));
+    // From the first batch on, the policy saw other observations and the
+    // critic other rewards.
+    CHECK(step[i].at("loss_value") != batch[i].at("loss_value"));
+  }
+}
+
 TEST_CASE("with run.norm_diagnostics a run with per-runner normalizers reports how far "
           "its policy moves across their changes and from the global ones") {
   temp_folder dir("train-norm-diagnostics");
