@@ -213,29 +213,26 @@ void measure_normalizers(runner_state& st, const learners::stats_snapshot* snap,
 }
 
 // norm_every_step: `out` becomes `base` merged with the batch's raw moments so
-// far (Chan's parallel update, population variances); its version stays
-// base's. `out` is base's size.
+// far (Chan's parallel update, population variances); `out` is base's size.
+// An initial snapshot (count 0: mean 0, variance 1) weighs nothing.
 void fold_snapshot(const learners::stats_snapshot& base, const kernels::moments& so_far,
                    learners::stats_snapshot& out) {
-  out.count = base.count + so_far.count;
+  out.mean = base.mean;
+  out.count = base.count;
   if (so_far.count == 0) {
-    out.mean = base.mean;
     out.var = base.var;
     return;
   }
+  const size_t dim = so_far.dim();
+  out.var.resize(dim);
   const double na = static_cast<double>(base.count);
-  const double nb = static_cast<double>(so_far.count);
-  const double n = na + nb;
-  for (size_t j = 0; j < so_far.dim(); ++j) {
-    if (base.count == 0) { // the initial snapshot's mean 0 and variance 1 weigh nothing
-      out.mean[j] = so_far.mean[j];
-      out.var[j] = so_far.m2[j] / nb;
-      continue;
-    }
-    const double delta = so_far.mean[j] - base.mean[j];
-    out.mean[j] = base.mean[j] + delta * nb / n;
-    out.var[j] = (base.var[j] * na + so_far.m2[j] + delta * delta * na * nb / n) / n;
-  }
+  for (size_t j = 0; j < dim; ++j) // out.var holds M2 until the division
+    out.var[j] = base.var[j] * na;
+  kernels::merge(out.count, out.mean.data(), out.var.data(), so_far.count,
+                 so_far.mean.data(), so_far.m2.data(), dim);
+  const double inv = 1.0 / static_cast<double>(out.count);
+  for (size_t j = 0; j < dim; ++j)
+    out.var[j] *= inv;
 }
 
 // norm_every_step's return statistics: the batch's start (count, mean,
@@ -256,12 +253,10 @@ struct return_fold {
   double variance() const {
     if (count == 0)
       return base_var;
-    const double nb = static_cast<double>(count);
-    if (base_count == 0)
-      return m2 / nb;
-    const double na = static_cast<double>(base_count), n = na + nb;
-    const double delta = mean - base_mean;
-    return (base_var * na + m2 + delta * delta * na * nb / n) / n;
+    uint64_t n = base_count;
+    double mean_all = base_mean, m2_all = base_var * static_cast<double>(base_count);
+    kernels::merge(n, &mean_all, &m2_all, count, &mean, &m2, 1);
+    return m2_all / static_cast<double>(n);
   }
 };
 
@@ -316,10 +311,6 @@ result<trajectory_batch> collect(runner_state& st) {
   const bool fold = st.opts.norm_every_step;
   const learners::stats_snapshot* const start_snap = snap;
   if (fold && snap) {
-    st.fold_snap.stream = snap->stream;
-    st.fold_snap.version = snap->version;
-    st.fold_snap.mean.resize(od);
-    st.fold_snap.var.resize(od);
     fold_snapshot(*start_snap, kernels::moments(od), st.fold_snap);
     st.fold_moments = kernels::moments(od);
     snap = &st.fold_snap;

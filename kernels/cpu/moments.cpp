@@ -114,14 +114,17 @@ void compute_moments_into(const float* x, size_t rows, size_t dim, moments& out)
   out.m2.assign(dim, 0.0);
   if (rows == 0 || dim == 0)
     return;
+  // Per-thread scratch: a runner that updates its statistics at every step
+  // calls this once per step, which must not allocate.
+  thread_local std::vector<double> scratch;
+  if (scratch.size() < 3 * dim)
+    scratch.resize(3 * dim);
   const size_t rows_per_block = std::max<size_t>(1, block_bytes / (dim * sizeof(float)));
   if (rows <= rows_per_block) {
-    std::vector<double> dev(dim);
-    block_moments(x, rows, dim, out.mean.data(), out.m2.data(), dev.data());
+    block_moments(x, rows, dim, out.mean.data(), out.m2.data(), scratch.data());
     out.count = rows;
     return;
   }
-  std::vector<double> scratch(3 * dim);
   double* mean = scratch.data();
   double* m2 = mean + dim;
   double* dev = m2 + dim;

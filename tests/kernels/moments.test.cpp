@@ -1,7 +1,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -13,6 +16,25 @@
 using troupe::kernels::compute_moments;
 using troupe::kernels::merge;
 using troupe::kernels::moments;
+
+// This binary counts its allocations, so that a test can say a hot path makes
+// none (the kernels are single-threaded; the count is global all the same).
+namespace {
+std::atomic<uint64_t> allocations{0};
+} // namespace
+
+void* operator new(std::size_t size) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size))
+    return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 
@@ -171,6 +193,30 @@ TEST_CASE("merging with empty moments leaves the other side unchanged") {
   moments no_dim;
   merge(no_dim, m);
   check_close(no_dim, m, 0.0);
+}
+
+TEST_CASE(
+  "computing moments into a sized output allocates nothing after the first call") {
+  // A runner with model.norm_update = "step" computes the moments of every
+  // step's rows: that call must not allocate once its output has its size.
+  std::mt19937_64 rng(troupe::test::fresh_seed());
+  const size_t dim = 17;
+  const size_t big = 2 * (256 * 1024 / (dim * sizeof(float))) + 5; // several blocks
+  auto small = random_rows(rng, 4, dim, 2.0, 1.0);
+  auto large = random_rows(rng, big, dim, 2.0, 1.0);
+  moments out;
+  troupe::kernels::compute_moments_into(large.data(), big, dim, out);
+  troupe::kernels::compute_moments_into(small.data(), 4, dim, out);
+  const uint64_t before = allocations.load();
+  for (int k = 0; k < 3; ++k) {
+    troupe::kernels::compute_moments_into(small.data(), 4, dim, out);
+    troupe::kernels::compute_moments_into(small.data(), 1, dim, out);
+    troupe::kernels::compute_moments_into(large.data(), big, dim, out);
+  }
+  CHECK(allocations.load() - before == 0);
+  check_close(out, reference_moments(large, big, dim), 1e-12);
+  troupe::kernels::compute_moments_into(small.data(), 4, dim, out);
+  check_close(out, reference_moments(small, 4, dim), 1e-12);
 }
 
 TEST_CASE("well_formed rejects non-finite values and mismatched sizes") {
